@@ -1,0 +1,111 @@
+"""Admission rounds: hint -> lease -> escrow (DESIGN §2).
+
+One round admits a batch of waiting requests with one message per stage per step:
+
+1. **hint**: the reuse boundary ``k`` per request - the minimum over stages of the longest
+   resident prefix, from the shared hint index (or, for a policy without one, stage 0's own tree);
+2. **lease**: every admitting stage pins ``[0, k)`` and answers the boundary it could give; the
+   leader lowers ``k`` to the minimum and the stages unpin the excess (``k`` only goes down);
+3. **escrow**: every admitting stage reserves room for the suffix. Requests are taken in order;
+   the first one a stage cannot fit, and all after it, wait for the next round (backpressure).
+
+The result is :class:`AdmittedRequest` objects. Whether rounds run beside the pipeline loop or
+inside it is the policy's choice, not this module's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from runtime.engines.base import LeaseItem, StageHandle, now
+from runtime.request import AdmittedRequest, Request, RequestState
+from store.base import Store
+from telemetry import names as N
+from telemetry.setup import Telemetry
+
+
+@dataclass(frozen=True, slots=True)
+class RoundResult:
+    admitted: list[AdmittedRequest]
+    deferred: list[Request]          # did not fit (escrow backpressure); retried next round, in order
+
+
+class Admission:
+    """Runs admission rounds against the stages in ``admit_stages``.
+
+    ``use_hint_index``: look the boundary up in the store's hint index over *all* stages
+    (WavePP); otherwise walk stage 0's own tree (a conventional PP loop, where the first stage
+    decides reuse alone).
+    """
+
+    def __init__(self, stages: Sequence[StageHandle], admit_stages: Sequence[int], store: Store,
+                 block_size: int, telemetry: Telemetry, use_hint_index: bool) -> None:
+        self.stages = list(stages)
+        self.admit_stages = list(admit_stages)
+        self.store = store
+        self.block_size = block_size
+        self.tel = telemetry
+        self.use_hint_index = use_hint_index
+
+    def _max_blocks(self, r: Request) -> int:
+        # At least one token is always computed: the first token needs the last position's logits.
+        cap = (r.num_tokens - 1) // self.block_size
+        return cap if r.max_reuse_blocks is None else min(cap, r.max_reuse_blocks)
+
+    async def round(self, requests: Sequence[Request]) -> RoundResult:
+        with self.tel.span(N.ADMISSION_ROUND, {N.NUM_REQUESTS: len(requests)}) as round_span:
+            hints = await self._hint(requests)
+            granted = await self._lease(requests, hints)
+            admitted, deferred = await self._escrow(requests, granted)
+            round_span.set_attribute(N.NUM_REQUESTS + ".admitted", len(admitted))
+        return RoundResult(admitted, deferred)
+
+    async def _hint(self, requests: Sequence[Request]) -> list[int]:
+        limits = [self._max_blocks(r) for r in requests]
+        prompts = [r.block_hashes[:lim] for r, lim in zip(requests, limits, strict=True)]
+        with self.tel.span(N.HINT_LOOKUP, {N.NUM_REQUESTS: len(requests)}) as span:
+            if self.use_hint_index:
+                results = await self.store.hint_lookup(prompts, range(len(self.stages)))
+                span.set_attribute(N.PROBES, sum(r.probes for r in results))
+                return [r.reuse_blocks for r in results]
+            return await self.stages[0].lookup_local(prompts, limits)
+
+    async def _lease(self, requests: Sequence[Request], hints: list[int]) -> list[int]:
+        items = [LeaseItem(r.id, r.block_hashes, k, r.num_tokens) for r, k in zip(requests, hints, strict=True)]
+        with self.tel.span(N.LEASE, {N.NUM_REQUESTS: len(requests), N.BLOCKS: sum(hints)}) as span:
+            answers = await asyncio.gather(*(self.stages[s].lease(items) for s in self.admit_stages))
+            final = [min(col) for col in zip(*answers, strict=True)]
+            shrinks = []
+            for s, answer in zip(self.admit_stages, answers, strict=True):
+                excess = [(r.id, k) for r, g, k in zip(requests, answer, final, strict=True) if g > k]
+                if excess:
+                    shrinks.append(self.stages[s].shrink(excess))
+            await asyncio.gather(*shrinks)
+            lowered = 0
+            for r, hint, k in zip(requests, hints, final, strict=True):
+                if k < hint:           # the stages could not give what the first lookup promised
+                    lowered += 1
+                    r.fallbacks += 1
+            span.set_attribute(N.FALLBACKS, lowered)
+        return final
+
+    async def _escrow(self, requests: Sequence[Request], granted: list[int]) -> tuple[list[AdmittedRequest],
+                                                                                       list[Request]]:
+        b = self.block_size
+        items = [(r.id, -(-(r.num_tokens - k * b) // b)) for r, k in zip(requests, granted, strict=True)]
+        with self.tel.span(N.ESCROW, {N.NUM_REQUESTS: len(requests), N.BLOCKS: sum(n for _, n in items)}):
+            fits = await asyncio.gather(*(self.stages[s].escrow(items) for s in self.admit_stages))
+            n_ok = min(fits) if fits else len(requests)
+            # Requests past the first that did not fit everywhere wait: undo what they hold.
+            undo = [r.id for r in requests[n_ok:]]
+            if undo:
+                await asyncio.gather(*(self.stages[s].release(undo) for s in self.admit_stages))
+        t = now()
+        admitted = []
+        for r, k in zip(requests[:n_ok], granted[:n_ok], strict=True):
+            r.state = RequestState.ADMITTED
+            r.attempts += 1
+            admitted.append(AdmittedRequest(r, k, t, b, attempt=r.attempts))
+        return admitted, list(requests[n_ok:])

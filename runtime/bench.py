@@ -1,0 +1,96 @@
+"""``wavepp bench``: run a workload under each policy and concurrency, side by side.
+
+Every run gets fresh stages, a fresh store and the same seeded request sequence, so policies
+see identical input. After each run the caches are checked: no lease or escrow left behind,
+and every block free or cached.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from opentelemetry.sdk.trace import ReadableSpan
+
+from runtime.engines.base import EngineParts
+from runtime.knobs import Knobs
+from runtime.loop import LoopResult, PipelineLoop
+from runtime.policies import get_policy
+from runtime.report import RunFigures, compute_figures
+from runtime.workloads import Workload, WorkloadSpec
+from telemetry.setup import Telemetry
+
+
+class Engine(Protocol):
+    name: str
+    pp: int
+    block_size: int
+
+    @property
+    def vocab_size(self) -> int: ...
+    def default_prompt_tokens(self) -> int: ...
+    def build(self) -> EngineParts: ...
+    def telemetry(self) -> Telemetry: ...
+    def run(self, main: Any) -> Any: ...
+
+
+@dataclass(slots=True)
+class BenchConfig:
+    workload: WorkloadSpec
+    concurrencies: Sequence[int]
+    policies: Sequence[str]
+    requests: int
+    seed: int = 0
+    prompt_tokens: int | None = None
+    knobs: Knobs = field(default_factory=Knobs)
+    model_name: str = ""
+    hardware_name: str = ""
+
+
+@dataclass(slots=True)
+class RunRecord:
+    figures: RunFigures
+    spans: Sequence[ReadableSpan]
+    loop: LoopResult
+    parts: EngineParts
+
+    @property
+    def label(self) -> str:
+        return f"{self.figures.policy} c={self.figures.concurrency}"
+
+
+Progress = Callable[[str, int, int], None]    # (run label, finished requests, total)
+
+
+def run_one(engine: Engine, cfg: BenchConfig, policy_name: str, concurrency: int,
+            progress: Progress | None = None) -> RunRecord:
+    policy = get_policy(policy_name)
+    parts = engine.build()
+    tel = engine.telemetry()
+    workload = Workload(cfg.workload, cfg.requests, cfg.prompt_tokens or engine.default_prompt_tokens(),
+                        engine.block_size, engine.vocab_size, cfg.seed)
+    loop_ref: list[PipelineLoop] = []
+    label = f"{policy_name} c={concurrency}"
+
+    async def main() -> LoopResult:
+        loop = PipelineLoop(parts.handles, parts.executor, parts.store, policy, cfg.knobs, workload,
+                            concurrency, tel, engine.block_size)
+        if progress is not None:
+            loop.progress = lambda done, total: progress(label, done, total)
+        loop_ref.append(loop)
+        return await loop.run()
+
+    result = engine.run(main())
+    for h in parts.handles:
+        h.cache.check()
+    spans = tel.finished_spans()
+    meta = {"policy": policy_name, "engine": engine.name, "model": cfg.model_name, "hardware": cfg.hardware_name,
+            "concurrency": concurrency, "workload": cfg.workload.name, "inline_admission": not policy.async_admission}
+    figures = compute_figures(spans, engine.pp, meta)
+    tel.shutdown()
+    return RunRecord(figures, spans, result, parts)
+
+
+def run_bench(engine: Engine, cfg: BenchConfig, progress: Progress | None = None) -> list[RunRecord]:
+    return [run_one(engine, cfg, p, c, progress) for c in cfg.concurrencies for p in cfg.policies]

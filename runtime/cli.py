@@ -1,0 +1,151 @@
+"""The ``wavepp`` command. Thin: parse, validate, call; every bad value is one line and exit 2."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import NoReturn
+
+EXIT_USAGE = 2
+
+
+class UsageError(Exception):
+    """A bad flag value: reported as one line, exit code 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:   # argparse prints usage + message; we want one line
+        raise UsageError(message)
+
+
+def int_list(text: str) -> list[int]:
+    """``8,32,128`` -> [8, 32, 128]; each a positive integer."""
+    parts = text.split(",")
+    out = []
+    for p in parts:
+        p = p.strip()
+        if not p.lstrip("-").isdigit():
+            raise argparse.ArgumentTypeError(f"malformed list {text!r}: {p!r} is not an integer")
+        if int(p) < 1:
+            raise argparse.ArgumentTypeError(f"{text!r}: values must be >= 1, got {p}")
+        out.append(int(p))
+    return out
+
+
+def name_list(text: str) -> list[str]:
+    out = [p.strip() for p in text.split(",")]
+    if not all(out):
+        raise argparse.ArgumentTypeError(f"malformed list {text!r}")
+    return out
+
+
+def positive_int(text: str) -> int:
+    if not text.strip().lstrip("-").isdigit():
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer")
+    if int(text) < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {text}")
+    return int(text)
+
+
+def build_parser() -> _Parser:
+    parser = _Parser(prog="wavepp", description="Pipeline-parallel prefill runtime with off-critical-path admission.")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    b = sub.add_parser("bench", help="run a workload under policies and concurrencies, side by side")
+    b.add_argument("--engine", default="sim", choices=["sim"], help="execution engine (default: sim)")
+    b.add_argument("--model", default="glm-5.2", help="model profile (llama-3-8b, glm-5.2, minimax-m2.7)")
+    b.add_argument("--hardware", default="b300", help="hardware profile (h200, b300)")
+    b.add_argument("--pp", type=positive_int, default=4, help="pipeline stages")
+    b.add_argument("--workload", default="suffix4k", help="cold | reuse90 | mixed | suffix:N | suffix4k")
+    b.add_argument("--concurrency", type=int_list, default=[8, 32, 128], help="closed-loop concurrency, e.g. 8,32,128")
+    b.add_argument("--requests", type=positive_int, default=None, help="requests per run (default: max(512, 4 x c))")
+    b.add_argument("--policy", type=name_list, default=["wavepp", "trtllm-pp"], help="policies, e.g. wavepp,trtllm-pp")
+    b.add_argument("--seed", type=int, default=0)
+    b.add_argument("--block-size", type=positive_int, default=64, help="tokens per KV block")
+    b.add_argument("--prompt-tokens", type=positive_int, default=None, help="typical prompt length (default: per model)")
+    b.add_argument("--kv-blocks", type=int_list, default=None,
+                   help="KV blocks per stage: one value, or one per stage (uneven capacities)")
+    b.add_argument("--gpus-per-stage", type=positive_int, default=None, help="default: GPUs per node / pp")
+    b.add_argument("--max-wave-tokens", type=positive_int, default=None, help="MPU's M")
+    b.add_argument("--min-wave-tokens", type=positive_int, default=None, help="MPU's b_min")
+    b.add_argument("--ring", type=positive_int, default=None, help="waves in flight R (default 2P, baselines P)")
+    b.add_argument("--json", dest="json_path", default=None, help="write {\"runs\": [...]} here")
+    b.add_argument("--trace", default=None, help="write Chrome trace-event JSON here (one lane per stage)")
+    b.add_argument("--quiet", action="store_true", help="no progress bar")
+
+    c = sub.add_parser("calibrate-coordination", help="measure admission/cache costs on this machine's CPU")
+    c.add_argument("--json", dest="json_path", default=None)
+    return parser
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    from runtime.bench import BenchConfig, run_bench
+    from runtime.engines.sim.engine import SimEngine
+    from runtime.knobs import KnobError, Knobs
+    from runtime.policies import get_policy
+    from runtime.workloads import parse_workload
+
+    try:
+        spec = parse_workload(args.workload)
+        for p in args.policy:
+            get_policy(p)
+        engine = SimEngine(args.model, args.hardware, args.pp, args.block_size, args.kv_blocks, args.gpus_per_stage)
+        changes = {k: v for k, v in (("max_wave_tokens", args.max_wave_tokens),
+                                     ("min_wave_tokens", args.min_wave_tokens),
+                                     ("ring", args.ring)) if v is not None}
+        knobs = Knobs().replace(**changes)
+    except (ValueError, KnobError) as exc:
+        raise UsageError(str(exc)) from None
+    requests = args.requests or max(512, 4 * max(args.concurrency))
+    cfg = BenchConfig(spec, args.concurrency, args.policy, requests, args.seed, args.prompt_tokens, knobs,
+                      args.model, args.hardware)
+    if cfg.prompt_tokens is not None and cfg.prompt_tokens < 2 * args.block_size:
+        raise UsageError(f"--prompt-tokens must be at least 2 blocks ({2 * args.block_size})")
+
+    from runtime.progress import BenchProgress, print_table
+    with BenchProgress(len(cfg.policies) * len(cfg.concurrencies), requests, disabled=args.quiet) as progress:
+        records = run_bench(engine, cfg, progress.update)
+    print_table([r.figures for r in records])
+    if args.json_path:
+        Path(args.json_path).write_text(json.dumps({"runs": [r.figures.as_dict() for r in records]}, indent=1))
+        print(f"wrote {args.json_path}")
+    if args.trace:
+        from telemetry.chrome_trace import write_trace
+        write_trace(args.trace, ((r.label, r.spans, args.pp) for r in records))
+        print(f"wrote {args.trace} (open in https://ui.perfetto.dev)")
+    failed = sum(r.figures.failed for r in records)
+    if failed:
+        first = next(iter(next(r for r in records if r.loop.failures).loop.failures.values()))
+        print(f"warning: {failed} request(s) failed, e.g.: {first}", file=sys.stderr)
+    return 0
+
+
+def cmd_calibrate_coordination(args: argparse.Namespace) -> int:
+    from runtime.engines.coordination import measure
+    costs = measure().as_dict()
+    for k, v in costs.items():
+        print(f"{k:34s} {v * 1e6:9.3f} us")
+    if args.json_path:
+        Path(args.json_path).write_text(json.dumps(costs, indent=1))
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+        handler = {"bench": cmd_bench, "calibrate-coordination": cmd_calibrate_coordination}[args.command]
+        return handler(args)
+    except UsageError as exc:
+        print(f"wavepp: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("wavepp: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,138 @@
+"""What an engine supplies to the shared loop: stage handles and a stage executor.
+
+The admission, planning and loop code never knows which engine (or clock) it runs on. It
+talks to each stage through a :class:`StageHandle` (cache operations, batched one message per
+stage per round) and runs waves through a :class:`StageExecutor`. Time is the running event
+loop's clock: virtual on the sim engine, monotonic on real ones.
+
+An engine may attach a :class:`CostHook` to the handles: the sim uses it to charge modelled
+coordination time (a store round trip, per-block index work); real engines pay real time and
+attach none.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from runtime.kvcache.stage_cache import StageCache
+from runtime.request import Chunk, Wave
+from store.base import Store
+
+
+def now() -> float:
+    """The runtime clock: the running event loop's time (virtual on the sim engine)."""
+    return asyncio.get_running_loop().time()
+
+
+class CostHook(Protocol):
+    """Charges the time a coordination operation takes (the sim's model of it)."""
+
+    async def stage_op(self, op: str, amount: int, remote: bool) -> None:
+        """``amount`` is blocks for cache operations, tokens for ``broadcast``."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseItem:
+    request_id: str
+    hashes: list[int]
+    reuse_blocks: int
+    num_tokens: int
+
+
+class StageHandle:
+    """The leader's and the loop's view of one stage's cache.
+
+    Each method is one message to the stage (``remote``) or work the stage does on its own
+    critical path (``remote=False``); the optional cost hook turns either into time.
+    """
+
+    def __init__(self, cache: StageCache, costs: CostHook | None = None) -> None:
+        self.cache = cache
+        self.stage = cache.stage
+        self._costs = costs
+
+    async def _charge(self, op: str, blocks: int, remote: bool = True) -> None:
+        if self._costs is not None:
+            await self._costs.stage_op(op, blocks, remote)
+
+    async def lookup_local(self, prompts: Sequence[list[int]], limits: Sequence[int],
+                           remote: bool = True) -> list[int]:
+        """Longest locally cached prefix per prompt (a walk of this stage's tree)."""
+        out = [self.cache.prefix_length(h, lim) for h, lim in zip(prompts, limits, strict=True)]
+        await self._charge("lookup", sum(out) + len(out), remote)
+        return out
+
+    async def lease(self, items: Sequence[LeaseItem], remote: bool = True) -> list[int]:
+        await self._charge("lease", sum(i.reuse_blocks for i in items), remote)
+        return [self.cache.lease(i.request_id, i.hashes, i.reuse_blocks, i.num_tokens) for i in items]
+
+    async def shrink(self, items: Sequence[tuple[str, int]], remote: bool = True) -> None:
+        await self._charge("shrink", 0, remote)
+        for rid, k in items:
+            self.cache.shrink_lease(rid, k)
+
+    async def escrow(self, items: Sequence[tuple[str, int]], remote: bool = True) -> int:
+        """Escrow in order; stops at the first request that does not fit. Returns how many fit."""
+        await self._charge("escrow", sum(n for _, n in items), remote)
+        for done, (rid, n) in enumerate(items):
+            if not self.cache.escrow(rid, n):
+                return done
+        return len(items)
+
+    async def release(self, request_ids: Sequence[str], remote: bool = True) -> None:
+        await self._charge("release", 0, remote)
+        for rid in request_ids:
+            self.cache.release(rid)
+
+    async def materialize(self, rid: str, start: int, length: int, reuse_blocks: int) -> list[int]:
+        table = self.cache.materialize(rid, start, length, reuse_blocks)
+        await self._charge("materialize", -(-length // self.cache.block_size), remote=False)
+        return table
+
+    async def complete(self, rid: str, hashes: list[int]) -> None:
+        num_blocks = len(self.cache.tables.get(rid, ()))
+        await self._charge("complete", num_blocks, remote=False)
+        self.cache.complete(rid, hashes)
+
+    async def receive_requests(self, num_tokens: int) -> None:
+        """Baselines only: new requests (with their token ids) relayed to this stage before it runs."""
+        await self._charge("broadcast", num_tokens, remote=True)
+
+    async def publish(self, store: Store) -> int:
+        """Send this stage's attach/detach events to the hint index; returns how many."""
+        attached, detached = self.cache.drain_index_updates()
+        if attached or detached:
+            await store.hint_update(self.stage, attached, detached)
+        return len(attached) + len(detached)
+
+
+class StageExecutor(Protocol):
+    """Runs the compute of one wave on one stage and moves activations to the next."""
+
+    num_stages: int
+
+    async def execute(self, stage: int, chunks: Sequence[Chunk], tables: dict[str, list[int]]) -> None:
+        """Run a wave's live ``chunks`` on ``stage``; ``tables`` maps each request to its block table."""
+        ...
+
+    async def transfer(self, stage: int, wave: Wave) -> None:
+        """Send the wave's activations from ``stage`` to ``stage + 1``."""
+        ...
+
+    def first_token(self, request_id: str) -> int | None:
+        """The first token of a completed request (None when the engine computes no logits)."""
+        ...
+
+
+@dataclass(slots=True)
+class EngineParts:
+    """What one run gets from an engine: fresh caches behind handles, an executor, a store."""
+
+    handles: list[StageHandle]
+    executor: StageExecutor
+    store: Store
+    block_size: int

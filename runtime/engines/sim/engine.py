@@ -1,0 +1,73 @@
+"""The ``sim`` engine: virtual time, an analytic cost model, modelled coordination costs."""
+
+from __future__ import annotations
+
+from collections.abc import Coroutine, Sequence
+from typing import Any, TypeVar
+
+from runtime.engines.base import EngineParts, StageHandle, now
+from runtime.engines.coordination import DEFAULT_COSTS, CoordinationCosts, CostedStore, SimCostHook
+from runtime.engines.sim.clock import run_virtual
+from runtime.engines.sim.costmodel import AnalyticCostModel
+from runtime.engines.sim.executor import SimExecutor
+from runtime.engines.sim.profiles import get_hardware, get_model
+from runtime.kvcache.stage_cache import StageCache
+from store.memory import MemoryStore
+from telemetry.setup import SIM_EPOCH_NS, Telemetry
+
+T = TypeVar("T")
+
+
+class SimEngine:
+    """Builds simulated stages for ``model`` on ``hardware`` split into ``pp`` stages.
+
+    ``kv_blocks``: blocks per stage (one value for all, or one per stage - uneven capacities
+    make residency diverge); default: what the stage's memory holds after its weights.
+    """
+
+    name = "sim"
+
+    def __init__(self, model: str, hardware: str, pp: int, block_size: int = 64,
+                 kv_blocks: Sequence[int] | None = None, gpus_per_stage: int | None = None,
+                 costs: CoordinationCosts = DEFAULT_COSTS) -> None:
+        self.model = get_model(model)
+        self.hardware = get_hardware(hardware)
+        if pp < 1:
+            raise ValueError(f"pp must be >= 1, got {pp}")
+        if block_size < 1:
+            raise ValueError(f"block size must be >= 1, got {block_size}")
+        gps = gpus_per_stage or max(1, self.hardware.gpus_per_node // pp)
+        self.cost_model = AnalyticCostModel(self.model, self.hardware, pp, gps)
+        self.pp = pp
+        self.block_size = block_size
+        self.costs = costs
+        if kv_blocks:
+            if len(kv_blocks) == 1:
+                kv_blocks = list(kv_blocks) * pp
+            if len(kv_blocks) != pp or min(kv_blocks) < 1:
+                raise ValueError(f"kv blocks: give one positive value or {pp} (one per stage), got {list(kv_blocks)}")
+            self.capacities = list(kv_blocks)
+        else:
+            self.capacities = [self.cost_model.stage_kv_capacity_tokens(s) // block_size for s in range(pp)]
+            if min(self.capacities) < 1:
+                raise ValueError(f"{self.model.name} on {pp} x {gps} {self.hardware.name} leaves no room for KV cache")
+
+    @property
+    def vocab_size(self) -> int:
+        return self.model.vocab_size
+
+    def default_prompt_tokens(self) -> int:
+        """Tens of thousands of tokens for the big profiles (DESIGN §8), within the model's context."""
+        return min(32768, self.model.max_context // 2)
+
+    def build(self) -> EngineParts:
+        hook = SimCostHook(self.costs)
+        handles = [StageHandle(StageCache(s, n, self.block_size), hook) for s, n in enumerate(self.capacities)]
+        return EngineParts(handles, SimExecutor(self.cost_model), CostedStore(MemoryStore(), self.costs),
+                           self.block_size)
+
+    def telemetry(self) -> Telemetry:
+        return Telemetry(now, SIM_EPOCH_NS)
+
+    def run(self, main: Coroutine[Any, Any, T]) -> T:
+        return run_virtual(main)

@@ -1,0 +1,25 @@
+"""The sim engine's stage executor: a wave takes the cost model's time on the virtual clock."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+
+from runtime.engines.sim.costmodel import ChunkShape, CostModel
+from runtime.request import Chunk, Wave
+
+
+class SimExecutor:
+    def __init__(self, cost_model: CostModel) -> None:
+        self.cost_model = cost_model
+        self.num_stages = cost_model.num_stages
+
+    async def execute(self, stage: int, chunks: Sequence[Chunk], tables: dict[str, list[int]]) -> None:
+        shapes = [ChunkShape(c.start, c.length) for c in chunks]
+        await asyncio.sleep(self.cost_model.step_time(stage, shapes))
+
+    async def transfer(self, stage: int, wave: Wave) -> None:
+        await asyncio.sleep(self.cost_model.transfer_time(stage, wave.num_tokens))
+
+    def first_token(self, request_id: str) -> int | None:
+        return None   # no logits in the simulator

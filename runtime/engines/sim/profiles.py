@@ -1,0 +1,294 @@
+"""Model and hardware profiles for the simulated engine.
+
+Every number here is vendored (the runtime never reads ``../shared/data``); each constant cites the
+file and field it came from, and ``tests/engines/sim/test_profiles.py`` checks them against that
+data whenever it is present.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+
+@dataclass(frozen=True, slots=True)
+class ModelProfile:
+    """Shape of a decoder-only model, as far as the roofline cost model needs it.
+
+    Layer ``i`` is dense when ``n_routed_experts == 0`` or ``i < first_k_dense``, MoE otherwise.
+    """
+
+    name: str
+    num_layers: int
+    hidden_size: int
+    vocab_size: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int  # GQA: per-head dim of q/k/v (unused for MLA, kept as the config states it)
+    attention: Literal["gqa", "mla"]
+    intermediate_size: int  # dense FFN intermediate size (layers before first_k_dense, or all if no MoE)
+    weight_bytes: float  # bytes per weight element as served (fp8 = 1, bf16 = 2)
+    kv_bytes: float  # bytes per KV element (bf16 = 2)
+    max_context: int
+    # MLA (None for gqa)
+    q_lora_rank: int | None = None  # None with MLA: q is projected directly from the hidden state
+    kv_lora_rank: int | None = None
+    qk_nope_head_dim: int | None = None
+    qk_rope_head_dim: int | None = None
+    v_head_dim: int | None = None
+    # MoE (n_routed_experts == 0: dense model)
+    n_routed_experts: int = 0
+    experts_per_token: int = 0
+    moe_intermediate_size: int = 0
+    n_shared_experts: int = 0
+    first_k_dense: int = 0
+    # DSA sparse attention (DeepSeek-V3.2 style lightning indexer; None: dense attention).
+    index_n_heads: int | None = None
+    index_head_dim: int | None = None
+    index_topk: int | None = None  # keys each query attends to
+    index_full_layers: frozenset[int] = frozenset()  # layers that compute the indexer (others reuse it)
+
+    def kv_bytes_per_token(self, num_layers: int) -> float:
+        """KV-cache bytes one token occupies over ``num_layers`` layers.
+
+        MLA caches the compressed latent plus the decoupled RoPE key; GQA caches K and V per KV head.
+        The DSA indexer's key cache (``index_head_dim`` fp8 values on indexer layers, ~3% of the MLA
+        cache for GLM-5.2) is not counted.
+        """
+        if self.attention == "mla":
+            assert self.kv_lora_rank is not None and self.qk_rope_head_dim is not None
+            per_layer = float(self.kv_lora_rank + self.qk_rope_head_dim)
+        else:
+            per_layer = 2.0 * self.num_kv_heads * self.head_dim
+        return per_layer * self.kv_bytes * num_layers
+
+    def is_moe_layer(self, layer: int) -> bool:
+        """True when decoder layer ``layer`` has a routed-expert FFN."""
+        return self.n_routed_experts > 0 and layer >= self.first_k_dense
+
+    def has_indexer(self, layer: int) -> bool:
+        """True when decoder layer ``layer`` computes the DSA indexer itself."""
+        return layer in self.index_full_layers
+
+    @property
+    def embedding_params(self) -> int:
+        """Parameters of the input embedding (the untied LM head has the same count)."""
+        return self.vocab_size * self.hidden_size
+
+    @property
+    def expert_params(self) -> int:
+        """Parameters of one routed (or shared) SwiGLU expert: gate, up and down projections."""
+        return 3 * self.hidden_size * self.moe_intermediate_size
+
+    def attention_params(self, layer: int) -> int:
+        """Attention-block parameters of ``layer``: projections, norms, and the DSA indexer if it has one."""
+        h = self.hidden_size
+        if self.attention == "gqa":
+            qo = 2 * h * self.num_heads * self.head_dim
+            kv = 2 * h * self.num_kv_heads * self.head_dim
+            return qo + kv + 2 * h  # + input and post-attention RMSNorm
+        assert self.kv_lora_rank is not None and self.qk_rope_head_dim is not None
+        assert self.qk_nope_head_dim is not None and self.v_head_dim is not None
+        qk_head = self.qk_nope_head_dim + self.qk_rope_head_dim
+        if self.q_lora_rank is None:
+            q = h * self.num_heads * qk_head
+        else:  # q_a_proj, q_a_layernorm, q_b_proj
+            q = h * self.q_lora_rank + self.q_lora_rank + self.q_lora_rank * self.num_heads * qk_head
+        kv_a = h * (self.kv_lora_rank + self.qk_rope_head_dim) + self.kv_lora_rank  # + kv_a_layernorm
+        kv_b = self.kv_lora_rank * self.num_heads * (self.qk_nope_head_dim + self.v_head_dim)
+        o = self.num_heads * self.v_head_dim * h
+        total = q + kv_a + kv_b + o + 2 * h
+        if self.has_indexer(layer):
+            # DeepSeek-V3.2 indexer: wq_b (q_lora -> heads*dim), wk (h -> dim), k_norm, weights_proj
+            assert self.index_n_heads is not None and self.index_head_dim is not None
+            q_in = self.q_lora_rank if self.q_lora_rank is not None else h
+            total += q_in * self.index_n_heads * self.index_head_dim + h * self.index_head_dim
+            total += 2 * self.index_head_dim + h * self.index_n_heads
+        return total
+
+    def layer_params(self, layer: int) -> tuple[float, float]:
+        """(total weight params, active params per token) of decoder layer ``layer``.
+
+        MoE active params = attention + shared experts + top-k routed experts + router.
+        """
+        if not 0 <= layer < self.num_layers:
+            raise ValueError(f"layer {layer} out of range for {self.name} ({self.num_layers} layers)")
+        attn = float(self.attention_params(layer))
+        if not self.is_moe_layer(layer):
+            ffn = 3.0 * self.hidden_size * self.intermediate_size
+            return attn + ffn, attn + ffn
+        router = float(self.hidden_size * self.n_routed_experts)
+        shared = float(self.n_shared_experts * self.expert_params)
+        routed_total = float(self.n_routed_experts * self.expert_params)
+        routed_active = float(self.experts_per_token * self.expert_params)
+        return attn + router + shared + routed_total, attn + router + shared + routed_active
+
+
+@dataclass(frozen=True, slots=True)
+class HardwareProfile:
+    """Per-GPU figures of one accelerator system (raw peak values; efficiencies kept separate)."""
+
+    name: str
+    dense_flops: float  # bf16 tensor-core FLOP/s per GPU (dense)
+    fp8_flops: float  # fp8 tensor-core FLOP/s per GPU (dense)
+    hbm_bytes_per_s: float  # raw peak HBM bandwidth; the achievable fraction is hbm_efficiency
+    hbm_efficiency: float
+    mem_capacity_bytes: float
+    link_bytes_per_s: float  # inter-stage link (intra-node NVLink per GPU, single direction)
+    p2p_latency_s: float
+    launch_overhead_s: float  # fixed per-step overhead (see _STEP_LAUNCH_S)
+    gpus_per_node: int
+    op_latency_s: float  # fixed latency of one element-wise kernel
+    reserve_bytes_per_gpu: float  # runtime memory not available to weights or KV
+    nccl_mem_bytes: tuple[tuple[int, float], ...]  # (group size, NCCL buffer bytes per GPU)
+
+    def nccl_reserve_bytes(self, num_gpus: int) -> float:
+        """NCCL buffer bytes per GPU for a communicator of ``num_gpus`` (largest listed size <= it)."""
+        best = 0.0
+        for size, nbytes in self.nccl_mem_bytes:
+            if size <= num_gpus:
+                best = nbytes
+        return best
+
+
+# meta-llama/Meta-Llama-3-8B config.json (https://huggingface.co/meta-llama/Meta-Llama-3-8B):
+# num_hidden_layers 32, hidden_size 4096, num_attention_heads 32, num_key_value_heads 8,
+# head_dim 4096/32 = 128, intermediate_size 14336, vocab_size 128256, max_position_embeddings 8192,
+# torch_dtype bfloat16, tie_word_embeddings false.
+_LLAMA_3_8B = ModelProfile(
+    name="llama-3-8b", num_layers=32, hidden_size=4096, vocab_size=128256, num_heads=32,
+    num_kv_heads=8, head_dim=128, attention="gqa", intermediate_size=14336,
+    weight_bytes=2.0, kv_bytes=2.0, max_context=8192,
+)
+
+# ../shared/data/models/GLM-5.2.json (layer pattern from raw/zai-org--GLM-5.2_config.json "indexer_types").
+# Weights fp8: served as zai-org/GLM-5.2-FP8 (the json's "source" cites the dynamo glm-5.2 recipe); the json's
+# "dtype" bfloat16 is the training dtype. KV cache bf16 (assumption). The MTP layer
+# (num_nextn_predict_layers 1) is not modelled.
+_GLM_5_2 = ModelProfile(
+    name="glm-5.2",
+    num_layers=78,  # num_hidden_layers
+    hidden_size=6144,  # hidden_size
+    vocab_size=154880,  # vocab_size
+    num_heads=64,  # num_attention_heads
+    num_kv_heads=64,  # num_key_value_heads
+    head_dim=192,  # head_dim
+    attention="mla",  # "attention": MLA + DSA indexer
+    intermediate_size=12288,  # intermediate_size (dense layers)
+    weight_bytes=1.0,
+    kv_bytes=2.0,
+    max_context=1048576,  # max_position_embeddings
+    q_lora_rank=2048,  # q_lora_rank
+    kv_lora_rank=512,  # kv_lora_rank
+    qk_nope_head_dim=192,  # qk_nope_head_dim
+    qk_rope_head_dim=64,  # qk_rope_head_dim
+    v_head_dim=256,  # v_head_dim
+    n_routed_experts=256,  # n_routed_experts
+    experts_per_token=8,  # num_experts_per_tok
+    moe_intermediate_size=2048,  # moe_intermediate_size
+    n_shared_experts=1,  # n_shared_experts
+    first_k_dense=3,  # first_k_dense_replace (mlp_layer_types: 3 dense + 75 sparse)
+    index_n_heads=32,  # index_n_heads
+    index_head_dim=128,  # index_head_dim
+    index_topk=2048,  # index_topk
+    # indexer_types: "full" on layers 0-2, then every 4th layer (6, 10, ..., 74); 21 full + 57 shared.
+    # Shared layers reuse the previous full layer's top-k and are assumed to hold no indexer weights.
+    index_full_layers=frozenset([0, 1, 2, *range(6, 78, 4)]),
+)
+
+# ../shared/data/models/MiniMax-M2.7.json. "intermediate_size" 1536 is the per-expert size
+# (every layer is MoE, num_local_experts 256, shared_intermediate_size 0). Weights fp8
+# (quantization_config.quant_method fp8, block 128x128); KV cache bf16 (assumption).
+_MINIMAX_M2_7 = ModelProfile(
+    name="minimax-m2.7",
+    num_layers=62,  # num_hidden_layers
+    hidden_size=3072,  # hidden_size
+    vocab_size=200064,  # vocab_size
+    num_heads=48,  # num_attention_heads
+    num_kv_heads=8,  # num_key_value_heads
+    head_dim=128,  # head_dim
+    attention="gqa",
+    intermediate_size=1536,  # unused: no dense layers
+    weight_bytes=1.0,
+    kv_bytes=2.0,
+    max_context=204800,  # max_position_embeddings
+    n_routed_experts=256,  # num_local_experts
+    experts_per_token=8,  # num_experts_per_tok
+    moe_intermediate_size=1536,  # intermediate_size
+    n_shared_experts=0,  # shared_intermediate_size 0
+    first_k_dense=0,
+)
+
+MODELS: dict[str, ModelProfile] = {m.name: m for m in (_LLAMA_3_8B, _GLM_5_2, _MINIMAX_M2_7)}
+
+# A fixed per-step cost for launching the stage's forward (CUDA-graph replay plus host bookkeeping).
+# Assumption, not measured: to be replaced by calibration against the torch engine.
+_STEP_LAUNCH_S = 20e-6
+# misc.nccl_mem and misc.other_mem are identical in h200_sxm.yaml and b300_sxm.yaml.
+_NCCL_MEM = ((1, 0.0), (2, 358612992.0), (4, 411041792.0), (8, 411041792.0))  # misc.nccl_mem
+_OTHER_MEM = 3758096384.0  # misc.other_mem
+
+HARDWARE: dict[str, HardwareProfile] = {
+    # ../shared/data/perf/h200_sxm.yaml
+    "h200": HardwareProfile(
+        name="h200",
+        dense_flops=989e12,  # gpu.bfloat16_tc_flops
+        fp8_flops=1978e12,  # gpu.fp8_tc_flops
+        hbm_bytes_per_s=4.8e12,  # gpu.mem_bw
+        hbm_efficiency=0.8,  # gpu.mem_bw_empirical_scaling_factor
+        mem_capacity_bytes=151397597184.0,  # gpu.mem_capacity
+        link_bytes_per_s=450e9,  # node.intra_node_bw
+        p2p_latency_s=1e-5,  # node.p2p_latency
+        launch_overhead_s=_STEP_LAUNCH_S,
+        gpus_per_node=8,  # node.num_gpus_per_node
+        op_latency_s=3e-6,  # gpu.mem_empirical_constant_latency
+        reserve_bytes_per_gpu=_OTHER_MEM,
+        nccl_mem_bytes=_NCCL_MEM,
+    ),
+    # ../shared/data/perf/b300_sxm.yaml
+    "b300": HardwareProfile(
+        name="b300",
+        dense_flops=2250e12,  # gpu.bfloat16_tc_flops
+        fp8_flops=4500e12,  # gpu.fp8_tc_flops
+        hbm_bytes_per_s=7.75e12,  # gpu.mem_bw
+        hbm_efficiency=0.8,  # gpu.mem_bw_empirical_scaling_factor
+        mem_capacity_bytes=288400343040.0,  # gpu.mem_capacity
+        link_bytes_per_s=900e9,  # node.intra_node_bw
+        p2p_latency_s=1e-5,  # node.p2p_latency
+        launch_overhead_s=_STEP_LAUNCH_S,
+        gpus_per_node=8,  # node.num_gpus_per_node
+        op_latency_s=3e-6,  # gpu.mem_empirical_constant_latency
+        reserve_bytes_per_gpu=_OTHER_MEM,
+        nccl_mem_bytes=_NCCL_MEM,
+    ),
+}
+
+
+def get_model(name: str) -> ModelProfile:
+    """The model profile called ``name``; ValueError naming the known models otherwise."""
+    try:
+        return MODELS[name]
+    except KeyError:
+        raise ValueError(f"unknown model {name!r} (known: {', '.join(sorted(MODELS))})") from None
+
+
+def get_hardware(name: str) -> HardwareProfile:
+    """The hardware profile called ``name``; ValueError naming the known systems otherwise."""
+    try:
+        return HARDWARE[name]
+    except KeyError:
+        raise ValueError(f"unknown hardware {name!r} (known: {', '.join(sorted(HARDWARE))})") from None
+
+
+def split_layers(num_layers: int, pp: int) -> list[range]:
+    """Contiguous layer ranges for ``pp`` stages, as even as possible; earlier stages get the extra layer."""
+    if pp < 1 or pp > num_layers:
+        raise ValueError(f"pp must be in [1, {num_layers}] for {num_layers} layers, got {pp}")
+    base, extra = divmod(num_layers, pp)
+    ranges: list[range] = []
+    start = 0
+    for stage in range(pp):
+        end = start + base + (1 if stage < extra else 0)
+        ranges.append(range(start, end))
+        start = end
+    return ranges

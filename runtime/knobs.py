@@ -1,0 +1,67 @@
+"""Scheduling knobs: one typed, validated record the runtime reads at every wave boundary."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, fields
+from typing import Any
+
+
+class KnobError(ValueError):
+    """A knob value is of the wrong type, out of range, or inconsistent with another knob."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+
+
+@dataclass(frozen=True, slots=True)
+class Knobs:
+    """Defaults are the published WavePP settings (DESIGN §2: M = 16384, b_min = 8192, R = 2P, F = 2)."""
+
+    max_wave_tokens: int = 16384        # M: the largest wave budget MPU may choose
+    min_wave_tokens: int = 8192         # b_min: the smallest
+    ring: int = 0                       # R: waves in flight; 0 = 2P (wavepp) or P (baselines)
+    fill_factor: int = 2                # F: target ready waves S = R + (F-1)·P
+    hysteresis: bool = True             # raise after R/2 agreeing decisions, lower after P
+    max_leases: int = 1024              # concurrent leases (admitted, unfinished requests)
+    max_round_requests: int = 64        # requests one admission round may batch
+    static_chunk_tokens: int = 8192     # baselines' max_num_tokens (TensorRT-LLM default 8192)
+
+    def ring_size(self, num_stages: int, default_factor: int) -> int:
+        return self.ring if self.ring > 0 else default_factor * num_stages
+
+    def replace(self, **changes: Any) -> Knobs:
+        return validate(dataclasses.replace(self, **changes))
+
+    def as_dict(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+_RANGES: dict[str, tuple[int, int]] = {
+    "max_wave_tokens": (16, 1 << 22),
+    "min_wave_tokens": (16, 1 << 22),
+    "ring": (0, 4096),
+    "fill_factor": (1, 64),
+    "max_leases": (1, 1 << 20),
+    "max_round_requests": (1, 1 << 16),
+    "static_chunk_tokens": (16, 1 << 22),
+}
+
+
+def validate(knobs: Knobs) -> Knobs:
+    """Return ``knobs`` if every field is well typed, in range and consistent; else raise KnobError."""
+    for f in fields(knobs):
+        value = getattr(knobs, f.name)
+        if f.type in ("bool", bool):
+            if not isinstance(value, bool):
+                raise KnobError(f.name, f"expected true/false, got {value!r}")
+            continue
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise KnobError(f.name, f"expected an integer, got {value!r}")
+        lo, hi = _RANGES[f.name]
+        if not lo <= value <= hi:
+            raise KnobError(f.name, f"{value} is out of range [{lo}, {hi}]")
+    if knobs.min_wave_tokens > knobs.max_wave_tokens:
+        raise KnobError("min_wave_tokens", f"b_min {knobs.min_wave_tokens} > M {knobs.max_wave_tokens}")
+    return knobs

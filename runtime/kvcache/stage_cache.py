@@ -1,0 +1,288 @@
+"""One stage's cache contract: lease, escrow, materialize, complete, release.
+
+Accounting invariant (what "never over-commits" means)::
+
+    reserved_victims  <=  reclaimable blocks (cached, unpinned)      (checked on every change)
+
+``reserved_victims`` counts the victim references that escrow tickets hold (free blocks given
+to a ticket leave the free list at once, so they need no counting). Victims are named among
+the LRU leaves; when there are fewer leaves than needed the rest are counted and chosen at
+materialization. Anything that would pin a reclaimable block - a lease, a completion adopting
+a block someone else cached - is allowed only while the inequality still holds afterwards;
+otherwise the lease stops there (monotone fallback) or the completion stops attaching. So
+every ticket can always be honoured at materialization, by its named victim or a replacement
+(pins are prefix-closed, so a reclaimable block always has a reclaimable leaf below it).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from itertools import islice
+
+from runtime.kvcache.block_pool import BlockPool
+
+
+class DescriptorMismatch(Exception):
+    """A chunk descriptor disagrees with what this stage holds for the request."""
+
+
+@dataclass(slots=True)
+class Lease:
+    reuse_blocks: int
+    num_tokens: int
+    blocks: list[int]            # pinned prefix blocks, len == reuse_blocks
+
+
+@dataclass(slots=True)
+class EscrowTicket:
+    free_blocks: list[int] = field(default_factory=list)   # already out of the free list
+    victims: list[int] = field(default_factory=list)       # named evictable blocks (may go stale)
+
+    def __len__(self) -> int:
+        return len(self.free_blocks) + len(self.victims)
+
+
+@dataclass(slots=True)
+class CacheStats:
+    num_blocks: int
+    num_free: int
+    num_cached: int
+    num_evictable: int
+    reserved_victims: int
+    num_leases: int
+    num_escrowed_blocks: int
+    num_evictions: int
+    num_victim_replacements: int
+
+
+class StageCache:
+    """A stage's KV block pool with the operations admission and materialization use."""
+
+    def __init__(self, stage: int, num_blocks: int, block_size: int) -> None:
+        self.stage = stage
+        self.block_size = block_size
+        self.pool = BlockPool(num_blocks)
+        self.leases: dict[str, Lease] = {}
+        self.tickets: dict[str, EscrowTicket] = {}
+        self.tables: dict[str, list[int]] = {}     # materialized block table per request
+        self.progress: dict[str, int] = {}         # next token this stage expects per request
+        self.reserved_victims = 0
+        self.num_victim_replacements = 0
+        self._attached: list[int] = []              # hint-index updates not yet published
+        self._detached: list[int] = []
+
+    # ---- lookup ------------------------------------------------------------------------------
+    def prefix_length(self, hashes: list[int], limit: int | None = None) -> int:
+        return self.pool.prefix_length(hashes, limit)
+
+    def _can_pin(self, block_id: int) -> bool:
+        """Pinning a reclaimable block must leave every escrow promise coverable."""
+        if self.pool.blocks[block_id].ref_count > 0:
+            return True
+        return self.reserved_victims <= self.pool.num_reclaimable - 1
+
+    # ---- lease -------------------------------------------------------------------------------
+    def lease(self, rid: str, hashes: list[int], k: int, num_tokens: int) -> int:
+        """Pin blocks ``[0, k)``; returns the boundary actually granted (``<= k``).
+
+        Fewer than ``k`` when the stage evicted part of the prefix after the hint, or when
+        pinning an evictable block would break an escrow promise.
+        """
+        if rid in self.leases:
+            raise ValueError(f"request {rid} already holds a lease on stage {self.stage}")
+        pool, pinned = self.pool, []
+        for h in hashes[:k]:
+            bid = pool.by_hash.get(h)
+            if bid is None:
+                break
+            if not self._can_pin(bid):
+                break
+            pool.pin(bid)
+            pinned.append(bid)
+        self.leases[rid] = Lease(len(pinned), num_tokens, pinned)
+        self.tables[rid] = list(pinned)
+        self.progress[rid] = len(pinned) * self.block_size
+        return len(pinned)
+
+    def shrink_lease(self, rid: str, k: int) -> None:
+        """Lower the boundary to ``k`` (the leader's minimum over stages); unpin the excess."""
+        lease = self.leases[rid]
+        if k > lease.reuse_blocks:
+            raise ValueError(f"a lease only shrinks: {k} > {lease.reuse_blocks}")
+        for bid in reversed(lease.blocks[k:]):
+            self.pool.unpin(bid)
+        del lease.blocks[k:]
+        lease.reuse_blocks = k
+        self.tables[rid] = list(lease.blocks)
+        self.progress[rid] = k * self.block_size
+
+    # ---- escrow ------------------------------------------------------------------------------
+    def available_blocks(self) -> int:
+        """Blocks an escrow can still claim: free ones plus evictable ones no ticket named."""
+        return self.pool.num_free + self.pool.num_reclaimable - self.reserved_victims
+
+    def escrow(self, rid: str, num_blocks: int) -> bool:
+        """Set aside ``num_blocks`` for the request's suffix without evicting anything yet."""
+        if rid in self.tickets:
+            raise ValueError(f"request {rid} already holds an escrow on stage {self.stage}")
+        if num_blocks > self.available_blocks():
+            return False
+        pool, ticket = self.pool, EscrowTicket()
+        while len(ticket) < num_blocks and pool.free:
+            ticket.free_blocks.append(pool.take_free())
+        for bid in list(islice(pool.lru, num_blocks - len(ticket))):
+            del pool.lru[bid]
+            pool.named[bid] = rid
+            ticket.victims.append(bid)
+        # Named victims can be fewer than asked if tickets named them already: then count the
+        # rest against evictable blocks in general (a replacement is found at materialization).
+        while len(ticket) < num_blocks:
+            ticket.victims.append(-1)
+        ticket.victims.reverse()                   # pop() from the end yields the LRU-first order
+        self.reserved_victims += len(ticket.victims)
+        self.tickets[rid] = ticket
+        return True
+
+    # ---- materialize -------------------------------------------------------------------------
+    def materialize(self, rid: str, start: int, length: int, reuse_blocks: int) -> list[int]:
+        """Turn escrow into real blocks for tokens ``[start, start+length)``; returns the block table.
+
+        Raises :class:`DescriptorMismatch` when the descriptor disagrees with this stage's
+        state; the caller fails the request and releases it everywhere.
+        """
+        lease = self.leases.get(rid)
+        if lease is None:
+            raise DescriptorMismatch(f"stage {self.stage} holds no lease for request {rid}")
+        if lease.reuse_blocks != reuse_blocks:
+            raise DescriptorMismatch(
+                f"stage {self.stage}: request {rid} planned on {reuse_blocks} reused blocks, "
+                f"stage leased {lease.reuse_blocks}"
+            )
+        if start != self.progress[rid] or length <= 0 or start + length > lease.num_tokens:
+            raise DescriptorMismatch(
+                f"stage {self.stage}: request {rid} chunk [{start}, {start + length}) does not follow "
+                f"token {self.progress[rid]} of {lease.num_tokens}"
+            )
+        table = self.tables[rid]
+        need = -(-(start + length) // self.block_size) - len(table)
+        ticket = self.tickets.get(rid)
+        if need > 0 and (ticket is None or len(ticket) < need):
+            raise DescriptorMismatch(f"stage {self.stage}: request {rid} has no escrow for {need} blocks")
+        for _ in range(max(need, 0)):
+            assert ticket is not None
+            table.append(self._take_from_ticket(rid, ticket))
+        self.progress[rid] = start + length
+        return table
+
+    def _take_from_ticket(self, rid: str, ticket: EscrowTicket) -> int:
+        pool = self.pool
+        if ticket.free_blocks:
+            return pool.own(ticket.free_blocks.pop())
+        victim = ticket.victims.pop()
+        self.reserved_victims -= 1
+        if pool.named.get(victim) != rid:
+            # The victim gained an owner (or was taken) since the escrow: replace it.
+            self.num_victim_replacements += 1
+            if pool.free:
+                return pool.own(pool.take_free())
+            victim = next(iter(pool.lru)) if pool.lru else next(iter(pool.named))
+        self._detached.append(pool.evict(victim))
+        return victim
+
+    # ---- completion and release -------------------------------------------------------------
+    def complete(self, rid: str, hashes: list[int]) -> None:
+        """Attach the request's full blocks to the reuse tree, then drop its references."""
+        table = self.tables.pop(rid)
+        lease = self.leases.pop(rid)
+        pool, k = self.pool, lease.reuse_blocks
+        parent = table[k - 1] if k > 0 else -1
+        num_full = min(len(hashes), lease.num_tokens // self.block_size)
+        keep = k                                   # table[:keep] stay referenced until the unpin below
+        for i in range(k, num_full):
+            bid, h = table[i], hashes[i]
+            existing = pool.by_hash.get(h)
+            if existing is not None:
+                # Another request cached the same block first: adopt it, free our copy.
+                if not self._can_pin(existing):
+                    break
+                pool.pin(existing)
+                pool.release_owned(bid)
+                table[i] = existing
+            else:
+                pool.attach(bid, h, parent)        # parent is pinned or ours: never evictable here
+                self._attached.append(h)
+            parent = table[i]
+            keep = i + 1
+        for bid in table[keep:]:
+            pool.release_owned(bid)             # partial last block, or blocks we stopped attaching
+        for bid in reversed(table[:keep]):
+            pool.unpin(bid)
+        self.progress.pop(rid, None)
+        self._drop_ticket(rid)
+
+    def release(self, rid: str) -> None:
+        """Failure path: drop everything the request holds here (lease, escrow, new blocks)."""
+        lease = self.leases.pop(rid, None)
+        table = self.tables.pop(rid, [])
+        if lease is not None:
+            k = lease.reuse_blocks
+            for bid in table[k:]:
+                self.pool.release_owned(bid)
+            for bid in reversed(table[:k]):
+                self.pool.unpin(bid)
+        self.progress.pop(rid, None)
+        self._drop_ticket(rid)
+
+    def _drop_ticket(self, rid: str) -> None:
+        ticket = self.tickets.pop(rid, None)
+        if ticket is None:
+            return
+        self.pool.free.extend(ticket.free_blocks)
+        for v in ticket.victims:
+            if self.pool.named.get(v) == rid:
+                del self.pool.named[v]
+                self.pool.lru[v] = None
+                self.pool.lru.move_to_end(v, last=False)   # it was old when named
+        self.reserved_victims -= len(ticket.victims)
+
+    def prime(self, rid: str, hashes: list[int], num_tokens: int) -> bool:
+        """Put a prompt's blocks into the cache as if a request had just computed them.
+
+        Used to warm caches before a measured run; goes through lease/escrow/materialize/complete
+        like any request. False when the prompt does not fit.
+        """
+        k = self.prefix_length(hashes, (num_tokens - 1) // self.block_size)
+        k = self.lease(rid, hashes, k, num_tokens)
+        if not self.escrow(rid, -(-(num_tokens - k * self.block_size) // self.block_size)):
+            self.release(rid)
+            return False
+        self.materialize(rid, k * self.block_size, num_tokens - k * self.block_size, k)
+        self.complete(rid, hashes)
+        return True
+
+    # ---- index updates, stats, checks -------------------------------------------------------
+    def drain_index_updates(self) -> tuple[list[int], list[int]]:
+        """Hashes attached and detached since the last call, for the hint index."""
+        out = (self._attached, self._detached)
+        self._attached, self._detached = [], []
+        return out
+
+    def stats(self) -> CacheStats:
+        p = self.pool
+        return CacheStats(
+            num_blocks=p.num_blocks, num_free=p.num_free, num_cached=p.num_cached,
+            num_evictable=p.num_evictable, reserved_victims=self.reserved_victims,
+            num_leases=len(self.leases),
+            num_escrowed_blocks=sum(len(t) for t in self.tickets.values()),
+            num_evictions=p.num_evictions, num_victim_replacements=self.num_victim_replacements,
+        )
+
+    def check(self) -> None:
+        """Assert accounting invariants; with no request in flight, every block is free or cached."""
+        self.pool.check()
+        assert self.reserved_victims == sum(len(t.victims) for t in self.tickets.values())
+        assert self.reserved_victims <= self.pool.num_reclaimable, "escrow over-committed"
+        if not self.leases and not self.tickets:
+            p = self.pool
+            assert p.num_free + p.num_cached == p.num_blocks, "blocks leaked"
+            assert all(b.ref_count == 0 for b in p.blocks), "a reference leaked"

@@ -1,0 +1,367 @@
+"""The pipeline loop: plan a wave -> dispatch it through the stages -> retire completions.
+
+The same code runs on every engine; an engine supplies stage handles, a stage executor, a
+store and an event loop (virtual time on the sim). Tasks::
+
+    arrivals ─► waiting ─► [admission task] ─► active ─► dispatcher ─► stage 0 ─► link ─► stage 1 … ─► retire
+                   ▲                                         ▲                                          │
+                   └──────────── closed loop: a finished request brings the next ◄──────────────────────┘
+
+With ``policy.async_admission`` the admission task runs rounds beside the loop; otherwise the
+dispatcher runs a round itself before planning each wave (on the critical path). Each stage
+prepares a chunk locally (materialize) right before it executes the wave; a chunk whose
+request failed or fell back meanwhile is skipped ("stale": its attempt is no longer live).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from runtime.admission import Admission
+from runtime.engines.base import LeaseItem, StageExecutor, StageHandle, now
+from runtime.knobs import Knobs
+from runtime.kvcache.stage_cache import DescriptorMismatch
+from runtime.policies.base import Policy
+from runtime.request import AdmittedRequest, Chunk, Completion, Request, RequestState, Wave
+from runtime.wakeup import Wakeup
+from runtime.workloads import Workload
+from store.base import Store
+from telemetry import names as N
+from telemetry.setup import Telemetry
+
+
+class _LateFallback(Exception):
+    def __init__(self, granted: int) -> None:
+        super().__init__(granted)
+        self.granted = granted
+
+
+@dataclass(slots=True)
+class LoopResult:
+    completions: list[Completion] = field(default_factory=list)
+    failures: dict[str, str] = field(default_factory=dict)     # request id -> one-line error
+    knob_changes: list[tuple[float, dict[str, Any]]] = field(default_factory=list)
+
+
+class PipelineLoop:
+    """One run of a workload through P stages under one policy."""
+
+    def __init__(self, handles: Sequence[StageHandle], executor: StageExecutor, store: Store,
+                 policy: Policy, knobs: Knobs, workload: Workload, concurrency: int,
+                 telemetry: Telemetry, block_size: int) -> None:
+        if concurrency < 1:
+            raise ValueError(f"concurrency must be >= 1, got {concurrency}")
+        self.handles = list(handles)
+        self.num_stages = len(self.handles)
+        self.executor = executor
+        self.store = store
+        self.policy = policy
+        self.knobs = knobs
+        self.workload = workload
+        self.concurrency = concurrency
+        self.tel = telemetry
+        self.block_size = block_size
+        self.admit_stages = list(range(self.num_stages)) if policy.lease_all_stages else [0]
+        self.admission = Admission(self.handles, self.admit_stages, store, block_size, telemetry,
+                                   policy.use_hint_index)
+        self.planner = policy.make_planner(knobs, self.num_stages, block_size)
+        self.ring = policy.ring_size(knobs, self.num_stages)
+        self.min_capacity = min(h.cache.pool.num_blocks for h in self.handles)
+        self._pending_knobs: Knobs | None = None
+        self.progress: Callable[[int, int], None] | None = None   # (finished, total) after each request
+
+        self.waiting: deque[Request] = deque()
+        self.active: dict[str, AdmittedRequest] = {}
+        self.spans: dict[str, Any] = {}
+        self.ever_computed: set[int] = set()
+        self.result = LoopResult()
+        self.in_flight = 0
+        self.next_wave_id = 0
+        self.num_finished = 0
+        self.passed = [0] * self.num_stages          # waves that finished stage s
+        self.retired = 0
+        self.changed = Wakeup()                       # arrivals, admissions, retirements
+        self.capacity = Wakeup()                      # blocks freed on some stage
+        self.index_dirty = Wakeup()
+        self.inbox: list[asyncio.Queue[Wave | None]] = [asyncio.Queue() for _ in range(self.num_stages)]
+        self.links: list[asyncio.Queue[Wave | None]] = [asyncio.Queue() for _ in range(self.num_stages)]
+        self.done = asyncio.Event()
+
+    # ---- public -------------------------------------------------------------------------------
+    def set_knobs(self, knobs: Knobs) -> None:
+        """Apply new knobs at the next wave boundary."""
+        self._pending_knobs = knobs
+
+    async def prime(self) -> None:
+        """Compute the workload's already-seen prefixes into every stage's cache (not measured)."""
+        for i, (tokens, hashes) in enumerate(self.workload.primed_prompts()):
+            for h in self.handles:
+                h.cache.prime(f"prime{i}", hashes, len(tokens))
+            self.ever_computed.update(hashes)
+        for h in self.handles:
+            await h.publish(self.store)
+
+    async def run(self) -> LoopResult:
+        await self.prime()
+        tasks = [asyncio.create_task(self._dispatcher(), name="dispatcher")]
+        tasks += [asyncio.create_task(self._stage(s), name=f"stage{s}") for s in range(self.num_stages)]
+        tasks += [asyncio.create_task(self._link(s), name=f"link{s}") for s in range(self.num_stages - 1)]
+        tasks.append(asyncio.create_task(self._publisher(), name="publisher"))
+        if self.policy.async_admission:
+            tasks.append(asyncio.create_task(self._admission_task(), name="admission"))
+        for _ in range(min(self.concurrency, self.workload.num_requests)):
+            self._arrive()
+        done_wait = asyncio.create_task(self.done.wait())
+        finished, _ = await asyncio.wait([done_wait, *tasks], return_when=asyncio.FIRST_COMPLETED)
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        for t in finished:
+            if t is not done_wait and t.exception() is not None:
+                raise t.exception()  # type: ignore[misc]
+        for h in self.handles:
+            await h.publish(self.store)
+        return self.result
+
+    # ---- arrival ------------------------------------------------------------------------------
+    def _arrive(self, req: Request | None = None) -> None:
+        req = req or self.workload.next_request(now())
+        reusable = 0
+        for h in req.block_hashes[: (req.num_tokens - 1) // self.block_size]:
+            if h not in self.ever_computed:
+                break
+            reusable += 1
+        req.reusable_blocks = reusable
+        self.spans[req.id] = self.tel.start(N.REQUEST, {
+            N.REQUEST_ID: req.id, N.POLICY: self.policy.name, N.GEN_AI_INPUT_TOKENS: req.num_tokens,
+            N.REUSABLE_TOKENS: reusable * self.block_size}, root=True)
+        if -(-req.num_tokens // self.block_size) > self.min_capacity:
+            self._finish_failed(req, f"prompt of {req.num_tokens} tokens needs more KV blocks than a stage "
+                                     f"has ({self.min_capacity} x {self.block_size} tokens)")
+            return
+        self.waiting.append(req)
+        self.changed.notify()
+
+    def _next_arrival(self) -> None:
+        self.num_finished += 1
+        if self.progress is not None:
+            self.progress(self.num_finished, self.workload.num_requests)
+        if not self.workload.exhausted:
+            # Drawn now, handled on the next turn: not recursive when many fail at once.
+            asyncio.get_running_loop().call_soon(self._arrive, self.workload.next_request(now()))
+        elif self.num_finished >= self.workload.num_requests:
+            self.done.set()
+
+    # ---- admission ----------------------------------------------------------------------------
+    def _take_batch(self) -> list[Request]:
+        room = min(self.knobs.max_round_requests, self.knobs.max_leases - len(self.active))
+        return [self.waiting.popleft() for _ in range(min(room, len(self.waiting)))]
+
+    async def _admit_once(self) -> bool:
+        """One round over the head of the waiting queue; False when nothing could be admitted."""
+        batch = self._take_batch()
+        if not batch:
+            return False
+        result = await self.admission.round(batch)
+        for a in result.admitted:
+            self.active[a.id] = a
+            self.tel.event(self.spans[a.id], N.EVENT_ADMITTED, {N.REUSE_BLOCKS: a.reuse_blocks})
+        self.waiting.extendleft(reversed(result.deferred))
+        if result.admitted:
+            self.changed.notify()
+        return bool(result.admitted)
+
+    async def _admission_task(self) -> None:
+        while True:
+            if not self.waiting or len(self.active) >= self.knobs.max_leases:
+                await self.changed.wait()
+                continue
+            if not await self._admit_once():
+                await self.capacity.wait()          # backpressure: wait for blocks to free up
+
+    # ---- planning and dispatch --------------------------------------------------------------
+    def _apply_pending_knobs(self) -> None:
+        knobs, self._pending_knobs = self._pending_knobs, None
+        if knobs is None or knobs == self.knobs:
+            return
+        old = self.knobs.as_dict()
+        changed = {k: v for k, v in knobs.as_dict().items() if old[k] != v}
+        self.knobs = knobs
+        self.planner = self.policy.make_planner(knobs, self.num_stages, self.block_size)
+        self.ring = self.policy.ring_size(knobs, self.num_stages)
+        self.result.knob_changes.append((now(), changed))
+        self.changed.notify()
+
+    async def _dispatcher(self) -> None:
+        while True:
+            self._apply_pending_knobs()
+            if self.in_flight >= self.ring:
+                await self.changed.wait()
+                continue
+            admitted_tokens = 0
+            if not self.policy.async_admission and self.waiting:
+                before = set(self.active)
+                await self._admit_once()
+                admitted_tokens = sum(a.request.num_tokens for rid, a in self.active.items() if rid not in before)
+            wave = self._plan()
+            if wave is None:
+                await self.changed.wait()
+                continue
+            if self.policy.broadcast_requests:
+                wave.broadcast_tokens = admitted_tokens
+            self.in_flight += 1
+            await self.inbox[0].put(wave)
+
+    def _plan(self) -> Wave | None:
+        active = list(self.active.values())
+        with self.tel.span(N.WAVE_PLAN) as span:
+            plan = self.planner.plan(active)
+            if plan is None:
+                span.set_attribute(N.TOKENS, 0)
+                return None
+            wave = Wave(self.next_wave_id, plan.chunks, plan.budget, now())
+            self.next_wave_id += 1
+            for c in plan.chunks:
+                self.active[c.request_id].scheduled += c.length
+            span.set_attributes({
+                N.WAVE_ID: wave.id, N.BUDGET: plan.budget, N.TOKENS: wave.num_tokens,
+                N.NUM_WAVES_READY: plan.ready_waves, N.NUM_IN_FLIGHT: self.in_flight + 1,
+                N.REQUEST_IDS: [c.request_id for c in plan.chunks]})
+        return wave
+
+    # ---- stages -------------------------------------------------------------------------------
+    def _live(self, chunk: Chunk) -> AdmittedRequest | None:
+        a = self.active.get(chunk.request_id)
+        return a if a is not None and a.attempt == chunk.attempt else None
+
+    async def _stage(self, s: int) -> None:
+        handle = self.handles[s]
+        last = s == self.num_stages - 1
+        while True:
+            wave = await self.inbox[s].get()
+            assert wave is not None
+            if wave.broadcast_tokens:
+                await handle.receive_requests(wave.broadcast_tokens)
+            tables: dict[str, list[int]] = {}
+            attrs = {N.STAGE: s, N.WAVE_ID: wave.id}
+            with self.tel.span(N.MATERIALIZE, attrs):
+                for chunk in wave.chunks:
+                    if self._live(chunk) is None:
+                        continue
+                    try:
+                        if s not in self.admit_stages and chunk.request_id not in handle.cache.leases:
+                            await self._stage_local_admit(s, chunk)
+                        tables[chunk.request_id] = await handle.materialize(
+                            chunk.request_id, chunk.start, chunk.length, chunk.reuse_blocks)
+                    except DescriptorMismatch as exc:
+                        await self._fail(chunk.request_id, str(exc))
+                    except _LateFallback as fb:
+                        await self._late_fallback(chunk.request_id, fb.granted, s)
+            live = [c for c in wave.chunks if self._live(c) is not None and c.request_id in tables]
+            tokens = sum(c.length for c in live)
+            with self.tel.span(N.EXECUTE, {**attrs, N.TOKENS: tokens,
+                                           N.REQUEST_IDS: [c.request_id for c in live]}):
+                if live:
+                    await self.executor.execute(s, live, tables)
+            self.passed[s] += 1
+            self.index_dirty.notify()
+            if last:
+                await self._retire(wave, live)
+            else:
+                await self.links[s].put(wave)
+
+    async def _link(self, s: int) -> None:
+        """Stage ``s`` -> ``s + 1``: sends in order, so chunks of one request never overtake."""
+        while True:
+            wave = await self.links[s].get()
+            assert wave is not None
+            with self.tel.span(N.SEND, {N.STAGE: s, N.WAVE_ID: wave.id, N.TOKENS: wave.num_tokens}):
+                await self.executor.transfer(s, wave)
+            await self.inbox[s + 1].put(wave)
+
+    async def _stage_local_admit(self, s: int, chunk: Chunk) -> None:
+        """Baselines: a stage that was not part of admission leases and escrows on first sight."""
+        a = self.active[chunk.request_id]
+        req, handle = a.request, self.handles[s]
+        [granted] = await handle.lease([LeaseItem(req.id, req.block_hashes, chunk.reuse_blocks, req.num_tokens)],
+                                       remote=False)
+        if granted < chunk.reuse_blocks:
+            raise _LateFallback(granted)
+        need = -(-(req.num_tokens - granted * self.block_size) // self.block_size)
+        while not await handle.escrow([(req.id, need)], remote=False):
+            if self.passed[s] - self.retired <= 0:
+                raise DescriptorMismatch(f"stage {s} lacks KV capacity for stage 0's schedule of request {req.id}")
+            with self.tel.span(N.STAGE_WAIT, {N.STAGE: s, N.REQUEST_ID: req.id}):
+                await self.capacity.wait()
+
+    # ---- completion, failure, fallback ------------------------------------------------------
+    async def _retire(self, wave: Wave, live: list[Chunk]) -> None:
+        for c in live:
+            a = self.active[c.request_id]
+            a.completed += c.length
+            if c.is_last:
+                await self._complete(a)
+        self.retired += 1
+        self.in_flight -= 1
+        self.changed.notify()
+
+    async def _complete(self, a: AdmittedRequest) -> None:
+        req = a.request
+        tables = tuple(tuple(h.cache.tables.get(req.id, ())) for h in self.handles)
+        await asyncio.gather(*(h.complete(req.id, req.block_hashes) for h in self.handles))
+        del self.active[req.id]
+        req.state = RequestState.DONE
+        self.ever_computed.update(req.block_hashes)
+        span = self.spans.pop(req.id)
+        span.set_attributes({N.REUSED_TOKENS: a.reused_tokens, N.REUSE_BLOCKS: a.reuse_blocks,
+                             N.FALLBACKS: req.fallbacks})
+        self.tel.end(span)
+        self.result.completions.append(Completion(
+            req.id, self.executor.first_token(req.id), tables, a.reused_tokens, now() - req.arrival))
+        self.capacity.notify()
+        self.index_dirty.notify()
+        self._next_arrival()
+
+    async def _release_everywhere(self, rid: str) -> None:
+        await asyncio.gather(*(h.release([rid]) for h in self.handles))
+        self.capacity.notify()
+        self.index_dirty.notify()
+
+    async def _fail(self, rid: str, error: str) -> None:
+        a = self.active.pop(rid)
+        await self._release_everywhere(rid)
+        self._finish_failed(a.request, error)
+        self.changed.notify()
+
+    def _finish_failed(self, req: Request, error: str) -> None:
+        req.state = RequestState.FAILED
+        self.result.failures[req.id] = error
+        span = self.spans.pop(req.id)
+        self.tel.event(span, N.EVENT_FAILED, {N.ERROR: error})
+        span.set_attribute(N.FALLBACKS, req.fallbacks)
+        self.tel.end(span, error=error)
+        self._next_arrival()
+
+    async def _late_fallback(self, rid: str, granted: int, stage: int) -> None:
+        """A stage lacked part of the planned prefix: lower the boundary and start the request over."""
+        a = self.active.pop(rid)
+        req = a.request
+        req.fallbacks += 1
+        req.max_reuse_blocks = granted
+        req.state = RequestState.WAITING
+        self.tel.event(self.spans[rid], N.EVENT_FALLBACK, {N.STAGE: stage, N.FROM_BLOCKS: a.reuse_blocks,
+                                                           N.REUSE_BLOCKS: granted})
+        await self._release_everywhere(rid)
+        self.waiting.appendleft(req)
+        self.changed.notify()
+
+    async def _publisher(self) -> None:
+        """Stages publish attach/detach events to the hint index off the critical path."""
+        while True:
+            await self.index_dirty.wait()
+            for h in self.handles:
+                await h.publish(self.store)

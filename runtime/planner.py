@@ -1,0 +1,176 @@
+"""Wave planning: how many tokens the next wave gets (MPU budget) and which chunks fill it.
+
+MPU (maximum pipeline utilization, DESIGN §2)::
+
+    candidates  b_0 = M,  b_{j+1} = max(b_min, alignDown_B(b_j / 2))
+    waves available at budget b:   n(b) = max(W / b, N_{>b/2})
+    target ready waves:            S = R + (F - 1) * P
+    choose the largest b with n(b) >= S, else b_min
+
+W is the admitted-but-unscheduled tokens, N_{>b/2} the admitted requests with more than b/2
+tokens left. Hysteresis: a larger proposal wins after R/2 consecutive larger proposals, a
+smaller one after P consecutive smaller ones (the first decision is taken as proposed).
+
+Packing is first-come-first-served, and never fills a small leftover of a wave with a fragment:
+a chunk that does not finish its request is at least ``max(b_min, b/2)`` tokens.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from runtime.request import AdmittedRequest, Chunk
+
+
+def align_down(x: int, unit: int) -> int:
+    return (x // unit) * unit
+
+
+@dataclass(frozen=True, slots=True)
+class WavePlan:
+    chunks: list[Chunk]
+    budget: int
+    ready_waves: float           # n(b) at the chosen budget (for the wave-plan span)
+
+
+def budget_candidates(max_tokens: int, min_tokens: int, block_size: int) -> list[int]:
+    out = [max_tokens]
+    while out[-1] > min_tokens:
+        out.append(max(min_tokens, align_down(out[-1] // 2, block_size)))
+    return out
+
+
+class MpuBudget:
+    """MPU wave budget with hysteresis."""
+
+    def __init__(self, max_tokens: int, min_tokens: int, block_size: int,
+                 ring: int, fill_factor: int, num_stages: int, hysteresis: bool = True) -> None:
+        self.candidates = budget_candidates(max_tokens, min_tokens, block_size)
+        self.min_tokens = min_tokens
+        self.target = ring + (fill_factor - 1) * num_stages          # S
+        self.raise_after = max(1, ring // 2)
+        self.lower_after = max(1, num_stages)
+        self.hysteresis = hysteresis
+        self.current: int | None = None
+        self._up = self._down = 0
+
+    def waves_available(self, budget: int, remaining: Sequence[int]) -> float:
+        """n(b) = max(W / b, N_{>b/2})."""
+        w = sum(remaining)
+        big = sum(1 for r in remaining if r > budget / 2)
+        return max(w / budget, big)
+
+    def propose(self, remaining: Sequence[int]) -> int:
+        for b in self.candidates:
+            if self.waves_available(b, remaining) >= self.target:
+                return b
+        return self.min_tokens
+
+    def decide(self, remaining: Sequence[int]) -> int:
+        """The budget for the next wave, given each admitted request's unscheduled tokens."""
+        proposal = self.propose(remaining)
+        if self.current is None or not self.hysteresis:
+            self.current = proposal
+        elif proposal > self.current:
+            self._up, self._down = self._up + 1, 0
+            if self._up >= self.raise_after:
+                self.current, self._up = proposal, 0
+        elif proposal < self.current:
+            self._down, self._up = self._down + 1, 0
+            if self._down >= self.lower_after:
+                self.current, self._down = proposal, 0
+        else:
+            self._up = self._down = 0
+        return self.current
+
+
+def pack_fcfs(admitted: Sequence[AdmittedRequest], budget: int, min_fragment: int,
+              block_size: int) -> list[Chunk]:
+    """Fill one wave first-come-first-served.
+
+    A request's whole remainder is taken when it fits. Otherwise a block-aligned fragment is
+    cut only when it is at least ``min_fragment`` tokens; a smaller leftover stays empty.
+    """
+    chunks: list[Chunk] = []
+    space = budget
+    for a in admitted:
+        if space <= 0:
+            break
+        left = a.remaining
+        if left <= 0:
+            continue
+        if left <= space:
+            take = left
+        elif space >= min_fragment:
+            take = align_down(a.scheduled + space, block_size) - a.scheduled
+            if take <= 0:
+                break
+        else:
+            break
+        chunks.append(Chunk(a.id, a.scheduled, take, a.reuse_blocks, a.scheduled + take == a.request.num_tokens,
+                            a.attempt))
+        space -= take
+    return chunks
+
+
+def pack_static(admitted: Sequence[AdmittedRequest], budget: int, block_size: int) -> list[Chunk]:
+    """TensorRT-LLM's FCFS context chunking (``_chunk_fcfs``): each request in order gets
+    ``min(remaining, capacity)``, a truncated chunk rounded down to the block unit."""
+    chunks: list[Chunk] = []
+    space = budget
+    for a in admitted:
+        left = a.remaining
+        if left <= 0:
+            continue
+        if left <= space:
+            take = left
+        else:
+            take = align_down(a.scheduled + space, block_size) - a.scheduled
+            if take <= 0:
+                break
+        chunks.append(Chunk(a.id, a.scheduled, take, a.reuse_blocks, a.scheduled + take == a.request.num_tokens,
+                            a.attempt))
+        space -= take
+        if space <= 0:
+            break
+    return chunks
+
+
+class Planner:
+    """Plans the next wave from the admitted requests, in admission order."""
+
+    def plan(self, admitted: Sequence[AdmittedRequest]) -> WavePlan | None:
+        raise NotImplementedError
+
+
+class MpuPlanner(Planner):
+    """MPU budget + FCFS packing without small fragments (WavePP)."""
+
+    def __init__(self, budget: MpuBudget, min_tokens: int, block_size: int) -> None:
+        self.budget = budget
+        self.min_tokens = min_tokens
+        self.block_size = block_size
+
+    def plan(self, admitted: Sequence[AdmittedRequest]) -> WavePlan | None:
+        remaining = [a.remaining for a in admitted if a.remaining > 0]
+        if not remaining:
+            return None
+        b = self.budget.decide(remaining)
+        chunks = pack_fcfs(admitted, b, max(self.min_tokens, b // 2), self.block_size)
+        return WavePlan(chunks, b, self.budget.waves_available(b, remaining)) if chunks else None
+
+
+class StaticPlanner(Planner):
+    """A fixed token budget per wave (TensorRT-LLM's ``max_num_tokens``)."""
+
+    def __init__(self, tokens: int, block_size: int) -> None:
+        self.tokens = tokens
+        self.block_size = block_size
+
+    def plan(self, admitted: Sequence[AdmittedRequest]) -> WavePlan | None:
+        remaining = [a.remaining for a in admitted if a.remaining > 0]
+        if not remaining:
+            return None
+        chunks = pack_static(admitted, self.tokens, self.block_size)
+        return WavePlan(chunks, self.tokens, sum(remaining) / self.tokens) if chunks else None

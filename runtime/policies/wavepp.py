@@ -1,0 +1,10 @@
+"""WavePP: admission off the critical path."""
+
+from runtime.policies.base import Policy
+
+
+class WavePP(Policy):
+    """Async admission rounds beside the loop; hint index over all stages; lease + escrow on
+    every stage; MPU wave budget with hysteresis; a ring of R = 2P waves in flight."""
+
+    name = "wavepp"

@@ -1,0 +1,136 @@
+"""The figures of DESIGN §7, computed from a run's spans - the one source of truth.
+
+* input throughput    = Σ prompt tokens of completed requests / makespan
+* computed throughput = Σ tokens executed on stage 0 (everything that entered the model,
+                        including work a late fallback threw away) / makespan
+* makespan            = first arrival -> last completion
+* busy_s              = Σ execute-span time on stage s; bubble fraction = 1 - busy_s / makespan
+* pipeline efficiency = max_s busy_s / makespan
+* admission interval  = gaps between consecutive admission instants (requests admitted by one
+                        round share an instant and count once); admission latency = arrival -> admitted
+* good-hit rate       = reused tokens / tokens a completed request had computed before
+* prefill latency     = arrival -> last chunk done (request span duration)
+* fallbacks           = requests whose reuse boundary was lowered after the first lookup
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.trace import StatusCode
+
+from telemetry import names as N
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """Linear-interpolated percentile (``q`` in [0, 100]); 0.0 for no values."""
+    if not values:
+        return 0.0
+    xs = sorted(values)
+    pos = (len(xs) - 1) * q / 100
+    lo, hi = math.floor(pos), math.ceil(pos)
+    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
+
+
+@dataclass(slots=True)
+class RunFigures:
+    policy: str
+    engine: str
+    model: str
+    hardware: str
+    pp: int
+    concurrency: int
+    workload: str
+    requests: int
+    completed: int
+    failed: int
+    input_tokens_per_s: float
+    computed_tokens_per_s: float
+    makespan_s: float
+    pipeline_efficiency: float
+    bubble_fraction: list[float]
+    admission_interval_p50_s: float
+    admission_interval_p99_s: float
+    admission_latency_p50_s: float
+    admission_latency_p99_s: float
+    prefill_latency_p50_s: float
+    prefill_latency_p95_s: float
+    prefill_latency_p99_s: float
+    good_hit_rate: float | None    # None when no token was reusable (e.g. a cold workload)
+    fallbacks: int
+    waves: int
+    mean_wave_tokens: float
+    admission_critical_path_s_per_request: float
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _s(ns: int | None) -> float:
+    return (ns or 0) / 1e9
+
+
+def compute_figures(spans: Sequence[ReadableSpan], num_stages: int, meta: dict[str, Any]) -> RunFigures:
+    """Figures of one run. ``meta`` carries policy, engine, model, hardware, pp, concurrency, workload."""
+    requests = [s for s in spans if s.name == N.REQUEST]
+    done = [s for s in requests if s.status.status_code != StatusCode.ERROR]
+    executes = [s for s in spans if s.name == N.EXECUTE]
+    rounds = [s for s in spans if s.name == N.ADMISSION_ROUND]
+
+    start = min((_s(s.start_time) for s in requests), default=0.0)
+    end = max((_s(s.end_time) for s in requests), default=0.0)
+    makespan = max(end - start, 0.0)
+
+    busy = [0.0] * num_stages
+    computed = 0
+    for s in executes:
+        attrs = s.attributes or {}
+        stage = int(attrs.get(N.STAGE, 0))  # type: ignore[arg-type]
+        busy[stage] += _s(s.end_time) - _s(s.start_time)
+        if stage == 0:
+            computed += int(attrs.get(N.TOKENS, 0))  # type: ignore[arg-type]
+
+    admitted_at, admission_latency = [], []
+    for s in requests:
+        events = [e for e in s.events if e.name == N.EVENT_ADMITTED]
+        if events:
+            admitted_at.append(_s(events[-1].timestamp))
+            admission_latency.append(_s(events[-1].timestamp) - _s(s.start_time))
+    instants = sorted(set(admitted_at))
+    intervals = [b - a for a, b in zip(instants, instants[1:], strict=False)]
+
+    input_tokens = sum(int((s.attributes or {}).get(N.GEN_AI_INPUT_TOKENS, 0)) for s in done)  # type: ignore[arg-type]
+    reused = sum(int((s.attributes or {}).get(N.REUSED_TOKENS, 0)) for s in done)  # type: ignore[arg-type]
+    reusable = sum(int((s.attributes or {}).get(N.REUSABLE_TOKENS, 0)) for s in done)  # type: ignore[arg-type]
+    latencies = [_s(s.end_time) - _s(s.start_time) for s in done]
+    fallbacks = sum(1 for s in requests if int((s.attributes or {}).get(N.FALLBACKS, 0)) > 0)  # type: ignore[arg-type]
+    plans = [s for s in spans if s.name == N.WAVE_PLAN and int((s.attributes or {}).get(N.TOKENS, 0)) > 0]  # type: ignore[arg-type]
+    wave_tokens = [int((s.attributes or {}).get(N.TOKENS, 0)) for s in plans]  # type: ignore[arg-type]
+    # Admission on the loop's critical path: rounds the dispatcher ran itself (policy flag in meta).
+    inline = meta.get("inline_admission", False)
+    critical = sum(_s(s.end_time) - _s(s.start_time) for s in rounds) if inline else 0.0
+
+    def rate(x: float) -> float:
+        return x / makespan if makespan > 0 else 0.0
+
+    return RunFigures(
+        policy=meta["policy"], engine=meta["engine"], model=meta["model"], hardware=meta["hardware"],
+        pp=num_stages, concurrency=meta["concurrency"], workload=meta["workload"],
+        requests=len(requests), completed=len(done), failed=len(requests) - len(done),
+        input_tokens_per_s=rate(input_tokens), computed_tokens_per_s=rate(computed), makespan_s=makespan,
+        pipeline_efficiency=rate(max(busy, default=0.0)),
+        bubble_fraction=[1 - rate(b) if makespan > 0 else 0.0 for b in busy],
+        admission_interval_p50_s=percentile(intervals, 50), admission_interval_p99_s=percentile(intervals, 99),
+        admission_latency_p50_s=percentile(admission_latency, 50),
+        admission_latency_p99_s=percentile(admission_latency, 99),
+        prefill_latency_p50_s=percentile(latencies, 50), prefill_latency_p95_s=percentile(latencies, 95),
+        prefill_latency_p99_s=percentile(latencies, 99),
+        good_hit_rate=reused / reusable if reusable else None,
+        fallbacks=fallbacks, waves=len(plans),
+        mean_wave_tokens=sum(wave_tokens) / len(wave_tokens) if wave_tokens else 0.0,
+        admission_critical_path_s_per_request=critical / len(done) if done else 0.0,
+    )

@@ -1,0 +1,113 @@
+"""Synthetic, seeded workloads (DESIGN §8), run closed-loop at a concurrency.
+
+* ``cold``     - no shared prefixes;
+* ``reuse90``  - 90% of each prompt is a prefix already seen (one of a few documents);
+* ``mixed``    - 75% of requests like ``reuse90``, 25% cold;
+* ``suffix:N`` - a long cached prefix + N new tokens (``suffix4k`` = ``suffix:4096``).
+
+Prefixes that the workload says are "already seen" are *primed*: computed once into every
+stage's cache before the measured run (stages with less room keep fewer of them - that is
+where residency starts to diverge). Block hashes are computed at arrival; a shared prefix's
+hashes are computed once and the request's own blocks chain on from them.
+"""
+
+from __future__ import annotations
+
+import random
+from array import array
+from dataclasses import dataclass
+
+from runtime.hashing import block_hashes
+from runtime.request import Request
+
+KINDS = ("cold", "reuse90", "mixed", "suffix")
+ALIASES = {"suffix4k": "suffix:4096"}
+
+
+@dataclass(frozen=True, slots=True)
+class WorkloadSpec:
+    kind: str
+    suffix_tokens: int = 0
+
+    @property
+    def name(self) -> str:
+        return f"suffix:{self.suffix_tokens}" if self.kind == "suffix" else self.kind
+
+
+def parse_workload(name: str) -> WorkloadSpec:
+    """``cold | reuse90 | mixed | suffix:N | suffix4k`` -> spec; ValueError with the accepted forms."""
+    text = ALIASES.get(name.strip(), name.strip())
+    if text in ("cold", "reuse90", "mixed"):
+        return WorkloadSpec(text)
+    if text.startswith("suffix:"):
+        n = text.removeprefix("suffix:")
+        if n.isdigit() and int(n) > 0:
+            return WorkloadSpec("suffix", int(n))
+    raise ValueError(f"unknown workload {name!r} (use cold, reuse90, mixed, suffix:N or suffix4k)")
+
+
+@dataclass(frozen=True, slots=True)
+class _Prefix:
+    tokens: array
+    hashes: list[int]
+
+
+class Workload:
+    """Generates ``num_requests`` requests for a closed loop; deterministic for ``seed``."""
+
+    NUM_GROUPS = 8
+
+    def __init__(self, spec: WorkloadSpec, num_requests: int, prompt_tokens: int, block_size: int,
+                 vocab_size: int, seed: int, extra: bytes = b"") -> None:
+        if num_requests < 1:
+            raise ValueError(f"requests must be >= 1, got {num_requests}")
+        if prompt_tokens < 2 * block_size:
+            raise ValueError(f"prompt tokens must be >= 2 blocks ({2 * block_size}), got {prompt_tokens}")
+        self.spec = spec
+        self.num_requests = num_requests
+        self.prompt_tokens = prompt_tokens
+        self.block_size = block_size
+        self.vocab_size = vocab_size
+        self.extra = extra
+        self.rng = random.Random(seed)
+        self.issued = 0
+        self.prefixes = [self._make_prefix() for _ in range(self.NUM_GROUPS)] if spec.kind != "cold" else []
+
+    def _tokens(self, n: int) -> array:
+        raw = array("I", self.rng.randbytes(4 * n))
+        v = self.vocab_size
+        return array("I", [t % v for t in raw])
+
+    def _jitter(self, n: int, spread: float = 0.25) -> int:
+        return max(1, round(n * self.rng.uniform(1 - spread, 1 + spread)))
+
+    def _make_prefix(self) -> _Prefix:
+        share = 1.0 if self.spec.kind == "suffix" else 0.9
+        blocks = max(1, int(self._jitter(self.prompt_tokens) * share) // self.block_size)
+        tokens = self._tokens(blocks * self.block_size)
+        return _Prefix(tokens, block_hashes(tokens, self.block_size, self.extra))
+
+    def primed_prompts(self) -> list[tuple[array, list[int]]]:
+        """The prefixes to compute into the caches before the run: (tokens, block hashes)."""
+        return [(p.tokens, p.hashes) for p in self.prefixes]
+
+    @property
+    def exhausted(self) -> bool:
+        return self.issued >= self.num_requests
+
+    def next_request(self, now: float) -> Request:
+        i = self.issued
+        self.issued += 1
+        kind = self.spec.kind
+        if kind == "mixed":
+            kind = "reuse90" if self.rng.random() < 0.75 else "cold"
+        if kind == "cold":
+            tokens = self._tokens(self._jitter(self.prompt_tokens))
+            return Request(f"r{i:06d}", tokens, now, block_hashes(tokens, self.block_size, self.extra), "cold")
+        g = self.rng.randrange(len(self.prefixes))
+        prefix = self.prefixes[g]
+        own = self.spec.suffix_tokens if kind == "suffix" else self._jitter(len(prefix.tokens) // 9)
+        suffix = self._tokens(own)
+        tokens = prefix.tokens + suffix
+        hashes = prefix.hashes + block_hashes(suffix, self.block_size, self.extra, parent=prefix.hashes[-1])
+        return Request(f"r{i:06d}", tokens, now, hashes, f"g{g}")

@@ -1,0 +1,43 @@
+"""Longest resident prefix by exponential probe + binary search (DESIGN §2).
+
+Residency on one stage is prefix-closed (a stage evicts leaves first), so "is ``hashes[i]``
+resident?" is true for ``i < n`` and false from ``n`` on. Probing indices 0, 1, 3, 7, ... finds
+a bracket in O(log n) probes, then binary search finds ``n`` in O(log n) more - instead of a
+walk over every block of a 100k-token prompt.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+
+def longest_prefix(hashes: Sequence[int], resident: Callable[[int], bool]) -> int:
+    """``n`` such that ``hashes[:n]`` are resident and ``hashes[n]`` is not (or ``n == len``)."""
+    m = len(hashes)
+    if m == 0 or not resident(hashes[0]):
+        return 0
+    lo, step = 0, 1            # invariant: hashes[lo] resident
+    while True:
+        hi = lo + step
+        if hi >= m:
+            hi = m             # treat index m as "not resident"
+            break
+        if not resident(hashes[hi]):
+            break
+        lo, step = hi, step * 2
+    # hashes[lo] resident, hashes[hi] not (or hi == m): answer is in (lo, hi]
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if resident(hashes[mid]):
+            lo = mid
+        else:
+            hi = mid
+    return lo + 1
+
+
+def longest_prefix_linear(hashes: Sequence[int], resident: Callable[[int], bool]) -> int:
+    """The reference: walk until the first miss (tests compare the two)."""
+    for i, h in enumerate(hashes):
+        if not resident(h):
+            return i
+    return len(hashes)

@@ -1,0 +1,64 @@
+"""Chrome trace-event JSON (Perfetto, chrome://tracing) from finished spans.
+
+One process per run, one lane (tid) per stage for materialize / execute / send, and two more
+lanes for admission and wave planning. Timestamps are microseconds on the run's clock.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from opentelemetry.sdk.trace import ReadableSpan
+
+from telemetry import names as N
+
+_STAGE_SPANS = {N.MATERIALIZE, N.EXECUTE, N.SEND, N.STAGE_WAIT}
+_ADMISSION_SPANS = {N.ADMISSION_ROUND, N.HINT_LOOKUP, N.LEASE, N.ESCROW}
+
+
+def _lane(span: ReadableSpan, num_stages: int) -> int | None:
+    if span.name in _STAGE_SPANS:
+        return int((span.attributes or {}).get(N.STAGE, 0))  # type: ignore[arg-type]
+    if span.name in _ADMISSION_SPANS:
+        return num_stages
+    if span.name == N.WAVE_PLAN:
+        return num_stages + 1
+    return None
+
+
+def _args(span: ReadableSpan) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in (span.attributes or {}).items():
+        out[k.removeprefix("wavepp.")] = list(v) if isinstance(v, tuple) else v
+    return out
+
+
+def trace_events(spans: Sequence[ReadableSpan], num_stages: int, pid: int, process_name: str,
+                 origin_ns: int) -> list[dict[str, Any]]:
+    events: list[dict[str, Any]] = [{"ph": "M", "pid": pid, "name": "process_name", "args": {"name": process_name}}]
+    lanes = [f"stage {s}" for s in range(num_stages)] + ["admission", "wave plan"]
+    for tid, name in enumerate(lanes):
+        events.append({"ph": "M", "pid": pid, "tid": tid, "name": "thread_name", "args": {"name": name}})
+        events.append({"ph": "M", "pid": pid, "tid": tid, "name": "thread_sort_index", "args": {"sort_index": tid}})
+    for span in spans:
+        tid = _lane(span, num_stages)
+        if tid is None or span.start_time is None or span.end_time is None:
+            continue
+        events.append({
+            "ph": "X", "pid": pid, "tid": tid, "name": span.name.removeprefix("wavepp."),
+            "ts": (span.start_time - origin_ns) / 1e3, "dur": (span.end_time - span.start_time) / 1e3,
+            "args": _args(span),
+        })
+    return events
+
+
+def write_trace(path: str | Path, runs: Iterable[tuple[str, Sequence[ReadableSpan], int]]) -> None:
+    """Write one trace file; ``runs`` yields (process name, spans, number of stages)."""
+    events: list[dict[str, Any]] = []
+    for pid, (name, spans, num_stages) in enumerate(runs, start=1):
+        origin = min((s.start_time for s in spans if s.start_time is not None), default=0)
+        events += trace_events(spans, num_stages, pid, name, origin)
+    Path(path).write_text(json.dumps({"traceEvents": events, "displayTimeUnit": "ms"}))

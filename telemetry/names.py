@@ -1,0 +1,43 @@
+"""Span names and attribute keys: the one vocabulary code, reports and the dashboard share."""
+
+# ---- span names (DESIGN §6) ------------------------------------------------------------------
+REQUEST = "wavepp.request"                       # root: arrival -> done
+ADMISSION_ROUND = "wavepp.admission.round"
+HINT_LOOKUP = "wavepp.admission.hint_lookup"
+LEASE = "wavepp.admission.lease"
+ESCROW = "wavepp.admission.escrow"
+WAVE_PLAN = "wavepp.wave.plan"
+MATERIALIZE = "wavepp.stage.materialize"
+EXECUTE = "wavepp.stage.execute"
+SEND = "wavepp.stage.send"
+COMPLETE = "wavepp.stage.complete"
+STAGE_WAIT = "wavepp.stage.wait"                 # a stage blocked on capacity (baseline retry)
+
+# ---- events on spans ---------------------------------------------------------------------------
+EVENT_ADMITTED = "wavepp.admitted"               # on the request span, at admission time
+EVENT_FALLBACK = "wavepp.fallback"               # reuse boundary lowered after the first lookup
+EVENT_FAILED = "wavepp.failed"
+
+# ---- attribute keys ----------------------------------------------------------------------------
+POLICY = "wavepp.policy"
+ENGINE = "wavepp.engine"
+REQUEST_ID = "wavepp.request.id"
+REQUEST_IDS = "wavepp.request.ids"
+STAGE = "wavepp.stage"
+WAVE_ID = "wavepp.wave.id"
+CHUNK_START = "wavepp.chunk.start"
+TOKENS = "wavepp.tokens"                         # tokens run by this step / wave
+BUDGET = "wavepp.budget"                         # wave token budget the planner used
+NUM_REQUESTS = "wavepp.requests"
+NUM_WAVES_READY = "wavepp.waves.ready"
+NUM_IN_FLIGHT = "wavepp.waves.in_flight"
+REUSE_BLOCKS = "wavepp.reuse.blocks"
+REUSED_TOKENS = "wavepp.reuse.tokens"            # tokens served from cache (k * B)
+REUSABLE_TOKENS = "wavepp.reuse.reusable_tokens"  # tokens whose blocks a completed request computed before
+FALLBACKS = "wavepp.fallbacks"
+PROBES = "wavepp.hint.probes"
+BLOCKS = "wavepp.blocks"
+FROM_BLOCKS = "wavepp.reuse.from_blocks"
+ERROR = "wavepp.error"
+MEASURED = "wavepp.measured"                     # False for warm-up requests left out of the figures
+GEN_AI_INPUT_TOKENS = "gen_ai.usage.input_tokens"  # OpenTelemetry GenAI semantic convention

@@ -1,0 +1,85 @@
+"""Longest resident prefix: exponential probe + binary search agrees with a linear walk in O(log n) probes."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from store.probe import longest_prefix, longest_prefix_linear
+
+
+class Residency:
+    """A set of resident hashes that counts membership probes."""
+
+    def __init__(self, resident: set[int]) -> None:
+        self.resident = resident
+        self.probes = 0
+
+    def __call__(self, h: int) -> bool:
+        self.probes += 1
+        return h in self.resident
+
+
+@st.composite
+def prefix_closed(draw: st.DrawFn) -> tuple[list[int], set[int], int]:
+    """Hashes of m blocks, resident prefix of n <= m, maybe extra residents after a gap."""
+    m = draw(st.integers(min_value=0, max_value=300))
+    n = draw(st.integers(min_value=0, max_value=m))
+    hashes = [1000 + 7 * i for i in range(m)]        # distinct, not equal to their index
+    resident = set(hashes[:n])
+    if n + 1 < m and draw(st.booleans()):
+        # Hint index is approximate: blocks past the first miss may be resident (another prompt's
+        # prefix); the answer must still stop at the first miss.
+        extra = draw(st.sets(st.integers(min_value=n + 1, max_value=m - 1), max_size=20))
+        resident |= {hashes[i] for i in extra}
+    return hashes, resident, n
+
+
+@given(prefix_closed())
+def test_matches_linear_walk(case: tuple[list[int], set[int], int]) -> None:
+    """longest_prefix == longest_prefix_linear == n on random prefix-closed residency."""
+    hashes, resident, n = case
+    assert longest_prefix(hashes, Residency(resident)) == n
+    assert longest_prefix_linear(hashes, Residency(resident)) == n
+
+
+def test_empty_and_edges() -> None:
+    """No hashes -> 0; first block missing -> 0; everything resident -> m."""
+    assert longest_prefix([], Residency(set())) == 0
+    assert longest_prefix([5, 6, 7], Residency({6, 7})) == 0
+    assert longest_prefix([5, 6, 7], Residency({5, 6, 7})) == 3
+    assert longest_prefix([5], Residency({5})) == 1
+
+
+def _bound(n: int) -> int:
+    return 2 * math.ceil(math.log2(n + 1)) + 2
+
+
+@pytest.mark.parametrize("n", [0, 1, 2, 3, 7, 8, 100, 1023, 1024, 4095, 65_537, 99_999, 100_000])
+@pytest.mark.parametrize("slack", [0, 1, 1_000])
+def test_probe_count_is_logarithmic(n: int, slack: int) -> None:
+    """At most 2*ceil(log2(n+1))+2 probes for a resident prefix of n blocks, whatever the prompt length."""
+    hashes = range(n + slack)
+    res = Residency(set(range(n)))
+    assert longest_prefix(hashes, res) == n
+    assert res.probes <= _bound(n), (n, slack, res.probes)
+
+
+@given(st.integers(min_value=0, max_value=100_000))
+def test_probe_count_bound_for_any_n(n: int) -> None:
+    """The O(log n) bound holds for every n up to 100k (a long prompt, a short resident prefix)."""
+    hashes = range(n + 3)
+    res = Residency(set(range(n)))
+    assert longest_prefix(hashes, res) == n
+    assert res.probes <= _bound(n)
+
+
+def test_far_fewer_probes_than_linear() -> None:
+    """On a 100k-block prompt fully resident the probe beats the walk by orders of magnitude."""
+    hashes = range(100_000)
+    fast, slow = Residency(set(hashes)), Residency(set(hashes))
+    assert longest_prefix(hashes, fast) == longest_prefix_linear(hashes, slow) == 100_000
+    assert fast.probes <= 40 and slow.probes == 100_000
