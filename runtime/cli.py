@@ -65,7 +65,7 @@ def build_parser() -> _Parser:
     b.add_argument("--policy", type=name_list, default=["wavepp", "trtllm-pp"], help="policies, e.g. wavepp,trtllm-pp")
     b.add_argument("--seed", type=int, default=0)
     b.add_argument("--block-size", type=positive_int, default=64, help="tokens per KV block")
-    b.add_argument("--prompt-tokens", type=positive_int, default=None, help="typical prompt length (default: per model)")
+    b.add_argument("--prompt-tokens", type=positive_int, default=None, help="typical prompt length (default: model)")
     b.add_argument("--kv-blocks", type=int_list, default=None,
                    help="KV blocks per stage: one value, or one per stage (uneven capacities)")
     b.add_argument("--gpus-per-stage", type=positive_int, default=None, help="default: GPUs per node / pp")
@@ -84,7 +84,7 @@ def build_parser() -> _Parser:
 def cmd_bench(args: argparse.Namespace) -> int:
     from runtime.bench import BenchConfig, run_bench
     from runtime.engines.sim.engine import SimEngine
-    from runtime.knobs import KnobError, Knobs
+    from runtime.knobs import KnobError, Knobs, check_block_size
     from runtime.policies import get_policy
     from runtime.workloads import parse_workload
 
@@ -96,7 +96,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         changes = {k: v for k, v in (("max_wave_tokens", args.max_wave_tokens),
                                      ("min_wave_tokens", args.min_wave_tokens),
                                      ("ring", args.ring)) if v is not None}
-        knobs = Knobs().replace(**changes)
+        knobs = check_block_size(Knobs().replace(**changes), args.block_size)
     except (ValueError, KnobError) as exc:
         raise UsageError(str(exc)) from None
     requests = args.requests or max(512, 4 * max(args.concurrency))

@@ -49,6 +49,15 @@ _RANGES: dict[str, tuple[int, int]] = {
 }
 
 
+def check_block_size(knobs: Knobs, block_size: int) -> Knobs:
+    """Token budgets are whole blocks: a wave never splits a KV block between two chunks."""
+    for name in ("max_wave_tokens", "min_wave_tokens", "static_chunk_tokens"):
+        value = getattr(knobs, name)
+        if value % block_size:
+            raise KnobError(name, f"{value} is not a multiple of the block size {block_size}")
+    return knobs
+
+
 def validate(knobs: Knobs) -> Knobs:
     """Return ``knobs`` if every field is well typed, in range and consistent; else raise KnobError."""
     for f in fields(knobs):

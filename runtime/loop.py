@@ -23,7 +23,7 @@ from typing import Any
 
 from runtime.admission import Admission
 from runtime.engines.base import LeaseItem, StageExecutor, StageHandle, now
-from runtime.knobs import Knobs
+from runtime.knobs import Knobs, check_block_size
 from runtime.kvcache.stage_cache import DescriptorMismatch
 from runtime.policies.base import Policy
 from runtime.request import AdmittedRequest, Chunk, Completion, Request, RequestState, Wave
@@ -55,6 +55,7 @@ class PipelineLoop:
                  telemetry: Telemetry, block_size: int) -> None:
         if concurrency < 1:
             raise ValueError(f"concurrency must be >= 1, got {concurrency}")
+        check_block_size(knobs, block_size)
         self.handles = list(handles)
         self.num_stages = len(self.handles)
         self.executor = executor
@@ -115,7 +116,7 @@ class PipelineLoop:
             tasks.append(asyncio.create_task(self._admission_task(), name="admission"))
         for _ in range(min(self.concurrency, self.workload.num_requests)):
             self._arrive()
-        done_wait = asyncio.create_task(self.done.wait())
+        done_wait: asyncio.Task[Any] = asyncio.create_task(self.done.wait())
         finished, _ = await asyncio.wait([done_wait, *tasks], return_when=asyncio.FIRST_COMPLETED)
         for t in tasks:
             t.cancel()
@@ -188,6 +189,7 @@ class PipelineLoop:
         knobs, self._pending_knobs = self._pending_knobs, None
         if knobs is None or knobs == self.knobs:
             return
+        check_block_size(knobs, self.block_size)
         old = self.knobs.as_dict()
         changed = {k: v for k, v in knobs.as_dict().items() if old[k] != v}
         self.knobs = knobs

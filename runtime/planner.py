@@ -104,7 +104,7 @@ def pack_fcfs(admitted: Sequence[AdmittedRequest], budget: int, min_fragment: in
             take = left
         elif space >= min_fragment:
             take = align_down(a.scheduled + space, block_size) - a.scheduled
-            if take <= 0:
+            if take <= 0 or take < min_fragment:
                 break
         else:
             break
@@ -116,25 +116,9 @@ def pack_fcfs(admitted: Sequence[AdmittedRequest], budget: int, min_fragment: in
 
 def pack_static(admitted: Sequence[AdmittedRequest], budget: int, block_size: int) -> list[Chunk]:
     """TensorRT-LLM's FCFS context chunking (``_chunk_fcfs``): each request in order gets
-    ``min(remaining, capacity)``, a truncated chunk rounded down to the block unit."""
-    chunks: list[Chunk] = []
-    space = budget
-    for a in admitted:
-        left = a.remaining
-        if left <= 0:
-            continue
-        if left <= space:
-            take = left
-        else:
-            take = align_down(a.scheduled + space, block_size) - a.scheduled
-            if take <= 0:
-                break
-        chunks.append(Chunk(a.id, a.scheduled, take, a.reuse_blocks, a.scheduled + take == a.request.num_tokens,
-                            a.attempt))
-        space -= take
-        if space <= 0:
-            break
-    return chunks
+    ``min(remaining, capacity)``, a truncated chunk rounded down to the block unit - FCFS packing
+    where any leftover may take a fragment."""
+    return pack_fcfs(admitted, budget, 1, block_size)
 
 
 class Planner:

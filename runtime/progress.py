@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from types import TracebackType
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from runtime.report import RunFigures
@@ -18,7 +18,7 @@ class BenchProgress:
     def __init__(self, num_runs: int, requests: int, disabled: bool = False) -> None:
         self._bar = Progress(TextColumn("{task.description:>20}"), BarColumn(), MofNCompleteColumn(),
                              TimeElapsedColumn(), disable=disabled, transient=False)
-        self._tasks: dict[str, int] = {}
+        self._tasks: dict[str, TaskID] = {}
         self._requests = requests
 
     def __enter__(self) -> BenchProgress:

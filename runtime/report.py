@@ -70,8 +70,15 @@ class RunFigures:
         return asdict(self)
 
 
-def _s(ns: int | None) -> float:
-    return (ns or 0) / 1e9
+def _dur(span: ReadableSpan) -> float:
+    """Span duration in seconds; nanosecond integers are subtracted before converting (a double
+    holds an absolute epoch timestamp only to ~0.24 us)."""
+    return ((span.end_time or 0) - (span.start_time or 0)) / 1e9
+
+
+def _int(span: ReadableSpan, key: str) -> int:
+    value = (span.attributes or {}).get(key, 0)
+    return int(value) if isinstance(value, int | float) else 0
 
 
 def compute_figures(spans: Sequence[ReadableSpan], num_stages: int, meta: dict[str, Any]) -> RunFigures:
@@ -81,38 +88,39 @@ def compute_figures(spans: Sequence[ReadableSpan], num_stages: int, meta: dict[s
     executes = [s for s in spans if s.name == N.EXECUTE]
     rounds = [s for s in spans if s.name == N.ADMISSION_ROUND]
 
-    start = min((_s(s.start_time) for s in requests), default=0.0)
-    end = max((_s(s.end_time) for s in requests), default=0.0)
-    makespan = max(end - start, 0.0)
+    origin = min((s.start_time or 0 for s in requests), default=0)
+    end = max((s.end_time or 0 for s in requests), default=origin)
+    makespan = max(end - origin, 0) / 1e9
+
+    def at(ns: int | None) -> float:          # seconds since the first arrival
+        return ((ns or 0) - origin) / 1e9
 
     busy = [0.0] * num_stages
     computed = 0
     for s in executes:
-        attrs = s.attributes or {}
-        stage = int(attrs.get(N.STAGE, 0))  # type: ignore[arg-type]
-        busy[stage] += _s(s.end_time) - _s(s.start_time)
+        stage = _int(s, N.STAGE)
+        busy[stage] += _dur(s)
         if stage == 0:
-            computed += int(attrs.get(N.TOKENS, 0))  # type: ignore[arg-type]
+            computed += _int(s, N.TOKENS)
 
     admitted_at, admission_latency = [], []
     for s in requests:
         events = [e for e in s.events if e.name == N.EVENT_ADMITTED]
         if events:
-            admitted_at.append(_s(events[-1].timestamp))
-            admission_latency.append(_s(events[-1].timestamp) - _s(s.start_time))
+            admitted_at.append(at(events[-1].timestamp))
+            admission_latency.append(((events[-1].timestamp or 0) - (s.start_time or 0)) / 1e9)
     instants = sorted(set(admitted_at))
     intervals = [b - a for a, b in zip(instants, instants[1:], strict=False)]
 
-    input_tokens = sum(int((s.attributes or {}).get(N.GEN_AI_INPUT_TOKENS, 0)) for s in done)  # type: ignore[arg-type]
-    reused = sum(int((s.attributes or {}).get(N.REUSED_TOKENS, 0)) for s in done)  # type: ignore[arg-type]
-    reusable = sum(int((s.attributes or {}).get(N.REUSABLE_TOKENS, 0)) for s in done)  # type: ignore[arg-type]
-    latencies = [_s(s.end_time) - _s(s.start_time) for s in done]
-    fallbacks = sum(1 for s in requests if int((s.attributes or {}).get(N.FALLBACKS, 0)) > 0)  # type: ignore[arg-type]
-    plans = [s for s in spans if s.name == N.WAVE_PLAN and int((s.attributes or {}).get(N.TOKENS, 0)) > 0]  # type: ignore[arg-type]
-    wave_tokens = [int((s.attributes or {}).get(N.TOKENS, 0)) for s in plans]  # type: ignore[arg-type]
+    input_tokens = sum(_int(s, N.GEN_AI_INPUT_TOKENS) for s in done)
+    reused = sum(_int(s, N.REUSED_TOKENS) for s in done)
+    reusable = sum(_int(s, N.REUSABLE_TOKENS) for s in done)
+    latencies = [_dur(s) for s in done]
+    fallbacks = sum(1 for s in requests if _int(s, N.FALLBACKS) > 0)
+    wave_tokens = [t for s in spans if s.name == N.WAVE_PLAN and (t := _int(s, N.TOKENS)) > 0]
     # Admission on the loop's critical path: rounds the dispatcher ran itself (policy flag in meta).
     inline = meta.get("inline_admission", False)
-    critical = sum(_s(s.end_time) - _s(s.start_time) for s in rounds) if inline else 0.0
+    critical = sum(_dur(s) for s in rounds) if inline else 0.0
 
     def rate(x: float) -> float:
         return x / makespan if makespan > 0 else 0.0
@@ -130,7 +138,7 @@ def compute_figures(spans: Sequence[ReadableSpan], num_stages: int, meta: dict[s
         prefill_latency_p50_s=percentile(latencies, 50), prefill_latency_p95_s=percentile(latencies, 95),
         prefill_latency_p99_s=percentile(latencies, 99),
         good_hit_rate=reused / reusable if reusable else None,
-        fallbacks=fallbacks, waves=len(plans),
+        fallbacks=fallbacks, waves=len(wave_tokens),
         mean_wave_tokens=sum(wave_tokens) / len(wave_tokens) if wave_tokens else 0.0,
         admission_critical_path_s_per_request=critical / len(done) if done else 0.0,
     )

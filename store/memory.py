@@ -18,16 +18,17 @@ class MemoryStore:
         return self._counts.setdefault(stage, {})
 
     async def hint_update(self, stage: int, attached: Sequence[int], detached: Sequence[int]) -> None:
-        # Counters, not sets: updates from one stage may arrive out of order (a detach before
-        # the attach it undoes), so a count may dip below zero for a while; resident means > 0.
+        # A stage publishes its events in order (StageHandle.publish serializes), so a count
+        # never needs to go below zero: a detach of an unknown hash is ignored.
         counts = self._stage(stage)
-        for delta, hashes in ((1, attached), (-1, detached)):
-            for h in hashes:
-                n = counts.get(h, 0) + delta
-                if n:
-                    counts[h] = n
-                else:
-                    del counts[h]
+        for h in attached:
+            counts[h] = counts.get(h, 0) + 1
+        for h in detached:
+            n = counts.get(h, 0) - 1
+            if n > 0:
+                counts[h] = n
+            else:
+                counts.pop(h, None)
 
     async def hint_lookup(
         self, prompts: Sequence[Sequence[int]], stages: Sequence[int]
@@ -42,7 +43,7 @@ class MemoryStore:
                 def resident(h: int, counts: dict[int, int] = counts) -> bool:
                     nonlocal probes
                     probes += 1
-                    return counts.get(h, 0) > 0
+                    return h in counts
 
                 per_stage.append(longest_prefix(hashes, resident))
             out.append(HintResult(tuple(per_stage), probes))
@@ -56,4 +57,4 @@ class MemoryStore:
 
     def resident_count(self, stage: int) -> int:
         """Hashes the index believes resident on ``stage`` (tests compare it with the stage)."""
-        return sum(1 for n in self._stage(stage).values() if n > 0)
+        return len(self._stage(stage))

@@ -38,11 +38,13 @@ def _args(span: ReadableSpan) -> dict[str, Any]:
 
 def trace_events(spans: Sequence[ReadableSpan], num_stages: int, pid: int, process_name: str,
                  origin_ns: int) -> list[dict[str, Any]]:
-    events: list[dict[str, Any]] = [{"ph": "M", "pid": pid, "name": "process_name", "args": {"name": process_name}}]
+    def meta(name: str, args: dict[str, Any], tid: int = 0) -> dict[str, Any]:
+        return {"ph": "M", "pid": pid, "tid": tid, "name": name, "args": args}
+
+    events = [meta("process_name", {"name": process_name})]
     lanes = [f"stage {s}" for s in range(num_stages)] + ["admission", "wave plan"]
-    for tid, name in enumerate(lanes):
-        events.append({"ph": "M", "pid": pid, "tid": tid, "name": "thread_name", "args": {"name": name}})
-        events.append({"ph": "M", "pid": pid, "tid": tid, "name": "thread_sort_index", "args": {"sort_index": tid}})
+    for lane, name in enumerate(lanes):
+        events += [meta("thread_name", {"name": name}, lane), meta("thread_sort_index", {"sort_index": lane}, lane)]
     for span in spans:
         tid = _lane(span, num_stages)
         if tid is None or span.start_time is None or span.end_time is None:

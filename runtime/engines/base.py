@@ -54,6 +54,7 @@ class StageHandle:
         self.cache = cache
         self.stage = cache.stage
         self._costs = costs
+        self._publish_lock = asyncio.Lock()     # events reach the index in the order they happened
 
     async def _charge(self, op: str, blocks: int, remote: bool = True) -> None:
         if self._costs is not None:
@@ -104,9 +105,10 @@ class StageHandle:
 
     async def publish(self, store: Store) -> int:
         """Send this stage's attach/detach events to the hint index; returns how many."""
-        attached, detached = self.cache.drain_index_updates()
-        if attached or detached:
-            await store.hint_update(self.stage, attached, detached)
+        async with self._publish_lock:
+            attached, detached = self.cache.drain_index_updates()
+            if attached or detached:
+                await store.hint_update(self.stage, attached, detached)
         return len(attached) + len(detached)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 
 from store.base import HintResult
 from store.memory import MemoryStore
@@ -14,8 +15,8 @@ def _lookup(store: MemoryStore, prompts: list[list[int]], stages: list[int]) -> 
     return asyncio.run(store.hint_lookup(prompts, stages))
 
 
-def _update(store: MemoryStore, stage: int, attached: list[int], detached: list[int] = ()) -> None:  # type: ignore[assignment]
-    asyncio.run(store.hint_update(stage, attached, list(detached)))
+def _update(store: MemoryStore, stage: int, attached: Sequence[int], detached: Sequence[int] = ()) -> None:
+    asyncio.run(store.hint_update(stage, attached, detached))
 
 
 def test_counter_keeps_block_resident_until_last_detach() -> None:
@@ -31,12 +32,15 @@ def test_counter_keeps_block_resident_until_last_detach() -> None:
 
 
 def test_detach_of_absent_hash_is_harmless() -> None:
-    """Detaching a hash the stage never attached changes nothing and leaves no negative count."""
+    """Detaching a never-attached hash changes nothing and leaves no debt for a later attach."""
     store = MemoryStore()
+    _update(store, 0, H[:2])
     _update(store, 0, [], [999, 998])
-    assert store.resident_count(0) == 0
-    _update(store, 0, [999])                 # a later attach makes it resident (no debt of -1)
-    assert store.resident_count(0) == 1
+    assert store.resident_count(0) == 2
+    res = _lookup(store, [H, [999]], [0])
+    assert [r.per_stage for r in res] == [(2,), (0,)]
+    _update(store, 0, [999])                 # no count of -1 was left behind
+    assert store.resident_count(0) == 3
     assert _lookup(store, [[999]], [0])[0].per_stage == (1,)
 
 
@@ -71,10 +75,10 @@ def test_lookup_per_stage_and_reuse_is_min() -> None:
     assert all(r.probes > 0 for r in res[:3]) and res[3].probes == 0
 
 
-def test_lookup_stops_at_first_gap() -> None:
-    """A resident block after a gap does not extend the prefix."""
+def test_other_prompts_blocks_do_not_extend_a_prefix() -> None:
+    """Residents from another prompt leave this prompt's boundary at its first missing block."""
     store = MemoryStore()
-    _update(store, 0, [H[0], H[1], H[3], H[4]])
+    _update(store, 0, H[:2] + [301, 302, 303, 304])
     assert _lookup(store, [H], [0])[0].per_stage == (2,)
 
 

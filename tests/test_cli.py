@@ -1,0 +1,110 @@
+"""The ``wavepp`` command: one-line usage errors with exit 2, and a small sim bench end to end."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from runtime.cli import main
+
+WAVEPP = Path(sys.executable).parent / "wavepp"
+SMALL = ["--model", "llama-3-8b", "--hardware", "h200", "--pp", "2", "--concurrency", "4", "--requests", "16",
+         "--prompt-tokens", "2048", "--quiet"]
+
+RUN_KEYS = {
+    "policy", "engine", "model", "hardware", "pp", "concurrency", "workload", "requests", "input_tokens_per_s",
+    "computed_tokens_per_s", "makespan_s", "pipeline_efficiency", "bubble_fraction", "admission_interval_p50_s",
+    "admission_interval_p99_s", "admission_latency_p99_s", "prefill_latency_p50_s", "prefill_latency_p95_s",
+    "good_hit_rate", "fallbacks",
+}
+
+
+def _env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+
+
+@pytest.mark.parametrize(("args", "mentions"), [
+    (["bench", "--model", "nope"], "nope"),
+    (["bench", "--hardware", "nope"], "nope"),
+    (["bench", "--policy", "wavepp,nope"], "nope"),
+    (["bench", "--concurrency", "-4"], "-4"),
+    (["bench", "--concurrency", "8,,x"], "8,,x"),
+    (["bench", "--workload", "bogus"], "bogus"),
+    (["bench", "--workload", "suffix:0"], "suffix:0"),
+    (["bench", "--pp", "0"], "--pp"),
+    (["bench", "--pp", "4", "--kv-blocks", "1,2"], "kv blocks"),
+    (["bench", "--min-wave-tokens", "20000"], "20000"),
+    (["bench", "--prompt-tokens", "100"], "prompt-tokens"),
+    (["bench", "--bogus-flag"], "--bogus-flag"),
+    ([], "command"),
+])
+def test_bad_value_is_one_line_and_exit_2(args: list[str], mentions: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """Each bad value: return code 2, exactly one stderr line 'wavepp: error: ...' naming it, no traceback."""
+    rc = main(args)
+    out, err = capsys.readouterr()
+    assert rc == 2
+    lines = err.splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith("wavepp: error: ")
+    assert mentions in lines[0]
+    assert "Traceback" not in err and out == ""
+
+
+def test_bench_end_to_end(tmp_path: Path) -> None:
+    """A small reuse90 sim bench through the console script writes both runs' figures and a per-stage trace."""
+    fig, trace = tmp_path / "f.json", tmp_path / "t.json"
+    proc = subprocess.run([str(WAVEPP), "bench", *SMALL, "--workload", "reuse90", "--json", str(fig),
+                           "--trace", str(trace)], capture_output=True, text=True, timeout=120, cwd=tmp_path,
+                          env=_env())
+    assert proc.returncode == 0, proc.stderr
+    assert "Traceback" not in proc.stderr
+
+    runs = json.loads(fig.read_text())["runs"]
+    assert [r["policy"] for r in runs] == ["wavepp", "trtllm-pp"]
+    for r in runs:
+        assert RUN_KEYS <= r.keys()
+        assert (r["engine"], r["model"], r["hardware"], r["pp"], r["concurrency"], r["workload"], r["requests"]) == \
+               ("sim", "llama-3-8b", "h200", 2, 4, "reuse90", 16)
+        assert len(r["bubble_fraction"]) == 2 and all(0 <= b <= 1 for b in r["bubble_fraction"])
+        assert 0 < r["pipeline_efficiency"] <= 1
+        # efficiency is the busiest stage's busy share; bubble is each stage's idle share
+        assert r["pipeline_efficiency"] == pytest.approx(1 - min(r["bubble_fraction"]), abs=1e-9)
+        assert r["makespan_s"] > 0 and r["fallbacks"] >= 0
+        # 90% of every prompt is primed: far fewer tokens computed than prompted
+        assert 0 < r["computed_tokens_per_s"] < 0.5 * r["input_tokens_per_s"]
+        assert 0 < r["good_hit_rate"] <= 1
+        assert r["prefill_latency_p50_s"] <= r["prefill_latency_p95_s"]
+        assert r["admission_interval_p50_s"] <= r["admission_interval_p99_s"]
+
+    events = json.loads(trace.read_text())["traceEvents"]
+    for pid in (1, 2):                                  # one process per run
+        execs = [e for e in events if e["ph"] == "X" and e["pid"] == pid and e["name"].endswith("execute")]
+        assert {e["tid"] for e in execs} == {0, 1}        # one lane per stage
+        assert all(e["args"]["stage"] == e["tid"] and e["dur"] > 0 for e in execs)
+        lanes = {e["tid"]: e["args"]["name"] for e in events
+                 if e["ph"] == "M" and e["pid"] == pid and e["name"] == "thread_name"}
+        assert lanes[0] == "stage 0" and lanes[1] == "stage 1"
+
+
+def test_requests_flag_is_exact_when_every_request_fails(tmp_path: Path) -> None:
+    """--requests N runs exactly N requests even when all of them fail at arrival (KV pool too small)."""
+    fig = tmp_path / "f.json"
+    rc = main(["bench", "--model", "llama-3-8b", "--hardware", "h200", "--pp", "2", "--concurrency", "2",
+               "--requests", "4", "--prompt-tokens", "1024", "--kv-blocks", "20", "--quiet", "--json", str(fig)])
+    assert rc == 0
+    for r in json.loads(fig.read_text())["runs"]:
+        assert r["failed"] == 4 and r["requests"] == 4
+
+
+def test_min_wave_tokens_below_block_size_is_not_a_crash(tmp_path: Path) -> None:
+    """A b_min that is not a whole number of blocks is a one-line usage error (exit 2), never a traceback."""
+    proc = subprocess.run([str(WAVEPP), "bench", *SMALL, "--workload", "reuse90", "--min-wave-tokens", "16"],
+                          capture_output=True, text=True, timeout=120, cwd=tmp_path, env=_env())
+    assert "Traceback" not in proc.stderr
+    assert proc.returncode == 2 and len(proc.stderr.splitlines()) == 1
+    assert "multiple of the block size" in proc.stderr

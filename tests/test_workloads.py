@@ -1,0 +1,178 @@
+"""Synthetic workloads (DESIGN §8): parsing, determinism, exact chained hashes, prefix sharing."""
+
+from __future__ import annotations
+
+import pytest
+
+from runtime.hashing import block_hashes
+from runtime.request import Request
+from runtime.workloads import Workload, WorkloadSpec, parse_workload
+
+B = 64
+VOCAB = 1000
+
+
+def make(name: str, n: int = 24, prompt: int = 2048, seed: int = 7, extra: bytes = b"") -> Workload:
+    return Workload(parse_workload(name), n, prompt, B, VOCAB, seed, extra)
+
+
+def drain(w: Workload) -> list[Request]:
+    out: list[Request] = []
+    while not w.exhausted:
+        out.append(w.next_request(float(len(out))))
+    return out
+
+
+# ---- parsing -----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("text", "spec"), [
+    ("cold", WorkloadSpec("cold")),
+    ("reuse90", WorkloadSpec("reuse90")),
+    ("mixed", WorkloadSpec("mixed")),
+    ("suffix:4096", WorkloadSpec("suffix", 4096)),
+    ("suffix4k", WorkloadSpec("suffix", 4096)),
+    ("suffix:1", WorkloadSpec("suffix", 1)),
+    (" reuse90 ", WorkloadSpec("reuse90")),
+])
+def test_parse_accepted_forms(text: str, spec: WorkloadSpec) -> None:
+    """Each documented form parses to its spec; suffix4k is suffix:4096."""
+    assert parse_workload(text) == spec
+
+
+def test_spec_name_round_trips() -> None:
+    """A spec's name parses back to the same spec."""
+    for text in ("cold", "reuse90", "mixed", "suffix:4096", "suffix4k"):
+        spec = parse_workload(text)
+        assert parse_workload(spec.name) == spec
+    assert parse_workload("suffix4k").name == "suffix:4096"
+
+
+@pytest.mark.parametrize("text", ["bogus", "suffix:0", "suffix:x", "suffix:", "suffix:-5", "suffix", "",
+                                  "suffix:4k"])
+def test_parse_rejects(text: str) -> None:
+    """Unknown names and non-positive or non-numeric suffix lengths raise ValueError naming the forms."""
+    with pytest.raises(ValueError, match="suffix:N"):
+        parse_workload(text)
+
+
+@pytest.mark.parametrize(("n", "prompt"), [(0, 2048), (4, 2 * B - 1)])
+def test_workload_rejects_bad_sizes(n: int, prompt: int) -> None:
+    """At least one request and prompts of at least two blocks."""
+    with pytest.raises(ValueError):
+        Workload(WorkloadSpec("cold"), n, prompt, B, VOCAB, 0)
+
+
+# ---- determinism and hashes ------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", ["cold", "reuse90", "mixed", "suffix:512"])
+def test_deterministic_for_a_seed(name: str) -> None:
+    """Two instances with one seed give the same ids, tokens, hashes, groups and primed prefixes."""
+    a, b = make(name), make(name)
+    ra, rb = drain(a), drain(b)
+    assert [(r.id, r.tokens, r.block_hashes, r.group) for r in ra] == \
+           [(r.id, r.tokens, r.block_hashes, r.group) for r in rb]
+    assert a.primed_prompts() == b.primed_prompts()
+    assert [r.tokens for r in drain(make(name, seed=8))] != [r.tokens for r in ra]
+
+
+@pytest.mark.parametrize("name", ["cold", "reuse90", "mixed", "suffix:100"])
+@pytest.mark.parametrize("extra", [b"", b"rev-2"])
+def test_hashes_equal_full_recomputation(name: str, extra: bytes) -> None:
+    """A request's hashes (prefix hashes + chained suffix) equal block_hashes of its tokens from scratch."""
+    w = make(name, extra=extra)
+    for r in drain(w):
+        assert r.block_hashes == block_hashes(r.tokens, B, extra)
+    for tokens, hashes in w.primed_prompts():
+        assert hashes == block_hashes(tokens, B, extra)
+
+
+@pytest.mark.parametrize("name", ["cold", "reuse90", "mixed", "suffix:333"])
+def test_tokens_below_vocab_size(name: str) -> None:
+    """Every token id is a valid vocabulary index."""
+    w = make(name)
+    for r in drain(w):
+        assert max(r.tokens) < VOCAB and min(r.tokens) >= 0
+    for tokens, _ in w.primed_prompts():
+        assert max(tokens) < VOCAB
+
+
+def test_ids_are_unique_and_count_is_exact() -> None:
+    """Exactly num_requests requests, with distinct ids, then exhausted."""
+    w = make("mixed", n=30)
+    reqs = drain(w)
+    assert len(reqs) == 30 and len({r.id for r in reqs}) == 30
+    assert w.exhausted
+
+
+# ---- shape of each kind --------------------------------------------------------------------
+
+def _primed_prefix_of(w: Workload, r: Request) -> list[int] | None:
+    for tokens, hashes in w.primed_prompts():
+        if r.tokens[: len(tokens)] == tokens:
+            return hashes
+    return None
+
+
+def test_suffix_is_primed_prefix_plus_exactly_n_tokens() -> None:
+    """suffix:N: every prompt is one primed, block-aligned prefix followed by exactly N new tokens."""
+    w = make("suffix:300")
+    assert len(w.primed_prompts()) == Workload.NUM_GROUPS
+    for r in drain(w):
+        matches = [t for t, _ in w.primed_prompts() if r.tokens[: len(t)] == t]
+        assert len(matches) == 1
+        prefix = matches[0]
+        assert len(prefix) % B == 0
+        assert r.num_tokens == len(prefix) + 300
+        assert r.block_hashes[: len(prefix) // B] == block_hashes(prefix, B)
+
+
+def test_reuse90_shares_about_ninety_percent_with_a_primed_prefix() -> None:
+    """reuse90: each prompt starts with a primed prefix covering 85-95% of it (suffix ≈ prefix / 9)."""
+    w = make("reuse90", n=40, prompt=8192)
+    for r in drain(w):
+        hashes = _primed_prefix_of(w, r)
+        assert hashes is not None, r.id
+        shared = len(hashes) * B
+        assert 0.85 <= shared / r.num_tokens <= 0.95, (shared, r.num_tokens)
+        assert r.block_hashes[: len(hashes)] == hashes
+        assert r.group.startswith("g")
+
+
+def test_reuse90_requests_of_one_group_share_the_prefix_blocks() -> None:
+    """Two reuse90 requests of the same group share exactly the prefix's block hashes."""
+    w = make("reuse90", n=40)
+    reqs = drain(w)
+    by_group: dict[str, list[Request]] = {}
+    for r in reqs:
+        by_group.setdefault(r.group, []).append(r)
+    pairs = [g for g in by_group.values() if len(g) >= 2]
+    assert pairs
+    for a, b, *_ in pairs:
+        prefix = _primed_prefix_of(w, a)
+        assert prefix is not None and _primed_prefix_of(w, b) == prefix
+        assert set(a.block_hashes) & set(b.block_hashes) == set(prefix)
+
+
+def test_cold_prompts_share_no_block() -> None:
+    """cold: no block hash is common to two prompts, nothing is primed, and lengths vary."""
+    w = make("cold", n=30)
+    reqs = drain(w)
+    assert w.primed_prompts() == []
+    seen: set[int] = set()
+    for r in reqs:
+        assert r.group == "cold"
+        assert not seen & set(r.block_hashes)
+        seen |= set(r.block_hashes)
+    lengths = [r.num_tokens for r in reqs]
+    assert min(lengths) >= 0.75 * 2048 - 1 and max(lengths) <= 1.25 * 2048 + 1
+    assert len(set(lengths)) > 1
+
+
+def test_mixed_is_mostly_warm() -> None:
+    """mixed: about 75% of requests reuse a primed prefix, the rest are cold."""
+    w = make("mixed", n=200, prompt=256)
+    reqs = drain(w)
+    warm = [r for r in reqs if r.group != "cold"]
+    assert 0.6 <= len(warm) / len(reqs) <= 0.9
+    assert all(_primed_prefix_of(w, r) is not None for r in warm)
+    assert all(_primed_prefix_of(w, r) is None for r in reqs if r.group == "cold")
