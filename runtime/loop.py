@@ -73,6 +73,7 @@ class PipelineLoop:
         self.ring = policy.ring_size(knobs, self.num_stages)
         self.min_capacity = min(h.cache.pool.num_blocks for h in self.handles)
         self._pending_knobs: Knobs | None = None
+        self._knob_event: dict[str, Any] | None = None            # goes on the next wave-plan span
         self.progress: Callable[[int, int], None] | None = None   # (finished, total) after each request
 
         self.waiting: deque[Request] = deque()
@@ -196,6 +197,7 @@ class PipelineLoop:
         self.planner = self.policy.make_planner(knobs, self.num_stages, self.block_size)
         self.ring = self.policy.ring_size(knobs, self.num_stages)
         self.result.knob_changes.append((now(), changed))
+        self._knob_event = changed
         self.changed.notify()
 
     async def _dispatcher(self) -> None:
@@ -221,6 +223,10 @@ class PipelineLoop:
     def _plan(self) -> Wave | None:
         active = list(self.active.values())
         with self.tel.span(N.WAVE_PLAN) as span:
+            if self._knob_event is not None:
+                self.tel.event(span, N.EVENT_KNOBS, {N.KNOBS_CHANGED: sorted(self._knob_event),
+                                                     **{f"wavepp.knobs.{k}": v for k, v in self._knob_event.items()}})
+                self._knob_event = None
             plan = self.planner.plan(active)
             if plan is None:
                 span.set_attribute(N.TOKENS, 0)
@@ -229,6 +235,7 @@ class PipelineLoop:
             self.next_wave_id += 1
             for c in plan.chunks:
                 self.active[c.request_id].scheduled += c.length
+                span.add_link(self.spans[c.request_id].get_span_context())   # the wave carries these requests
             span.set_attributes({
                 N.WAVE_ID: wave.id, N.BUDGET: plan.budget, N.TOKENS: wave.num_tokens,
                 N.NUM_WAVES_READY: plan.ready_waves, N.NUM_IN_FLIGHT: self.in_flight + 1,

@@ -17,6 +17,7 @@ STAGE_WAIT = "wavepp.stage.wait"                 # a stage blocked on capacity (
 EVENT_ADMITTED = "wavepp.admitted"               # on the request span, at admission time
 EVENT_FALLBACK = "wavepp.fallback"               # reuse boundary lowered after the first lookup
 EVENT_FAILED = "wavepp.failed"
+EVENT_KNOBS = "wavepp.knobs.changed"             # on the first wave-plan span under new knobs
 
 # ---- attribute keys ----------------------------------------------------------------------------
 POLICY = "wavepp.policy"
@@ -39,5 +40,6 @@ PROBES = "wavepp.hint.probes"
 BLOCKS = "wavepp.blocks"
 FROM_BLOCKS = "wavepp.reuse.from_blocks"
 ERROR = "wavepp.error"
+KNOBS_CHANGED = "wavepp.knobs.changed"           # names of the knobs that changed
 MEASURED = "wavepp.measured"                     # False for warm-up requests left out of the figures
 GEN_AI_INPUT_TOKENS = "gen_ai.usage.input_tokens"  # OpenTelemetry GenAI semantic convention

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from runtime.bench import BenchConfig, RunRecord, run_one
@@ -117,3 +119,74 @@ def test_prompt_larger_than_a_stage_fails_with_a_clear_error() -> None:
     assert rec.figures.failed == 4
     assert all("needs more KV blocks than a stage has" in e for e in rec.loop.failures.values())
     assert_clean(rec)
+
+
+def test_concurrent_leases_never_exceed_the_bound() -> None:
+    """max_leases = 3: admission waits rather than pin a fourth prefix on any stage."""
+    engine = small_engine()
+    cfg = config("reuse90", 24)
+    cfg.knobs = cfg.knobs.replace(max_leases=3)
+    peak = [0]
+    real_build = engine.build
+
+    def build():  # type: ignore[no-untyped-def]
+        parts = real_build()
+        for h in parts.handles:
+            real_lease = h.cache.lease
+
+            def lease(*args, _real=real_lease, _cache=h.cache):  # type: ignore[no-untyped-def]
+                granted = _real(*args)
+                peak[0] = max(peak[0], len(_cache.leases))
+                return granted
+
+            h.cache.lease = lease  # type: ignore[method-assign]
+        return parts
+
+    engine.build = build  # type: ignore[method-assign]
+    rec = run_one(engine, cfg, "wavepp", 8)
+    assert rec.figures.completed == 24
+    assert peak[0] == 3
+
+
+def test_wave_plan_spans_link_the_requests_they_carry() -> None:
+    rec = run_one(small_engine(), config("reuse90", 16), "wavepp", 4)
+    requests = {s.context.span_id: s.attributes[N.REQUEST_ID] for s in rec.spans if s.name == N.REQUEST}  # type: ignore[index]
+    plans = [s for s in rec.spans if s.name == N.WAVE_PLAN and s.links]
+    assert plans
+    for p in plans:
+        linked = [requests[link.context.span_id] for link in p.links]
+        assert linked == list(p.attributes[N.REQUEST_IDS])  # type: ignore[index]
+
+
+def test_a_knob_change_reaches_the_next_wave() -> None:
+    """set_knobs mid-run: the next wave-plan span names the change and plans with the new budget."""
+    from runtime.engines.sim.clock import run_virtual
+    from runtime.loop import PipelineLoop
+    from runtime.policies import get_policy
+    from runtime.workloads import Workload
+
+    engine = small_engine()
+    parts = engine.build()
+    tel = engine.telemetry()
+    cfg = config("suffix:2048", 64)
+    workload = Workload(cfg.workload, 64, 2048, 64, engine.vocab_size, 0)
+    new = cfg.knobs.replace(max_wave_tokens=2048, min_wave_tokens=1024)
+
+    async def main() -> None:
+        loop = PipelineLoop(parts.handles, parts.executor, parts.store, get_policy("wavepp"), cfg.knobs, workload,
+                            32, tel, 64)
+        run = asyncio.create_task(loop.run())
+        while loop.next_wave_id < 10:
+            await asyncio.sleep(0.001)
+        loop.set_knobs(new)
+        await run
+
+    run_virtual(main())
+    plans = sorted((s for s in tel.finished_spans() if s.name == N.WAVE_PLAN), key=lambda s: s.start_time or 0)
+    marked = [i for i, s in enumerate(plans) if any(e.name == N.EVENT_KNOBS for e in s.events)]
+    assert len(marked) == 1
+    event = next(e for e in plans[marked[0]].events if e.name == N.EVENT_KNOBS)
+    assert list(event.attributes[N.KNOBS_CHANGED]) == ["max_wave_tokens", "min_wave_tokens"]  # type: ignore[index]
+    before = [s.attributes.get(N.BUDGET) for s in plans[: marked[0]] if s.attributes.get(N.BUDGET)]  # type: ignore[union-attr]
+    after = [s.attributes.get(N.BUDGET) for s in plans[marked[0]:] if s.attributes.get(N.BUDGET)]  # type: ignore[union-attr]
+    assert max(before) > 2048 and after and max(after) <= 2048
