@@ -27,6 +27,8 @@ class Knobs:
     max_leases: int = 1024              # concurrent leases (admitted, unfinished requests)
     max_round_requests: int = 64        # requests one admission round may batch
     static_chunk_tokens: int = 8192     # baselines' max_num_tokens (TensorRT-LLM default 8192)
+    policy: str = "wavepp"              # which mechanisms run (runtime.policies); switches at a wave boundary
+    planner: str = "auto"               # auto (the policy's own) | mpu | static
 
     def ring_size(self, num_stages: int, default_factor: int) -> int:
         return self.ring if self.ring > 0 else default_factor * num_stages
@@ -37,6 +39,10 @@ class Knobs:
     def as_dict(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
+
+POLICY_NAMES = ("wavepp", "trtllm-pp")
+PLANNERS = ("auto", "mpu", "static")
+_CHOICES: dict[str, tuple[str, ...]] = {"policy": POLICY_NAMES, "planner": PLANNERS}
 
 _RANGES: dict[str, tuple[int, int]] = {
     "max_wave_tokens": (16, 1 << 22),
@@ -62,6 +68,10 @@ def validate(knobs: Knobs) -> Knobs:
     """Return ``knobs`` if every field is well typed, in range and consistent; else raise KnobError."""
     for f in fields(knobs):
         value = getattr(knobs, f.name)
+        if f.name in _CHOICES:
+            if value not in _CHOICES[f.name]:
+                raise KnobError(f.name, f"{value!r} is not one of {', '.join(_CHOICES[f.name])}")
+            continue
         if f.type in ("bool", bool):
             if not isinstance(value, bool):
                 raise KnobError(f.name, f"expected true/false, got {value!r}")
@@ -74,3 +84,21 @@ def validate(knobs: Knobs) -> Knobs:
     if knobs.min_wave_tokens > knobs.max_wave_tokens:
         raise KnobError("min_wave_tokens", f"b_min {knobs.min_wave_tokens} > M {knobs.max_wave_tokens}")
     return knobs
+
+
+def from_changes(base: Knobs, changes: dict[str, Any]) -> Knobs:
+    """``base`` with ``changes`` (e.g. decoded JSON or form input) applied and validated.
+
+    Unknown names, wrong types, out-of-range values and inconsistent pairs raise KnobError
+    naming the field; nothing is partially applied.
+    """
+    names = {f.name for f in fields(Knobs)}
+    for name in changes:
+        if name not in names:
+            raise KnobError(name, f"unknown knob (known: {', '.join(sorted(names))})")
+    return validate(dataclasses.replace(base, **changes))
+
+
+def from_dict(values: dict[str, Any]) -> Knobs:
+    """A full record (unknown keys are an error; missing ones take the defaults)."""
+    return from_changes(Knobs(), values)

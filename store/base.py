@@ -1,18 +1,28 @@
 """The ``Store`` protocol: the shared state of a WavePP deployment.
 
-Implementations: :mod:`store.memory` (embedded default, one process). A Redis implementation
-behind the same protocol serves several processes and hosts. Every method is a coroutine so
-both look the same to the runtime.
+Implementations: :mod:`store.memory` (embedded default, one process) and :mod:`store.redis_store`
+(shared by processes and hosts). Both pass one contract suite (``tests/store/test_contract.py``).
+Every method is a coroutine so the two look the same to the runtime.
 
-For now the protocol holds the reuse hint index: per stage, a counter per resident block hash
-(+1 when the stage attaches the block, -1 when it detaches it).
+What it holds:
+
+* the reuse **hint index** - per stage, a counter per resident block hash (+1 when the stage
+  attaches the block, -1 when it detaches it);
+* the **lease/escrow registry** - who holds pins for which request on which stages, kept alive by
+  the holder's heartbeat; a dead holder's entries expire and the stages release those pins;
+* **wave plans** - each wave's chunk descriptors in a capped log, plus the waves still in flight;
+* the **knobs** - one versioned, validated record of the scheduling knobs, with its history.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
+
+
+class StoreError(Exception):
+    """The store cannot be used (unreachable, wrong credentials, malformed URL): one line for the user."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,19 +37,99 @@ class HintResult:
         return min(self.per_stage) if self.per_stage else 0
 
 
+@dataclass(frozen=True, slots=True)
+class RegistryEntry:
+    """Pins a holder (the admitting leader) keeps for one request."""
+
+    request_id: str
+    holder: str
+    stages: tuple[int, ...]
+    reuse_blocks: int
+    escrow_blocks: int
+
+
+@dataclass(frozen=True, slots=True)
+class KnobsRecord:
+    version: int                 # 0: never written (defaults)
+    values: dict[str, Any]
+
+
 class Store(Protocol):
+    # ---- hint index ------------------------------------------------------------------------
     async def hint_update(self, stage: int, attached: Sequence[int], detached: Sequence[int]) -> None:
-        """Apply one stage's attach (+1) and detach (-1) events, in that order."""
+        """Apply one stage's attach (+1) and detach (-1) events; a count never goes below zero."""
         ...
 
-    async def hint_lookup(
-        self, prompts: Sequence[Sequence[int]], stages: Sequence[int]
-    ) -> list[HintResult]:
-        """For each prompt's block hashes, the longest prefix resident on each of ``stages``."""
+    async def hint_update_many(self, updates: Sequence[tuple[int, Sequence[int], Sequence[int]]]) -> None:
+        """Several stages' events at once (one round trip on Redis)."""
+        ...
+
+    async def hint_lookup(self, prompts: Sequence[Sequence[int]], stages: Sequence[int]) -> list[HintResult]:
+        """For each prompt's block hashes, the longest prefix resident on each of ``stages``
+        (exponential probe + binary search; residency on a stage is prefix-closed)."""
+        ...
+
+    async def hint_count(self, stage: int) -> int:
+        """How many hashes the index believes resident on ``stage``."""
         ...
 
     async def hint_clear(self) -> None:
         """Forget the whole index (before a rebuild from the stages' own trees)."""
+        ...
+
+    # ---- lease/escrow registry -------------------------------------------------------------
+    async def registry_put(self, entries: Sequence[RegistryEntry], ttl_s: float) -> None:
+        """Record entries (all of one holder) and (re)start that holder's heartbeat."""
+        ...
+
+    async def registry_refresh(self, holder: str, ttl_s: float) -> None:
+        """The holder is alive: extend its heartbeat."""
+        ...
+
+    async def registry_drop(self, holder: str, request_ids: Sequence[str]) -> None:
+        """The holder released these requests' pins."""
+        ...
+
+    async def registry_entries(self) -> list[RegistryEntry]:
+        """Entries whose holder is alive."""
+        ...
+
+    async def registry_reap(self) -> list[RegistryEntry]:
+        """Remove and return entries whose holder's heartbeat has expired."""
+        ...
+
+    # ---- wave plans ------------------------------------------------------------------------
+    async def plan_publish(self, plan: dict[str, Any]) -> None:
+        """Append a wave plan (``plan["wave"]`` is its id) to the capped log and mark it in flight."""
+        ...
+
+    async def plan_retire(self, wave_id: int) -> None: ...
+
+    async def plans_recent(self, count: int) -> list[dict[str, Any]]:
+        """The last ``count`` plans, oldest first."""
+        ...
+
+    async def plans_in_flight(self) -> list[dict[str, Any]]:
+        """Plans published and not retired, by wave id (what a restarted stage must know)."""
+        ...
+
+    # ---- knobs -----------------------------------------------------------------------------
+    async def knobs_get(self) -> KnobsRecord: ...
+
+    async def knobs_set(self, changes: dict[str, Any], expected_version: int | None = None) -> KnobsRecord:
+        """Validate ``changes`` merged over the current values and write them as a new version.
+
+        Raises ``runtime.knobs.KnobError`` (nothing written) for a bad value, and ``StoreError``
+        when ``expected_version`` is given and no longer current.
+        """
+        ...
+
+    async def knobs_history(self, count: int) -> list[dict[str, Any]]:
+        """The last ``count`` knob writes, oldest first: ``{"version", "time", "changes"}``."""
+        ...
+
+    async def clear_all(self) -> int:
+        """Delete everything this store holds for the deployment (tests, fresh benchmark runs)."""
         ...
 
     async def close(self) -> None: ...

@@ -1,25 +1,49 @@
-"""The embedded store: the hint index as per-stage dicts in this process."""
+"""The embedded store: everything in this process's memory. Not shared between processes.
+
+Time-to-live uses the running event loop's clock, so registry expiry follows virtual time on
+the sim engine and wall time on real ones.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import time
+from collections import deque
 from collections.abc import Sequence
+from typing import Any
 
-from store.base import HintResult
+from runtime.knobs import Knobs, from_changes
+from store.base import HintResult, KnobsRecord, RegistryEntry, StoreError
 from store.probe import longest_prefix
+
+PLAN_LOG_CAP = 10_000
+KNOB_HISTORY_CAP = 1_000
+
+
+def _clock() -> float:
+    try:
+        return asyncio.get_running_loop().time()
+    except RuntimeError:
+        return time.monotonic()
 
 
 class MemoryStore:
-    """In-process :class:`store.base.Store`. Not shared between processes."""
+    """In-process :class:`store.base.Store`."""
 
     def __init__(self) -> None:
         self._counts: dict[int, dict[int, int]] = {}
+        self._holders: dict[str, float] = {}                 # holder -> heartbeat deadline
+        self._entries: dict[str, RegistryEntry] = {}
+        self._plans: deque[dict[str, Any]] = deque(maxlen=PLAN_LOG_CAP)
+        self._in_flight: dict[int, dict[str, Any]] = {}
+        self._knobs = KnobsRecord(0, Knobs().as_dict())
+        self._knob_history: deque[dict[str, Any]] = deque(maxlen=KNOB_HISTORY_CAP)
 
     def _stage(self, stage: int) -> dict[int, int]:
         return self._counts.setdefault(stage, {})
 
+    # ---- hint index ------------------------------------------------------------------------
     async def hint_update(self, stage: int, attached: Sequence[int], detached: Sequence[int]) -> None:
-        # A stage publishes its events in order (StageHandle.publish serializes), so a count
-        # never needs to go below zero: a detach of an unknown hash is ignored.
         counts = self._stage(stage)
         for h in attached:
             counts[h] = counts.get(h, 0) + 1
@@ -30,9 +54,11 @@ class MemoryStore:
             else:
                 counts.pop(h, None)
 
-    async def hint_lookup(
-        self, prompts: Sequence[Sequence[int]], stages: Sequence[int]
-    ) -> list[HintResult]:
+    async def hint_update_many(self, updates: Sequence[tuple[int, Sequence[int], Sequence[int]]]) -> None:
+        for stage, attached, detached in updates:
+            await self.hint_update(stage, attached, detached)
+
+    async def hint_lookup(self, prompts: Sequence[Sequence[int]], stages: Sequence[int]) -> list[HintResult]:
         out = []
         for hashes in prompts:
             probes = 0
@@ -49,12 +75,78 @@ class MemoryStore:
             out.append(HintResult(tuple(per_stage), probes))
         return out
 
+    async def hint_count(self, stage: int) -> int:
+        return len(self._stage(stage))
+
     async def hint_clear(self) -> None:
         self._counts.clear()
 
+    def resident_count(self, stage: int) -> int:
+        """Synchronous :meth:`hint_count` for tests."""
+        return len(self._stage(stage))
+
+    # ---- registry --------------------------------------------------------------------------
+    def _alive(self, holder: str) -> bool:
+        return self._holders.get(holder, float("-inf")) > _clock()
+
+    async def registry_put(self, entries: Sequence[RegistryEntry], ttl_s: float) -> None:
+        for e in entries:
+            self._entries[e.request_id] = e
+            self._holders[e.holder] = _clock() + ttl_s
+
+    async def registry_refresh(self, holder: str, ttl_s: float) -> None:
+        self._holders[holder] = _clock() + ttl_s
+
+    async def registry_drop(self, holder: str, request_ids: Sequence[str]) -> None:
+        for rid in request_ids:
+            e = self._entries.get(rid)
+            if e is not None and e.holder == holder:
+                del self._entries[rid]
+
+    async def registry_entries(self) -> list[RegistryEntry]:
+        return [e for e in self._entries.values() if self._alive(e.holder)]
+
+    async def registry_reap(self) -> list[RegistryEntry]:
+        dead = [e for e in self._entries.values() if not self._alive(e.holder)]
+        for e in dead:
+            del self._entries[e.request_id]
+        return dead
+
+    # ---- plans -----------------------------------------------------------------------------
+    async def plan_publish(self, plan: dict[str, Any]) -> None:
+        self._plans.append(plan)
+        self._in_flight[int(plan["wave"])] = plan
+
+    async def plan_retire(self, wave_id: int) -> None:
+        self._in_flight.pop(wave_id, None)
+
+    async def plans_recent(self, count: int) -> list[dict[str, Any]]:
+        return list(self._plans)[-count:] if count > 0 else []
+
+    async def plans_in_flight(self) -> list[dict[str, Any]]:
+        return [self._in_flight[w] for w in sorted(self._in_flight)]
+
+    # ---- knobs -----------------------------------------------------------------------------
+    async def knobs_get(self) -> KnobsRecord:
+        return self._knobs
+
+    async def knobs_set(self, changes: dict[str, Any], expected_version: int | None = None) -> KnobsRecord:
+        current = self._knobs
+        if expected_version is not None and expected_version != current.version:
+            raise StoreError(f"knobs changed meanwhile (version {current.version}, expected {expected_version})")
+        knobs = from_changes(Knobs(**current.values), changes)
+        self._knobs = KnobsRecord(current.version + 1, knobs.as_dict())
+        self._knob_history.append({"version": self._knobs.version, "time": time.time(), "changes": dict(changes)})
+        return self._knobs
+
+    async def knobs_history(self, count: int) -> list[dict[str, Any]]:
+        return list(self._knob_history)[-count:] if count > 0 else []
+
+    async def clear_all(self) -> int:
+        """Forget everything (the Redis store deletes its keys)."""
+        n = len(self._counts) + len(self._entries) + len(self._plans)
+        self.__init__()  # type: ignore[misc]
+        return n
+
     async def close(self) -> None:
         return None
-
-    def resident_count(self, stage: int) -> int:
-        """Hashes the index believes resident on ``stage`` (tests compare it with the stage)."""
-        return len(self._stage(stage))

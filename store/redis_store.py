@@ -1,0 +1,265 @@
+"""The Redis store: the shared state of a deployment in one Redis (or a Redis Cluster slot).
+
+Keys live under ``wavepp:{<cluster>}:`` - the braces are a hash tag, so Redis Cluster keeps one
+deployment's keys in one slot and multi-key scripts stay legal. Every multi-key operation is one
+Lua script or one MULTI transaction. The hint lookup for a whole admission round, over every
+stage, is one script call (exponential probe + binary search run server-side); block hashes
+travel packed as 8-byte words, one argument per prompt, not one per block.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from collections.abc import Awaitable, Callable, Sequence
+from functools import wraps
+from importlib import resources
+from typing import Any, TypeVar
+
+import redis.asyncio as aioredis
+from redis import exceptions as rex
+
+from runtime.knobs import Knobs, from_changes
+from store.base import HintResult, KnobsRecord, RegistryEntry, StoreError
+from store.urls import StoreUrl, parse_store_url
+
+PLAN_LOG_CAP = 10_000
+KNOB_HISTORY_CAP = 1_000
+T = TypeVar("T")
+
+
+class StoreUnavailable(StoreError):
+    """The server went away or timed out; the call may succeed later."""
+
+
+def pack(hashes: Sequence[int]) -> bytes:
+    return struct.pack(f"<{len(hashes)}Q", *hashes)
+
+
+def _script(name: str) -> str:
+    return resources.files("store").joinpath("lua", name).read_text()
+
+
+def _translate(fn: Callable[..., Awaitable[T]]) -> Callable[..., Awaitable[T]]:
+    """Connection trouble becomes StoreUnavailable (retryable); the rest stays what it is."""
+    @wraps(fn)
+    async def wrapper(*args: Any, **kwargs: Any) -> T:
+        try:
+            return await fn(*args, **kwargs)
+        except (rex.ConnectionError, rex.TimeoutError, ConnectionError, TimeoutError, OSError) as exc:
+            raise StoreUnavailable(f"redis unavailable: {exc}") from exc
+    return wrapper
+
+
+def _entry_text(e: RegistryEntry) -> str:
+    return f"{e.holder}|{','.join(map(str, e.stages))}|{e.reuse_blocks}|{e.escrow_blocks}"
+
+
+def _entry(request_id: str, text: str) -> RegistryEntry:
+    holder, stages, reuse, escrow = text.split("|")
+    return RegistryEntry(request_id, holder, tuple(int(s) for s in stages.split(",") if s), int(reuse), int(escrow))
+
+
+def _s(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+class RedisStore:
+    """:class:`store.base.Store` on Redis (redis-py asyncio)."""
+
+    def __init__(self, client: aioredis.Redis, url: StoreUrl) -> None:
+        self.client = client
+        self.url = url
+        self.prefix = f"wavepp:{{{url.cluster}}}"
+        self._lookup = client.register_script(_script("hint_lookup.lua"))
+        self._update = client.register_script(_script("hint_update.lua"))
+        self._put = client.register_script(_script("registry_put.lua"))
+        self._reap = client.register_script(_script("registry_reap.lua"))
+        self._alive = client.register_script(_script("registry_alive.lua"))
+        self._knobs_cas = client.register_script(_script("knobs_set.lua"))
+        self.round_trips = 0                  # calls that went to the server (admission-bench reports it)
+
+    @classmethod
+    async def connect(cls, url: StoreUrl | str, timeout_s: float = 2.0) -> RedisStore:
+        """Connect and PING; unreachable servers and bad credentials raise StoreError (one line)."""
+        if isinstance(url, str):
+            url = parse_store_url(url)
+        client = aioredis.Redis.from_url(url.url, socket_connect_timeout=timeout_s, socket_timeout=5.0)
+        try:
+            await client.ping()
+        except rex.AuthenticationError:
+            await client.aclose()
+            raise StoreError(f"redis at {url.where}: authentication failed (wrong user or password)") from None
+        except rex.ResponseError as exc:
+            await client.aclose()
+            if "WRONGPASS" in str(exc) or "NOAUTH" in str(exc):
+                raise StoreError(f"redis at {url.where}: authentication failed (wrong user or password)") from None
+            raise StoreError(f"redis at {url.where}: {exc}") from None
+        except (rex.ConnectionError, rex.TimeoutError, OSError) as exc:
+            await client.aclose()
+            raise StoreError(f"cannot reach redis at {url.where}: {exc}") from None
+        return cls(client, url)
+
+    def key(self, *parts: object) -> str:
+        return ":".join([self.prefix, *map(str, parts)])
+
+    # ---- hint index ------------------------------------------------------------------------
+    @_translate
+    async def hint_update(self, stage: int, attached: Sequence[int], detached: Sequence[int]) -> None:
+        await self.hint_update_many([(stage, attached, detached)])
+
+    @_translate
+    async def hint_update_many(self, updates: Sequence[tuple[int, Sequence[int], Sequence[int]]]) -> None:
+        """Several stages' events in one pipelined round trip (each stage's script is atomic)."""
+        pipe = self.client.pipeline(transaction=False)
+        for stage, attached, detached in updates:
+            await self._update(keys=[self.key("hint", stage), self.key("hint", "stages")],
+                               args=[stage, pack(attached), pack(detached)], client=pipe)
+        self.round_trips += 1
+        await pipe.execute()
+
+    @_translate
+    async def hint_lookup(self, prompts: Sequence[Sequence[int]], stages: Sequence[int]) -> list[HintResult]:
+        stages = list(stages)
+        if not prompts:
+            return []
+        self.round_trips += 1
+        flat = await self._lookup(keys=[self.key("hint", s) for s in stages],
+                                  args=[len(prompts), *(pack(p) for p in prompts)])
+        out, width = [], len(stages) + 1
+        for i in range(len(prompts)):
+            row = [int(x) for x in flat[i * width:(i + 1) * width]]
+            out.append(HintResult(tuple(row[:-1]), row[-1]))
+        return out
+
+    @_translate
+    async def hint_count(self, stage: int) -> int:
+        self.round_trips += 1
+        return int(await self.client.hlen(self.key("hint", stage)))
+
+    @_translate
+    async def hint_clear(self) -> None:
+        stages = await self.client.smembers(self.key("hint", "stages"))
+        pipe = self.client.pipeline(transaction=True)
+        for s in stages:
+            pipe.delete(self.key("hint", _s(s)))
+        pipe.delete(self.key("hint", "stages"))
+        self.round_trips += 2
+        await pipe.execute()
+
+    # ---- registry --------------------------------------------------------------------------
+    @_translate
+    async def registry_put(self, entries: Sequence[RegistryEntry], ttl_s: float) -> None:
+        if not entries:
+            return
+        holders = {e.holder for e in entries}
+        if len(holders) != 1:
+            raise ValueError("registry_put takes the entries of one holder")
+        args: list[Any] = [entries[0].holder, max(1, round(ttl_s * 1000))]
+        for e in entries:
+            args += [e.request_id, _entry_text(e)]
+        self.round_trips += 1
+        await self._put(keys=[self.key("registry", "entries"), self.key("registry", "holders")], args=args)
+
+    @_translate
+    async def registry_refresh(self, holder: str, ttl_s: float) -> None:
+        self.round_trips += 1
+        await self._put(keys=[self.key("registry", "entries"), self.key("registry", "holders")],
+                        args=[holder, max(1, round(ttl_s * 1000))])
+
+    @_translate
+    async def registry_drop(self, holder: str, request_ids: Sequence[str]) -> None:
+        if request_ids:
+            self.round_trips += 1
+            await self.client.hdel(self.key("registry", "entries"), *request_ids)
+
+    @_translate
+    async def registry_entries(self) -> list[RegistryEntry]:
+        raw = await self.client.hgetall(self.key("registry", "entries"))
+        entries = [_entry(_s(k), _s(v)) for k, v in raw.items()]
+        holders = sorted({e.holder for e in entries})
+        alive = set(map(_s, await self._alive(keys=[self.key("registry", "holders")], args=holders))) if holders else set()
+        self.round_trips += 2
+        return sorted((e for e in entries if e.holder in alive), key=lambda e: e.request_id)
+
+    @_translate
+    async def registry_reap(self) -> list[RegistryEntry]:
+        self.round_trips += 1
+        flat = await self._reap(keys=[self.key("registry", "entries"), self.key("registry", "holders")])
+        return [_entry(_s(flat[i]), _s(flat[i + 1])) for i in range(0, len(flat), 2)]
+
+    # ---- plans -----------------------------------------------------------------------------
+    @_translate
+    async def plan_publish(self, plan: dict[str, Any]) -> None:
+        data = json.dumps(plan, separators=(",", ":"))
+        pipe = self.client.pipeline(transaction=True)
+        pipe.xadd(self.key("plans"), {"plan": data}, maxlen=PLAN_LOG_CAP, approximate=True)
+        pipe.hset(self.key("plans", "in_flight"), str(plan["wave"]), data)
+        self.round_trips += 1
+        await pipe.execute()
+
+    @_translate
+    async def plan_retire(self, wave_id: int) -> None:
+        self.round_trips += 1
+        await self.client.hdel(self.key("plans", "in_flight"), str(wave_id))
+
+    @_translate
+    async def plans_recent(self, count: int) -> list[dict[str, Any]]:
+        if count <= 0:
+            return []
+        self.round_trips += 1
+        rows = await self.client.xrevrange(self.key("plans"), count=count)
+        return [json.loads(fields[b"plan"]) for _, fields in reversed(rows)]
+
+    @_translate
+    async def plans_in_flight(self) -> list[dict[str, Any]]:
+        self.round_trips += 1
+        raw = await self.client.hgetall(self.key("plans", "in_flight"))
+        return [json.loads(raw[k]) for k in sorted(raw, key=lambda k: int(k))]
+
+    # ---- knobs -----------------------------------------------------------------------------
+    @_translate
+    async def knobs_get(self) -> KnobsRecord:
+        self.round_trips += 1
+        raw = await self.client.hgetall(self.key("knobs"))
+        if not raw:
+            return KnobsRecord(0, Knobs().as_dict())
+        return KnobsRecord(int(raw[b"version"]), json.loads(raw[b"values"]))
+
+    @_translate
+    async def knobs_set(self, changes: dict[str, Any], expected_version: int | None = None) -> KnobsRecord:
+        while True:
+            current = await self.knobs_get()
+            if expected_version is not None and expected_version != current.version:
+                raise StoreError(f"knobs changed meanwhile (version {current.version}, expected {expected_version})")
+            knobs = from_changes(Knobs(**current.values), changes)     # KnobError: nothing written
+            values = knobs.as_dict()
+            self.round_trips += 1
+            version = int(await self._knobs_cas(
+                keys=[self.key("knobs"), self.key("knobs", "history")],
+                args=[current.version, json.dumps(values), json.dumps(changes), KNOB_HISTORY_CAP]))
+            if version >= 0:
+                return KnobsRecord(version, values)
+            if expected_version is not None:
+                raise StoreError("knobs changed meanwhile; read them again")
+
+    @_translate
+    async def knobs_history(self, count: int) -> list[dict[str, Any]]:
+        if count <= 0:
+            return []
+        self.round_trips += 1
+        rows = await self.client.xrevrange(self.key("knobs", "history"), count=count)
+        return [{"version": int(f[b"version"]), "time": float(f[b"time"]), "changes": json.loads(f[b"changes"])}
+                for _, f in reversed(rows)]
+
+    # ---- housekeeping ----------------------------------------------------------------------
+    @_translate
+    async def clear_all(self) -> int:
+        """Delete every key of this deployment (tests, fresh benchmark runs)."""
+        keys = [k async for k in self.client.scan_iter(match=f"{self.prefix}:*", count=1000)]
+        if keys:
+            await self.client.delete(*keys)
+        return len(keys)
+
+    async def close(self) -> None:
+        await self.client.aclose()
