@@ -107,5 +107,5 @@ class Admission:
         for r, k in zip(requests[:n_ok], granted[:n_ok], strict=True):
             r.state = RequestState.ADMITTED
             r.attempts += 1
-            admitted.append(AdmittedRequest(r, k, t, b, attempt=r.attempts))
+            admitted.append(AdmittedRequest(r, k, t, b, attempt=r.attempts, admit_stages=tuple(self.admit_stages)))
         return admitted, list(requests[n_ok:])

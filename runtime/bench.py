@@ -66,6 +66,7 @@ Progress = Callable[[str, int, int], None]    # (run label, finished requests, t
 def run_one(engine: Engine, cfg: BenchConfig, policy_name: str, concurrency: int,
             progress: Progress | None = None) -> RunRecord:
     policy = get_policy(policy_name)
+    knobs = cfg.knobs.replace(policy=policy_name)
     parts = engine.build()
     tel = engine.telemetry()
     workload = Workload(cfg.workload, cfg.requests, cfg.prompt_tokens or engine.default_prompt_tokens(),
@@ -74,7 +75,7 @@ def run_one(engine: Engine, cfg: BenchConfig, policy_name: str, concurrency: int
     label = f"{policy_name} c={concurrency}"
 
     async def main() -> LoopResult:
-        loop = PipelineLoop(parts.handles, parts.executor, parts.store, policy, cfg.knobs, workload,
+        loop = PipelineLoop(parts.handles, parts.executor, parts.store, knobs, workload,
                             concurrency, tel, engine.block_size)
         if progress is not None:
             loop.progress = lambda done, total: progress(label, done, total)

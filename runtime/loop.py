@@ -22,14 +22,18 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from runtime.admission import Admission
+from runtime.control_plane import KnobWatcher, LeaseRegistry, StoreWriter
 from runtime.engines.base import LeaseItem, StageExecutor, StageHandle, now
+from runtime.index_publisher import IndexPublisher
 from runtime.knobs import Knobs, check_block_size
 from runtime.kvcache.stage_cache import DescriptorMismatch
+from runtime.policies import get_policy
 from runtime.policies.base import Policy
 from runtime.request import AdmittedRequest, Chunk, Completion, Request, RequestState, Wave
 from runtime.wakeup import Wakeup
 from runtime.workloads import Workload
 from store.base import Store
+from store.resilient import ResilientStore
 from telemetry import names as N
 from telemetry.setup import Telemetry
 
@@ -51,8 +55,8 @@ class PipelineLoop:
     """One run of a workload through P stages under one policy."""
 
     def __init__(self, handles: Sequence[StageHandle], executor: StageExecutor, store: Store,
-                 policy: Policy, knobs: Knobs, workload: Workload, concurrency: int,
-                 telemetry: Telemetry, block_size: int) -> None:
+                 knobs: Knobs, workload: Workload, concurrency: int,
+                 telemetry: Telemetry, block_size: int, publish_plans: bool = True) -> None:
         if concurrency < 1:
             raise ValueError(f"concurrency must be >= 1, got {concurrency}")
         check_block_size(knobs, block_size)
@@ -60,17 +64,17 @@ class PipelineLoop:
         self.num_stages = len(self.handles)
         self.executor = executor
         self.store = store
-        self.policy = policy
-        self.knobs = knobs
         self.workload = workload
         self.concurrency = concurrency
         self.tel = telemetry
         self.block_size = block_size
-        self.admit_stages = list(range(self.num_stages)) if policy.lease_all_stages else [0]
-        self.admission = Admission(self.handles, self.admit_stages, store, block_size, telemetry,
-                                   policy.use_hint_index)
-        self.planner = policy.make_planner(knobs, self.num_stages, block_size)
-        self.ring = policy.ring_size(knobs, self.num_stages)
+        self.publish_plans = publish_plans
+        self.knobs = knobs
+        self._configure(knobs)
+        self.publisher = IndexPublisher(self.handles, store)
+        self.writer = StoreWriter()
+        self.registry = LeaseRegistry(store, self.writer)
+        self.knob_watcher = KnobWatcher(store, lambda knobs, version: self.set_knobs(knobs))
         self.min_capacity = min(h.cache.pool.num_blocks for h in self.handles)
         self._pending_knobs: Knobs | None = None
         self._knob_event: dict[str, Any] | None = None            # goes on the next wave-plan span
@@ -93,6 +97,15 @@ class PipelineLoop:
         self.links: list[asyncio.Queue[Wave | None]] = [asyncio.Queue() for _ in range(self.num_stages)]
         self.done = asyncio.Event()
 
+    def _configure(self, knobs: Knobs) -> None:
+        """Policy, admission, planner and ring from the knobs (at start and at a wave boundary)."""
+        self.policy: Policy = get_policy(knobs.policy)
+        self.admit_stages = list(range(self.num_stages)) if self.policy.lease_all_stages else [0]
+        self.admission = Admission(self.handles, self.admit_stages, self.store, self.block_size, self.tel,
+                                   self.policy.use_hint_index)
+        self.planner = self.policy.make_planner(knobs, self.num_stages, self.block_size)
+        self.ring = self.policy.ring_size(knobs, self.num_stages)
+
     # ---- public -------------------------------------------------------------------------------
     def set_knobs(self, knobs: Knobs) -> None:
         """Apply new knobs at the next wave boundary."""
@@ -104,17 +117,20 @@ class PipelineLoop:
             for h in self.handles:
                 h.cache.prime(f"prime{i}", hashes, len(tokens))
             self.ever_computed.update(hashes)
-        for h in self.handles:
-            await h.publish(self.store)
+        await self.publisher.flush()
 
     async def run(self) -> LoopResult:
         await self.prime()
-        tasks = [asyncio.create_task(self._dispatcher(), name="dispatcher")]
-        tasks += [asyncio.create_task(self._stage(s), name=f"stage{s}") for s in range(self.num_stages)]
-        tasks += [asyncio.create_task(self._link(s), name=f"link{s}") for s in range(self.num_stages - 1)]
-        tasks.append(asyncio.create_task(self._publisher(), name="publisher"))
-        if self.policy.async_admission:
-            tasks.append(asyncio.create_task(self._admission_task(), name="admission"))
+        await self.knob_watcher.publish(self.knobs)
+        if isinstance(self.store, ResilientStore):
+            self.store.on_reconnect.append(self.publisher.rebuild)
+        named = {"dispatcher": self._dispatcher(), "admission": self._admission_task(),
+                 "publisher": self._publisher(), "store-writer": self.writer.run(),
+                 "heartbeat": self.registry.heartbeat(), "knobs": self.knob_watcher.run(),
+                 "reaper": self.registry.reaper(self.handles, self.capacity.notify)}
+        named |= {f"stage{s}": self._stage(s) for s in range(self.num_stages)}
+        named |= {f"link{s}": self._link(s) for s in range(self.num_stages - 1)}
+        tasks = [asyncio.create_task(coro, name=name) for name, coro in named.items()]
         for _ in range(min(self.concurrency, self.workload.num_requests)):
             self._arrive()
         done_wait: asyncio.Task[Any] = asyncio.create_task(self.done.wait())
@@ -125,9 +141,16 @@ class PipelineLoop:
         for t in finished:
             if t is not done_wait and t.exception() is not None:
                 raise t.exception()  # type: ignore[misc]
-        for h in self.handles:
-            await h.publish(self.store)
+        await self.publisher.flush()
+        await self._drain_writes()
         return self.result
+
+    async def _drain_writes(self) -> None:
+        task = asyncio.create_task(self.writer.run())
+        try:
+            await self.writer.drain()
+        finally:
+            task.cancel()
 
     # ---- arrival ------------------------------------------------------------------------------
     def _arrive(self, req: Request | None = None) -> None:
@@ -172,6 +195,7 @@ class PipelineLoop:
         for a in result.admitted:
             self.active[a.id] = a
             self.tel.event(self.spans[a.id], N.EVENT_ADMITTED, {N.REUSE_BLOCKS: a.reuse_blocks})
+        self.registry.admitted(result.admitted, self.num_stages, self.block_size)
         self.waiting.extendleft(reversed(result.deferred))
         if result.admitted:
             self.changed.notify()
@@ -179,7 +203,8 @@ class PipelineLoop:
 
     async def _admission_task(self) -> None:
         while True:
-            if not self.waiting or len(self.active) >= self.knobs.max_leases:
+            if (not self.policy.async_admission or not self.waiting
+                    or len(self.active) >= self.knobs.max_leases):
                 await self.changed.wait()
                 continue
             if not await self._admit_once():
@@ -194,8 +219,7 @@ class PipelineLoop:
         old = self.knobs.as_dict()
         changed = {k: v for k, v in knobs.as_dict().items() if old[k] != v}
         self.knobs = knobs
-        self.planner = self.policy.make_planner(knobs, self.num_stages, self.block_size)
-        self.ring = self.policy.ring_size(knobs, self.num_stages)
+        self._configure(knobs)
         self.result.knob_changes.append((now(), changed))
         self._knob_event = changed
         self.changed.notify()
@@ -217,6 +241,12 @@ class PipelineLoop:
                 continue
             if self.policy.broadcast_requests:
                 wave.broadcast_tokens = admitted_tokens
+            if self.publish_plans:
+                plan = {"wave": wave.id, "budget": wave.budget, "planned_at": wave.planned_at,
+                        "policy": self.policy.name, "chunks": [
+                            {"request": c.request_id, "start": c.start, "tokens": c.length,
+                             "reuse_blocks": c.reuse_blocks, "last": c.is_last} for c in wave.chunks]}
+                self.writer.submit(lambda plan=plan: self.store.plan_publish(plan))  # type: ignore[misc]
             self.in_flight += 1
             await self.inbox[0].put(wave)
 
@@ -262,7 +292,8 @@ class PipelineLoop:
                     if self._live(chunk) is None:
                         continue
                     try:
-                        if s not in self.admit_stages and chunk.request_id not in handle.cache.leases:
+                        live_req = self.active[chunk.request_id]
+                        if s not in live_req.admit_stages and chunk.request_id not in handle.cache.leases:
                             await self._stage_local_admit(s, chunk)
                         tables[chunk.request_id] = await handle.materialize(
                             chunk.request_id, chunk.start, chunk.length, chunk.reuse_blocks)
@@ -316,6 +347,8 @@ class PipelineLoop:
                 await self._complete(a)
         self.retired += 1
         self.in_flight -= 1
+        if self.publish_plans:
+            self.writer.submit(lambda: self.store.plan_retire(wave.id))
         self.changed.notify()
 
     async def _complete(self, a: AdmittedRequest) -> None:
@@ -323,6 +356,7 @@ class PipelineLoop:
         tables = tuple(tuple(h.cache.tables.get(req.id, ())) for h in self.handles)
         await asyncio.gather(*(h.complete(req.id, req.block_hashes) for h in self.handles))
         del self.active[req.id]
+        self.registry.released(req.id)
         req.state = RequestState.DONE
         self.ever_computed.update(req.block_hashes)
         span = self.spans.pop(req.id)
@@ -337,6 +371,7 @@ class PipelineLoop:
 
     async def _release_everywhere(self, rid: str) -> None:
         await asyncio.gather(*(h.release([rid]) for h in self.handles))
+        self.registry.released(rid)
         self.capacity.notify()
         self.index_dirty.notify()
 
@@ -372,5 +407,4 @@ class PipelineLoop:
         """Stages publish attach/detach events to the hint index off the critical path."""
         while True:
             await self.index_dirty.wait()
-            for h in self.handles:
-                await h.publish(self.store)
+            await self.publisher.flush()

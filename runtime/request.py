@@ -55,6 +55,7 @@ class AdmittedRequest:
     scheduled: int = 0
     completed: int = 0
     attempt: int = 0             # which admission of the request this is; stale chunks are skipped
+    admit_stages: tuple[int, ...] = ()   # stages that leased + escrowed at admission (others admit locally)
 
     def __post_init__(self) -> None:
         self.scheduled = self.completed = self.reuse_blocks * self.block_size

@@ -11,9 +11,12 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 
-def longest_prefix(hashes: Sequence[int], resident: Callable[[int], bool]) -> int:
-    """``n`` such that ``hashes[:n]`` are resident and ``hashes[n]`` is not (or ``n == len``)."""
-    m = len(hashes)
+def longest_prefix(hashes: Sequence[int], resident: Callable[[int], bool], end: int | None = None) -> int:
+    """``n`` such that ``hashes[:n]`` are resident and ``hashes[n]`` is not (or ``n == end``).
+
+    Only ``hashes[:end]`` are considered (default: all).
+    """
+    m = len(hashes) if end is None else min(end, len(hashes))
     if m == 0 or not resident(hashes[0]):
         return 0
     lo, step = 0, 1            # invariant: hashes[lo] resident

@@ -21,15 +21,12 @@ from redis import exceptions as rex
 
 from runtime.knobs import Knobs, from_changes
 from store.base import HintResult, KnobsRecord, RegistryEntry, StoreError
+from store.resilient import StoreUnavailable
 from store.urls import StoreUrl, parse_store_url
 
 PLAN_LOG_CAP = 10_000
 KNOB_HISTORY_CAP = 1_000
 T = TypeVar("T")
-
-
-class StoreUnavailable(StoreError):
-    """The server went away or timed out; the call may succeed later."""
 
 
 def pack(hashes: Sequence[int]) -> bytes:
@@ -208,7 +205,7 @@ class RedisStore:
         if count <= 0:
             return []
         self.round_trips += 1
-        rows = await self.client.xrevrange(self.key("plans"), count=count)
+        rows: list[Any] = await self.client.xrevrange(self.key("plans"), count=count) or []
         return [json.loads(fields[b"plan"]) for _, fields in reversed(rows)]
 
     @_translate
@@ -248,7 +245,7 @@ class RedisStore:
         if count <= 0:
             return []
         self.round_trips += 1
-        rows = await self.client.xrevrange(self.key("knobs", "history"), count=count)
+        rows: list[Any] = await self.client.xrevrange(self.key("knobs", "history"), count=count) or []
         return [{"version": int(f[b"version"]), "time": float(f[b"time"]), "changes": json.loads(f[b"changes"])}
                 for _, f in reversed(rows)]
 

@@ -8,6 +8,7 @@ import random
 from runtime.admission import Admission
 from runtime.engines.base import StageHandle
 from runtime.hashing import block_hashes, token_array
+from runtime.index_publisher import IndexPublisher
 from runtime.kvcache.stage_cache import StageCache
 from runtime.request import Request
 from store.memory import MemoryStore
@@ -44,7 +45,7 @@ def setup(capacities: list[int]) -> tuple[list[CountingHandle], MemoryStore, Tel
 async def warm(handles: list[CountingHandle], store: MemoryStore, req: Request) -> None:
     for h in handles:
         h.cache.prime("warm-" + req.id, req.block_hashes, req.num_tokens)
-        await h.publish(store)
+    await IndexPublisher(handles, store).flush()
 
 
 def test_lease_falls_back_when_one_stage_evicted_after_the_hint() -> None:

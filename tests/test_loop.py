@@ -162,7 +162,6 @@ def test_a_knob_change_reaches_the_next_wave() -> None:
     """set_knobs mid-run: the next wave-plan span names the change and plans with the new budget."""
     from runtime.engines.sim.clock import run_virtual
     from runtime.loop import PipelineLoop
-    from runtime.policies import get_policy
     from runtime.workloads import Workload
 
     engine = small_engine()
@@ -173,8 +172,7 @@ def test_a_knob_change_reaches_the_next_wave() -> None:
     new = cfg.knobs.replace(max_wave_tokens=2048, min_wave_tokens=1024)
 
     async def main() -> None:
-        loop = PipelineLoop(parts.handles, parts.executor, parts.store, get_policy("wavepp"), cfg.knobs, workload,
-                            32, tel, 64)
+        loop = PipelineLoop(parts.handles, parts.executor, parts.store, cfg.knobs, workload, 32, tel, 64)
         run = asyncio.create_task(loop.run())
         while loop.next_wave_id < 10:
             await asyncio.sleep(0.001)

@@ -54,7 +54,6 @@ class StageHandle:
         self.cache = cache
         self.stage = cache.stage
         self._costs = costs
-        self._publish_lock = asyncio.Lock()     # events reach the index in the order they happened
 
     async def _charge(self, op: str, blocks: int, remote: bool = True) -> None:
         if self._costs is not None:
@@ -63,16 +62,19 @@ class StageHandle:
     async def lookup_local(self, prompts: Sequence[list[int]], limits: Sequence[int],
                            remote: bool = True) -> list[int]:
         """Longest locally cached prefix per prompt (a walk of this stage's tree)."""
+        work = self.cache.work
         out = [self.cache.prefix_length(h, lim) for h, lim in zip(prompts, limits, strict=True)]
-        await self._charge("lookup", sum(out) + len(out), remote)
+        await self._charge("lookup", self.cache.work - work, remote)
         return out
 
     async def lease(self, items: Sequence[LeaseItem], remote: bool = True) -> list[int]:
-        await self._charge("lease", sum(i.reuse_blocks for i in items), remote)
-        return [self.cache.lease(i.request_id, i.hashes, i.reuse_blocks, i.num_tokens) for i in items]
+        work = self.cache.work
+        granted = [self.cache.lease(i.request_id, i.hashes, i.reuse_blocks, i.num_tokens) for i in items]
+        await self._charge("lease", self.cache.work - work, remote)
+        return granted
 
     async def shrink(self, items: Sequence[tuple[str, int]], remote: bool = True) -> None:
-        await self._charge("shrink", 0, remote)
+        await self._charge("shrink", sum(self.cache.leases[rid].reuse_blocks - k for rid, k in items), remote)
         for rid, k in items:
             self.cache.shrink_lease(rid, k)
 
@@ -90,8 +92,11 @@ class StageHandle:
             self.cache.release(rid)
 
     async def materialize(self, rid: str, start: int, length: int, reuse_blocks: int) -> list[int]:
+        first = rid not in self.cache.tables
         table = self.cache.materialize(rid, start, length, reuse_blocks)
-        await self._charge("materialize", -(-length // self.cache.block_size), remote=False)
+        # New blocks, plus the prefix's block table on the request's first chunk here.
+        blocks = -(-length // self.cache.block_size) + (reuse_blocks if first else 0)
+        await self._charge("materialize", blocks, remote=False)
         return table
 
     async def complete(self, rid: str, hashes: list[int]) -> None:
@@ -103,13 +108,6 @@ class StageHandle:
         """Baselines only: new requests (with their token ids) relayed to this stage before it runs."""
         await self._charge("broadcast", num_tokens, remote=True)
 
-    async def publish(self, store: Store) -> int:
-        """Send this stage's attach/detach events to the hint index; returns how many."""
-        async with self._publish_lock:
-            attached, detached = self.cache.drain_index_updates()
-            if attached or detached:
-                await store.hint_update(self.stage, attached, detached)
-        return len(attached) + len(detached)
 
 
 class StageExecutor(Protocol):

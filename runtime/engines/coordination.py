@@ -14,6 +14,7 @@ import pickle
 import random
 import time
 from dataclasses import dataclass, fields
+from typing import Any
 
 from runtime.hashing import block_hashes
 from runtime.kvcache.stage_cache import StageCache
@@ -26,8 +27,8 @@ class CoordinationCosts:
     per_probe_s: float               # one hint-index membership probe
     per_index_update_s: float        # one attach/detach counter update in the index
     stage_message_s: float           # one control message leader -> stage process
-    per_block_lookup_s: float        # walk one block of a stage's reuse tree
-    per_block_lease_s: float         # pin one block
+    per_block_lookup_s: float        # one probe of a stage's reuse tree
+    per_block_lease_s: float         # one unit of lease work: a probe, or a block newly held
     per_block_escrow_s: float        # reserve one block (free or named victim)
     per_block_materialize_s: float   # evict a victim / allocate / write the block table
     per_block_complete_s: float      # attach one block to the reuse tree and unpin it
@@ -44,16 +45,16 @@ class CoordinationCosts:
 # unpickle of one ~40k-token request at 0.06 ms after its optimisation (1.5 ns a token) - we use
 # the optimised figure so the baseline is not made slower than its source.
 DEFAULT_COSTS = CoordinationCosts(
-    store_rtt_s=2.7e-6,
-    per_probe_s=0.22e-6,
-    per_index_update_s=0.14e-6,
+    store_rtt_s=1.5e-6,
+    per_probe_s=0.13e-6,
+    per_index_update_s=0.09e-6,
     stage_message_s=10e-6,
-    per_block_lookup_s=0.08e-6,
-    per_block_lease_s=0.35e-6,
-    per_block_escrow_s=0.25e-6,
-    per_block_materialize_s=0.22e-6,
+    per_block_lookup_s=0.17e-6,
+    per_block_lease_s=0.28e-6,
+    per_block_escrow_s=0.17e-6,
+    per_block_materialize_s=0.14e-6,
     per_block_complete_s=0.67e-6,
-    per_block_hash_s=3.3e-6,
+    per_block_hash_s=2.0e-6,
     request_broadcast_per_token_s=0.06e-3 / 40_000,
 )
 
@@ -65,8 +66,8 @@ class SimCostHook:
         c = costs
         self.costs = costs
         self._per_block = {
-            "lookup": c.per_block_lookup_s, "lease": c.per_block_lease_s, "shrink": c.per_block_lease_s,
-            "escrow": c.per_block_escrow_s, "release": c.per_block_lease_s,
+            "lookup": c.per_block_lookup_s, "lease": c.per_block_lease_s, "shrink": c.per_block_lookup_s,
+            "escrow": c.per_block_escrow_s, "release": 0.0,
             "materialize": c.per_block_materialize_s, "complete": c.per_block_complete_s,
             "broadcast": c.request_broadcast_per_token_s,   # amount in tokens, not blocks
         }
@@ -78,27 +79,38 @@ class SimCostHook:
 
 
 class CostedStore:
-    """Wraps a store so each call costs a round trip plus per-item work (sim only)."""
+    """Wraps a store so each call costs one round trip, plus per-item work on the hint index (sim only).
 
-    def __init__(self, inner: MemoryStore, costs: CoordinationCosts) -> None:
+    The inner call runs first and the time is charged after it, so a run that ends while a reply
+    is "in flight" loses no update. Methods not listed in ``_PER_ITEM`` cost one round trip.
+    """
+
+    def __init__(self, inner: Any, costs: CoordinationCosts, rtt_s: float | None = None) -> None:
         self.inner = inner
         self.costs = costs
+        self.rtt_s = costs.store_rtt_s if rtt_s is None else rtt_s
 
-    async def hint_update(self, stage, attached, detached):  # type: ignore[no-untyped-def]
-        # Applied when sent: a run that ends while the reply is in flight loses no update.
-        await self.inner.hint_update(stage, attached, detached)
-        await asyncio.sleep(self.costs.store_rtt_s + (len(attached) + len(detached)) * self.costs.per_index_update_s)
+    def _items(self, name: str, args: tuple[Any, ...], result: Any) -> float:
+        c = self.costs
+        if name == "hint_lookup":
+            return sum(r.probes for r in result) * c.per_probe_s
+        if name == "hint_update":
+            return (len(args[1]) + len(args[2])) * c.per_index_update_s
+        if name == "hint_update_many":
+            return sum(len(a) + len(d) for _, a, d in args[0]) * c.per_index_update_s
+        return 0.0
 
-    async def hint_lookup(self, prompts, stages):  # type: ignore[no-untyped-def]
-        results = await self.inner.hint_lookup(prompts, stages)
-        await asyncio.sleep(self.costs.store_rtt_s + sum(r.probes for r in results) * self.costs.per_probe_s)
-        return results
+    def __getattr__(self, name: str) -> Any:
+        target = getattr(self.inner, name)
+        if not asyncio.iscoroutinefunction(target):
+            return target
 
-    async def hint_clear(self) -> None:
-        await self.inner.hint_clear()
+        async def call(*args: Any, **kwargs: Any) -> Any:
+            result = await target(*args, **kwargs)
+            await asyncio.sleep(self.rtt_s + self._items(name, args, result))
+            return result
 
-    async def close(self) -> None:
-        await self.inner.close()
+        return call
 
 
 def _per_item(fn, items: int, repeat: int = 5) -> float:  # type: ignore[no-untyped-def]
@@ -147,12 +159,20 @@ def measure(num_blocks: int = 2048, block_size: int = 64) -> CoordinationCosts:
         return c
 
     stage = fresh_stage()
-    per_lookup = _per_item(lambda: stage.prefix_length(hashes), num_blocks)
+
+    def lookup() -> None:
+        for _ in range(100):
+            stage.prefix_length(hashes)
+    work = stage.work
+    lookup()
+    per_lookup = _per_item(lookup, stage.work - work)
 
     def lease_release() -> None:
         stage.lease("r", hashes, num_blocks, len(tokens))
         stage.release("r")
-    per_lease = _per_item(lease_release, 2 * num_blocks)   # pin + unpin
+    work = stage.work
+    lease_release()                          # a cold chain: every block newly held, then let go
+    per_lease = _per_item(lease_release, stage.work - work)
 
     def escrow_drop() -> None:
         stage.lease("e", hashes, 0, len(tokens))

@@ -4,19 +4,21 @@ Every block is in exactly one of these states::
 
     FREE      in ``free`` - no hash, no owner
     OWNED     held by one request (being written); not in the tree; ref_count >= 1
-    CACHED    in the tree (``by_hash``); ref_count >= 0 (leases pin it)
-              evictable  <=>  ref_count == 0 and no cached child  (an unreferenced leaf)
+    CACHED    in the tree (``by_hash``), keyed by its chained hash, under its parent
 
-The tree is keyed by the chained block hash, so a hash names its whole prefix and residency is
-prefix-closed: a block is only attached under a cached parent and only leaves are evicted.
+A cached block is *held* when it is pinned (``ref_count > 0``) or has a held child. A lease pins
+only the deepest block of its prefix; holding propagates to the ancestors, so the whole prefix is
+protected by one pin and a lease costs O(log k) lookups plus the part of the chain not already
+held by another request (usually nothing under heavy reuse)::
 
-Leases pin whole prefixes (blocks ``[0, k)``), so pins are prefix-closed: an unpinned cached
-block has no pinned descendant, and every unpinned cached block can be reclaimed by evicting
-leaves one by one. ``num_reclaimable`` counts them; it is what escrow may promise.
+    block:        b0 ── b1 ── b2 ── b3          lease of k=3 pins b2 only
+    held:         ✓     ✓     ✓     ·           b3: unheld leaf -> evictable
+    held_children 1     1     0     0
 
-Evictable blocks sit in ``lru`` (oldest first). A block can also be *named* as an escrow victim
-(``named``): still cached and still a hit for other requests, but set aside for eviction. The
-escrow bookkeeping lives in :mod:`runtime.kvcache.stage_cache`; this module only keeps the sets.
+Unheld cached blocks are *reclaimable*: evicting leaves one by one frees them all. Unheld leaves
+are *evictable* and sit in ``lru`` (oldest first); an escrow may also *name* one as its victim
+(``named``): still cached and still a hit, but set aside for eviction at materialization.
+The escrow bookkeeping itself lives in :mod:`runtime.kvcache.stage_cache`.
 """
 
 from __future__ import annotations
@@ -30,12 +32,14 @@ class Block:
     id: int
     hash: int | None = None      # set while CACHED
     parent: int = -1             # parent block id while CACHED (-1: first block of a prompt)
-    ref_count: int = 0
+    ref_count: int = 0           # direct pins (a lease's boundary block, an owner)
     num_children: int = 0        # cached children
+    held_children: int = 0       # cached children that are held
+    held: bool = False           # ref_count > 0 or held_children > 0 (cached blocks only)
 
 
 class BlockPool:
-    """Blocks, the reuse tree over them, and the LRU of unreferenced leaves."""
+    """Blocks, the reuse tree over them, and the LRU of evictable leaves."""
 
     def __init__(self, num_blocks: int) -> None:
         if num_blocks <= 0:
@@ -47,7 +51,7 @@ class BlockPool:
         self.lru: OrderedDict[int, None] = OrderedDict()              # evictable, not named; oldest first
         self.named: dict[int, str] = {}                               # evictable, named victim -> request id
         self.num_evictions = 0
-        self.num_reclaimable = 0                                      # cached with ref_count == 0
+        self.num_reclaimable = 0                                      # cached and not held
 
     # ---- queries ---------------------------------------------------------------------------
     @property
@@ -65,38 +69,80 @@ class BlockPool:
     def is_evictable(self, block_id: int) -> bool:
         return block_id in self.lru or block_id in self.named
 
-    def prefix_length(self, hashes: list[int], limit: int | None = None) -> int:
-        """Longest ``n`` such that ``hashes[:n]`` are all cached here (residency is prefix-closed)."""
-        end = len(hashes) if limit is None else min(limit, len(hashes))
-        by_hash = self.by_hash
-        for i in range(end):
-            if hashes[i] not in by_hash:
-                return i
-        return end
+    def block_of(self, block_hash: int) -> Block | None:
+        bid = self.by_hash.get(block_hash)
+        return None if bid is None else self.blocks[bid]
 
-    # ---- reference counts ------------------------------------------------------------------
-    def pin(self, block_id: int) -> None:
-        """Take a reference. The caller checked that removing an evictable block is allowed."""
-        b = self.blocks[block_id]
-        if b.ref_count == 0:
-            self.lru.pop(block_id, None)
-            self.named.pop(block_id, None)
+    def chain(self, block_id: int) -> list[int]:
+        """Block ids from the root down to ``block_id`` (a prompt's block table prefix)."""
+        out = []
+        blocks = self.blocks
+        while block_id >= 0:
+            out.append(block_id)
+            block_id = blocks[block_id].parent
+        out.reverse()
+        return out
+
+    # ---- holding ---------------------------------------------------------------------------
+    def _hold(self, b: Block) -> None:
+        """``b`` just became held: it and every newly held ancestor stop being reclaimable."""
+        blocks = self.blocks
+        while True:
+            b.held = True
             if b.hash is not None:
                 self.num_reclaimable -= 1
+                self.lru.pop(b.id, None)
+                self.named.pop(b.id, None)
+            if b.parent < 0:
+                return
+            p = blocks[b.parent]
+            p.held_children += 1
+            if p.held:
+                return
+            b = p
+
+    def _unhold(self, b: Block) -> None:
+        """``b`` is no longer held: it and ancestors held only through it become reclaimable."""
+        blocks = self.blocks
+        while True:
+            b.held = False
+            self.num_reclaimable += 1
+            if b.num_children == 0:
+                self.lru[b.id] = None               # most recently used end
+            if b.parent < 0:
+                return
+            p = blocks[b.parent]
+            p.held_children -= 1
+            if p.held_children or p.ref_count:
+                return
+            b = p
+
+    def unheld_ancestry(self, block_id: int) -> int:
+        """How many blocks pinning ``block_id`` would newly hold (it and its unheld ancestors)."""
+        n, blocks = 0, self.blocks
+        while block_id >= 0 and not blocks[block_id].held:
+            n += 1
+            block_id = blocks[block_id].parent
+        return n
+
+    def pin(self, block_id: int) -> None:
+        """Take a reference. The caller checked that holding the unheld ancestry is allowed."""
+        b = self.blocks[block_id]
         b.ref_count += 1
+        if b.hash is not None and not b.held:
+            self._hold(b)
 
     def unpin(self, block_id: int) -> None:
         b = self.blocks[block_id]
         if b.ref_count <= 0:
             raise AssertionError(f"unpin of unreferenced block {block_id}")
         b.ref_count -= 1
-        if b.ref_count == 0:
-            if b.hash is None:
-                self.free.append(block_id)          # an owned block nobody attached: back to free
-                return
-            self.num_reclaimable += 1
-            if b.num_children == 0:
-                self.lru[block_id] = None           # most recently used end
+        if b.ref_count:
+            return
+        if b.hash is None:
+            self.free.append(block_id)              # an owned block nobody attached: back to free
+        elif not b.held_children:
+            self._unhold(b)
 
     def take_free(self) -> int:
         return self.free.pop()
@@ -108,26 +154,32 @@ class BlockPool:
 
     # ---- tree --------------------------------------------------------------------------------
     def attach(self, block_id: int, block_hash: int, parent: int) -> None:
-        """Make an OWNED block CACHED under ``parent`` (-1 for the first block of a prompt)."""
+        """Make an OWNED block CACHED under ``parent`` (-1 for the first block of a prompt).
+
+        The block stays pinned by its owner, so it is held, and so is its parent chain.
+        """
         b = self.blocks[block_id]
         assert b.hash is None and b.ref_count >= 1, "only an owned block can be attached"
-        b.hash, b.parent = block_hash, parent
+        b.hash, b.parent, b.held = block_hash, parent, True
         self.by_hash[block_hash] = block_id
         if parent >= 0:
             p = self.blocks[parent]
-            if p.num_children == 0 and p.ref_count == 0:
+            if p.num_children == 0:
                 self.lru.pop(parent, None)
                 self.named.pop(parent, None)
             p.num_children += 1
+            p.held_children += 1
+            if not p.held:
+                self._hold(p)
 
     def evict(self, block_id: int) -> int:
         """Detach an evictable leaf from the tree; the block becomes OWNED by the caller (ref 1).
 
-        Returns the evicted hash (for the hint index). A parent that becomes an unreferenced
-        leaf goes to the *front* of the LRU: the rest of a cold prefix goes before warm ones.
+        Returns the evicted hash (for the hint index). A parent that becomes an unheld leaf goes
+        to the *front* of the LRU: the rest of a cold prefix goes before warm ones.
         """
         b = self.blocks[block_id]
-        assert b.hash is not None and b.ref_count == 0 and b.num_children == 0, "not an evictable leaf"
+        assert b.hash is not None and not b.held and b.num_children == 0, "not an evictable leaf"
         self.lru.pop(block_id, None)
         self.named.pop(block_id, None)
         evicted = b.hash
@@ -135,10 +187,10 @@ class BlockPool:
         if b.parent >= 0:
             p = self.blocks[b.parent]
             p.num_children -= 1
-            if p.num_children == 0 and p.ref_count == 0:
+            if p.num_children == 0 and not p.held:
                 self.lru[b.parent] = None
                 self.lru.move_to_end(b.parent, last=False)
-        b.hash, b.parent, b.ref_count = None, -1, 1
+        b.hash, b.parent, b.ref_count, b.held = None, -1, 1, False
         self.num_evictions += 1
         self.num_reclaimable -= 1
         return evicted
@@ -155,18 +207,32 @@ class BlockPool:
         seen_free = set(self.free)
         assert len(seen_free) == len(self.free), "a block is twice in the free list"
         children = [0] * self.num_blocks
-        for h, bid in self.by_hash.items():
+        held_children = [0] * self.num_blocks
+        depth: dict[int, int] = {-1: 0}
+        for start in self.by_hash.values():          # memoized depth: O(cached blocks) in all
+            path = []
+            bid = start
+            while bid not in depth:
+                path.append(bid)
+                bid = self.blocks[bid].parent
+            for node in reversed(path):
+                depth[node] = depth[self.blocks[node].parent] + 1
+        for bid in sorted(self.by_hash.values(), key=lambda i: -depth[i]):    # children first
             b = self.blocks[bid]
-            assert b.hash == h and bid not in seen_free
+            assert bid not in seen_free and self.by_hash[b.hash] == bid  # type: ignore[index]
+            held = b.ref_count > 0 or held_children[bid] > 0
+            assert b.held == held, f"held flag of block {bid}"
             if b.parent >= 0:
                 assert self.blocks[b.parent].hash is not None, "cached block under an uncached parent"
                 children[b.parent] += 1
-        unpinned = sum(1 for bid in self.by_hash.values() if self.blocks[bid].ref_count == 0)
-        assert unpinned == self.num_reclaimable, "reclaimable count drifted"
+                held_children[b.parent] += held
+        reclaimable = 0
         for b in self.blocks:
-            if b.hash is not None:
-                assert b.num_children == children[b.id], f"child count of block {b.id}"
-                evictable = b.ref_count == 0 and b.num_children == 0
-                assert evictable == self.is_evictable(b.id), f"evictability of block {b.id}"
-            else:
+            if b.hash is None:
                 assert not self.is_evictable(b.id)
+                continue
+            assert b.num_children == children[b.id], f"child count of block {b.id}"
+            assert b.held_children == held_children[b.id], f"held-children count of block {b.id}"
+            reclaimable += not b.held
+            assert (not b.held and b.num_children == 0) == self.is_evictable(b.id), f"evictability of {b.id}"
+        assert reclaimable == self.num_reclaimable, "reclaimable count drifted"

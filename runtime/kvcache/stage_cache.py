@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from itertools import islice
 
 from runtime.kvcache.block_pool import BlockPool
+from store.probe import longest_prefix
 
 
 class DescriptorMismatch(Exception):
@@ -30,7 +31,7 @@ class DescriptorMismatch(Exception):
 class Lease:
     reuse_blocks: int
     num_tokens: int
-    blocks: list[int]            # pinned prefix blocks, len == reuse_blocks
+    boundary: int                # pinned block holding tokens up to k*B (-1 when k == 0)
 
 
 @dataclass(slots=True)
@@ -68,52 +69,74 @@ class StageCache:
         self.progress: dict[str, int] = {}         # next token this stage expects per request
         self.reserved_victims = 0
         self.num_victim_replacements = 0
+        self.work = 0                                # probes and chain steps (the sim charges for them)
         self._attached: list[int] = []              # hint-index updates not yet published
         self._detached: list[int] = []
 
     # ---- lookup ------------------------------------------------------------------------------
     def prefix_length(self, hashes: list[int], limit: int | None = None) -> int:
-        return self.pool.prefix_length(hashes, limit)
+        """Longest cached prefix of ``hashes[:limit]``: exponential probe + binary search."""
+        by_hash = self.pool.by_hash
 
-    def _can_pin(self, block_id: int) -> bool:
-        """Pinning a reclaimable block must leave every escrow promise coverable."""
-        if self.pool.blocks[block_id].ref_count > 0:
-            return True
-        return self.reserved_victims <= self.pool.num_reclaimable - 1
+        def cached(h: int) -> bool:
+            self.work += 1
+            return h in by_hash
+
+        return longest_prefix(hashes, cached, limit)
+
+    def _held_prefix(self, hashes: list[int], end: int) -> int:
+        """Longest prefix of cached ``hashes[:end]`` already held (holding is prefix-closed on a chain)."""
+        blocks, by_hash = self.pool.blocks, self.pool.by_hash
+        lo, hi = 0, end                                    # answer in [lo, hi]
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            self.work += 1
+            if blocks[by_hash[hashes[mid - 1]]].held:
+                lo = mid
+            else:
+                hi = mid - 1
+        return lo
 
     # ---- lease -------------------------------------------------------------------------------
     def lease(self, rid: str, hashes: list[int], k: int, num_tokens: int) -> int:
-        """Pin blocks ``[0, k)``; returns the boundary actually granted (``<= k``).
+        """Pin the prefix ``[0, k)``; returns the boundary actually granted (``<= k``).
 
         Fewer than ``k`` when the stage evicted part of the prefix after the hint, or when
-        pinning an evictable block would break an escrow promise.
+        holding more of the chain would break an escrow promise. One pin, on block ``k-1``,
+        protects the whole prefix; the cost is O(log k) lookups plus the blocks newly held.
         """
         if rid in self.leases:
             raise ValueError(f"request {rid} already holds a lease on stage {self.stage}")
-        pool, pinned = self.pool, []
-        for h in hashes[:k]:
-            bid = pool.by_hash.get(h)
-            if bid is None:
-                break
-            if not self._can_pin(bid):
-                break
-            pool.pin(bid)
-            pinned.append(bid)
-        self.leases[rid] = Lease(len(pinned), num_tokens, pinned)
-        self.tables[rid] = list(pinned)
-        self.progress[rid] = len(pinned) * self.block_size
-        return len(pinned)
+        pool = self.pool
+        cached = self.prefix_length(hashes, k)
+        held = self._held_prefix(hashes, cached)
+        granted = cached if cached <= held else min(cached, held + self.reserved_slack())
+        boundary = pool.by_hash[hashes[granted - 1]] if granted else -1
+        if boundary >= 0:
+            self.work += granted - held if granted > held else 0
+            pool.pin(boundary)
+        self.leases[rid] = Lease(granted, num_tokens, boundary)
+        self.progress[rid] = granted * self.block_size
+        return granted
+
+    def reserved_slack(self) -> int:
+        """How many reclaimable blocks may still become held without breaking an escrow promise."""
+        return max(0, self.pool.num_reclaimable - self.reserved_victims)
 
     def shrink_lease(self, rid: str, k: int) -> None:
-        """Lower the boundary to ``k`` (the leader's minimum over stages); unpin the excess."""
+        """Lower the boundary to ``k`` (the leader's minimum over stages)."""
         lease = self.leases[rid]
         if k > lease.reuse_blocks:
             raise ValueError(f"a lease only shrinks: {k} > {lease.reuse_blocks}")
-        for bid in reversed(lease.blocks[k:]):
-            self.pool.unpin(bid)
-        del lease.blocks[k:]
-        lease.reuse_blocks = k
-        self.tables[rid] = list(lease.blocks)
+        if k == lease.reuse_blocks:
+            return
+        new = lease.boundary
+        for _ in range(lease.reuse_blocks - k):
+            new = self.pool.blocks[new].parent
+        if new >= 0:
+            self.pool.pin(new)                         # an ancestor of a held block: already held
+        self.pool.unpin(lease.boundary)
+        lease.boundary, lease.reuse_blocks = new, k
         self.progress[rid] = k * self.block_size
 
     # ---- escrow ------------------------------------------------------------------------------
@@ -163,7 +186,9 @@ class StageCache:
                 f"stage {self.stage}: request {rid} chunk [{start}, {start + length}) does not follow "
                 f"token {self.progress[rid]} of {lease.num_tokens}"
             )
-        table = self.tables[rid]
+        table = self.tables.get(rid)
+        if table is None:                              # first chunk here: the prefix's block table
+            table = self.tables[rid] = self.pool.chain(lease.boundary) if lease.boundary >= 0 else []
         need = -(-(start + length) // self.block_size) - len(table)
         ticket = self.tickets.get(rid)
         if need > 0 and (ticket is None or len(ticket) < need):
@@ -192,31 +217,36 @@ class StageCache:
     # ---- completion and release -------------------------------------------------------------
     def complete(self, rid: str, hashes: list[int]) -> None:
         """Attach the request's full blocks to the reuse tree, then drop its references."""
-        table = self.tables.pop(rid)
         lease = self.leases.pop(rid)
+        table = self.tables.pop(rid, None)
+        if table is None:
+            table = self.pool.chain(lease.boundary) if lease.boundary >= 0 else []
         pool, k = self.pool, lease.reuse_blocks
-        parent = table[k - 1] if k > 0 else -1
+        parent = lease.boundary
         num_full = min(len(hashes), lease.num_tokens // self.block_size)
-        keep = k                                   # table[:keep] stay referenced until the unpin below
+        keep = k                                   # table[k:keep] are pinned by us until the unpin below
         for i in range(k, num_full):
             bid, h = table[i], hashes[i]
             existing = pool.by_hash.get(h)
             if existing is not None:
-                # Another request cached the same block first: adopt it, free our copy.
-                if not self._can_pin(existing):
+                # Another request cached the same block first: adopt it, free our copy. Its parent
+                # is ours (held), so at most this one block becomes newly held.
+                if not pool.blocks[existing].held and self.reserved_slack() < 1:
                     break
                 pool.pin(existing)
                 pool.release_owned(bid)
                 table[i] = existing
             else:
-                pool.attach(bid, h, parent)        # parent is pinned or ours: never evictable here
+                pool.attach(bid, h, parent)        # parent is held by us: never evictable here
                 self._attached.append(h)
             parent = table[i]
             keep = i + 1
         for bid in table[keep:]:
             pool.release_owned(bid)             # partial last block, or blocks we stopped attaching
-        for bid in reversed(table[:keep]):
+        for bid in reversed(table[k:keep]):
             pool.unpin(bid)
+        if lease.boundary >= 0:
+            pool.unpin(lease.boundary)
         self.progress.pop(rid, None)
         self._drop_ticket(rid)
 
@@ -225,11 +255,10 @@ class StageCache:
         lease = self.leases.pop(rid, None)
         table = self.tables.pop(rid, [])
         if lease is not None:
-            k = lease.reuse_blocks
-            for bid in table[k:]:
+            for bid in table[lease.reuse_blocks:]:
                 self.pool.release_owned(bid)
-            for bid in reversed(table[:k]):
-                self.pool.unpin(bid)
+            if lease.boundary >= 0:
+                self.pool.unpin(lease.boundary)
         self.progress.pop(rid, None)
         self._drop_ticket(rid)
 

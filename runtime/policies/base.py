@@ -22,11 +22,16 @@ class Policy:
     broadcast_requests: bool = False
     #: default ring size R = ring_factor * P (knob ``ring`` overrides)
     ring_factor: int = 2
+    #: the planner when the ``planner`` knob says "auto"
+    default_planner: str = "mpu"
 
     def ring_size(self, knobs: Knobs, num_stages: int) -> int:
         return knobs.ring_size(num_stages, self.ring_factor)
 
     def make_planner(self, knobs: Knobs, num_stages: int, block_size: int) -> Planner:
+        kind = self.default_planner if knobs.planner == "auto" else knobs.planner
+        if kind == "static":
+            return StaticPlanner(knobs.static_chunk_tokens, block_size)
         ring = self.ring_size(knobs, num_stages)
         budget = MpuBudget(knobs.max_wave_tokens, knobs.min_wave_tokens, block_size, ring,
                            knobs.fill_factor, num_stages, knobs.hysteresis)
@@ -36,5 +41,4 @@ class Policy:
 class StaticChunkPolicy(Policy):
     """Shared by baselines that cut waves of a fixed ``static_chunk_tokens``."""
 
-    def make_planner(self, knobs: Knobs, num_stages: int, block_size: int) -> Planner:
-        return StaticPlanner(knobs.static_chunk_tokens, block_size)
+    default_planner = "static"

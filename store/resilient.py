@@ -1,0 +1,67 @@
+"""Keep working through store outages: retry with backoff, rebuild on reconnect.
+
+Wraps any store. A call that fails with :class:`StoreUnavailable` is retried with exponential
+backoff (50 ms doubling to 2 s) until it succeeds; meanwhile the caller waits but the rest of
+the runtime - stages executing in-flight waves - goes on. The first success after an outage runs
+the ``on_reconnect`` callbacks (the runtime rebuilds the hint index from the stages' own trees,
+since updates sent during the outage were lost) before the call returns.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from store.base import StoreError
+
+log = logging.getLogger(__name__)
+
+
+class StoreUnavailable(StoreError):
+    """The server went away or timed out; the call may succeed later."""
+
+
+class ResilientStore:
+    def __init__(self, inner: Any, initial_backoff_s: float = 0.05, max_backoff_s: float = 2.0) -> None:
+        self.inner = inner
+        self.initial_backoff_s = initial_backoff_s
+        self.max_backoff_s = max_backoff_s
+        self.on_reconnect: list[Callable[[], Awaitable[None]]] = []
+        self.down = False
+        self.outages = 0
+        self._rebuilding = False
+
+    def __getattr__(self, name: str) -> Any:
+        target = getattr(self.inner, name)
+        if not asyncio.iscoroutinefunction(target):
+            return target
+
+        async def call(*args: Any, **kwargs: Any) -> Any:
+            backoff = self.initial_backoff_s
+            while True:
+                try:
+                    result = await target(*args, **kwargs)
+                except StoreUnavailable as exc:
+                    if not self.down:
+                        self.down, self.outages = True, self.outages + 1
+                        log.warning("store unavailable, retrying with backoff: %s", exc)
+                    await asyncio.sleep(backoff)
+                    backoff = min(backoff * 2, self.max_backoff_s)
+                    continue
+                if self.down and not self._rebuilding:
+                    await self._reconnected()
+                return result
+
+        return call
+
+    async def _reconnected(self) -> None:
+        self._rebuilding = True
+        try:
+            log.warning("store reachable again; rebuilding")
+            for callback in self.on_reconnect:
+                await callback()
+            self.down = False
+        finally:
+            self._rebuilding = False
