@@ -175,7 +175,9 @@ class RedisStore:
         raw = await self.client.hgetall(self.key("registry", "entries"))
         entries = [_entry(_s(k), _s(v)) for k, v in raw.items()]
         holders = sorted({e.holder for e in entries})
-        alive = set(map(_s, await self._alive(keys=[self.key("registry", "holders")], args=holders))) if holders else set()
+        alive: set[str] = set()
+        if holders:
+            alive = set(map(_s, await self._alive(keys=[self.key("registry", "holders")], args=holders)))
         self.round_trips += 2
         return sorted((e for e in entries if e.holder in alive), key=lambda e: e.request_id)
 
