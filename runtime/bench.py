@@ -19,6 +19,7 @@ from runtime.loop import LoopResult, PipelineLoop
 from runtime.policies import get_policy
 from runtime.report import RunFigures, compute_figures
 from runtime.workloads import Workload, WorkloadSpec
+from store.base import Store
 from telemetry.setup import Telemetry
 
 
@@ -31,7 +32,8 @@ class Engine(Protocol):
     def vocab_size(self) -> int: ...
     def default_prompt_tokens(self) -> int: ...
     def build(self) -> EngineParts: ...
-    def telemetry(self) -> Telemetry: ...
+    async def open_store(self) -> Store: ...
+    def telemetry(self, run: str = "") -> Telemetry: ...
     def run(self, main: Any) -> Any: ...
 
 
@@ -68,19 +70,21 @@ def run_one(engine: Engine, cfg: BenchConfig, policy_name: str, concurrency: int
     policy = get_policy(policy_name)
     knobs = cfg.knobs.replace(policy=policy_name)
     parts = engine.build()
-    tel = engine.telemetry()
+    tel = engine.telemetry(f"{policy_name} c={concurrency}")
     workload = Workload(cfg.workload, cfg.requests, cfg.prompt_tokens or engine.default_prompt_tokens(),
                         engine.block_size, engine.vocab_size, cfg.seed)
-    loop_ref: list[PipelineLoop] = []
     label = f"{policy_name} c={concurrency}"
 
     async def main() -> LoopResult:
+        parts.store = await engine.open_store()
         loop = PipelineLoop(parts.handles, parts.executor, parts.store, knobs, workload,
                             concurrency, tel, engine.block_size)
         if progress is not None:
             loop.progress = lambda done, total: progress(label, done, total)
-        loop_ref.append(loop)
-        return await loop.run()
+        try:
+            return await loop.run()
+        finally:
+            await parts.store.close()
 
     result = engine.run(main())
     for h in parts.handles:

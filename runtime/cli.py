@@ -72,11 +72,16 @@ def build_parser() -> _Parser:
     b.add_argument("--max-wave-tokens", type=positive_int, default=None, help="MPU's M")
     b.add_argument("--min-wave-tokens", type=positive_int, default=None, help="MPU's b_min")
     b.add_argument("--ring", type=positive_int, default=None, help="waves in flight R (default 2P, baselines P)")
+    b.add_argument("--store", default="memory",
+                   help="memory (default) or redis://host:port/db[?cluster=name]: index, plans, knobs, span stream")
+    b.add_argument("--realtime", action="store_true", help="sim only: run on the wall clock instead of virtual time")
+    b.add_argument("--time-scale", type=float, default=1.0, help="real-time sim: multiply modelled step times")
     b.add_argument("--json", dest="json_path", default=None, help="write {\"runs\": [...]} here")
     b.add_argument("--trace", default=None, help="write Chrome trace-event JSON here (one lane per stage)")
     b.add_argument("--quiet", action="store_true", help="no progress bar")
 
     c = sub.add_parser("calibrate-coordination", help="measure admission/cache costs on this machine's CPU")
+    c.add_argument("--redis", default=None, help="also measure one round trip to this Redis URL")
     c.add_argument("--json", dest="json_path", default=None)
     return parser
 
@@ -87,17 +92,19 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from runtime.knobs import KnobError, Knobs, check_block_size
     from runtime.policies import get_policy
     from runtime.workloads import parse_workload
+    from store.base import StoreError
 
     try:
         spec = parse_workload(args.workload)
         for p in args.policy:
             get_policy(p)
-        engine = SimEngine(args.model, args.hardware, args.pp, args.block_size, args.kv_blocks, args.gpus_per_stage)
+        engine = SimEngine(args.model, args.hardware, args.pp, args.block_size, args.kv_blocks, args.gpus_per_stage,
+                           store_url=args.store, realtime=args.realtime, time_scale=args.time_scale)
         changes = {k: v for k, v in (("max_wave_tokens", args.max_wave_tokens),
                                      ("min_wave_tokens", args.min_wave_tokens),
                                      ("ring", args.ring)) if v is not None}
         knobs = check_block_size(Knobs().replace(**changes), args.block_size)
-    except (ValueError, KnobError) as exc:
+    except (ValueError, KnobError, StoreError) as exc:
         raise UsageError(str(exc)) from None
     requests = args.requests or max(512, 4 * max(args.concurrency))
     cfg = BenchConfig(spec, args.concurrency, args.policy, requests, args.seed, args.prompt_tokens, knobs,
@@ -107,7 +114,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
     from runtime.progress import BenchProgress, print_table
     with BenchProgress(len(cfg.policies) * len(cfg.concurrencies), requests, disabled=args.quiet) as progress:
-        records = run_bench(engine, cfg, progress.update)
+        try:
+            records = run_bench(engine, cfg, progress.update)
+        except StoreError as exc:          # e.g. Redis unreachable or wrong password at start-up
+            raise UsageError(str(exc)) from None
     print_table([r.figures for r in records])
     if args.json_path:
         Path(args.json_path).write_text(json.dumps({"runs": [r.figures.as_dict() for r in records]}, indent=1))
@@ -125,7 +135,11 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 def cmd_calibrate_coordination(args: argparse.Namespace) -> int:
     from runtime.engines.coordination import measure
-    costs = measure().as_dict()
+    from store.base import StoreError
+    try:
+        costs = measure(redis_url=args.redis).as_dict()
+    except StoreError as exc:
+        raise UsageError(str(exc)) from None
     for k, v in costs.items():
         print(f"{k:34s} {v * 1e6:9.3f} us")
     if args.json_path:

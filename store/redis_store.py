@@ -254,8 +254,10 @@ class RedisStore:
     # ---- housekeeping ----------------------------------------------------------------------
     @_translate
     async def clear_all(self) -> int:
-        """Delete every key of this deployment (tests, fresh benchmark runs)."""
-        keys = [k async for k in self.client.scan_iter(match=f"{self.prefix}:*", count=1000)]
+        """Delete every key of this deployment (tests, fresh benchmark runs) except the span stream,
+        which telemetry owns and whose entries carry their run's label."""
+        spans = f"{self.prefix}:spans".encode()
+        keys = [k async for k in self.client.scan_iter(match=f"{self.prefix}:*", count=1000) if k != spans]
         if keys:
             await self.client.delete(*keys)
         return len(keys)

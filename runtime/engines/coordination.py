@@ -23,7 +23,8 @@ from store.memory import MemoryStore
 
 @dataclass(frozen=True, slots=True)
 class CoordinationCosts:
-    store_rtt_s: float               # one store call (memory store: a Python call; Redis: a network RTT)
+    store_rtt_s: float               # one call on the memory store
+    redis_rtt_s: float               # one call on Redis at loopback (redis-py asyncio, incl. client overhead)
     per_probe_s: float               # one hint-index membership probe
     per_index_update_s: float        # one attach/detach counter update in the index
     stage_message_s: float           # one control message leader -> stage process
@@ -39,13 +40,15 @@ class CoordinationCosts:
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
 
-# Measured by `wavepp calibrate-coordination` (see module docstring); stage_message_s is the
+# Measured by `wavepp calibrate-coordination --redis redis://127.0.0.1:6379/0` (see module docstring);
+# redis_rtt_s is one single-prompt hint lookup against a local Redis 7.0; stage_message_s is the
 # hardware profile's p2p latency (aiconfigurator h200_sxm.yaml / b300_sxm.yaml node.p2p_latency,
 # 10 us) and request_broadcast_per_token_s is cited: TensorRT-LLM PR #15134 measured pickle +
 # unpickle of one ~40k-token request at 0.06 ms after its optimisation (1.5 ns a token) - we use
 # the optimised figure so the baseline is not made slower than its source.
 DEFAULT_COSTS = CoordinationCosts(
     store_rtt_s=1.5e-6,
+    redis_rtt_s=130e-6,
     per_probe_s=0.13e-6,
     per_index_update_s=0.09e-6,
     stage_message_s=10e-6,
@@ -143,8 +146,26 @@ async def _measure_store(hashes: list[int], calls: int = 2000) -> tuple[float, f
     return rtt, max(lookup - rtt, 0.0) / max(probes, 1), max(update - rtt, 0.0) / (2 * len(hashes))
 
 
-def measure(num_blocks: int = 2048, block_size: int = 64) -> CoordinationCosts:
-    """Measure the per-operation costs on this project's own code (best of 5 runs each)."""
+async def _measure_redis(url: str, calls: int = 1000) -> float:
+    from store.redis_store import RedisStore
+    store = await RedisStore.connect(url)
+    try:
+        best = float("inf")
+        for _ in range(3):
+            t0 = time.perf_counter()
+            for _ in range(calls):
+                await store.hint_lookup([[1]], [0])
+            best = min(best, (time.perf_counter() - t0) / calls)
+        return best
+    finally:
+        await store.close()
+
+
+def measure(num_blocks: int = 2048, block_size: int = 64, redis_url: str | None = None) -> CoordinationCosts:
+    """Measure the per-operation costs on this project's own code (best of 5 runs each).
+
+    ``redis_url``: also measure one round trip to that Redis (else keep the recorded figure)."""
+    redis_rtt = asyncio.run(_measure_redis(redis_url)) if redis_url else None
     rng = random.Random(0)
     tokens = [rng.randrange(32000) for _ in range(num_blocks * block_size)]
     per_hash = _per_item(lambda: block_hashes(tokens, block_size), num_blocks)
@@ -199,7 +220,8 @@ def measure(num_blocks: int = 2048, block_size: int = 64) -> CoordinationCosts:
     rtt, per_probe, per_update = asyncio.run(_measure_store(hashes))
     pickled = _per_item(lambda: pickle.loads(pickle.dumps(tokens)), len(tokens))
     return CoordinationCosts(
-        store_rtt_s=rtt, per_probe_s=per_probe, per_index_update_s=per_update,
+        store_rtt_s=rtt, redis_rtt_s=DEFAULT_COSTS.redis_rtt_s if redis_rtt is None else redis_rtt,
+        per_probe_s=per_probe, per_index_update_s=per_update,
         stage_message_s=DEFAULT_COSTS.stage_message_s, per_block_lookup_s=per_lookup,
         per_block_lease_s=per_lease, per_block_escrow_s=per_escrow, per_block_materialize_s=per_mat,
         per_block_complete_s=per_complete, per_block_hash_s=per_hash,

@@ -30,6 +30,8 @@ from typing import Any, TypeVar
 import pytest
 import redis
 from redis import exceptions as rex
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 from store.memory import MemoryStore
 from store.redis_store import RedisStore
@@ -53,9 +55,15 @@ def new_cluster_name() -> str:
     return f"t{_session_tag}-{next(_cluster_numbers)}"
 
 
+def _probe_client(port: int, db: int = 0) -> redis.Redis:
+    """A client that gives up after 0.5 s (redis-py's default retries take seconds on a closed port)."""
+    return redis.Redis(host=HOST, port=port, db=db, socket_timeout=0.5, socket_connect_timeout=0.5,
+                       retry=Retry(NoBackoff(), 0))
+
+
 def _ping(port: int, db: int = 0) -> bool:
     """Does a usable server (no password needed, ``db`` selectable) answer at ``port``?"""
-    client = redis.Redis(host=HOST, port=port, db=db, socket_timeout=0.5, socket_connect_timeout=0.5)
+    client = _probe_client(port, db)
     try:
         return bool(client.ping())
     except rex.RedisError:
@@ -66,7 +74,7 @@ def _ping(port: int, db: int = 0) -> bool:
 
 def _answers(port: int) -> bool:
     """Is a server up at ``port``? An authentication error is an answer too (``--requirepass``)."""
-    client = redis.Redis(host=HOST, port=port, socket_timeout=0.5, socket_connect_timeout=0.5)
+    client = _probe_client(port)
     try:
         client.ping()
         return True

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Coroutine, Sequence
 from typing import Any, TypeVar
 
@@ -12,7 +13,13 @@ from runtime.engines.sim.costmodel import AnalyticCostModel
 from runtime.engines.sim.executor import SimExecutor
 from runtime.engines.sim.profiles import get_hardware, get_model
 from runtime.kvcache.stage_cache import StageCache
+from store.base import Store
 from store.memory import MemoryStore
+from store.redis_store import RedisStore
+from store.resilient import ResilientStore
+from store.threaded import ThreadedStore
+from store.urls import parse_store_url
+from telemetry.redis_stream import span_stream_processor
 from telemetry.setup import SIM_EPOCH_NS, Telemetry
 
 T = TypeVar("T")
@@ -29,7 +36,8 @@ class SimEngine:
 
     def __init__(self, model: str, hardware: str, pp: int, block_size: int = 64,
                  kv_blocks: Sequence[int] | None = None, gpus_per_stage: int | None = None,
-                 costs: CoordinationCosts = DEFAULT_COSTS) -> None:
+                 costs: CoordinationCosts = DEFAULT_COSTS, store_url: str = "memory",
+                 realtime: bool = False, time_scale: float = 1.0) -> None:
         self.model = get_model(model)
         self.hardware = get_hardware(hardware)
         if pp < 1:
@@ -41,6 +49,11 @@ class SimEngine:
         self.pp = pp
         self.block_size = block_size
         self.costs = costs
+        self.store_url = parse_store_url(store_url)
+        if time_scale <= 0:
+            raise ValueError(f"time scale must be positive, got {time_scale}")
+        self.realtime = realtime
+        self.time_scale = time_scale
         if kv_blocks:
             if len(kv_blocks) == 1:
                 kv_blocks = list(kv_blocks) * pp
@@ -60,14 +73,39 @@ class SimEngine:
         """Tens of thousands of tokens for the big profiles (DESIGN §8), within the model's context."""
         return min(32768, self.model.max_context // 2)
 
-    def build(self) -> EngineParts:
-        hook = SimCostHook(self.costs)
-        handles = [StageHandle(StageCache(s, n, self.block_size), hook) for s, n in enumerate(self.capacities)]
-        return EngineParts(handles, SimExecutor(self.cost_model), CostedStore(MemoryStore(), self.costs),
-                           self.block_size)
+    @property
+    def name_with_mode(self) -> str:
+        return "sim-realtime" if self.realtime else "sim"
 
-    def telemetry(self) -> Telemetry:
-        return Telemetry(now, SIM_EPOCH_NS)
+    def build(self) -> EngineParts:
+        """Fresh stages for one run. In real time, coordination costs are paid for real (no hook)."""
+        hook = None if self.realtime else SimCostHook(self.costs)
+        handles = [StageHandle(StageCache(s, n, self.block_size), hook) for s, n in enumerate(self.capacities)]
+        return EngineParts(handles, SimExecutor(self.cost_model, self.time_scale), MemoryStore(), self.block_size)
+
+    async def open_store(self) -> Store:
+        """The run's store, emptied. Virtual time: round trips cost the measured time on the virtual
+        clock and Redis I/O blocks the loop (no virtual time passes). Real time: retried through outages."""
+        url = self.store_url
+        if url.kind == "memory":
+            inner: Any = MemoryStore()
+            rtt = self.costs.store_rtt_s
+        elif self.realtime:
+            inner = await RedisStore.connect(url)
+            rtt = self.costs.redis_rtt_s
+        else:
+            inner = ThreadedStore(lambda: RedisStore.connect(url))
+            rtt = self.costs.redis_rtt_s
+        await inner.clear_all()
+        if self.realtime:
+            return ResilientStore(inner)  # type: ignore[return-value]
+        return CostedStore(inner, self.costs, rtt)  # type: ignore[return-value]
+
+    def telemetry(self, run: str = "") -> Telemetry:
+        tel = Telemetry(now, None if self.realtime else SIM_EPOCH_NS)
+        if self.store_url.kind == "redis":
+            tel.add_span_processor(span_stream_processor(self.store_url, run))
+        return tel
 
     def run(self, main: Coroutine[Any, Any, T]) -> T:
-        return run_virtual(main)
+        return asyncio.run(main) if self.realtime else run_virtual(main)

@@ -10,16 +10,17 @@ from runtime.request import Chunk, Wave
 
 
 class SimExecutor:
-    def __init__(self, cost_model: CostModel) -> None:
+    def __init__(self, cost_model: CostModel, time_scale: float = 1.0) -> None:
         self.cost_model = cost_model
         self.num_stages = cost_model.num_stages
+        self.time_scale = time_scale          # real-time mode: stretch (>1) or shrink (<1) modelled times
 
     async def execute(self, stage: int, chunks: Sequence[Chunk], tables: dict[str, list[int]]) -> None:
         shapes = [ChunkShape(c.start, c.length) for c in chunks]
-        await asyncio.sleep(self.cost_model.step_time(stage, shapes))
+        await asyncio.sleep(self.cost_model.step_time(stage, shapes) * self.time_scale)
 
     async def transfer(self, stage: int, wave: Wave) -> None:
-        await asyncio.sleep(self.cost_model.transfer_time(stage, wave.num_tokens))
+        await asyncio.sleep(self.cost_model.transfer_time(stage, wave.num_tokens) * self.time_scale)
 
     def first_token(self, request_id: str) -> int | None:
         return None   # no logits in the simulator

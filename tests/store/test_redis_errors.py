@@ -1,0 +1,133 @@
+"""What the user sees when the store cannot be used: malformed URLs, unreachable servers, bad
+credentials (one-line StoreError each), and a rejected knob write that leaves Redis untouched."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import subprocess
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import redis
+
+from runtime.knobs import KnobError
+from store.base import StoreError
+from store.redis_store import RedisStore, StoreUnavailable
+from store.urls import StoreUrl, parse_store_url
+
+StartRedis = Callable[..., tuple[subprocess.Popen[bytes], int]]
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("memory", StoreUrl("memory")),
+    ("redis://h:1/2", StoreUrl("redis", "redis://h:1/2", "h", 1, 2, False, "default")),
+    ("rediss://u:p@h/0?cluster=x", StoreUrl("redis", "rediss://u:p@h/0", "h", 6379, 0, True, "x")),
+])
+def test_parse_accepts(text: str, expected: StoreUrl) -> None:
+    """Our own ``cluster`` parameter is taken out of the URL handed to redis-py."""
+    assert parse_store_url(text) == expected
+
+
+@pytest.mark.parametrize("text", [
+    "http://x", "redis://", "redis://h:notaport", "redis://h/db", "redis://h/0?foo=1",
+    "redis://h/0?cluster=bad name",
+])
+def test_parse_rejects_with_one_line(text: str) -> None:
+    with pytest.raises(StoreError) as info:
+        parse_store_url(text)
+    message = str(info.value)
+    assert message.startswith("malformed store URL") and "\n" not in message
+
+
+def _closed_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])             # released on exit: nothing listens there
+
+
+def _connect_error(url: str) -> str:
+    async def body() -> None:
+        store = await RedisStore.connect(url, timeout_s=1.0)
+        await store.close()
+    with pytest.raises(StoreError) as info:
+        asyncio.run(body())
+    assert "\n" not in str(info.value)
+    return str(info.value)
+
+
+def test_connect_to_closed_port_cannot_reach() -> None:
+    port = _closed_port()
+    message = _connect_error(f"redis://127.0.0.1:{port}/0")
+    assert "cannot reach redis" in message and f"127.0.0.1:{port}/0" in message
+
+
+def test_connect_with_wrong_or_missing_password_fails_authentication(start_private_redis: StartRedis) -> None:
+    _, port = start_private_redis("--requirepass", "secret")
+    for url in (f"redis://:letmein@127.0.0.1:{port}/0", f"redis://127.0.0.1:{port}/0"):
+        message = _connect_error(url)
+        assert "authentication failed" in message and f"127.0.0.1:{port}/0" in message
+        assert "letmein" not in message                  # no password in what the user sees
+
+    async def body() -> int:                             # the right password works
+        store = await RedisStore.connect(f"redis://:secret@127.0.0.1:{port}/0")
+        try:
+            return (await store.knobs_set({"ring": 2})).version
+        finally:
+            await store.close()
+    assert asyncio.run(body()) == 1
+
+
+def test_server_gone_mid_session_is_store_unavailable(start_private_redis: StartRedis) -> None:
+    """A call after the server died raises StoreUnavailable (a StoreError the caller may retry)."""
+    proc, port = start_private_redis()
+
+    async def body() -> None:
+        store = await RedisStore.connect(f"redis://127.0.0.1:{port}/0", timeout_s=0.5)
+        try:
+            await store.hint_update(0, [1, 2], [])
+            proc.terminate()
+            proc.wait(timeout=5)
+            with pytest.raises(StoreUnavailable) as info:
+                await store.hint_count(0)
+            assert "redis unavailable" in str(info.value)
+        finally:
+            await store.close()
+    asyncio.run(body())
+
+
+def _raw_knobs(client: redis.Redis, store: RedisStore) -> tuple[Any, ...]:
+    """The knobs hash and its history stream, bytes as stored."""
+    return (client.hgetall(store.key("knobs")), client.xrange(store.key("knobs", "history")),
+            client.exists(store.key("knobs"), store.key("knobs", "history")))
+
+
+def test_invalid_knob_write_leaves_stored_record_byte_identical(redis_url: str, redis_store_url: str) -> None:
+    bad = [{"ring": "8"}, {"policy": "fifo"}, {"min_wave_tokens": 1 << 21}, {"unknown": 1}]
+    client = redis.Redis.from_url(redis_url)
+
+    async def body() -> None:
+        store = await RedisStore.connect(redis_store_url)
+        try:
+            empty = _raw_knobs(client, store)
+            assert empty == ({}, [], 0)
+            for changes in bad:                          # nothing is created for a bad first write
+                with pytest.raises(KnobError):
+                    await store.knobs_set(changes)
+            assert _raw_knobs(client, store) == empty
+            await store.knobs_set({"max_leases": 64, "hysteresis": False})
+            before = _raw_knobs(client, store)
+            assert before[0][b"version"] == b"1" and before[2] == 2
+            for changes in bad:
+                with pytest.raises(KnobError):
+                    await store.knobs_set(changes)
+                with pytest.raises(KnobError):
+                    await store.knobs_set(changes, expected_version=1)
+            assert _raw_knobs(client, store) == before
+        finally:
+            await store.close()
+    try:
+        asyncio.run(body())
+    finally:
+        client.close()
