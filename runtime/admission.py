@@ -15,11 +15,10 @@ inside it is the policy's choice, not this module's.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from runtime.engines.base import LeaseItem, StageHandle, now
+from runtime.engines.base import LeaseItem, StageHandle, now, on_stages
 from runtime.request import AdmittedRequest, Request, RequestState
 from store.base import Store
 from telemetry import names as N
@@ -48,6 +47,7 @@ class Admission:
         self.block_size = block_size
         self.tel = telemetry
         self.use_hint_index = use_hint_index
+        self._admitting = [self.stages[s] for s in self.admit_stages]
 
     def _max_blocks(self, r: Request) -> int:
         # At least one token is always computed: the first token needs the last position's logits.
@@ -75,14 +75,13 @@ class Admission:
     async def _lease(self, requests: Sequence[Request], hints: list[int]) -> list[int]:
         items = [LeaseItem(r.id, r.block_hashes, k, r.num_tokens) for r, k in zip(requests, hints, strict=True)]
         with self.tel.span(N.LEASE, {N.NUM_REQUESTS: len(requests), N.BLOCKS: sum(hints)}) as span:
-            answers = await asyncio.gather(*(self.stages[s].lease(items) for s in self.admit_stages))
+            answers = await on_stages(self._admitting, lambda h: h.lease(items))
             final = [min(col) for col in zip(*answers, strict=True)]
-            shrinks = []
-            for s, answer in zip(self.admit_stages, answers, strict=True):
-                excess = [(r.id, k) for r, g, k in zip(requests, answer, final, strict=True) if g > k]
-                if excess:
-                    shrinks.append(self.stages[s].shrink(excess))
-            await asyncio.gather(*shrinks)
+            excess = {h.stage: [(r.id, k) for r, g, k in zip(requests, answer, final, strict=True) if g > k]
+                      for h, answer in zip(self._admitting, answers, strict=True)}
+            shrinking = [h for h in self._admitting if excess[h.stage]]
+            if shrinking:
+                await on_stages(shrinking, lambda h: h.shrink(excess[h.stage]))
             lowered = 0
             for r, hint, k in zip(requests, hints, final, strict=True):
                 if k < hint:           # the stages could not give what the first lookup promised
@@ -96,12 +95,12 @@ class Admission:
         b = self.block_size
         items = [(r.id, -(-(r.num_tokens - k * b) // b)) for r, k in zip(requests, granted, strict=True)]
         with self.tel.span(N.ESCROW, {N.NUM_REQUESTS: len(requests), N.BLOCKS: sum(n for _, n in items)}):
-            fits = await asyncio.gather(*(self.stages[s].escrow(items) for s in self.admit_stages))
+            fits = await on_stages(self._admitting, lambda h: h.escrow(items))
             n_ok = min(fits) if fits else len(requests)
             # Requests past the first that did not fit everywhere wait: undo what they hold.
             undo = [r.id for r in requests[n_ok:]]
             if undo:
-                await asyncio.gather(*(self.stages[s].release(undo) for s in self.admit_stages))
+                await on_stages(self._admitting, lambda h: h.release(undo))
         t = now()
         admitted = []
         for r, k in zip(requests[:n_ok], granted[:n_ok], strict=True):

@@ -80,6 +80,15 @@ def build_parser() -> _Parser:
     b.add_argument("--trace", default=None, help="write Chrome trace-event JSON here (one lane per stage)")
     b.add_argument("--quiet", action="store_true", help="no progress bar")
 
+    a = sub.add_parser("admission-bench", help="admission latency (lookup + lease + escrow) and store round trips")
+    a.add_argument("--store", default="memory", help="memory or redis://host:port/db")
+    a.add_argument("--stages", type=positive_int, default=4)
+    a.add_argument("--prompt-tokens", type=positive_int, default=131072)
+    a.add_argument("--block-size", type=positive_int, default=64)
+    a.add_argument("--requests", type=positive_int, default=1000)
+    a.add_argument("--seed", type=int, default=0)
+    a.add_argument("--json", dest="json_path", default=None)
+
     c = sub.add_parser("calibrate-coordination", help="measure admission/cache costs on this machine's CPU")
     c.add_argument("--redis", default=None, help="also measure one round trip to this Redis URL")
     c.add_argument("--json", dest="json_path", default=None)
@@ -133,6 +142,31 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_admission_bench(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from runtime.admission_bench import admission_bench
+    from store.base import StoreError
+    if args.prompt_tokens < 2 * args.block_size:
+        raise UsageError(f"--prompt-tokens must be at least 2 blocks ({2 * args.block_size})")
+    try:
+        result = asyncio.run(admission_bench(args.store, args.stages, args.prompt_tokens, args.block_size,
+                                             args.requests, args.seed))
+    except (StoreError, ValueError) as exc:
+        raise UsageError(str(exc)) from None
+    r = result.as_dict()
+    print(f"store={r['store']} stages={r['stages']} prompt={r['prompt_tokens']} tokens block={r['block_size']} "
+          f"requests={r['requests']}")
+    print(f"admission latency p50 {r['latency_p50_s'] * 1e3:.4f} ms  p99 {r['latency_p99_s'] * 1e3:.4f} ms  "
+          f"(hashing p50 {r['hashing_p50_s'] * 1e3:.3f} ms, reused {r['reused_blocks_mean']:.0f} blocks, "
+          f"{r['round_trips_per_request']:.2f} store round trips per request)")
+    if args.json_path:
+        keys = ("store", "stages", "prompt_tokens", "requests", "latency_p50_s", "latency_p99_s", "hashing_p50_s",
+                "round_trips_per_request")
+        Path(args.json_path).write_text(json.dumps({k: r[k] for k in keys}, indent=1))
+    return 0
+
+
 def cmd_calibrate_coordination(args: argparse.Namespace) -> int:
     from runtime.engines.coordination import measure
     from store.base import StoreError
@@ -151,7 +185,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
-        handler = {"bench": cmd_bench, "calibrate-coordination": cmd_calibrate_coordination}[args.command]
+        handler = {"bench": cmd_bench, "admission-bench": cmd_admission_bench,
+                   "calibrate-coordination": cmd_calibrate_coordination}[args.command]
         return handler(args)
     except UsageError as exc:
         print(f"wavepp: error: {exc}", file=sys.stderr)

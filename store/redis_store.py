@@ -73,6 +73,7 @@ class RedisStore:
         self._put = client.register_script(_script("registry_put.lua"))
         self._reap = client.register_script(_script("registry_reap.lua"))
         self._alive = client.register_script(_script("registry_alive.lua"))
+        self._drop = client.register_script(_script("registry_drop.lua"))
         self._knobs_cas = client.register_script(_script("knobs_set.lua"))
         self.round_trips = 0                  # calls that went to the server (admission-bench reports it)
 
@@ -168,7 +169,7 @@ class RedisStore:
     async def registry_drop(self, holder: str, request_ids: Sequence[str]) -> None:
         if request_ids:
             self.round_trips += 1
-            await self.client.hdel(self.key("registry", "entries"), *request_ids)
+            await self._drop(keys=[self.key("registry", "entries")], args=[holder, *request_ids])
 
     @_translate
     async def registry_entries(self) -> list[RegistryEntry]:

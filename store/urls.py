@@ -26,9 +26,15 @@ class StoreUrl:
         return f"{self.host}:{self.port}/{self.db}"
 
 
+def redact(text: str) -> str:
+    """The URL with any password replaced, for messages."""
+    return re.sub(r"(://[^/@:]*:)[^/@]*@", r"\1***@", text)
+
+
 def parse_store_url(text: str) -> StoreUrl:
     """Validate a store URL; a malformed one raises StoreError with one line saying what is wrong."""
     raw = text.strip()
+    text = redact(raw)
     if raw in ("memory", "memory://"):
         return StoreUrl("memory")
     try:

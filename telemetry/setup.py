@@ -34,7 +34,8 @@ class Telemetry:
     """Tracer provider + in-memory exporter bound to one run's clock."""
 
     def __init__(self, clock: Callable[[], float], epoch_ns: int | None = None,
-                 service_name: str = "wavepp") -> None:
+                 service_name: str = "wavepp", enabled: bool = True) -> None:
+        self.enabled = enabled              # False: spans are not recorded (micro-benchmarks of mechanisms)
         self._clock = clock
         # Real time (epoch_ns None): map the clock's "now" onto the wall clock's "now" at the
         # first timestamp, which is taken inside the running loop.
@@ -73,6 +74,9 @@ class Telemetry:
     def span(self, name: str, attributes: Attributes | None = None,
              links: Sequence[Link] | None = None) -> Iterator[Span]:
         """A child of the current span, timed on the runtime clock; exceptions mark it as an error."""
+        if not self.enabled:
+            yield trace.INVALID_SPAN
+            return
         s = self.tracer.start_span(name, attributes=attributes, links=links, start_time=self.now_ns())
         try:
             with trace.use_span(s, end_on_exit=False, record_exception=False, set_status_on_exception=False):

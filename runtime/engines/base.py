@@ -13,13 +13,15 @@ attach none.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 from runtime.kvcache.stage_cache import StageCache
 from runtime.request import Chunk, Wave
 from store.base import Store
+
+T = TypeVar("T")
 
 
 def now() -> float:
@@ -43,6 +45,18 @@ class LeaseItem:
     num_tokens: int
 
 
+async def on_stages(handles: Sequence[StageHandle], op: Callable[[StageHandle], Awaitable[T]]) -> list[T]:
+    """Run one operation on several stages, one message each.
+
+    Concurrently when the handles' operations take time (messages to other processes, or the
+    sim's modelled costs); one after the other when they are plain in-process calls that never
+    wait - there, tasks would only add event-loop scheduling to the admission path.
+    """
+    if any(h.suspends for h in handles):
+        return list(await asyncio.gather(*(op(h) for h in handles)))
+    return [await op(h) for h in handles]
+
+
 class StageHandle:
     """The leader's and the loop's view of one stage's cache.
 
@@ -54,6 +68,11 @@ class StageHandle:
         self.cache = cache
         self.stage = cache.stage
         self._costs = costs
+
+    @property
+    def suspends(self) -> bool:
+        """Whether an operation may wait (a message, a modelled cost) rather than return at once."""
+        return self._costs is not None
 
     async def _charge(self, op: str, blocks: int, remote: bool = True) -> None:
         if self._costs is not None:

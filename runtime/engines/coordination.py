@@ -48,7 +48,7 @@ class CoordinationCosts:
 # the optimised figure so the baseline is not made slower than its source.
 DEFAULT_COSTS = CoordinationCosts(
     store_rtt_s=1.5e-6,
-    redis_rtt_s=130e-6,
+    redis_rtt_s=165e-6,
     per_probe_s=0.13e-6,
     per_index_update_s=0.09e-6,
     stage_message_s=10e-6,

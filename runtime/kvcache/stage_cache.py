@@ -150,18 +150,19 @@ class StageCache:
             raise ValueError(f"request {rid} already holds an escrow on stage {self.stage}")
         if num_blocks > self.available_blocks():
             return False
-        pool, ticket = self.pool, EscrowTicket()
-        while len(ticket) < num_blocks and pool.free:
-            ticket.free_blocks.append(pool.take_free())
-        for bid in list(islice(pool.lru, num_blocks - len(ticket))):
+        pool = self.pool
+        take = min(num_blocks, len(pool.free))
+        ticket = EscrowTicket(free_blocks=pool.free[len(pool.free) - take:] if take else [])
+        del pool.free[len(pool.free) - take:]
+        victims = list(islice(pool.lru, num_blocks - take))
+        for bid in victims:
             del pool.lru[bid]
             pool.named[bid] = rid
-            ticket.victims.append(bid)
         # Named victims can be fewer than asked if tickets named them already: then count the
         # rest against evictable blocks in general (a replacement is found at materialization).
-        while len(ticket) < num_blocks:
-            ticket.victims.append(-1)
-        ticket.victims.reverse()                   # pop() from the end yields the LRU-first order
+        victims += [-1] * (num_blocks - take - len(victims))
+        victims.reverse()                          # pop() from the end yields the LRU-first order
+        ticket.victims = victims
         self.reserved_victims += len(ticket.victims)
         self.tickets[rid] = ticket
         return True

@@ -7,5 +7,5 @@ local version = current + 1
 redis.call('HSET', KEYS[1], 'version', version, 'values', ARGV[2])
 local t = redis.call('TIME')
 redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[4], '*', 'version', version,
-           'time', t[1] .. '.' .. t[2], 'changes', ARGV[3])
+           'time', string.format('%d.%06d', tonumber(t[1]), tonumber(t[2])), 'changes', ARGV[3])
 return version

@@ -42,8 +42,8 @@ HOST = "127.0.0.1"
 SHARED_PORT = 6379
 TEST_DB = 13
 START_TIMEOUT_S = 10.0
-NO_SERVER = ("no Redis for the store tests: nothing answers PING at 127.0.0.1:6379 and there is no "
-             "redis-server on PATH (`make test` installs it; or apt-get install redis-server)")
+NO_SERVER = ("redis-server is not on PATH: the store tests need a real Redis (127.0.0.1:6379 when it answers, "
+             "else a private redis-server); `make test` installs it, or apt-get install redis-server")
 
 _session_tag = f"{os.getpid()}-{secrets.token_hex(3)}"
 _cluster_numbers = itertools.count()

@@ -26,13 +26,6 @@ TOP = 2**64 - 1
 LONG_TTL_S = 60.0
 
 
-def redis_xfail(reason: str) -> pytest.MarkDecorator:
-    """Run on both stores, with the Redis case expected to fail for the named bug."""
-    return pytest.mark.parametrize(
-        "store_factory", ["memory", pytest.param("redis", marks=pytest.mark.xfail(reason=reason, strict=True))],
-        indirect=True)
-
-
 def entry(request_id: str, holder: str, stages: tuple[int, ...] = (0, 1), reuse: int = 4,
           escrow: int = 2) -> RegistryEntry:
     return RegistryEntry(request_id, holder, stages, reuse, escrow)
@@ -166,7 +159,9 @@ def test_empty_prompt_list_and_empty_prompt(store_factory: Any) -> None:
         assert await store.hint_lookup([], [0, 1]) == []
         assert await store.hint_lookup([[]], [0, 1]) == [HintResult((0, 0), 0)]
         assert await store.hint_lookup([H, []], []) == [HintResult((), 0), HintResult((), 0)]
-        assert (await store.hint_lookup([[], H], [0]))[1] == HintResult((5,), expected_lookup([H], [0], {0: set(H)})[0].probes)
+        full = expected_lookup([H], [0], {0: set(H)})[0]
+        assert await store.hint_lookup([[], H], [0]) == [HintResult((0,), 0), full]
+        assert full.per_stage == (5,)
     store_factory.run(body)
 
 
@@ -249,8 +244,6 @@ def test_registry_drop_by_holder(store_factory: Any) -> None:
     store_factory.run(body)
 
 
-@redis_xfail("BUG: RedisStore.registry_drop HDELs the request ids without checking the holder, "
-             "so any holder can drop another holder's pins")
 def test_registry_drop_by_other_holder_changes_nothing(store_factory: Any) -> None:
     """Only the holder that put an entry can drop it (a stale leader must not release a new one's pins)."""
     async def body() -> None:
@@ -396,8 +389,6 @@ async def _sleep_until_second_fraction(lo: float, hi: float) -> None:
         await asyncio.sleep(((lo + hi) / 2 - time.time() % 1) % 1)
 
 
-@redis_xfail("BUG: knobs_set.lua writes the history time as seconds .. '.' .. microseconds without "
-             "zero padding, so a write 50 ms past a second is recorded as .5 s past it")
 def test_knob_history_time_is_the_write_time(store_factory: Any) -> None:
     """The recorded time is the wall time of the write, also early in a second (µs < 100000)."""
     async def body() -> None:
