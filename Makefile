@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-dev
 
-.PHONY: demo test lint bench clean
+.PHONY: demo test lint bench clean services
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -20,7 +20,14 @@ demo: $(STAMP)
 	$(VENV)/bin/wavepp bench --engine sim --model glm-5.2 --hardware b300 --pp 4 --workload suffix4k \
 		--concurrency 8,32,128 --policy wavepp,trtllm-pp --json out/demo.json --trace out/demo-trace.json
 
-test: $(STAMP)
+# Tests talk to a real Redis: the one on 127.0.0.1:6379 when it answers, else a private
+# redis-server they start themselves. Install the server from Debian when it is missing.
+services:
+	@command -v redis-server >/dev/null 2>&1 || { \
+		echo "installing redis-server (Debian package)"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null; }
+
+test: $(STAMP) services
 	$(PY) -m pytest
 
 lint: $(STAMP)

@@ -64,12 +64,12 @@ class Admission:
 
     async def _hint(self, requests: Sequence[Request]) -> list[int]:
         limits = [self._max_blocks(r) for r in requests]
-        prompts = [r.block_hashes[:lim] for r, lim in zip(requests, limits, strict=True)]
+        prompts = [r.block_hashes for r in requests]     # capped below: no copy of long hash lists
         with self.tel.span(N.HINT_LOOKUP, {N.NUM_REQUESTS: len(requests)}) as span:
             if self.use_hint_index:
                 results = await self.store.hint_lookup(prompts, range(len(self.stages)))
                 span.set_attribute(N.PROBES, sum(r.probes for r in results))
-                return [r.reuse_blocks for r in results]
+                return [min(r.reuse_blocks, lim) for r, lim in zip(results, limits, strict=True)]
             return await self.stages[0].lookup_local(prompts, limits)
 
     async def _lease(self, requests: Sequence[Request], hints: list[int]) -> list[int]:

@@ -137,7 +137,9 @@ class PipelineLoop:
         finished, _ = await asyncio.wait([done_wait, *tasks], return_when=asyncio.FIRST_COMPLETED)
         for t in tasks:
             t.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        _, stuck = await asyncio.wait(tasks, timeout=10)
+        if stuck:
+            raise RuntimeError(f"tasks did not stop: {', '.join(sorted(t.get_name() for t in stuck))}")
         for t in finished:
             if t is not done_wait and t.exception() is not None:
                 raise t.exception()  # type: ignore[misc]

@@ -14,7 +14,7 @@ from typing import Any
 
 from runtime.knobs import Knobs, from_changes
 from store.base import HintResult, KnobsRecord, RegistryEntry, StoreError
-from store.probe import longest_prefix
+from store.probe import longest_prefix_in
 
 PLAN_LOG_CAP = 10_000
 KNOB_HISTORY_CAP = 1_000
@@ -60,18 +60,14 @@ class MemoryStore:
 
     async def hint_lookup(self, prompts: Sequence[Sequence[int]], stages: Sequence[int]) -> list[HintResult]:
         out = []
+        tables = [self._stage(s) for s in stages]
         for hashes in prompts:
             probes = 0
             per_stage = []
-            for s in stages:
-                counts = self._stage(s)
-
-                def resident(h: int, counts: dict[int, int] = counts) -> bool:
-                    nonlocal probes
-                    probes += 1
-                    return h in counts
-
-                per_stage.append(longest_prefix(hashes, resident))
+            for counts in tables:
+                n, p = longest_prefix_in(hashes, counts)
+                per_stage.append(n)
+                probes += p
             out.append(HintResult(tuple(per_stage), probes))
         return out
 

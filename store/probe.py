@@ -8,7 +8,7 @@ walk over every block of a 100k-token prompt.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Container, Sequence
 
 
 def longest_prefix(hashes: Sequence[int], resident: Callable[[int], bool], end: int | None = None) -> int:
@@ -44,3 +44,31 @@ def longest_prefix_linear(hashes: Sequence[int], resident: Callable[[int], bool]
         if not resident(h):
             return i
     return len(hashes)
+
+
+def longest_prefix_in(hashes: Sequence[int], resident: Container[int], end: int | None = None) -> tuple[int, int]:
+    """:func:`longest_prefix` for a plain container (``h in resident``), without a callback per
+    probe - the hot path of the memory store and of a stage's lease. Returns (length, probes)."""
+    m = len(hashes) if end is None else min(end, len(hashes))
+    if m == 0:
+        return 0, 0
+    if hashes[0] not in resident:
+        return 0, 1
+    probes, lo, step = 1, 0, 1
+    while True:
+        hi = lo + step
+        if hi >= m:
+            hi = m
+            break
+        probes += 1
+        if hashes[hi] not in resident:
+            break
+        lo, step = hi, step * 2
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        probes += 1
+        if hashes[mid] in resident:
+            lo = mid
+        else:
+            hi = mid
+    return lo + 1, probes

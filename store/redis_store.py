@@ -13,7 +13,7 @@ import json
 import struct
 from collections.abc import Awaitable, Callable, Sequence
 from functools import wraps
-from importlib import resources
+from pathlib import Path
 from typing import Any, TypeVar
 
 import redis.asyncio as aioredis
@@ -34,7 +34,7 @@ def pack(hashes: Sequence[int]) -> bytes:
 
 
 def _script(name: str) -> str:
-    return resources.files("store").joinpath("lua", name).read_text()
+    return (Path(__file__).parent / "lua" / name).read_text()
 
 
 def _translate(fn: Callable[..., Awaitable[T]]) -> Callable[..., Awaitable[T]]:

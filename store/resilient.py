@@ -3,8 +3,9 @@
 Wraps any store. A call that fails with :class:`StoreUnavailable` is retried with exponential
 backoff (50 ms doubling to 2 s) until it succeeds; meanwhile the caller waits but the rest of
 the runtime - stages executing in-flight waves - goes on. The first success after an outage runs
-the ``on_reconnect`` callbacks (the runtime rebuilds the hint index from the stages' own trees,
-since updates sent during the outage were lost) before the call returns.
+the ``on_reconnect`` callbacks in a task of their own (the runtime rebuilds the hint index from
+the stages' own trees, since updates sent during the outage were lost); the call that noticed
+the recovery returns at once, so a callback may take locks that caller holds.
 """
 
 from __future__ import annotations
@@ -31,7 +32,9 @@ class ResilientStore:
         self.on_reconnect: list[Callable[[], Awaitable[None]]] = []
         self.down = False
         self.outages = 0
+        self.rebuilds = 0
         self._rebuilding = False
+        self._tasks: set[asyncio.Task[None]] = set()
 
     def __getattr__(self, name: str) -> Any:
         target = getattr(self.inner, name)
@@ -44,20 +47,30 @@ class ResilientStore:
                 try:
                     result = await target(*args, **kwargs)
                 except StoreUnavailable as exc:
+                    task = asyncio.current_task()
+                    if task is not None and task.cancelling():
+                        # The client turned our cancellation into a connection error: never retry
+                        # through a cancellation, or the task would outlive its shutdown.
+                        raise asyncio.CancelledError from exc
                     if not self.down:
                         self.down, self.outages = True, self.outages + 1
                         log.warning("store unavailable, retrying with backoff: %s", exc)
                     await asyncio.sleep(backoff)
                     backoff = min(backoff * 2, self.max_backoff_s)
                     continue
+                task = asyncio.current_task()
+                if task is not None and task.cancelling():
+                    # redis-py may absorb a cancellation that arrives mid-command and finish the
+                    # command; hand the cancellation back so shutdown is never lost.
+                    raise asyncio.CancelledError
                 if self.down and not self._rebuilding:
-                    await self._reconnected()
+                    self._rebuilding = True
+                    self._tasks.add(asyncio.create_task(self._reconnected()))
                 return result
 
         return call
 
     async def _reconnected(self) -> None:
-        self._rebuilding = True
         try:
             log.warning("store reachable again; rebuilding")
             for callback in self.on_reconnect:
@@ -65,3 +78,9 @@ class ResilientStore:
             self.down = False
         finally:
             self._rebuilding = False
+            self.rebuilds += 1
+
+    async def close(self) -> None:
+        for task in self._tasks:
+            await task
+        await self.inner.close()

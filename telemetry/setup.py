@@ -12,7 +12,7 @@ import logging
 import os
 import time
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any
 
 from opentelemetry import trace
@@ -28,6 +28,7 @@ log = logging.getLogger(__name__)
 SIM_EPOCH_NS = 1_767_225_600_000_000_000
 
 Attributes = dict[str, Any]
+_NOT_RECORDING: AbstractContextManager[Span] = nullcontext(trace.INVALID_SPAN)
 
 
 class Telemetry:
@@ -70,13 +71,16 @@ class Telemetry:
     def epoch_ns(self) -> int:
         return self._epoch_ns if self._epoch_ns is not None else 0
 
-    @contextmanager
     def span(self, name: str, attributes: Attributes | None = None,
-             links: Sequence[Link] | None = None) -> Iterator[Span]:
+             links: Sequence[Link] | None = None) -> AbstractContextManager[Span]:
         """A child of the current span, timed on the runtime clock; exceptions mark it as an error."""
         if not self.enabled:
-            yield trace.INVALID_SPAN
-            return
+            return _NOT_RECORDING
+        return self._span(name, attributes, links)
+
+    @contextmanager
+    def _span(self, name: str, attributes: Attributes | None,
+              links: Sequence[Link] | None) -> Iterator[Span]:
         s = self.tracer.start_span(name, attributes=attributes, links=links, start_time=self.now_ns())
         try:
             with trace.use_span(s, end_on_exit=False, record_exception=False, set_status_on_exception=False):

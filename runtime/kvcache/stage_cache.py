@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from itertools import islice
 
 from runtime.kvcache.block_pool import BlockPool
-from store.probe import longest_prefix
+from store.probe import longest_prefix_in
 
 
 class DescriptorMismatch(Exception):
@@ -76,18 +76,25 @@ class StageCache:
     # ---- lookup ------------------------------------------------------------------------------
     def prefix_length(self, hashes: list[int], limit: int | None = None) -> int:
         """Longest cached prefix of ``hashes[:limit]``: exponential probe + binary search."""
-        by_hash = self.pool.by_hash
+        n, probes = longest_prefix_in(hashes, self.pool.by_hash, limit)
+        self.work += probes
+        return n
 
-        def cached(h: int) -> bool:
-            self.work += 1
-            return h in by_hash
-
-        return longest_prefix(hashes, cached, limit)
+    def _cached_prefix(self, hashes: list[int], k: int) -> int:
+        """Longest cached prefix of ``hashes[:k]`` when ``k`` is the caller's guess (the hint):
+        residency is prefix-closed, so one probe confirms it; else search."""
+        self.work += 1
+        if k == 0 or hashes[k - 1] in self.pool.by_hash:
+            return k
+        return self.prefix_length(hashes, k - 1)
 
     def _held_prefix(self, hashes: list[int], end: int) -> int:
         """Longest prefix of cached ``hashes[:end]`` already held (holding is prefix-closed on a chain)."""
         blocks, by_hash = self.pool.blocks, self.pool.by_hash
-        lo, hi = 0, end                                    # answer in [lo, hi]
+        self.work += 1
+        if end == 0 or blocks[by_hash[hashes[end - 1]]].held:
+            return end                                     # the usual case under reuse: one probe
+        lo, hi = 0, end - 1                                # answer in [lo, hi]
         while lo < hi:
             mid = (lo + hi + 1) // 2
             self.work += 1
@@ -108,7 +115,7 @@ class StageCache:
         if rid in self.leases:
             raise ValueError(f"request {rid} already holds a lease on stage {self.stage}")
         pool = self.pool
-        cached = self.prefix_length(hashes, k)
+        cached = self._cached_prefix(hashes, k)
         held = self._held_prefix(hashes, cached)
         granted = cached if cached <= held else min(cached, held + self.reserved_slack())
         boundary = pool.by_hash[hashes[granted - 1]] if granted else -1
