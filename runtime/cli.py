@@ -89,6 +89,12 @@ def build_parser() -> _Parser:
     a.add_argument("--seed", type=int, default=0)
     a.add_argument("--json", dest="json_path", default=None)
 
+    k = sub.add_parser("knobs", help="show the scheduling knobs in a store, or change them (validated)")
+    k.add_argument("--store", required=True, help="redis://host:port/db[?cluster=name]")
+    k.add_argument("--set", dest="changes", action="append", default=[], metavar="NAME=VALUE",
+                   help="change a knob (repeatable); the runtime applies it at its next wave boundary")
+    k.add_argument("--history", type=int, default=0, metavar="N", help="also print the last N changes")
+
     c = sub.add_parser("calibrate-coordination", help="measure admission/cache costs on this machine's CPU")
     c.add_argument("--redis", default=None, help="also measure one round trip to this Redis URL")
     c.add_argument("--json", dest="json_path", default=None)
@@ -167,6 +173,53 @@ def cmd_admission_bench(args: argparse.Namespace) -> int:
     return 0
 
 
+def parse_knob_value(text: str) -> object:
+    """``16384`` -> int, ``true``/``false`` -> bool, anything else stays a string (validation decides)."""
+    low = text.strip().lower()
+    if low in ("true", "false"):
+        return low == "true"
+    try:
+        return int(text)
+    except ValueError:
+        return text.strip()
+
+
+def cmd_knobs(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from runtime.knobs import KnobError
+    from store.base import StoreError
+    from store.urls import open_store, parse_store_url
+
+    changes = {}
+    for item in args.changes:
+        name, sep, value = item.partition("=")
+        if not sep or not name.strip():
+            raise UsageError(f"--set takes NAME=VALUE, got {item!r}")
+        changes[name.strip()] = parse_knob_value(value)
+
+    async def run() -> tuple[object, list[dict[str, object]]]:
+        store = await open_store(args.store)
+        try:
+            record = await store.knobs_set(changes) if changes else await store.knobs_get()
+            return record, await store.knobs_history(args.history)
+        finally:
+            await store.close()
+
+    try:
+        if parse_store_url(args.store).kind == "memory":
+            raise UsageError("knobs live in a shared store: give --store redis://…")
+        record, history = asyncio.run(run())
+    except (KnobError, StoreError) as exc:
+        raise UsageError(str(exc)) from None
+    print(f"knobs version {record.version}")  # type: ignore[attr-defined]
+    for name, value in record.values.items():  # type: ignore[attr-defined]
+        print(f"  {name:22s} {value}")
+    for h in history:
+        print(f"  v{h['version']}: {h['changes']}")
+    return 0
+
+
 def cmd_calibrate_coordination(args: argparse.Namespace) -> int:
     from runtime.engines.coordination import measure
     from store.base import StoreError
@@ -185,7 +238,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
-        handler = {"bench": cmd_bench, "admission-bench": cmd_admission_bench,
+        handler = {"bench": cmd_bench, "admission-bench": cmd_admission_bench, "knobs": cmd_knobs,
                    "calibrate-coordination": cmd_calibrate_coordination}[args.command]
         return handler(args)
     except UsageError as exc:

@@ -1,0 +1,54 @@
+"""`wavepp knobs`: an operator reads and changes the knobs in a shared store; bad writes change nothing."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from runtime.cli import main
+from store.redis_store import RedisStore
+
+
+def knobs_version(url: str) -> tuple[int, dict[str, object]]:
+    async def read() -> tuple[int, dict[str, object]]:
+        store = await RedisStore.connect(url)
+        try:
+            record = await store.knobs_get()
+            return record.version, record.values
+        finally:
+            await store.close()
+    return asyncio.run(read())
+
+
+def test_set_then_show(redis_store_url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["knobs", "--store", redis_store_url, "--set", "max_wave_tokens=8192",
+                 "--set", "min_wave_tokens=4096", "--set", "hysteresis=false"]) == 0
+    version, values = knobs_version(redis_store_url)
+    assert version == 1
+    assert (values["max_wave_tokens"], values["min_wave_tokens"], values["hysteresis"]) == (8192, 4096, False)
+    out = capsys.readouterr().out
+    assert "knobs version 1" in out and "max_wave_tokens        8192" in out
+
+
+@pytest.mark.parametrize("change, field", [
+    ("min_wave_tokens=20000", "min_wave_tokens"),   # b_min > M
+    ("ring=abc", "ring"),                           # wrong type
+    ("max_leases=0", "max_leases"),                 # out of range
+    ("policy=fastest", "policy"),                   # not a policy
+    ("nope=1", "nope"),                             # unknown knob
+])
+def test_invalid_write_is_one_line_and_writes_nothing(redis_store_url: str, change: str, field: str,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    before = knobs_version(redis_store_url)
+    assert main(["knobs", "--store", redis_store_url, "--set", change]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"wavepp: error: {field}:")
+    assert knobs_version(redis_store_url) == before
+
+
+def test_malformed_set_and_memory_store_are_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["knobs", "--store", "memory"]) == 2
+    assert main(["knobs", "--store", "redis://127.0.0.1:6379/0", "--set", "novalue"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 2 and all(line.startswith("wavepp: error:") for line in err)
