@@ -21,6 +21,7 @@ from runtime.report import RunFigures, compute_figures
 from runtime.workloads import Workload, WorkloadSpec
 from store.base import Store
 from telemetry.setup import Telemetry
+from telemetry.span_codec import encode
 
 
 class Engine(Protocol):
@@ -54,6 +55,7 @@ class BenchConfig:
 class RunRecord:
     figures: RunFigures
     spans: Sequence[ReadableSpan]
+    encoded: list[dict[str, Any]]      # the same spans in compact form (figures, traces, saved runs)
     loop: LoopResult
     parts: EngineParts
 
@@ -90,11 +92,12 @@ def run_one(engine: Engine, cfg: BenchConfig, policy_name: str, concurrency: int
     for h in parts.handles:
         h.cache.check()
     spans = tel.finished_spans()
+    encoded = [encode(s) for s in spans]
     meta = {"policy": policy_name, "engine": engine.name, "model": cfg.model_name, "hardware": cfg.hardware_name,
             "concurrency": concurrency, "workload": cfg.workload.name, "inline_admission": not policy.async_admission}
-    figures = compute_figures(spans, engine.pp, meta)
+    figures = compute_figures(encoded, engine.pp, meta)
     tel.shutdown()
-    return RunRecord(figures, spans, result, parts)
+    return RunRecord(figures, spans, encoded, result, parts)
 
 
 def run_bench(engine: Engine, cfg: BenchConfig, progress: Progress | None = None) -> list[RunRecord]:

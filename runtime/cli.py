@@ -139,7 +139,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         print(f"wrote {args.json_path}")
     if args.trace:
         from telemetry.chrome_trace import write_trace
-        write_trace(args.trace, ((r.label, r.spans, args.pp) for r in records))
+        write_trace(args.trace, ((r.label, r.encoded, args.pp) for r in records))
         print(f"wrote {args.trace} (open in https://ui.perfetto.dev)")
     failed = sum(r.figures.failed for r in records)
     if failed:

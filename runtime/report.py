@@ -20,9 +20,6 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from opentelemetry.sdk.trace import ReadableSpan
-from opentelemetry.trace import StatusCode
-
 from telemetry import names as N
 
 
@@ -70,30 +67,39 @@ class RunFigures:
         return asdict(self)
 
 
-def _dur(span: ReadableSpan) -> float:
+Span = dict[str, Any]       # the compact form of telemetry.span_codec: n, t0, t1, a, ev, err
+
+
+def _dur(span: Span) -> float:
     """Span duration in seconds; nanosecond integers are subtracted before converting (a double
     holds an absolute epoch timestamp only to ~0.24 us)."""
-    return ((span.end_time or 0) - (span.start_time or 0)) / 1e9
+    return ((span["t1"] or 0) - (span["t0"] or 0)) / 1e9
 
 
-def _int(span: ReadableSpan, key: str) -> int:
-    value = (span.attributes or {}).get(key, 0)
+def _int(span: Span, key: str) -> int:
+    value = span["a"].get(key, 0)
     return int(value) if isinstance(value, int | float) else 0
 
 
-def compute_figures(spans: Sequence[ReadableSpan], num_stages: int, meta: dict[str, Any]) -> RunFigures:
-    """Figures of one run. ``meta`` carries policy, engine, model, hardware, pp, concurrency, workload."""
-    requests = [s for s in spans if s.name == N.REQUEST]
-    done = [s for s in requests if s.status.status_code != StatusCode.ERROR]
-    executes = [s for s in spans if s.name == N.EXECUTE]
-    rounds = [s for s in spans if s.name == N.ADMISSION_ROUND]
+def admitted_event(span: Span) -> int | None:
+    """Timestamp (ns) of the request's last admission, if it was admitted."""
+    times: list[int] = [e[1] for e in span.get("ev", ()) if e[0] == N.EVENT_ADMITTED]
+    return times[-1] if times else None
 
-    origin = min((s.start_time or 0 for s in requests), default=0)
-    end = max((s.end_time or 0 for s in requests), default=origin)
+
+def compute_figures(spans: Sequence[Span], num_stages: int, meta: dict[str, Any]) -> RunFigures:
+    """Figures of one run from its spans in compact form (``telemetry.span_codec.encode``).
+
+    ``meta`` carries policy, engine, model, hardware, concurrency, workload and inline_admission.
+    """
+    requests = [s for s in spans if s["n"] == N.REQUEST]
+    done = [s for s in requests if "err" not in s]
+    executes = [s for s in spans if s["n"] == N.EXECUTE]
+    rounds = [s for s in spans if s["n"] == N.ADMISSION_ROUND]
+
+    origin = min((s["t0"] for s in requests), default=0)
+    end = max((s["t1"] for s in requests), default=origin)
     makespan = max(end - origin, 0) / 1e9
-
-    def at(ns: int | None) -> float:          # seconds since the first arrival
-        return ((ns or 0) - origin) / 1e9
 
     busy = [0.0] * num_stages
     computed = 0
@@ -105,10 +111,10 @@ def compute_figures(spans: Sequence[ReadableSpan], num_stages: int, meta: dict[s
 
     admitted_at, admission_latency = [], []
     for s in requests:
-        events = [e for e in s.events if e.name == N.EVENT_ADMITTED]
-        if events:
-            admitted_at.append(at(events[-1].timestamp))
-            admission_latency.append(((events[-1].timestamp or 0) - (s.start_time or 0)) / 1e9)
+        t = admitted_event(s)
+        if t is not None:
+            admitted_at.append((t - origin) / 1e9)
+            admission_latency.append((t - s["t0"]) / 1e9)
     instants = sorted(set(admitted_at))
     intervals = [b - a for a, b in zip(instants, instants[1:], strict=False)]
 
@@ -117,7 +123,8 @@ def compute_figures(spans: Sequence[ReadableSpan], num_stages: int, meta: dict[s
     reusable = sum(_int(s, N.REUSABLE_TOKENS) for s in done)
     latencies = [_dur(s) for s in done]
     fallbacks = sum(1 for s in requests if _int(s, N.FALLBACKS) > 0)
-    wave_tokens = [t for s in spans if s.name == N.WAVE_PLAN and (t := _int(s, N.TOKENS)) > 0]
+    planned = [_int(s, N.TOKENS) for s in spans if s["n"] == N.WAVE_PLAN]
+    wave_tokens = [t for t in planned if t > 0]
     # Admission on the loop's critical path: rounds the dispatcher ran itself (policy flag in meta).
     inline = meta.get("inline_admission", False)
     critical = sum(_dur(s) for s in rounds) if inline else 0.0

@@ -11,32 +11,26 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from opentelemetry.sdk.trace import ReadableSpan
-
 from telemetry import names as N
 
 _STAGE_SPANS = {N.MATERIALIZE, N.EXECUTE, N.SEND, N.STAGE_WAIT}
 _ADMISSION_SPANS = {N.ADMISSION_ROUND, N.HINT_LOOKUP, N.LEASE, N.ESCROW}
 
 
-def _lane(span: ReadableSpan, num_stages: int) -> int | None:
-    if span.name in _STAGE_SPANS:
-        return int((span.attributes or {}).get(N.STAGE, 0))  # type: ignore[arg-type]
-    if span.name in _ADMISSION_SPANS:
+Span = dict[str, Any]       # compact form (telemetry.span_codec)
+
+
+def _lane(span: Span, num_stages: int) -> int | None:
+    if span["n"] in _STAGE_SPANS:
+        return int(span["a"].get(N.STAGE, 0))
+    if span["n"] in _ADMISSION_SPANS:
         return num_stages
-    if span.name == N.WAVE_PLAN:
+    if span["n"] == N.WAVE_PLAN:
         return num_stages + 1
     return None
 
 
-def _args(span: ReadableSpan) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for k, v in (span.attributes or {}).items():
-        out[k.removeprefix("wavepp.")] = list(v) if isinstance(v, tuple) else v
-    return out
-
-
-def trace_events(spans: Sequence[ReadableSpan], num_stages: int, pid: int, process_name: str,
+def trace_events(spans: Sequence[Span], num_stages: int, pid: int, process_name: str,
                  origin_ns: int) -> list[dict[str, Any]]:
     def meta(name: str, args: dict[str, Any], tid: int = 0) -> dict[str, Any]:
         return {"ph": "M", "pid": pid, "tid": tid, "name": name, "args": args}
@@ -47,20 +41,20 @@ def trace_events(spans: Sequence[ReadableSpan], num_stages: int, pid: int, proce
         events += [meta("thread_name", {"name": name}, lane), meta("thread_sort_index", {"sort_index": lane}, lane)]
     for span in spans:
         tid = _lane(span, num_stages)
-        if tid is None or span.start_time is None or span.end_time is None:
+        if tid is None or span["t0"] is None or span["t1"] is None:
             continue
         events.append({
-            "ph": "X", "pid": pid, "tid": tid, "name": span.name.removeprefix("wavepp."),
-            "ts": (span.start_time - origin_ns) / 1e3, "dur": (span.end_time - span.start_time) / 1e3,
-            "args": _args(span),
+            "ph": "X", "pid": pid, "tid": tid, "name": span["n"].removeprefix("wavepp."),
+            "ts": (span["t0"] - origin_ns) / 1e3, "dur": (span["t1"] - span["t0"]) / 1e3,
+            "args": {k.removeprefix("wavepp."): v for k, v in span["a"].items()},
         })
     return events
 
 
-def write_trace(path: str | Path, runs: Iterable[tuple[str, Sequence[ReadableSpan], int]]) -> None:
-    """Write one trace file; ``runs`` yields (process name, spans, number of stages)."""
+def write_trace(path: str | Path, runs: Iterable[tuple[str, Sequence[Span], int]]) -> None:
+    """Write one trace file; ``runs`` yields (process name, spans in compact form, number of stages)."""
     events: list[dict[str, Any]] = []
     for pid, (name, spans, num_stages) in enumerate(runs, start=1):
-        origin = min((s.start_time for s in spans if s.start_time is not None), default=0)
+        origin = min((s["t0"] for s in spans if s["t0"] is not None), default=0)
         events += trace_events(spans, num_stages, pid, name, origin)
     Path(path).write_text(json.dumps({"traceEvents": events, "displayTimeUnit": "ms"}))

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import Status, StatusCode, Tracer
@@ -16,6 +15,7 @@ from opentelemetry.trace import Status, StatusCode, Tracer
 from runtime.report import compute_figures, percentile
 from telemetry import names as N
 from telemetry.setup import SIM_EPOCH_NS
+from telemetry.span_codec import encode
 
 META = {"policy": "wavepp", "engine": "sim", "model": "m", "hardware": "h", "concurrency": 4, "workload": "w"}
 
@@ -80,8 +80,9 @@ class Run:
         self.span(N.EXECUTE, start, end, {N.STAGE: stage, N.TOKENS: tokens})
 
     @property
-    def spans(self) -> Sequence[ReadableSpan]:
-        return self.exporter.get_finished_spans()
+    def spans(self) -> list[dict[str, Any]]:
+        """The compact form the figures are computed from (as the bench and the dashboard do)."""
+        return [encode(s) for s in self.exporter.get_finished_spans()]
 
 
 def hand_run() -> Run:
