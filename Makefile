@@ -15,17 +15,24 @@ $(STAMP): pyproject.toml | $(VENV)/bin/python
 	$(PY) -m pip install -q -e '.[dev]'
 	touch $@
 
+# The main job: the runtime and the live dashboard together, embedded (no external service).
 demo: $(STAMP)
+	$(VENV)/bin/wavepp dashboard --port 8501
+
+# The benchmark of the runtime-core issue: wavepp vs trtllm-pp on the simulated GLM-5.2 / B300.
+bench: $(STAMP)
 	@mkdir -p out
 	$(VENV)/bin/wavepp bench --engine sim --model glm-5.2 --hardware b300 --pp 4 --workload suffix4k \
-		--concurrency 8,32,128 --policy wavepp,trtllm-pp --json out/demo.json --trace out/demo-trace.json
+		--concurrency 8,32,128 --policy wavepp,trtllm-pp --json out/bench.json --trace out/bench-trace.json \
+		--save-run out/bench-run.json.gz
 
 # Tests talk to a real Redis: the one on 127.0.0.1:6379 when it answers, else a private
 # redis-server they start themselves. Install the server from Debian when it is missing.
+# The browser test drives Debian's chromium (test tools cannot download their own browser here).
 services:
-	@command -v redis-server >/dev/null 2>&1 || { \
-		echo "installing redis-server (Debian package)"; \
-		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null; }
+	@command -v redis-server >/dev/null 2>&1 && test -x /usr/bin/chromium || { \
+		echo "installing redis-server and chromium (Debian packages)"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server chromium >/dev/null; }
 
 test: $(STAMP) services
 	$(PY) -m pytest

@@ -18,6 +18,7 @@ from runtime.knobs import Knobs
 from runtime.loop import LoopResult, PipelineLoop
 from runtime.policies import get_policy
 from runtime.report import RunFigures, compute_figures
+from runtime.runfile import SavedRun
 from runtime.workloads import Workload, WorkloadSpec
 from store.base import Store
 from telemetry.setup import Telemetry
@@ -34,7 +35,7 @@ class Engine(Protocol):
     def default_prompt_tokens(self) -> int: ...
     def build(self) -> EngineParts: ...
     async def open_store(self) -> Store: ...
-    def telemetry(self, run: str = "") -> Telemetry: ...
+    def telemetry(self, run: str = "", keep: bool = True) -> Telemetry: ...
     def run(self, main: Any) -> Any: ...
 
 
@@ -59,9 +60,15 @@ class RunRecord:
     loop: LoopResult
     parts: EngineParts
 
+    meta: dict[str, Any] = field(default_factory=dict)
+
     @property
     def label(self) -> str:
         return f"{self.figures.policy} c={self.figures.concurrency}"
+
+    def saved(self) -> SavedRun:
+        changes = [{"t": t, "changes": c} for t, c in self.loop.knob_changes]
+        return SavedRun(self.label, self.meta, self.figures.as_dict(), self.encoded, changes, list(self.loop.status))
 
 
 Progress = Callable[[str, int, int], None]    # (run label, finished requests, total)
@@ -94,10 +101,12 @@ def run_one(engine: Engine, cfg: BenchConfig, policy_name: str, concurrency: int
     spans = tel.finished_spans()
     encoded = [encode(s) for s in spans]
     meta = {"policy": policy_name, "engine": engine.name, "model": cfg.model_name, "hardware": cfg.hardware_name,
-            "concurrency": concurrency, "workload": cfg.workload.name, "inline_admission": not policy.async_admission}
+            "concurrency": concurrency, "workload": cfg.workload.name, "inline_admission": not policy.async_admission,
+            "pp": engine.pp, "capacities": [h.cache.pool.num_blocks for h in parts.handles],
+            "block_size": engine.block_size}
     figures = compute_figures(encoded, engine.pp, meta)
     tel.shutdown()
-    return RunRecord(figures, spans, encoded, result, parts)
+    return RunRecord(figures, spans, encoded, result, parts, meta)
 
 
 def run_bench(engine: Engine, cfg: BenchConfig, progress: Progress | None = None) -> list[RunRecord]:

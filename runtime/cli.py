@@ -78,6 +78,7 @@ def build_parser() -> _Parser:
     b.add_argument("--time-scale", type=float, default=1.0, help="real-time sim: multiply modelled step times")
     b.add_argument("--json", dest="json_path", default=None, help="write {\"runs\": [...]} here")
     b.add_argument("--trace", default=None, help="write Chrome trace-event JSON here (one lane per stage)")
+    b.add_argument("--save-run", default=None, help="save spans, figures, knobs and status of every run (.gz ok)")
     b.add_argument("--quiet", action="store_true", help="no progress bar")
 
     a = sub.add_parser("admission-bench", help="admission latency (lookup + lease + escrow) and store round trips")
@@ -88,6 +89,21 @@ def build_parser() -> _Parser:
     a.add_argument("--requests", type=positive_int, default=1000)
     a.add_argument("--seed", type=int, default=0)
     a.add_argument("--json", dest="json_path", default=None)
+
+    d = sub.add_parser("dashboard", help="the live operator dashboard (Streamlit): embedded runtime, a store, or a run")
+    src = d.add_mutually_exclusive_group()
+    src.add_argument("--store", default=None, help="watch a live deployment on redis://…")
+    src.add_argument("--run", default=None, help="open a file saved by `wavepp bench --save-run`")
+    d.add_argument("--port", type=positive_int, default=8501)
+    d.add_argument("--host", default="127.0.0.1")
+    d.add_argument("--model", default="llama-3-8b", help="embedded runtime: model profile")
+    d.add_argument("--hardware", default="h200", help="embedded runtime: hardware profile")
+    d.add_argument("--pp", type=positive_int, default=4, help="embedded runtime: stages")
+    d.add_argument("--workload", default="reuse90", help="embedded runtime: workload")
+    d.add_argument("--concurrency", type=positive_int, default=64, help="embedded runtime: closed-loop concurrency")
+    d.add_argument("--prompt-tokens", type=positive_int, default=8192, help="embedded runtime: prompt length")
+    d.add_argument("--policy", default="wavepp", help="embedded runtime: starting policy (a knob)")
+    d.add_argument("--time-scale", type=float, default=1.0, help="embedded sim: stretch modelled step times")
 
     k = sub.add_parser("knobs", help="show the scheduling knobs in a store, or change them (validated)")
     k.add_argument("--store", required=True, help="redis://host:port/db[?cluster=name]")
@@ -137,6 +153,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if args.json_path:
         Path(args.json_path).write_text(json.dumps({"runs": [r.figures.as_dict() for r in records]}, indent=1))
         print(f"wrote {args.json_path}")
+    if args.save_run:
+        from runtime.runfile import save_runs
+        save_runs(args.save_run, [r.saved() for r in records])
+        print(f"wrote {args.save_run} (wavepp dashboard --run {args.save_run})")
     if args.trace:
         from telemetry.chrome_trace import write_trace
         write_trace(args.trace, ((r.label, r.encoded, args.pp) for r in records))
@@ -220,6 +240,72 @@ def cmd_knobs(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_dashboard(args: argparse.Namespace) -> int:
+    import os
+
+    from store.base import StoreError
+    if args.run:
+        from runtime.runfile import load_runs
+        try:
+            load_runs(args.run)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+        source = f"run:{os.path.abspath(args.run)}"
+    elif args.store:
+        import asyncio
+        try:
+            asyncio.run(_check_store(args.store))
+        except StoreError as exc:
+            raise UsageError(str(exc)) from None
+        source = f"store:{args.store}"
+    else:
+        source = "embedded"
+        _start_embedded(args)
+    os.environ["WAVEPP_DASHBOARD"] = source
+    from streamlit.web import bootstrap
+
+    import dashboard
+    app = os.path.join(os.path.dirname(dashboard.__file__), "app.py")
+    print(f"WavePP dashboard ({source}): http://{args.host}:{args.port}  (Ctrl-C to stop)", flush=True)
+    flags = {"server_port": args.port, "server_address": args.host, "server_headless": True,
+             "browser_gatherUsageStats": False, "server_fileWatcherType": "none", "global_developmentMode": False,
+             "server_runOnSave": False}
+    bootstrap.load_config_options(flag_options=flags)
+    bootstrap.run(app, False, [], flags)
+    return 0
+
+
+async def _check_store(url: str) -> None:
+    from store.urls import open_store, parse_store_url
+    if parse_store_url(url).kind != "redis":
+        from store.base import StoreError
+        raise StoreError("a live dashboard reads a shared store: give --store redis://…")
+    store = await open_store(url)
+    await store.close()
+
+
+def _start_embedded(args: argparse.Namespace) -> None:
+    """The runtime (sim engine in real time) in a child process serving the dashboard."""
+    from dashboard import embedded
+    from runtime.engines.sim.engine import SimEngine
+    from runtime.knobs import KnobError, Knobs
+    from runtime.workloads import parse_workload
+    engine_args = {"model": args.model, "hardware": args.hardware, "pp": args.pp, "realtime": True,
+                   "time_scale": args.time_scale}
+    try:
+        parse_workload(args.workload)
+        knobs = Knobs().replace(policy=args.policy)
+        SimEngine(**engine_args)                              # validate here: one line, exit 2
+    except (ValueError, KnobError) as exc:
+        raise UsageError(str(exc)) from None
+    runtime_args = {"workload": args.workload, "concurrency": args.concurrency,
+                    "prompt_tokens": args.prompt_tokens, "knobs": knobs}
+    remote, _proc = embedded.start_child(engine_args, runtime_args)
+    embedded.CURRENT = remote
+    if remote.error:
+        raise UsageError(remote.error)
+
+
 def cmd_calibrate_coordination(args: argparse.Namespace) -> int:
     from runtime.engines.coordination import measure
     from store.base import StoreError
@@ -239,6 +325,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = parser.parse_args(argv)
         handler = {"bench": cmd_bench, "admission-bench": cmd_admission_bench, "knobs": cmd_knobs,
+                   "dashboard": cmd_dashboard,
                    "calibrate-coordination": cmd_calibrate_coordination}[args.command]
         return handler(args)
     except UsageError as exc:

@@ -16,6 +16,7 @@ request failed or fell back meanwhile is skipped ("stale": its attempt is no lon
 from __future__ import annotations
 
 import asyncio
+import itertools
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -44,11 +45,18 @@ class _LateFallback(Exception):
         self.granted = granted
 
 
+STATUS_EVERY_S = 0.25          # runtime status snapshots (dashboard: queues, cache state over time)
+STATUS_HISTORY = 20_000
+COMPLETIONS_KEPT = 100_000     # a long-running (live) loop keeps the most recent ones
+EVER_COMPUTED_CAP = 4_000_000  # block hashes remembered for the good-hit rate (oldest forgotten first)
+
+
 @dataclass(slots=True)
 class LoopResult:
-    completions: list[Completion] = field(default_factory=list)
+    completions: deque[Completion] = field(default_factory=lambda: deque(maxlen=COMPLETIONS_KEPT))
     failures: dict[str, str] = field(default_factory=dict)     # request id -> one-line error
-    knob_changes: list[tuple[float, dict[str, Any]]] = field(default_factory=list)
+    knob_changes: list[tuple[int, dict[str, Any]]] = field(default_factory=list)   # (span-clock ns, changes)
+    status: deque[dict[str, Any]] = field(default_factory=lambda: deque(maxlen=STATUS_HISTORY))
 
 
 class PipelineLoop:
@@ -83,7 +91,7 @@ class PipelineLoop:
         self.waiting: deque[Request] = deque()
         self.active: dict[str, AdmittedRequest] = {}
         self.spans: dict[str, Any] = {}
-        self.ever_computed: set[int] = set()
+        self.ever_computed: dict[int, None] = {}       # an insertion-ordered set, capped
         self.result = LoopResult()
         self.in_flight = 0
         self.next_wave_id = 0
@@ -116,7 +124,7 @@ class PipelineLoop:
         for i, (tokens, hashes) in enumerate(self.workload.primed_prompts()):
             for h in self.handles:
                 h.cache.prime(f"prime{i}", hashes, len(tokens))
-            self.ever_computed.update(hashes)
+            self._remember(hashes)
         await self.publisher.flush()
 
     async def run(self) -> LoopResult:
@@ -127,7 +135,8 @@ class PipelineLoop:
         named = {"dispatcher": self._dispatcher(), "admission": self._admission_task(),
                  "publisher": self._publisher(), "store-writer": self.writer.run(),
                  "heartbeat": self.registry.heartbeat(), "knobs": self.knob_watcher.run(),
-                 "reaper": self.registry.reaper(self.handles, self.capacity.notify)}
+                 "reaper": self.registry.reaper(self.handles, self.capacity.notify),
+                 "status": self._status_task()}
         named |= {f"stage{s}": self._stage(s) for s in range(self.num_stages)}
         named |= {f"link{s}": self._link(s) for s in range(self.num_stages - 1)}
         tasks = [asyncio.create_task(coro, name=name) for name, coro in named.items()]
@@ -153,6 +162,12 @@ class PipelineLoop:
             await self.writer.drain()
         finally:
             task.cancel()
+
+    def _remember(self, hashes: Sequence[int]) -> None:
+        self.ever_computed.update(dict.fromkeys(hashes))
+        if len(self.ever_computed) > EVER_COMPUTED_CAP:
+            for h in list(itertools.islice(self.ever_computed, len(self.ever_computed) - EVER_COMPUTED_CAP)):
+                del self.ever_computed[h]
 
     # ---- arrival ------------------------------------------------------------------------------
     def _arrive(self, req: Request | None = None) -> None:
@@ -222,7 +237,7 @@ class PipelineLoop:
         changed = {k: v for k, v in knobs.as_dict().items() if old[k] != v}
         self.knobs = knobs
         self._configure(knobs)
-        self.result.knob_changes.append((now(), changed))
+        self.result.knob_changes.append((self.tel.now_ns(), changed))
         self._knob_event = changed
         self.changed.notify()
 
@@ -360,7 +375,7 @@ class PipelineLoop:
         del self.active[req.id]
         self.registry.released(req.id)
         req.state = RequestState.DONE
-        self.ever_computed.update(req.block_hashes)
+        self._remember(req.block_hashes)
         span = self.spans.pop(req.id)
         span.set_attributes({N.REUSED_TOKENS: a.reused_tokens, N.REUSE_BLOCKS: a.reuse_blocks,
                              N.FALLBACKS: req.fallbacks})
@@ -404,6 +419,26 @@ class PipelineLoop:
         await self._release_everywhere(rid)
         self.waiting.appendleft(req)
         self.changed.notify()
+
+    def status(self) -> dict[str, Any]:
+        """A snapshot of queues and per-stage cache state (the dashboard's Cache and Admission pages)."""
+        stages = []
+        for h in self.handles:
+            st = h.cache.stats()
+            stages.append({"stage": h.stage, "capacity": st.num_blocks, "cached": st.num_cached,
+                           "free": st.num_free, "leases": st.num_leases, "escrowed": st.num_escrowed_blocks,
+                           "evictions": st.num_evictions, "replacements": st.num_victim_replacements})
+        return {"t": self.tel.now_ns(), "policy": self.policy.name, "waiting": len(self.waiting),
+                "active": len(self.active), "in_flight": self.in_flight, "ring": self.ring,
+                "finished": self.num_finished, "failed": len(self.result.failures),
+                "knobs_version": self.knob_watcher.version, "stages": stages}
+
+    async def _status_task(self) -> None:
+        while True:
+            snapshot = self.status()
+            self.result.status.append(snapshot)
+            self.writer.submit(lambda snapshot=snapshot: self.store.status_put(snapshot))  # type: ignore[misc]
+            await asyncio.sleep(STATUS_EVERY_S)
 
     async def _publisher(self) -> None:
         """Stages publish attach/detach events to the hint index off the critical path."""

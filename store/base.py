@@ -128,6 +128,13 @@ class Store(Protocol):
         """The last ``count`` knob writes, oldest first: ``{"version", "time", "changes"}``."""
         ...
 
+    # ---- runtime status ----------------------------------------------------------------------
+    async def status_put(self, status: dict[str, Any]) -> None:
+        """The runtime's latest status snapshot (queues, per-stage cache state); the dashboard reads it."""
+        ...
+
+    async def status_get(self) -> dict[str, Any] | None: ...
+
     async def clear_all(self) -> int:
         """Delete everything this store holds for the deployment (tests, fresh benchmark runs)."""
         ...

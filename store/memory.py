@@ -38,6 +38,7 @@ class MemoryStore:
         self._in_flight: dict[int, dict[str, Any]] = {}
         self._knobs = KnobsRecord(0, Knobs().as_dict())
         self._knob_history: deque[dict[str, Any]] = deque(maxlen=KNOB_HISTORY_CAP)
+        self._status: dict[str, Any] | None = None
 
     def _stage(self, stage: int) -> dict[int, int]:
         return self._counts.setdefault(stage, {})
@@ -137,6 +138,13 @@ class MemoryStore:
 
     async def knobs_history(self, count: int) -> list[dict[str, Any]]:
         return list(self._knob_history)[-count:] if count > 0 else []
+
+    # ---- status ----------------------------------------------------------------------------
+    async def status_put(self, status: dict[str, Any]) -> None:
+        self._status = status
+
+    async def status_get(self) -> dict[str, Any] | None:
+        return self._status
 
     async def clear_all(self) -> int:
         """Forget everything (the Redis store deletes its keys)."""

@@ -252,6 +252,18 @@ class RedisStore:
         return [{"version": int(f[b"version"]), "time": float(f[b"time"]), "changes": json.loads(f[b"changes"])}
                 for _, f in reversed(rows)]
 
+    # ---- status ----------------------------------------------------------------------------
+    @_translate
+    async def status_put(self, status: dict[str, Any]) -> None:
+        self.round_trips += 1
+        await self.client.set(self.key("status"), json.dumps(status, separators=(",", ":")))
+
+    @_translate
+    async def status_get(self) -> dict[str, Any] | None:
+        self.round_trips += 1
+        raw = await self.client.get(self.key("status"))
+        return json.loads(raw) if raw else None
+
     # ---- housekeeping ----------------------------------------------------------------------
     @_translate
     async def clear_all(self) -> int:

@@ -35,7 +35,7 @@ class Telemetry:
     """Tracer provider + in-memory exporter bound to one run's clock."""
 
     def __init__(self, clock: Callable[[], float], epoch_ns: int | None = None,
-                 service_name: str = "wavepp", enabled: bool = True) -> None:
+                 service_name: str = "wavepp", enabled: bool = True, keep: bool = True) -> None:
         self.enabled = enabled              # False: spans are not recorded (micro-benchmarks of mechanisms)
         self._clock = clock
         # Real time (epoch_ns None): map the clock's "now" onto the wall clock's "now" at the
@@ -43,7 +43,8 @@ class Telemetry:
         self._epoch_ns = epoch_ns
         self.provider = TracerProvider(resource=Resource.create({"service.name": service_name}))
         self.memory = InMemorySpanExporter()
-        self.provider.add_span_processor(SimpleSpanProcessor(self.memory))
+        if keep:                             # a long-running live runtime keeps a bounded ring instead
+            self.provider.add_span_processor(SimpleSpanProcessor(self.memory))
         self._add_otlp_if_configured()
         self.tracer = self.provider.get_tracer("wavepp")
 

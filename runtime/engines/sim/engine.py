@@ -101,8 +101,9 @@ class SimEngine:
             return ResilientStore(inner)  # type: ignore[return-value]
         return CostedStore(inner, self.costs, rtt)  # type: ignore[return-value]
 
-    def telemetry(self, run: str = "") -> Telemetry:
-        tel = Telemetry(now, None if self.realtime else SIM_EPOCH_NS)
+    def telemetry(self, run: str = "", keep: bool = True) -> Telemetry:
+        """``keep=False``: no in-memory span list (a long-running live runtime uses a bounded ring)."""
+        tel = Telemetry(now, None if self.realtime else SIM_EPOCH_NS, keep=keep)
         if self.store_url.kind == "redis":
             tel.add_span_processor(span_stream_processor(self.store_url, run))
         return tel

@@ -1,0 +1,91 @@
+"""Plotly figures built from :mod:`dashboard.frames` tables. Pure: no Streamlit here."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+
+from dashboard.frames import Frames, bubbles
+
+PALETTE = ["#4C78A8", "#F58518", "#54A24B", "#B279A2", "#72B7B2", "#EECA3B", "#9D755D", "#FF9DA6"]
+KIND_WIDTH = {"execute": 0.62, "materialize": 0.22, "send": 0.12, "wait": 0.62}
+KIND_OFFSET = {"execute": 0.0, "materialize": -0.3, "send": 0.3, "wait": 0.0}
+BUBBLE = "rgba(214, 39, 40, 0.18)"
+
+
+def lane(stage: int) -> str:
+    return f"stage {stage}"
+
+
+def add_knob_marks(fig: go.Figure, marks: Sequence[tuple[float, str]], start: float = -np.inf,
+                   end: float = np.inf) -> go.Figure:
+    """Knob changes as dashed vertical markers on a time axis."""
+    for t, text in marks:
+        if start <= t <= end:
+            fig.add_vline(x=t, line_dash="dash", line_color="#d62728", annotation_text=f"knobs: {text}",
+                          annotation_position="top left", annotation_font_size=10)
+    return fig
+
+
+def timeline(fr: Frames, start: float, end: float) -> go.Figure:
+    """Detailed recent window: one lane per stage; execute bars coloured by wave, materialize and
+    send as thin bars beside them, idle time shaded as bubbles."""
+    fig = go.Figure()
+    lanes = [lane(s) for s in range(fr.num_stages)]
+    gaps = bubbles(fr.steps, fr.num_stages, start, end)
+    if gaps:
+        fig.add_trace(go.Bar(
+            name="bubble (idle)", orientation="h", y=[lane(s) for s, _, _ in gaps],
+            base=[a for _, a, _ in gaps], x=[b - a for _, a, b in gaps], width=0.75,
+            marker_color=BUBBLE, hovertemplate="idle %{x:.4f} s<extra></extra>"))
+    win = fr.steps[(fr.steps["t1"] >= start) & (fr.steps["t0"] <= end)]
+    for kind, rows in win.groupby("kind", sort=False):
+        colours = [PALETTE[w % len(PALETTE)] for w in rows["wave"]] if kind == "execute" else None
+        fig.add_trace(go.Bar(
+            name=str(kind), orientation="h", y=[lane(s) for s in rows["stage"]], base=rows["t0"],
+            x=rows["t1"] - rows["t0"], width=KIND_WIDTH.get(str(kind), 0.3), offset=None,
+            marker_color=colours or ("#888" if kind != "wait" else "#d62728"),
+            customdata=np.stack([rows["wave"], rows["tokens"]], axis=-1),
+            hovertemplate=f"{kind}<br>wave %{{customdata[0]}}<br>%{{customdata[1]}} tokens<br>"
+                          "%{base:.4f} s + %{x:.4f} s<extra></extra>"))
+    fig.update_layout(barmode="overlay", height=110 + 60 * fr.num_stages, margin=dict(l=10, r=10, t=30, b=30),
+                      xaxis_title="time (s)", legend_orientation="h", legend_y=1.12)
+    fig.update_yaxes(categoryorder="array", categoryarray=lanes[::-1], type="category")
+    fig.update_xaxes(range=[start, end])
+    return add_knob_marks(fig, fr.knob_marks, start, end)
+
+
+def history(fr: Frames) -> go.Figure:
+    """The whole run at once: every execute step as a WebGL line segment (stays responsive at
+    tens of thousands of bars)."""
+    fig = go.Figure()
+    ex = fr.steps[fr.steps["kind"] == "execute"]
+    for s in range(fr.num_stages):
+        mine = ex[ex["stage"] == s]
+        n = len(mine)
+        xs = np.empty(3 * n)
+        xs[0::3], xs[1::3], xs[2::3] = mine["t0"].to_numpy(), mine["t1"].to_numpy(), np.nan
+        ys = np.full(3 * n, float(fr.num_stages - 1 - s))         # stage 0 on top (WebGL: no reversed axis)
+        ys[2::3] = np.nan
+        fig.add_trace(go.Scattergl(x=xs, y=ys, mode="lines", name=lane(s), hoverinfo="skip",
+                                   line=dict(width=14, color=PALETTE[s % len(PALETTE)])))
+    fig.update_layout(height=90 + 45 * fr.num_stages, margin=dict(l=10, r=10, t=30, b=30), showlegend=False,
+                      xaxis_title="time (s)")
+    fig.update_yaxes(tickvals=list(range(fr.num_stages)),
+                     ticktext=[lane(fr.num_stages - 1 - i) for i in range(fr.num_stages)],
+                     range=[-0.6, fr.num_stages - 0.4], zeroline=False)
+    return add_knob_marks(fig, fr.knob_marks)
+
+
+def lines(df: pd.DataFrame, x: str, y: str, color: str | None = None, title: str = "",
+          marks: Sequence[tuple[float, str]] = (), y_title: str = "") -> go.Figure:
+    fig = go.Figure()
+    groups = df.groupby(color, sort=False) if color else [(y, df)]
+    for name, rows in groups:
+        fig.add_trace(go.Scatter(x=rows[x], y=rows[y], mode="lines", name=str(name)))
+    fig.update_layout(title=title, height=300, margin=dict(l=10, r=10, t=40, b=30), xaxis_title="time (s)",
+                      yaxis_title=y_title, legend_orientation="h")
+    return add_knob_marks(fig, marks)

@@ -1,0 +1,195 @@
+"""The embedded runtime: ``make demo`` runs the pipeline loop and the dashboard with no services.
+
+The loop runs on its own asyncio event loop (real time) in a thread of a child process; the
+dashboard reads its bounded span ring and writes knobs into its memory store through a local
+socket, and the runtime's knob watcher picks them up at the next wave boundary.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import multiprocessing
+import os
+import secrets
+import tempfile
+import threading
+from collections.abc import Coroutine
+from multiprocessing.managers import BaseManager
+from typing import Any
+
+from runtime.engines.sim.engine import SimEngine
+from runtime.knobs import Knobs
+from runtime.loop import PipelineLoop
+from runtime.workloads import Workload, parse_workload
+from store.base import KnobsRecord
+from store.memory import MemoryStore
+from telemetry.ring import SpanRing
+
+log = logging.getLogger(__name__)
+
+FOREVER = 10**12        # requests: a live runtime runs until it is stopped
+
+
+class EmbeddedRuntime:
+    def __init__(self, engine: SimEngine, workload: str = "reuse90", concurrency: int = 32,
+                 prompt_tokens: int | None = None, knobs: Knobs | None = None, seed: int = 0,
+                 requests: int = FOREVER) -> None:
+        self.engine = engine
+        self.spec = parse_workload(workload)
+        self.concurrency = concurrency
+        self.prompt_tokens = prompt_tokens or engine.default_prompt_tokens()
+        self.knobs = knobs or Knobs()
+        self.seed = seed
+        self.requests = requests
+        self.label = f"{self.knobs.policy} c={concurrency} {self.spec.name} (embedded)"
+        self.ring = SpanRing(run=self.label)
+        self.store = MemoryStore()
+        self.loop: PipelineLoop
+        self.error: str | None = None
+        self.ready = False
+        self._aio: asyncio.AbstractEventLoop | None = None
+        self._started = threading.Event()
+        self._thread = threading.Thread(target=self._main, name="wavepp-runtime", daemon=True)
+
+    def start(self, timeout_s: float = 30.0) -> EmbeddedRuntime:
+        self._thread.start()
+        self._started.wait(timeout_s)
+        return self
+
+    def call(self, coro: Coroutine[Any, Any, Any], timeout_s: float = 5.0) -> Any:
+        """Run a coroutine on the runtime's loop from another thread and wait for its result."""
+        assert self._aio is not None
+        return asyncio.run_coroutine_threadsafe(coro, self._aio).result(timeout_s)
+
+    def stop(self) -> None:
+        if self._aio is not None and self.ready:
+            self._aio.call_soon_threadsafe(self.loop.done.set)
+        self._thread.join(timeout=10)
+
+    def _main(self) -> None:
+        try:
+            asyncio.run(self._run())
+        except Exception as exc:       # the dashboard shows it in a banner; nothing else stops
+            self.error = f"runtime stopped: {exc}"
+            log.exception("embedded runtime stopped")
+            self._started.set()
+
+    async def _run(self) -> None:
+        self._aio = asyncio.get_running_loop()
+        parts = self.engine.build()
+        tel = self.engine.telemetry(self.label, keep=False)     # spans go to the bounded ring only
+        tel.add_span_processor(self.ring)
+        workload = Workload(self.spec, self.requests, self.prompt_tokens, self.engine.block_size,
+                            self.engine.vocab_size, self.seed)
+        self.loop = PipelineLoop(parts.handles, parts.executor, self.store, self.knobs, workload,
+                                 self.concurrency, tel, self.engine.block_size)
+        self.ready = True
+        self._started.set()
+        await self.loop.run()
+
+
+# ---- the runtime in a child process ---------------------------------------------------------
+# Streamlit renders in the same interpreter as whatever runs beside it; sharing the GIL with the
+# dashboard would put the dashboard's own rendering into the pipeline's bubbles. So `wavepp
+# dashboard` runs the embedded runtime in a child process and talks to it over a local socket
+# (multiprocessing.managers): still no external service.
+
+class _Facade:
+    """What the dashboard may ask of the runtime (runs in the child, called through a proxy)."""
+
+    def __init__(self, runtime: EmbeddedRuntime) -> None:
+        self.rt = runtime
+
+    def label(self) -> str:
+        return self.rt.label
+
+    def error(self) -> str | None:
+        return self.rt.error
+
+    def read(self, after: int) -> tuple[list[dict[str, Any]], int]:
+        return self.rt.ring.read(after)
+
+    def status(self, count: int) -> list[dict[str, Any]]:
+        if not self.rt.ready:
+            return []
+        return list(self.rt.loop.result.status)[-count:]
+
+    def knobs(self) -> tuple[int, dict[str, Any]]:
+        record = self.rt.call(self.rt.store.knobs_get())
+        return record.version, record.values
+
+    def knob_history(self, count: int) -> list[dict[str, Any]]:
+        history: list[dict[str, Any]] = self.rt.call(self.rt.store.knobs_history(count))
+        return history
+
+    def set_knobs(self, changes: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        record = self.rt.call(self.rt.store.knobs_set(changes))
+        return record.version, record.values
+
+
+class _Manager(BaseManager):
+    pass
+
+
+def serve(engine_args: dict[str, Any], runtime_args: dict[str, Any], address: str, authkey: bytes,
+          ready: Any) -> None:
+    """Child process: start the runtime and serve it to the dashboard until killed."""
+    engine = SimEngine(**engine_args)
+    runtime = EmbeddedRuntime(engine, **runtime_args).start()
+    facade = _Facade(runtime)
+    _Manager.register("runtime", callable=lambda: facade)
+    server = _Manager(address=address, authkey=authkey).get_server()
+    ready.set()
+    server.serve_forever()
+
+
+class RemoteRuntime:
+    """The dashboard's handle on a runtime served by :func:`serve` (same interface it needs)."""
+
+    def __init__(self, address: str, authkey: bytes) -> None:
+        _Manager.register("runtime")
+        manager = _Manager(address=address, authkey=authkey)
+        manager.connect()
+        self._rt = manager.runtime()          # type: ignore[attr-defined]
+        self.label: str = self._rt.label()
+
+    @property
+    def error(self) -> str | None:
+        return self._rt.error()  # type: ignore[no-any-return]
+
+    def read(self, after: int) -> tuple[list[dict[str, Any]], int]:
+        return self._rt.read(after)  # type: ignore[no-any-return]
+
+    def status(self, count: int = 5000) -> list[dict[str, Any]]:
+        return self._rt.status(count)  # type: ignore[no-any-return]
+
+    def knobs(self) -> KnobsRecord:
+        version, values = self._rt.knobs()
+        return KnobsRecord(version, values)
+
+    def knob_history(self, count: int = 200) -> list[dict[str, Any]]:
+        return self._rt.knob_history(count)  # type: ignore[no-any-return]
+
+    def set_knobs(self, changes: dict[str, Any]) -> KnobsRecord:
+        version, values = self._rt.set_knobs(changes)
+        return KnobsRecord(version, values)
+
+
+def start_child(engine_args: dict[str, Any], runtime_args: dict[str, Any],
+                timeout_s: float = 60.0) -> tuple[RemoteRuntime, Any]:
+    """Start the runtime in a child process; returns the handle and the process."""
+    ctx = multiprocessing.get_context("spawn")
+    address = os.path.join(tempfile.mkdtemp(prefix="wavepp-"), "runtime.sock")
+    authkey = secrets.token_bytes(16)
+    ready = ctx.Event()
+    proc = ctx.Process(target=serve, args=(engine_args, runtime_args, address, authkey, ready),
+                       name="wavepp-runtime", daemon=True)
+    proc.start()
+    if not ready.wait(timeout_s):
+        proc.kill()
+        raise RuntimeError("the embedded runtime did not start")
+    return RemoteRuntime(address, authkey), proc
+
+
+CURRENT: RemoteRuntime | None = None       # set by `wavepp dashboard` before the server starts

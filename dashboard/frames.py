@@ -1,0 +1,135 @@
+"""Spans (compact form) -> tables the pages draw. Pure functions: no Streamlit here.
+
+Times are seconds since the view's origin (the first span), so saved runs, live runs and the
+virtual-time sim all plot on the same kind of axis.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pandas as pd
+
+from runtime.report import admitted_event
+from telemetry import names as N
+
+Span = dict[str, Any]
+STEP_KINDS = {N.MATERIALIZE: "materialize", N.EXECUTE: "execute", N.SEND: "send", N.STAGE_WAIT: "wait"}
+PHASES = {N.HINT_LOOKUP: "lookup", N.LEASE: "lease", N.ESCROW: "escrow"}
+
+
+@dataclass(slots=True)
+class Frames:
+    origin_ns: int
+    num_stages: int
+    steps: pd.DataFrame          # stage, kind, t0, t1, wave, tokens
+    requests: pd.DataFrame       # id, arrival, admitted, done, latency, input/reused/reusable tokens, fallbacks, failed
+    rounds: pd.DataFrame         # t, round_s, lookup_s, lease_s, escrow_s, requests, admitted
+    plans: pd.DataFrame          # t, wave, budget, tokens, ready, in_flight
+    fallbacks: pd.DataFrame      # t, request, stage (late ones have a stage)
+    knob_marks: list[tuple[float, str]] = field(default_factory=list)   # (t, "name=value, …")
+
+    def t(self, ns: int | float | None) -> float:
+        return ((ns or 0) - self.origin_ns) / 1e9
+
+    @property
+    def end(self) -> float:
+        return float(self.steps["t1"].max()) if len(self.steps) else 0.0
+
+
+def _a(span: Span, key: str, default: Any = 0) -> Any:
+    return span["a"].get(key, default)
+
+
+def build(spans: Sequence[Span], num_stages: int | None = None, origin_ns: int | None = None) -> Frames:
+    """Tables of one run. Knob changes come from the ``wavepp.knobs.changed`` events the runtime
+    puts on the first wave-plan span under new knobs, so markers sit on the run's own clock."""
+    origin = origin_ns if origin_ns is not None else min((s["t0"] for s in spans), default=0)
+
+    def t(ns: int | None) -> float:
+        return ((ns or 0) - origin) / 1e9
+
+    steps, reqs, plans, fallbacks, marks = [], [], [], [], []
+    rounds: dict[str, dict[str, Any]] = {}
+    phases: list[tuple[str, str, float]] = []
+    for s in spans:
+        name = s["n"]
+        if name in STEP_KINDS:
+            steps.append((int(_a(s, N.STAGE)), STEP_KINDS[name], t(s["t0"]), t(s["t1"]), int(_a(s, N.WAVE_ID, -1)),
+                          int(_a(s, N.TOKENS))))
+        elif name == N.REQUEST:
+            admitted = admitted_event(s)
+            reqs.append((_a(s, N.REQUEST_ID, ""), t(s["t0"]), t(admitted) if admitted else None, t(s["t1"]),
+                         (s["t1"] - s["t0"]) / 1e9, int(_a(s, N.GEN_AI_INPUT_TOKENS)), int(_a(s, N.REUSED_TOKENS)),
+                         int(_a(s, N.REUSABLE_TOKENS)), int(_a(s, N.FALLBACKS)), "err" in s))
+            for ev in s.get("ev", ()):
+                if ev[0] == N.EVENT_FALLBACK:
+                    fallbacks.append((t(ev[1]), _a(s, N.REQUEST_ID, ""), ev[2].get(N.STAGE)))
+        elif name == N.ADMISSION_ROUND:
+            rounds[s["id"]] = {"t": t(s["t1"]), "round_s": (s["t1"] - s["t0"]) / 1e9,
+                               "requests": int(_a(s, N.NUM_REQUESTS)),
+                               "admitted": int(_a(s, N.NUM_REQUESTS + ".admitted"))}
+        elif name in PHASES:
+            phases.append((s.get("p", ""), PHASES[name], (s["t1"] - s["t0"]) / 1e9))
+        elif name == N.WAVE_PLAN:
+            for ev in s.get("ev", ()):
+                if ev[0] == N.EVENT_KNOBS:
+                    changed = {k.removeprefix("wavepp.knobs."): v for k, v in ev[2].items() if k != N.KNOBS_CHANGED}
+                    marks.append((t(ev[1]), ", ".join(f"{k}={v}" for k, v in changed.items())))
+            if _a(s, N.TOKENS) <= 0:
+                continue
+            plans.append((t(s["t0"]), int(_a(s, N.WAVE_ID, -1)), int(_a(s, N.BUDGET)), int(_a(s, N.TOKENS)),
+                          float(_a(s, N.NUM_WAVES_READY, 0.0)), int(_a(s, N.NUM_IN_FLIGHT))))
+    for parent, phase, dur in phases:
+        if parent in rounds:
+            rounds[parent][f"{phase}_s"] = dur
+    stages = num_stages if num_stages is not None else (max((st[0] for st in steps), default=-1) + 1)
+    return Frames(
+        origin, stages,
+        pd.DataFrame(steps, columns=["stage", "kind", "t0", "t1", "wave", "tokens"]),
+        pd.DataFrame(reqs, columns=["id", "arrival", "admitted", "done", "latency", "input_tokens", "reused",
+                                    "reusable", "fallbacks", "failed"]),
+        pd.DataFrame(list(rounds.values()), columns=["t", "round_s", "lookup_s", "lease_s", "escrow_s", "requests",
+                                                     "admitted"]).fillna(0.0),
+        pd.DataFrame(plans, columns=["t", "wave", "budget", "tokens", "ready", "in_flight"]),
+        pd.DataFrame(fallbacks, columns=["t", "request", "stage"]),
+        marks,
+    )
+
+
+def bubbles(steps: pd.DataFrame, num_stages: int, start: float, end: float) -> list[tuple[int, float, float]]:
+    """Idle gaps (stage, t0, t1) between execute steps inside [start, end]."""
+    out = []
+    ex = steps[(steps["kind"] == "execute") & (steps["t1"] >= start) & (steps["t0"] <= end)]
+    for s in range(num_stages):
+        cursor = start
+        for t0, t1 in ex[ex["stage"] == s][["t0", "t1"]].sort_values("t0").itertuples(index=False):
+            if t0 > cursor:
+                out.append((s, cursor, t0))
+            cursor = max(cursor, t1)
+        if cursor < end:
+            out.append((s, cursor, end))
+    return out
+
+
+def busy_over_time(steps: pd.DataFrame, num_stages: int, window: float, points: int = 120) -> pd.DataFrame:
+    """Per stage, the busy fraction of a sliding window (1 - bubble fraction), and the pipeline
+    efficiency (busiest stage) - the figures of DESIGN §7 over time."""
+    ex = steps[steps["kind"] == "execute"]
+    if ex.empty or window <= 0:
+        return pd.DataFrame(columns=["t", "stage", "busy"])
+    end = float(ex["t1"].max())
+    ts = [end * (i + 1) / points for i in range(points)]
+    rows = []
+    for s in range(num_stages):
+        mine = ex[ex["stage"] == s]
+        t0, t1 = mine["t0"].to_numpy(), mine["t1"].to_numpy()
+        for t in ts:
+            lo = max(0.0, t - window)
+            overlap = (t1.clip(lo, t) - t0.clip(lo, t)).clip(0).sum()
+            rows.append((t, f"stage {s}", overlap / max(t - lo, 1e-12)))
+    df = pd.DataFrame(rows, columns=["t", "stage", "busy"])
+    eff = df.groupby("t")["busy"].max().reset_index().assign(stage="pipeline efficiency")
+    return pd.concat([df, eff], ignore_index=True)

@@ -1,0 +1,39 @@
+"""Cache: reuse actually obtained, residency per stage against capacity, pins held, evictions."""
+
+from __future__ import annotations
+
+import pandas as pd
+import streamlit as st
+
+from dashboard import charts
+from dashboard.screens.common import no_data
+from dashboard.view import View
+
+
+def render_cache(view: View) -> None:
+    st.header("Cache")
+    if no_data(view):
+        return
+    fr, f = view.frames, view.figures
+    c = st.columns(3)
+    c[0].metric("good-hit rate", "-" if f is None or f.good_hit_rate is None else f"{f.good_hit_rate:.3f}")
+    done = fr.requests[~fr.requests["failed"]]
+    c[1].metric("reused tokens", f"{int(done['reused'].sum()):,}")
+    c[2].metric("reusable tokens", f"{int(done['reusable'].sum()):,}")
+    if not view.snap.status:
+        st.info("No status snapshots (per-stage cache state) in this source.")
+        return
+    rows = [{"t": fr.t(s["t"]), "stage": f"stage {st_['stage']}", "residency": st_["cached"] / max(st_["capacity"], 1),
+             "leases": st_["leases"], "escrowed blocks": st_["escrowed"], "evictions": st_["evictions"]}
+            for s in view.snap.status for st_ in s["stages"]]
+    df = pd.DataFrame(rows)
+    st.plotly_chart(charts.lines(df, "t", "residency", "stage", "cached blocks / capacity", fr.knob_marks,
+                                 "fraction of capacity"), key="residency")
+    left, right = st.columns(2)
+    left.plotly_chart(charts.lines(df, "t", "leases", "stage", "leases held", fr.knob_marks), key="leases")
+    right.plotly_chart(charts.lines(df, "t", "escrowed blocks", "stage", "escrowed blocks", fr.knob_marks),
+                       key="escrows")
+    st.plotly_chart(charts.lines(df, "t", "evictions", "stage", "evictions (cumulative)", fr.knob_marks),
+                    key="evictions")
+    last = view.snap.status[-1]["stages"]
+    st.dataframe(pd.DataFrame(last), hide_index=True)

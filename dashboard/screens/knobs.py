@@ -1,0 +1,69 @@
+"""Knobs: the scheduling knobs now, a form that validates before writing, and their history."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+import pandas as pd
+import streamlit as st
+
+from dashboard.knob_form import CHOICES, field_types, parse
+from dashboard.view import View
+from runtime.knobs import KnobError, Knobs, from_dict
+from store.base import StoreError
+
+
+def render_knobs(view: View) -> None:
+    st.header("Knobs")
+    record = view.snap.knobs
+    if record is None:
+        st.info("This source has no live knobs (a saved run). Its knob changes are listed below.")
+    else:
+        st.caption(f"version {record.version} — the runtime applies a new version at its next wave boundary")
+        _form(view, from_dict(record.values), record.version)
+    if view.snap.knob_history:
+        rows = [{"version": h["version"], "time": datetime.fromtimestamp(h["time"]).isoformat(timespec="seconds")
+                 if h["time"] > 1e9 else f"{h['time']:.3f}",
+                 "changes": ", ".join(f"{k}={v}" for k, v in h["changes"].items())} for h in view.snap.knob_history]
+        st.subheader("History")
+        st.dataframe(pd.DataFrame(rows), hide_index=True)
+
+
+def _form(view: View, current: Knobs, version: int) -> None:
+    types = field_types()
+    values: dict[str, object] = {}
+    slots = {}
+    with st.form("knobs"):
+        cols = st.columns(2)
+        for i, (name, kind) in enumerate(types.items()):
+            col = cols[i % 2]
+            value = getattr(current, name)
+            if kind == "bool":
+                values[name] = col.checkbox(name, value=value, key=f"knob_{name}")
+            elif kind == "choice":
+                options = list(CHOICES[name])
+                values[name] = col.selectbox(name, options, index=options.index(value), key=f"knob_{name}")
+            else:
+                values[name] = col.text_input(name, value=str(value), key=f"knob_{name}")
+            slots[name] = col.empty()                    # this field's error goes right under it
+        submitted = st.form_submit_button("Apply")
+    if not submitted:
+        return
+    changes, errors = parse(values, current)
+    for name, message in errors.items():
+        (slots.get(name) or st).error(message)
+    if errors:
+        st.warning("Nothing was written: fix the fields marked above.")
+        return
+    if not changes:
+        st.info("No knob changed.")
+        return
+    try:
+        record = view.source.write_knobs(changes)
+    except KnobError as exc:                              # a concurrent write made the pair inconsistent
+        (slots.get(exc.field) or st).error(str(exc))
+        return
+    except StoreError as exc:
+        st.error(str(exc))
+        return
+    st.success(f"Wrote version {record.version}: " + ", ".join(f"{k}={v}" for k, v in changes.items()))

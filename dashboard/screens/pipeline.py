@@ -1,0 +1,35 @@
+"""Pipeline: when each stage is busy and when it waits."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from dashboard import charts
+from dashboard.frames import busy_over_time
+from dashboard.screens.common import no_data, span_age
+from dashboard.view import View
+
+
+def render_pipeline(view: View) -> None:
+    st.header("Pipeline")
+    if no_data(view):
+        return
+    fr = view.frames
+    span_age(view)
+    end = fr.end
+    window = st.slider("Detail window (s)", min_value=0.01, max_value=max(end, 0.02),
+                       value=float(min(max(end / 20, 0.05), end or 0.05)), key="pipeline_window")
+    recent = busy_over_time(fr.steps[fr.steps["t1"] >= end - window], fr.num_stages, window, points=1)
+    cols = st.columns(fr.num_stages + 1)
+    eff = recent[recent["stage"] == "pipeline efficiency"]["busy"]
+    cols[0].metric("pipeline efficiency (window)", f"{float(eff.iloc[-1]) if len(eff) else 0:.3f}")
+    for s in range(fr.num_stages):
+        b = recent[recent["stage"] == f"stage {s}"]["busy"]
+        cols[s + 1].metric(f"stage {s} bubble", f"{1 - float(b.iloc[-1]) if len(b) else 1:.3f}")
+    st.plotly_chart(charts.timeline(fr, max(0.0, end - window), end), key="timeline")
+    st.subheader("Whole run")
+    st.plotly_chart(charts.history(fr), key="history")
+    st.subheader("Busy fraction over a sliding window")
+    over = busy_over_time(fr.steps, fr.num_stages, window)
+    st.plotly_chart(charts.lines(over, "t", "busy", "stage", marks=fr.knob_marks, y_title="busy fraction"),
+                    key="busy")

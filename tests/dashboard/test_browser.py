@@ -1,0 +1,99 @@
+"""A real headless browser (Debian's chromium, driven by playwright) loads the running dashboard."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from playwright.sync_api import Page, sync_playwright
+
+from .conftest import free_port  # type: ignore[import-not-found]
+
+CHROMIUM = "/usr/bin/chromium"
+FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+         "--no-first-run", "--enable-unsafe-swiftshader"]
+ARTIFACTS = Path(__file__).resolve().parents[1] / "artifacts"
+WAVEPP = str(Path(sys.executable).parent / "wavepp")
+
+
+def serve(*args: str) -> tuple[subprocess.Popen[bytes], str]:
+    port = free_port()
+    proc = subprocess.Popen([WAVEPP, "dashboard", "--port", str(port), *args],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}/"
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"wavepp dashboard exited with {proc.returncode}")
+        try:
+            with urllib.request.urlopen(url + "_stcore/health", timeout=1) as r:
+                if r.status == 200:
+                    return proc, url
+        except OSError:
+            time.sleep(0.2)
+    proc.kill()
+    raise RuntimeError("dashboard did not come up")
+
+
+@pytest.fixture(scope="module")
+def page() -> Iterator[Page]:
+    if not Path(CHROMIUM).exists():
+        pytest.fail("chromium is not installed: `make test` installs Debian's chromium package")
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
+        pg = browser.new_page(viewport={"width": 1500, "height": 1400})
+        yield pg
+        browser.close()
+
+
+def lanes_with_data(page: Page, num_stages: int, timeout_s: float = 90) -> set[str]:
+    """Wait until the Pipeline timeline shows bars, then return the lane labels of that chart."""
+    page.wait_for_selector(".js-plotly-plot .barlayer .point", timeout=timeout_s * 1000)
+    first = page.locator(".js-plotly-plot").first
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        labels = {t.text_content() or "" for t in first.locator(".ytick text").all()}
+        if len({x for x in labels if x.startswith("stage ")}) == num_stages:
+            return labels
+        time.sleep(0.25)
+    return labels
+
+
+def test_pipeline_page_shows_one_lane_per_stage_with_data(page: Page, saved_run: Path) -> None:
+    proc, url = serve("--run", str(saved_run))
+    try:
+        page.goto(url)
+        labels = lanes_with_data(page, 4)
+        assert {f"stage {s}" for s in range(4)} <= labels
+        bars = page.locator(".js-plotly-plot").first.locator(".barlayer .point").count()
+        assert bars > 20, bars
+        ARTIFACTS.mkdir(exist_ok=True)
+        page.screenshot(path=str(ARTIFACTS / "pipeline.png"), full_page=True)
+        assert (ARTIFACTS / "pipeline.png").stat().st_size > 10_000
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def test_embedded_live_dashboard_draws_the_running_pipeline(page: Page) -> None:
+    """`wavepp dashboard` with no source: the runtime runs beside it and its lanes fill live."""
+    proc, url = serve("--pp", "3", "--concurrency", "16", "--prompt-tokens", "4096")
+    try:
+        page.goto(url)
+        labels = lanes_with_data(page, 3)
+        assert {f"stage {s}" for s in range(3)} <= labels
+        caption = page.get_by_text("newest span ended").first.text_content() or ""
+        age = float(caption.split("ended ")[1].split(" s")[0])
+        assert age < 3.0, caption
+        ARTIFACTS.mkdir(exist_ok=True)
+        page.screenshot(path=str(ARTIFACTS / "pipeline-live.png"), full_page=True)
+    finally:
+        proc.terminate()
+        proc.wait(10)
+        assert shutil.which("chromium") or Path(CHROMIUM).exists()

@@ -1,0 +1,51 @@
+"""Spans -> dashboard tables: lanes, bubbles, sliding-window busy fraction, knob markers."""
+
+from __future__ import annotations
+
+import pytest
+
+from dashboard.frames import bubbles, build, busy_over_time
+from telemetry import names as N
+
+S = 1_000_000_000   # ns per second
+
+
+def span(name: str, t0: float, t1: float, **attrs: object) -> dict:
+    return {"n": name, "t0": int(t0 * S), "t1": int(t1 * S), "a": dict(attrs), "id": f"{name}{t0}"}
+
+
+def run() -> list[dict]:
+    return [
+        span(N.EXECUTE, 0.0, 1.0, **{N.STAGE: 0, N.WAVE_ID: 0, N.TOKENS: 100}),
+        span(N.EXECUTE, 1.0, 2.0, **{N.STAGE: 1, N.WAVE_ID: 0, N.TOKENS: 100}),
+        span(N.EXECUTE, 1.5, 2.5, **{N.STAGE: 0, N.WAVE_ID: 1, N.TOKENS: 50}),
+        span(N.MATERIALIZE, 1.4, 1.5, **{N.STAGE: 0, N.WAVE_ID: 1}),
+        {**span(N.WAVE_PLAN, 1.2, 1.2, **{N.WAVE_ID: 1, N.BUDGET: 4096, N.TOKENS: 50}),
+         "ev": [[N.EVENT_KNOBS, int(1.2 * S), {N.KNOBS_CHANGED: ["max_wave_tokens"], "wavepp.knobs.max_wave_tokens": 4096}]]},
+        {**span(N.REQUEST, 0.0, 2.5, **{N.REQUEST_ID: "r1", N.GEN_AI_INPUT_TOKENS: 150, N.REUSED_TOKENS: 64}),
+         "ev": [[N.EVENT_ADMITTED, int(0.1 * S), {}]]},
+    ]
+
+
+def test_tables_hold_what_the_spans_say() -> None:
+    fr = build(run())
+    assert fr.num_stages == 2 and fr.end == pytest.approx(2.5)
+    assert sorted(fr.steps["kind"].unique()) == ["execute", "materialize"]
+    assert fr.requests.iloc[0]["admitted"] == pytest.approx(0.1)
+    assert fr.plans.iloc[0]["budget"] == 4096
+    assert fr.knob_marks == [(pytest.approx(1.2), "max_wave_tokens=4096")]
+
+
+def test_bubbles_are_the_gaps_between_executes() -> None:
+    fr = build(run())
+    gaps = bubbles(fr.steps, 2, 0.0, 2.5)
+    assert gaps == [(0, 1.0, 1.5), (1, 0.0, 1.0), (1, 2.0, 2.5)]
+
+
+def test_busy_fraction_over_a_window() -> None:
+    fr = build(run())
+    df = busy_over_time(fr.steps, 2, window=2.5, points=1)
+    got = dict(zip(df["stage"], df["busy"], strict=True))
+    assert got["stage 0"] == pytest.approx(2.0 / 2.5)
+    assert got["stage 1"] == pytest.approx(1.0 / 2.5)
+    assert got["pipeline efficiency"] == pytest.approx(2.0 / 2.5)
