@@ -21,7 +21,8 @@ def run() -> list[dict]:
         span(N.EXECUTE, 1.5, 2.5, **{N.STAGE: 0, N.WAVE_ID: 1, N.TOKENS: 50}),
         span(N.MATERIALIZE, 1.4, 1.5, **{N.STAGE: 0, N.WAVE_ID: 1}),
         {**span(N.WAVE_PLAN, 1.2, 1.2, **{N.WAVE_ID: 1, N.BUDGET: 4096, N.TOKENS: 50}),
-         "ev": [[N.EVENT_KNOBS, int(1.2 * S), {N.KNOBS_CHANGED: ["max_wave_tokens"], "wavepp.knobs.max_wave_tokens": 4096}]]},
+         "ev": [[N.EVENT_KNOBS, int(1.2 * S),
+                 {N.KNOBS_CHANGED: ["max_wave_tokens"], "wavepp.knobs.max_wave_tokens": 4096}]]},
         {**span(N.REQUEST, 0.0, 2.5, **{N.REQUEST_ID: "r1", N.GEN_AI_INPUT_TOKENS: 150, N.REUSED_TOKENS: 64}),
          "ev": [[N.EVENT_ADMITTED, int(0.1 * S), {}]]},
     ]
