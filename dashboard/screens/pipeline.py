@@ -5,9 +5,20 @@ from __future__ import annotations
 import streamlit as st
 
 from dashboard import charts
-from dashboard.frames import busy_over_time
+from dashboard.frames import Frames, busy_over_time
 from dashboard.screens.common import no_data, span_age
 from dashboard.view import View
+
+
+DETAIL_WAVES = 48       # the detail view opens on about this many recent waves (SVG bars stay quick)
+
+
+def default_window(fr: Frames) -> float:
+    ex = fr.steps[fr.steps["kind"] == "execute"]["t0"].sort_values()
+    if ex.empty:
+        return 0.05
+    start = float(ex.iloc[max(0, len(ex) - DETAIL_WAVES * max(fr.num_stages, 1))])
+    return max(fr.end - start, 0.002)
 
 
 def render_pipeline(view: View) -> None:
@@ -17,8 +28,8 @@ def render_pipeline(view: View) -> None:
     fr = view.frames
     span_age(view)
     end = fr.end
-    window = st.slider("Detail window (s)", min_value=0.01, max_value=max(end, 0.02),
-                       value=float(min(max(end / 20, 0.05), end or 0.05)), key="pipeline_window")
+    window = st.slider("Detail window (s)", min_value=0.001, max_value=max(end, 0.002),
+                       value=default_window(fr), key="pipeline_window", format="%.3f")
     recent = busy_over_time(fr.steps[fr.steps["t1"] >= end - window], fr.num_stages, window, points=1)
     cols = st.columns(fr.num_stages + 1)
     eff = recent[recent["stage"] == "pipeline efficiency"]["busy"]

@@ -1,0 +1,105 @@
+"""Measure the dashboard: Pipeline render time at 20,000+ bars, and span-to-screen delay live.
+
+    python -m dashboard.render_bench            # both; needs /usr/bin/chromium
+
+Render: a saved sim run with >= 20,000 execute bars; server side (tables + figures + JSON) timed
+in-process, then the page timed in headless chromium from navigation to the whole-run chart drawn.
+Live: the embedded dashboard in chromium; the page's own "newest span ended X s before this
+render" caption is read every 0.5 s for 15 s (the delay from a span's end to the page showing it).
+"""
+
+from __future__ import annotations
+
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+from dashboard import charts
+from dashboard.sources import RunFileSource
+from dashboard.view import make_view
+
+CHROMIUM = "/usr/bin/chromium"
+FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+         "--no-first-run", "--enable-unsafe-swiftshader"]
+WAVEPP = str(Path(sys.executable).parent / "wavepp")
+
+
+def _serve(port: int, *args: str) -> subprocess.Popen[bytes]:
+    proc = subprocess.Popen([WAVEPP, "dashboard", "--port", str(port), *args],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    for _ in range(300):
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/_stcore/health", timeout=1):
+                return proc
+        except OSError:
+            time.sleep(0.2)
+    proc.kill()
+    raise RuntimeError("dashboard did not start")
+
+
+def render(port: int = 8590) -> None:
+    from playwright.sync_api import sync_playwright
+    path = Path(tempfile.mkdtemp()) / "big.json.gz"
+    subprocess.run([WAVEPP, "bench", "--model", "llama-3-8b", "--hardware", "h200", "--pp", "4", "--workload",
+                    "suffix:512", "--concurrency", "4", "--requests", "5200", "--prompt-tokens", "1024",
+                    "--policy", "wavepp", "--quiet", "--save-run", str(path)], check=True, capture_output=True)
+    src = RunFileSource(str(path))
+    t0 = time.perf_counter()
+    view = make_view(src, src.snapshot())
+    t1 = time.perf_counter()
+    fig_h = charts.history(view.frames).to_json()
+    end = view.frames.end
+    fig_t = charts.timeline(view.frames, max(0.0, end - end / 20), end).to_json()
+    t2 = time.perf_counter()
+    bars = int((view.frames.steps["kind"] == "execute").sum())
+    print(f"execute bars: {bars}; tables {t1 - t0:.3f} s; figures+JSON {t2 - t1:.3f} s "
+          f"({len(fig_h) / 1e6:.1f} MB history, {len(fig_t) / 1e6:.2f} MB detail)")
+    proc = _serve(port, "--run", str(path))
+    try:
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
+            page = browser.new_page(viewport={"width": 1500, "height": 1400})
+            for attempt in range(3):
+                t = time.perf_counter()
+                page.goto(f"http://127.0.0.1:{port}/")
+                page.wait_for_selector(".js-plotly-plot .barlayer .point", timeout=120_000)
+                page.wait_for_function("document.querySelectorAll('.js-plotly-plot').length >= 3", timeout=120_000)
+                page.wait_for_selector(".js-plotly-plot canvas", timeout=120_000)
+                print(f"browser: Pipeline page with {bars} bars drawn in {time.perf_counter() - t:.2f} s "
+                      f"(load {attempt + 1})")
+            browser.close()
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def live(port: int = 8591, seconds: float = 15.0) -> None:
+    from playwright.sync_api import sync_playwright
+    proc = _serve(port)
+    ages = []
+    try:
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
+            page = browser.new_page()
+            page.goto(f"http://127.0.0.1:{port}/")
+            page.wait_for_selector("text=newest span ended", timeout=120_000)
+            end = time.monotonic() + seconds
+            while time.monotonic() < end:
+                text = page.get_by_text("newest span ended").first.text_content() or ""
+                ages.append(float(text.split("ended ")[1].split(" s")[0]))
+                time.sleep(0.5)
+            browser.close()
+    finally:
+        proc.terminate()
+        proc.wait(10)
+    print(f"span-to-screen delay (embedded, {len(ages)} reads): median {statistics.median(ages):.2f} s, "
+          f"max {max(ages):.2f} s")
+
+
+if __name__ == "__main__":
+    render()
+    live()
