@@ -7,7 +7,7 @@ import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 EXIT_USAGE = 2
 
@@ -55,8 +55,10 @@ def build_parser() -> _Parser:
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     b = sub.add_parser("bench", help="run a workload under policies and concurrencies, side by side")
-    b.add_argument("--engine", default="sim", choices=["sim"], help="execution engine (default: sim)")
-    b.add_argument("--model", default="glm-5.2", help="model profile (llama-3-8b, glm-5.2, minimax-m2.7)")
+    b.add_argument("--engine", default="sim", choices=["sim", "torch"], help="execution engine (default: sim)")
+    b.add_argument("--model", default=None,
+                   help="sim: llama-3-8b, glm-5.2 (default), minimax-m2.7; torch: tiny-llama (default), tiny-moe, "
+                        "a config.json or a Hugging Face model directory")
     b.add_argument("--hardware", default="b300", help="hardware profile (h200, b300)")
     b.add_argument("--pp", type=positive_int, default=4, help="pipeline stages")
     b.add_argument("--workload", default="suffix4k", help="cold | reuse90 | mixed | suffix:N | suffix4k")
@@ -68,7 +70,8 @@ def build_parser() -> _Parser:
     b.add_argument("--prompt-tokens", type=positive_int, default=None, help="typical prompt length (default: model)")
     b.add_argument("--kv-blocks", type=int_list, default=None,
                    help="KV blocks per stage: one value, or one per stage (uneven capacities)")
-    b.add_argument("--gpus-per-stage", type=positive_int, default=None, help="default: GPUs per node / pp")
+    b.add_argument("--gpus-per-stage", type=positive_int, default=None, help="sim: default GPUs per node / pp")
+    b.add_argument("--kv-memory-mb", type=float, default=256.0, help="torch: KV pool per stage when no --kv-blocks")
     b.add_argument("--max-wave-tokens", type=positive_int, default=None, help="MPU's M")
     b.add_argument("--min-wave-tokens", type=positive_int, default=None, help="MPU's b_min")
     b.add_argument("--ring", type=positive_int, default=None, help="waves in flight R (default 2P, baselines P)")
@@ -111,6 +114,14 @@ def build_parser() -> _Parser:
                    help="change a knob (repeatable); the runtime applies it at its next wave boundary")
     k.add_argument("--history", type=int, default=0, metavar="N", help="also print the last N changes")
 
+    e = sub.add_parser("check-engine", help="torch engine vs Hugging Face transformers, same weights")
+    e.add_argument("--model", default="tiny-llama", help="tiny-llama, tiny-moe, a config.json or a model directory")
+    e.add_argument("--pp", type=positive_int, default=2)
+    e.add_argument("--block-size", type=positive_int, default=16)
+    e.add_argument("--chunk", type=positive_int, default=64, help="tokens per chunk")
+    e.add_argument("--reuse", type=int, default=40, help="tokens shared with an earlier request (may end mid-block)")
+    e.add_argument("--seed", type=int, default=0)
+
     c = sub.add_parser("calibrate-coordination", help="measure admission/cache costs on this machine's CPU")
     c.add_argument("--redis", default=None, help="also measure one round trip to this Redis URL")
     c.add_argument("--json", dest="json_path", default=None)
@@ -129,8 +140,17 @@ def cmd_bench(args: argparse.Namespace) -> int:
         spec = parse_workload(args.workload)
         for p in args.policy:
             get_policy(p)
-        engine = SimEngine(args.model, args.hardware, args.pp, args.block_size, args.kv_blocks, args.gpus_per_stage,
-                           store_url=args.store, realtime=args.realtime, time_scale=args.time_scale)
+        engine: Any
+        if args.engine == "torch":
+            from runtime.engines.torch.engine import TorchEngine
+            args.model = args.model or "tiny-llama"
+            engine = TorchEngine(args.model, args.pp, args.block_size, args.kv_blocks, args.kv_memory_mb,
+                                 args.seed, store_url=args.store)
+        else:
+            args.model = args.model or "glm-5.2"
+            engine = SimEngine(args.model, args.hardware, args.pp, args.block_size, args.kv_blocks,
+                               args.gpus_per_stage, store_url=args.store, realtime=args.realtime,
+                               time_scale=args.time_scale)
         changes = {k: v for k, v in (("max_wave_tokens", args.max_wave_tokens),
                                      ("min_wave_tokens", args.min_wave_tokens),
                                      ("ring", args.ring)) if v is not None}
@@ -306,6 +326,19 @@ def _start_embedded(args: argparse.Namespace) -> None:
         raise UsageError(remote.error)
 
 
+def cmd_check_engine(args: argparse.Namespace) -> int:
+    from runtime.engines.torch.check import run_check
+    if args.reuse < 0:
+        raise UsageError(f"--reuse must be >= 0, got {args.reuse}")
+    try:
+        r = run_check(args.model, args.pp, args.block_size, args.chunk, args.reuse, args.seed)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    print(f"max relative error: logits {r.max_rel_err_logits:.3e}, stored K/V {r.max_rel_err_kv:.3e} "
+          f"(tolerance {r.tol:.0e}) -> {'OK' if r.ok else 'MISMATCH'}")
+    return 0 if r.ok else 1
+
+
 def cmd_calibrate_coordination(args: argparse.Namespace) -> int:
     from runtime.engines.coordination import measure
     from store.base import StoreError
@@ -325,7 +358,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = parser.parse_args(argv)
         handler = {"bench": cmd_bench, "admission-bench": cmd_admission_bench, "knobs": cmd_knobs,
-                   "dashboard": cmd_dashboard,
+                   "dashboard": cmd_dashboard, "check-engine": cmd_check_engine,
                    "calibrate-coordination": cmd_calibrate_coordination}[args.command]
         return handler(args)
     except UsageError as exc:

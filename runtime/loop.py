@@ -120,11 +120,34 @@ class PipelineLoop:
         self._pending_knobs = knobs
 
     async def prime(self) -> None:
-        """Compute the workload's already-seen prefixes into every stage's cache (not measured)."""
+        """Compute the workload's already-seen prefixes into every stage's cache (not measured).
+
+        Each prefix runs through the stages as one chunk, so a real engine holds real K/V for
+        it; stages with less room keep fewer (their LRU evicts) - residency starts to diverge.
+        """
         for i, (tokens, hashes) in enumerate(self.workload.primed_prompts()):
+            req = Request(f"prime{i}", tokens, now(), hashes)
+            chunk = Chunk(req.id, 0, req.num_tokens, 0, True)
+            self.executor.register(req)
+            tables: list[list[int]] = []
             for h in self.handles:
-                h.cache.prime(f"prime{i}", hashes, len(tokens))
-            self._remember(hashes)
+                cache = h.cache
+                cache.lease(req.id, hashes, 0, req.num_tokens)
+                if not cache.escrow(req.id, -(-req.num_tokens // self.block_size)):
+                    cache.release(req.id)
+                    break
+                tables.append(cache.materialize(req.id, 0, req.num_tokens, 0))
+            else:
+                for s, table in enumerate(tables):
+                    await self.executor.execute(s, [chunk], {req.id: table})
+                for h in self.handles:
+                    h.cache.complete(req.id, hashes)
+                self._remember(hashes)
+                self.executor.forget(req.id)
+                continue
+            for h in self.handles:                      # did not fit on some stage: skip it
+                h.cache.release(req.id)
+            self.executor.forget(req.id)
         await self.publisher.flush()
 
     async def run(self) -> LoopResult:
@@ -181,6 +204,11 @@ class PipelineLoop:
         self.spans[req.id] = self.tel.start(N.REQUEST, {
             N.REQUEST_ID: req.id, N.POLICY: self.policy.name, N.GEN_AI_INPUT_TOKENS: req.num_tokens,
             N.REUSABLE_TOKENS: reusable * self.block_size}, root=True)
+        self.executor.register(req)
+        if req.num_tokens > self.executor.max_context:
+            self._finish_failed(req, f"prompt of {req.num_tokens} tokens is longer than the model's context "
+                                     f"({self.executor.max_context})")
+            return
         if -(-req.num_tokens // self.block_size) > self.min_capacity:
             self._finish_failed(req, f"prompt of {req.num_tokens} tokens needs more KV blocks than a stage "
                                      f"has ({self.min_capacity} x {self.block_size} tokens)")
@@ -382,6 +410,7 @@ class PipelineLoop:
         self.tel.end(span)
         self.result.completions.append(Completion(
             req.id, self.executor.first_token(req.id), tables, a.reused_tokens, now() - req.arrival))
+        self.executor.forget(req.id)
         self.capacity.notify()
         self.index_dirty.notify()
         self._next_arrival()
@@ -400,6 +429,7 @@ class PipelineLoop:
 
     def _finish_failed(self, req: Request, error: str) -> None:
         req.state = RequestState.FAILED
+        self.executor.forget(req.id)
         self.result.failures[req.id] = error
         span = self.spans.pop(req.id)
         self.tel.event(span, N.EVENT_FAILED, {N.ERROR: error})

@@ -9,7 +9,6 @@ from dashboard.frames import Frames, busy_over_time
 from dashboard.screens.common import no_data, span_age
 from dashboard.view import View
 
-
 DETAIL_WAVES = 48       # the detail view opens on about this many recent waves (SVG bars stay quick)
 
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
 from runtime.kvcache.stage_cache import StageCache
-from runtime.request import Chunk, Wave
+from runtime.request import Chunk, Request, Wave
 from store.base import Store
 
 T = TypeVar("T")
@@ -133,6 +133,7 @@ class StageExecutor(Protocol):
     """Runs the compute of one wave on one stage and moves activations to the next."""
 
     num_stages: int
+    max_context: int             # longest prompt the model takes; longer ones fail with a clear error
 
     async def execute(self, stage: int, chunks: Sequence[Chunk], tables: dict[str, list[int]]) -> None:
         """Run a wave's live ``chunks`` on ``stage``; ``tables`` maps each request to its block table."""
@@ -144,6 +145,14 @@ class StageExecutor(Protocol):
 
     def first_token(self, request_id: str) -> int | None:
         """The first token of a completed request (None when the engine computes no logits)."""
+        ...
+
+    def register(self, request: Request) -> None:
+        """A request arrived (the engine may need its tokens)."""
+        ...
+
+    def forget(self, request_id: str) -> None:
+        """A request is done or failed: drop what the engine keeps for it."""
         ...
 
 

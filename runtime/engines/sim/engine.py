@@ -6,8 +6,9 @@ import asyncio
 from collections.abc import Coroutine, Sequence
 from typing import Any, TypeVar
 
-from runtime.engines.base import EngineParts, StageHandle, now
-from runtime.engines.coordination import DEFAULT_COSTS, CoordinationCosts, CostedStore, SimCostHook
+from runtime.engines.base import EngineParts, StageHandle
+from runtime.engines.common import open_run_store, run_telemetry
+from runtime.engines.coordination import DEFAULT_COSTS, CoordinationCosts, SimCostHook
 from runtime.engines.sim.clock import run_virtual
 from runtime.engines.sim.costmodel import AnalyticCostModel
 from runtime.engines.sim.executor import SimExecutor
@@ -15,12 +16,8 @@ from runtime.engines.sim.profiles import get_hardware, get_model
 from runtime.kvcache.stage_cache import StageCache
 from store.base import Store
 from store.memory import MemoryStore
-from store.redis_store import RedisStore
-from store.resilient import ResilientStore
-from store.threaded import ThreadedStore
 from store.urls import parse_store_url
-from telemetry.redis_stream import span_stream_processor
-from telemetry.setup import SIM_EPOCH_NS, Telemetry
+from telemetry.setup import Telemetry
 
 T = TypeVar("T")
 
@@ -81,32 +78,14 @@ class SimEngine:
         """Fresh stages for one run. In real time, coordination costs are paid for real (no hook)."""
         hook = None if self.realtime else SimCostHook(self.costs)
         handles = [StageHandle(StageCache(s, n, self.block_size), hook) for s, n in enumerate(self.capacities)]
-        return EngineParts(handles, SimExecutor(self.cost_model, self.time_scale), MemoryStore(), self.block_size)
+        return EngineParts(handles, SimExecutor(self.cost_model, self.time_scale, self.model.max_context), MemoryStore(), self.block_size)
 
     async def open_store(self) -> Store:
-        """The run's store, emptied. Virtual time: round trips cost the measured time on the virtual
-        clock and Redis I/O blocks the loop (no virtual time passes). Real time: retried through outages."""
-        url = self.store_url
-        if url.kind == "memory":
-            inner: Any = MemoryStore()
-            rtt = self.costs.store_rtt_s
-        elif self.realtime:
-            inner = await RedisStore.connect(url)
-            rtt = self.costs.redis_rtt_s
-        else:
-            inner = ThreadedStore(lambda: RedisStore.connect(url))
-            rtt = self.costs.redis_rtt_s
-        await inner.clear_all()
-        if self.realtime:
-            return ResilientStore(inner)  # type: ignore[return-value]
-        return CostedStore(inner, self.costs, rtt)  # type: ignore[return-value]
+        return await open_run_store(self.store_url, not self.realtime, self.costs)
 
     def telemetry(self, run: str = "", keep: bool = True) -> Telemetry:
         """``keep=False``: no in-memory span list (a long-running live runtime uses a bounded ring)."""
-        tel = Telemetry(now, None if self.realtime else SIM_EPOCH_NS, keep=keep)
-        if self.store_url.kind == "redis":
-            tel.add_span_processor(span_stream_processor(self.store_url, run))
-        return tel
+        return run_telemetry(self.store_url, not self.realtime, run, keep)
 
     def run(self, main: Coroutine[Any, Any, T]) -> T:
         return asyncio.run(main) if self.realtime else run_virtual(main)

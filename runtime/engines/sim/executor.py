@@ -6,12 +6,13 @@ import asyncio
 from collections.abc import Sequence
 
 from runtime.engines.sim.costmodel import ChunkShape, CostModel
-from runtime.request import Chunk, Wave
+from runtime.request import Chunk, Request, Wave
 
 
 class SimExecutor:
-    def __init__(self, cost_model: CostModel, time_scale: float = 1.0) -> None:
+    def __init__(self, cost_model: CostModel, time_scale: float = 1.0, max_context: int = 1 << 30) -> None:
         self.cost_model = cost_model
+        self.max_context = max_context
         self.num_stages = cost_model.num_stages
         self.time_scale = time_scale          # real-time mode: stretch (>1) or shrink (<1) modelled times
 
@@ -24,3 +25,9 @@ class SimExecutor:
 
     def first_token(self, request_id: str) -> int | None:
         return None   # no logits in the simulator
+
+    def register(self, request: Request) -> None:
+        return None
+
+    def forget(self, request_id: str) -> None:
+        return None

@@ -1,0 +1,46 @@
+"""What every engine does the same way: open the run's store and set up its telemetry."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from runtime.engines.base import now
+from runtime.engines.coordination import CoordinationCosts, CostedStore
+from store.base import Store
+from store.memory import MemoryStore
+from store.redis_store import RedisStore
+from store.resilient import ResilientStore
+from store.threaded import ThreadedStore
+from store.urls import StoreUrl
+from telemetry.redis_stream import span_stream_processor
+from telemetry.setup import SIM_EPOCH_NS, Telemetry
+
+
+async def open_run_store(url: StoreUrl, virtual: bool, costs: CoordinationCosts) -> Store:
+    """The run's store, emptied.
+
+    Virtual time: every call costs the measured round trip on the virtual clock, and Redis I/O
+    blocks the loop (no virtual time passes while a reply is on its way). Real time: calls are
+    retried through outages and the hint index is rebuilt on reconnect.
+    """
+    if url.kind == "memory":
+        inner: Any = MemoryStore()
+        rtt = costs.store_rtt_s
+    elif virtual:
+        inner = ThreadedStore(lambda: RedisStore.connect(url))
+        rtt = costs.redis_rtt_s
+    else:
+        inner = await RedisStore.connect(url)
+        rtt = costs.redis_rtt_s
+    await inner.clear_all()
+    if virtual:
+        return CostedStore(inner, costs, rtt)  # type: ignore[return-value]
+    return ResilientStore(inner)  # type: ignore[return-value]
+
+
+def run_telemetry(url: StoreUrl, virtual: bool, run: str = "", keep: bool = True) -> Telemetry:
+    """Spans on the run's clock (virtual time on a fixed epoch), streamed to Redis when the store is Redis."""
+    tel = Telemetry(now, SIM_EPOCH_NS if virtual else None, keep=keep)
+    if url.kind == "redis":
+        tel.add_span_processor(span_stream_processor(url, run))
+    return tel

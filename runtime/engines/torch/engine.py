@@ -1,0 +1,91 @@
+"""The ``torch`` engine: the decoder's stages run for real, as threads of this process.
+
+Each stage's KV pool holds as many blocks as its memory budget allows; the stage's cache
+(``runtime.kvcache``) hands out the same block ids the pool is indexed by. Intra-op threads are
+split between the stages so they do not oversubscribe the cores.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Coroutine, Sequence
+from pathlib import Path
+from typing import Any, TypeVar
+
+import torch
+
+from runtime.engines.base import EngineParts, StageHandle
+from runtime.engines.common import open_run_store, run_telemetry
+from runtime.engines.coordination import DEFAULT_COSTS
+from runtime.engines.torch.config import DecoderConfig, load_config
+from runtime.engines.torch.executor import TorchExecutor
+from runtime.engines.torch.model import build_stages, default_device_dtype, split_layers
+from runtime.engines.torch.weights import load_hf_dir, random_weights
+from runtime.kvcache.stage_cache import StageCache
+from store.base import Store
+from store.memory import MemoryStore
+from store.urls import parse_store_url
+from telemetry.setup import Telemetry
+
+T = TypeVar("T")
+DEFAULT_KV_MB = 256            # per stage, when neither --kv-blocks nor --kv-memory-mb is given
+
+
+class TorchEngine:
+    name = "torch"
+
+    def __init__(self, model: str, pp: int, block_size: int = 64, kv_blocks: Sequence[int] | None = None,
+                 kv_memory_mb: float = DEFAULT_KV_MB, seed: int = 0, store_url: str = "memory",
+                 device: str | None = None) -> None:
+        self.cfg: DecoderConfig = load_config(model)
+        if pp < 1 or pp > self.cfg.num_layers:
+            raise ValueError(f"pp must be between 1 and the model's {self.cfg.num_layers} layers, got {pp}")
+        if block_size < 1:
+            raise ValueError(f"block size must be >= 1, got {block_size}")
+        self.model_name = model
+        self.pp = pp
+        self.block_size = block_size
+        self.seed = seed
+        self.store_url = parse_store_url(store_url)
+        dev, dtype = default_device_dtype()
+        self.device = torch.device(device) if device else dev
+        self.dtype = dtype if self.device.type == "cuda" else torch.float32
+        path = Path(model)
+        self.weights = load_hf_dir(path, self.cfg) if path.is_dir() else random_weights(self.cfg, seed)
+        layers = split_layers(self.cfg.num_layers, pp)
+        if kv_blocks:
+            blocks = list(kv_blocks) * pp if len(kv_blocks) == 1 else list(kv_blocks)
+            if len(blocks) != pp or min(blocks) < 1:
+                raise ValueError(f"kv blocks: give one positive value or {pp} (one per stage), got {list(kv_blocks)}")
+        else:
+            elem = torch.tensor([], dtype=self.dtype).element_size()
+            per_block = [2 * len(r) * block_size * self.cfg.num_kv_heads * self.cfg.head_dim * elem for r in layers]
+            blocks = [max(1, int(kv_memory_mb * 2**20 // b)) for b in per_block]
+        self.capacities = blocks
+        if self.device.type == "cpu":
+            # One intra-op pool is shared by every stage thread: split the cores between stages.
+            torch.set_num_threads(max(1, (os.cpu_count() or 1) // pp))
+
+    @property
+    def vocab_size(self) -> int:
+        return self.cfg.vocab_size
+
+    def default_prompt_tokens(self) -> int:
+        """Hundreds to a few thousand tokens on a CPU (DESIGN §8)."""
+        return min(1024, self.cfg.max_position // 2)
+
+    def build(self) -> EngineParts:
+        stages = build_stages(self.cfg, self.pp, self.capacities, self.block_size, self.weights,
+                              device=self.device, dtype=self.dtype)
+        handles = [StageHandle(StageCache(s, n, self.block_size)) for s, n in enumerate(self.capacities)]
+        return EngineParts(handles, TorchExecutor(stages, self.cfg.max_position), MemoryStore(), self.block_size)
+
+    async def open_store(self) -> Store:
+        return await open_run_store(self.store_url, False, DEFAULT_COSTS)
+
+    def telemetry(self, run: str = "", keep: bool = True) -> Telemetry:
+        return run_telemetry(self.store_url, False, run, keep)
+
+    def run(self, main: Coroutine[Any, Any, T]) -> T:
+        return asyncio.run(main)

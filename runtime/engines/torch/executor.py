@@ -1,0 +1,80 @@
+"""The torch engine's stage executor: real compute, one worker thread per stage.
+
+Each stage's forward runs off the asyncio loop in its own single-thread pool (PyTorch releases
+the GIL inside its kernels, so stages overlap like a pipeline). Activations of a chunk stay on the
+executor between stages, keyed by (stage, request, attempt, start), so a chunk dropped at a later stage
+(failure, late fallback) never shifts another chunk's rows. The last stage keeps each finished
+request's first token (argmax of its last position's logits).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from array import array
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+
+import torch
+from torch import Tensor
+
+from runtime.engines.torch.model import ChunkSpec, StageModel
+from runtime.request import Chunk, Request, Wave
+
+
+class TorchExecutor:
+    def __init__(self, stages: Sequence[StageModel], max_context: int) -> None:
+        self.stages = list(stages)
+        self.max_context = max_context
+        self.num_stages = len(self.stages)
+        self.device = next(iter(self.stages[0].parameters())).device if list(self.stages[0].parameters()) \
+            else torch.device("cpu")
+        self._pools = [ThreadPoolExecutor(1, thread_name_prefix=f"stage{s}") for s in range(self.num_stages)]
+        self._tokens: dict[str, array] = {}
+        self._acts: dict[tuple[int, str, int, int], Tensor] = {}
+        self._first: dict[str, int] = {}
+
+    # ---- request lifecycle (called by the loop) ----------------------------------------------
+    def register(self, request: Request) -> None:
+        self._tokens[request.id] = request.tokens
+
+    def forget(self, request_id: str) -> None:
+        self._tokens.pop(request_id, None)
+        self._first.pop(request_id, None)
+        for key in [k for k in self._acts if k[1] == request_id]:
+            del self._acts[key]
+
+    def first_token(self, request_id: str) -> int | None:
+        return self._first.get(request_id)
+
+    # ---- compute -------------------------------------------------------------------------------
+    async def execute(self, stage: int, chunks: Sequence[Chunk], tables: dict[str, list[int]]) -> None:
+        specs = [ChunkSpec(c.start, c.length, tuple(tables[c.request_id])) for c in chunks]
+        if stage == 0:
+            ids = [t for c in chunks for t in self._tokens[c.request_id][c.start:c.start + c.length]]
+            inputs = torch.tensor(ids, dtype=torch.long, device=self.device)
+        else:
+            inputs = torch.cat([self._acts.pop((stage - 1, c.request_id, c.attempt, c.start)) for c in chunks])
+        loop = asyncio.get_running_loop()
+        out = await loop.run_in_executor(self._pools[stage], self._forward, stage, inputs, specs)
+        if stage == self.num_stages - 1:
+            best = out.argmax(dim=-1).tolist()          # (num_chunks,)
+            for c, token in zip(chunks, best, strict=True):
+                if c.is_last:
+                    self._first[c.request_id] = int(token)
+        else:
+            row = 0
+            for c in chunks:
+                self._acts[(stage, c.request_id, c.attempt, c.start)] = out[row:row + c.length]
+                row += c.length
+
+    def _forward(self, stage: int, inputs: Tensor, specs: list[ChunkSpec]) -> Tensor:
+        with torch.inference_mode():
+            return self.stages[stage].forward_wave(inputs, specs)
+
+    async def transfer(self, stage: int, wave: Wave) -> None:
+        """Threads of one process share memory: the activations are already where stage+1 reads them."""
+        return None
+
+    def close(self) -> None:
+        for pool in self._pools:
+            pool.shutdown(wait=False, cancel_futures=True)
