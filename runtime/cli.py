@@ -131,7 +131,7 @@ def build_parser() -> _Parser:
 def cmd_bench(args: argparse.Namespace) -> int:
     from runtime.bench import BenchConfig, run_bench
     from runtime.engines.sim.engine import SimEngine
-    from runtime.knobs import KnobError, Knobs, check_block_size
+    from runtime.knobs import KnobError, check_block_size
     from runtime.policies import get_policy
     from runtime.workloads import parse_workload
     from store.base import StoreError
@@ -154,7 +154,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         changes = {k: v for k, v in (("max_wave_tokens", args.max_wave_tokens),
                                      ("min_wave_tokens", args.min_wave_tokens),
                                      ("ring", args.ring)) if v is not None}
-        knobs = check_block_size(Knobs().replace(**changes), args.block_size)
+        knobs = check_block_size(engine.default_knobs().replace(**changes), args.block_size)
     except (ValueError, KnobError, StoreError) as exc:
         raise UsageError(str(exc)) from None
     requests = args.requests or max(512, 4 * max(args.concurrency))

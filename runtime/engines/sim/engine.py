@@ -13,6 +13,7 @@ from runtime.engines.sim.clock import run_virtual
 from runtime.engines.sim.costmodel import AnalyticCostModel
 from runtime.engines.sim.executor import SimExecutor
 from runtime.engines.sim.profiles import get_hardware, get_model
+from runtime.knobs import Knobs
 from runtime.kvcache.stage_cache import StageCache
 from store.base import Store
 from store.memory import MemoryStore
@@ -78,7 +79,12 @@ class SimEngine:
         """Fresh stages for one run. In real time, coordination costs are paid for real (no hook)."""
         hook = None if self.realtime else SimCostHook(self.costs)
         handles = [StageHandle(StageCache(s, n, self.block_size), hook) for s, n in enumerate(self.capacities)]
-        return EngineParts(handles, SimExecutor(self.cost_model, self.time_scale, self.model.max_context), MemoryStore(), self.block_size)
+        executor = SimExecutor(self.cost_model, self.time_scale, self.model.max_context)
+        return EngineParts(handles, executor, MemoryStore(), self.block_size)
+
+    def default_knobs(self) -> Knobs:
+        """The published WavePP settings (M = 16384, b_min = 8192) suit these model sizes."""
+        return Knobs()
 
     async def open_store(self) -> Store:
         return await open_run_store(self.store_url, not self.realtime, self.costs)
