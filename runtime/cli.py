@@ -72,6 +72,11 @@ def build_parser() -> _Parser:
                    help="KV blocks per stage: one value, or one per stage (uneven capacities)")
     b.add_argument("--gpus-per-stage", type=positive_int, default=None, help="sim: default GPUs per node / pp")
     b.add_argument("--kv-memory-mb", type=float, default=256.0, help="torch: KV pool per stage when no --kv-blocks")
+    b.add_argument("--cost-model", choices=["analytic", "fitted"], default="analytic",
+                   help="sim: roofline from profiles, or fitted from a calibration (--cost-profile)")
+    b.add_argument("--cost-profile", default=None, help="sim: a profile written by `wavepp calibrate`")
+    b.add_argument("--sim-profile", default=None,
+                   help="torch: also run the sim calibrated with this profile and report its throughput error")
     b.add_argument("--max-wave-tokens", type=positive_int, default=None, help="MPU's M")
     b.add_argument("--min-wave-tokens", type=positive_int, default=None, help="MPU's b_min")
     b.add_argument("--ring", type=positive_int, default=None, help="waves in flight R (default 2P, baselines P)")
@@ -114,6 +119,14 @@ def build_parser() -> _Parser:
                    help="change a knob (repeatable); the runtime applies it at its next wave boundary")
     k.add_argument("--history", type=int, default=0, metavar="N", help="also print the last N changes")
 
+    cal = sub.add_parser("calibrate", help="fit the torch engine's stage step times for the simulator")
+    cal.add_argument("--engine", choices=["torch"], default="torch")
+    cal.add_argument("--model", default="tiny-llama")
+    cal.add_argument("--pp", type=positive_int, default=2)
+    cal.add_argument("--block-size", type=positive_int, default=64)
+    cal.add_argument("--kv-memory-mb", type=float, default=256.0)
+    cal.add_argument("--out", required=True, help="where to write the profile (JSON)")
+
     e = sub.add_parser("check-engine", help="torch engine vs Hugging Face transformers, same weights")
     e.add_argument("--model", default="tiny-llama", help="tiny-llama, tiny-moe, a config.json or a model directory")
     e.add_argument("--pp", type=positive_int, default=2)
@@ -147,10 +160,18 @@ def cmd_bench(args: argparse.Namespace) -> int:
             engine = TorchEngine(args.model, args.pp, args.block_size, args.kv_blocks, args.kv_memory_mb,
                                  args.seed, store_url=args.store)
         else:
-            args.model = args.model or "glm-5.2"
+            if (args.cost_model == "fitted") != (args.cost_profile is not None):
+                raise ValueError("--cost-model fitted and --cost-profile FILE go together")
+            args.model = args.model or ("tiny-llama" if args.cost_profile else "glm-5.2")
             engine = SimEngine(args.model, args.hardware, args.pp, args.block_size, args.kv_blocks,
                                args.gpus_per_stage, store_url=args.store, realtime=args.realtime,
-                               time_scale=args.time_scale)
+                               time_scale=args.time_scale, cost_profile=args.cost_profile)
+        sim = None
+        if args.sim_profile:
+            if args.engine != "torch":
+                raise ValueError("--sim-profile compares the torch engine with its calibrated sim: use --engine torch")
+            sim = SimEngine(args.model, args.hardware, args.pp, args.block_size, args.kv_blocks,
+                            cost_profile=args.sim_profile)
         changes = {k: v for k, v in (("max_wave_tokens", args.max_wave_tokens),
                                      ("min_wave_tokens", args.min_wave_tokens),
                                      ("ring", args.ring)) if v is not None}
@@ -170,8 +191,19 @@ def cmd_bench(args: argparse.Namespace) -> int:
         except StoreError as exc:          # e.g. Redis unreachable or wrong password at start-up
             raise UsageError(str(exc)) from None
     print_table([r.figures for r in records])
+    if sim is not None:
+        sim_records = run_bench(sim, cfg)
+        for r, s_ in zip(records, sim_records, strict=True):
+            measured = r.figures.input_tokens_per_s
+            err = s_.figures.input_tokens_per_s / measured - 1 if measured else 0.0
+            r.meta["sim_input_tokens_per_s"] = s_.figures.input_tokens_per_s
+            r.meta["sim_throughput_error"] = err
+            print(f"calibrated sim vs torch, {r.label}: {s_.figures.input_tokens_per_s:,.0f} vs "
+                  f"{r.figures.input_tokens_per_s:,.0f} input tok/s ({err:+.1%}); efficiency "
+                  f"{s_.figures.pipeline_efficiency:.3f} vs {r.figures.pipeline_efficiency:.3f}")
     if args.json_path:
-        Path(args.json_path).write_text(json.dumps({"runs": [r.figures.as_dict() for r in records]}, indent=1))
+        runs = [{**r.figures.as_dict(), **{k: v for k, v in r.meta.items() if k.startswith("sim_")}} for r in records]
+        Path(args.json_path).write_text(json.dumps({"runs": runs}, indent=1))
         print(f"wrote {args.json_path}")
     if args.save_run:
         from runtime.runfile import save_runs
@@ -326,6 +358,22 @@ def _start_embedded(args: argparse.Namespace) -> None:
         raise UsageError(remote.error)
 
 
+def cmd_calibrate(args: argparse.Namespace) -> int:
+    from runtime.engines.calibrate import calibrate, save_profile
+    from runtime.engines.torch.engine import TorchEngine
+    try:
+        engine = TorchEngine(args.model, args.pp, args.block_size, kv_memory_mb=args.kv_memory_mb)
+        profile = calibrate(engine)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    save_profile(args.out, profile)
+    for s, f in enumerate(profile["stages"]):
+        print(f"stage {s}: t(L, x) = {f['c'] * 1e3:.3f} ms + {f['gamma'] * 1e6:.3f} us*L + {f['beta'] * 1e6:.2f} us*x "
+              f"+ {f['alpha'] * 1e9:.3f} ns*(2Lx + x^2)")
+    print(f"wrote {args.out} (use: wavepp bench --engine sim --cost-model fitted --cost-profile {args.out})")
+    return 0
+
+
 def cmd_check_engine(args: argparse.Namespace) -> int:
     from runtime.engines.torch.check import run_check
     if args.reuse < 0:
@@ -358,7 +406,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = parser.parse_args(argv)
         handler = {"bench": cmd_bench, "admission-bench": cmd_admission_bench, "knobs": cmd_knobs,
-                   "dashboard": cmd_dashboard, "check-engine": cmd_check_engine,
+                   "dashboard": cmd_dashboard, "check-engine": cmd_check_engine, "calibrate": cmd_calibrate,
                    "calibrate-coordination": cmd_calibrate_coordination}[args.command]
         return handler(args)
     except UsageError as exc:

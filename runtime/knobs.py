@@ -44,6 +44,11 @@ POLICY_NAMES = ("wavepp", "trtllm-pp")
 PLANNERS = ("auto", "mpu", "static")
 _CHOICES: dict[str, tuple[str, ...]] = {"policy": POLICY_NAMES, "planner": PLANNERS}
 
+# Wave budgets for CPU-sized prompts (the torch engine on a CPU, and the sim calibrated on it): the
+# published M = 16384 / b_min = 8192 would put every admitted request of a few hundred tokens into
+# one wave and leave stages idle. The baseline's static chunk keeps its ratio to b_min.
+CPU_KNOBS = Knobs(max_wave_tokens=1024, min_wave_tokens=512, static_chunk_tokens=512)
+
 _RANGES: dict[str, tuple[int, int]] = {
     "max_wave_tokens": (16, 1 << 22),
     "min_wave_tokens": (16, 1 << 22),

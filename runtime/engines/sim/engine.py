@@ -7,13 +7,14 @@ from collections.abc import Coroutine, Sequence
 from typing import Any, TypeVar
 
 from runtime.engines.base import EngineParts, StageHandle
+from runtime.engines.calibrate import FittedCostModel, load_profile
 from runtime.engines.common import open_run_store, run_telemetry
 from runtime.engines.coordination import DEFAULT_COSTS, CoordinationCosts, SimCostHook
 from runtime.engines.sim.clock import run_virtual
-from runtime.engines.sim.costmodel import AnalyticCostModel
+from runtime.engines.sim.costmodel import AnalyticCostModel, CostModel
 from runtime.engines.sim.executor import SimExecutor
 from runtime.engines.sim.profiles import get_hardware, get_model
-from runtime.knobs import Knobs
+from runtime.knobs import CPU_KNOBS, Knobs
 from runtime.kvcache.stage_cache import StageCache
 from store.base import Store
 from store.memory import MemoryStore
@@ -35,23 +36,40 @@ class SimEngine:
     def __init__(self, model: str, hardware: str, pp: int, block_size: int = 64,
                  kv_blocks: Sequence[int] | None = None, gpus_per_stage: int | None = None,
                  costs: CoordinationCosts = DEFAULT_COSTS, store_url: str = "memory",
-                 realtime: bool = False, time_scale: float = 1.0) -> None:
-        self.model = get_model(model)
-        self.hardware = get_hardware(hardware)
+                 realtime: bool = False, time_scale: float = 1.0, cost_profile: str | None = None) -> None:
+        """``cost_profile``: a calibration file (``wavepp calibrate``) - the fitted model of a real
+        engine replaces the analytic roofline, and its measured coordination costs the table."""
         if pp < 1:
             raise ValueError(f"pp must be >= 1, got {pp}")
         if block_size < 1:
             raise ValueError(f"block size must be >= 1, got {block_size}")
-        gps = gpus_per_stage or max(1, self.hardware.gpus_per_node // pp)
-        self.cost_model = AnalyticCostModel(self.model, self.hardware, pp, gps)
-        self.pp = pp
-        self.block_size = block_size
-        self.costs = costs
-        self.store_url = parse_store_url(store_url)
         if time_scale <= 0:
             raise ValueError(f"time scale must be positive, got {time_scale}")
+        self.pp = pp
+        self.block_size = block_size
+        self.store_url = parse_store_url(store_url)
         self.realtime = realtime
         self.time_scale = time_scale
+        self.profile: dict[str, Any] | None = None
+        self.cost_model: CostModel
+        if cost_profile is not None:
+            self.profile = load_profile(cost_profile)
+            if self.profile["pp"] != pp:
+                raise ValueError(f"the cost profile was measured with pp={self.profile['pp']}, not {pp}")
+            self.cost_model = FittedCostModel(self.profile)
+            self.costs = CoordinationCosts(**self.profile["coordination"])
+            self._vocab, self._context = int(self.profile["vocab_size"]), int(self.profile["max_context"])
+            default = [int(n) * int(self.profile["block_size"]) // block_size for n in self.profile["capacities"]]
+        else:
+            m, hw = get_model(model), get_hardware(hardware)
+            gps = gpus_per_stage or max(1, hw.gpus_per_node // pp)
+            analytic = AnalyticCostModel(m, hw, pp, gps)
+            self.cost_model = analytic
+            self.costs = costs
+            self._vocab, self._context = m.vocab_size, m.max_context
+            default = [analytic.stage_kv_capacity_tokens(s) // block_size for s in range(pp)]
+            if min(default) < 1:
+                raise ValueError(f"{m.name} on {pp} x {gps} {hw.name} leaves no room for KV cache")
         if kv_blocks:
             if len(kv_blocks) == 1:
                 kv_blocks = list(kv_blocks) * pp
@@ -59,17 +77,17 @@ class SimEngine:
                 raise ValueError(f"kv blocks: give one positive value or {pp} (one per stage), got {list(kv_blocks)}")
             self.capacities = list(kv_blocks)
         else:
-            self.capacities = [self.cost_model.stage_kv_capacity_tokens(s) // block_size for s in range(pp)]
-            if min(self.capacities) < 1:
-                raise ValueError(f"{self.model.name} on {pp} x {gps} {self.hardware.name} leaves no room for KV cache")
+            self.capacities = default
 
     @property
     def vocab_size(self) -> int:
-        return self.model.vocab_size
+        return self._vocab
 
     def default_prompt_tokens(self) -> int:
-        """Tens of thousands of tokens for the big profiles (DESIGN §8), within the model's context."""
-        return min(32768, self.model.max_context // 2)
+        """Tens of thousands of tokens for the big profiles (DESIGN §8); a calibrated CPU model's own scale."""
+        if self.profile is not None:
+            return min(1024, self._context // 2)
+        return min(32768, self._context // 2)
 
     @property
     def name_with_mode(self) -> str:
@@ -79,11 +97,14 @@ class SimEngine:
         """Fresh stages for one run. In real time, coordination costs are paid for real (no hook)."""
         hook = None if self.realtime else SimCostHook(self.costs)
         handles = [StageHandle(StageCache(s, n, self.block_size), hook) for s, n in enumerate(self.capacities)]
-        executor = SimExecutor(self.cost_model, self.time_scale, self.model.max_context)
+        executor = SimExecutor(self.cost_model, self.time_scale, self._context)
         return EngineParts(handles, executor, MemoryStore(), self.block_size)
 
     def default_knobs(self) -> Knobs:
-        """The published WavePP settings (M = 16384, b_min = 8192) suit these model sizes."""
+        """The published WavePP settings (M = 16384, b_min = 8192) suit the big profiles; a
+        calibrated model gets the knobs of the engine it was measured on."""
+        if self.profile is not None:
+            return CPU_KNOBS
         return Knobs()
 
     async def open_store(self) -> Store:

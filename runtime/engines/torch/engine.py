@@ -22,7 +22,7 @@ from runtime.engines.torch.config import DecoderConfig, load_config
 from runtime.engines.torch.executor import TorchExecutor
 from runtime.engines.torch.model import build_stages, default_device_dtype, split_layers
 from runtime.engines.torch.weights import load_hf_dir, random_weights
-from runtime.knobs import Knobs
+from runtime.knobs import CPU_KNOBS, Knobs
 from runtime.kvcache.stage_cache import StageCache
 from store.base import Store
 from store.memory import MemoryStore
@@ -77,10 +77,8 @@ class TorchEngine:
         return min(1024, self.cfg.max_position // 2)
 
     def default_knobs(self) -> Knobs:
-        """Wave budgets scaled to CPU-sized prompts (hundreds to a few thousand tokens): the published
-        M = 16384 / b_min = 8192 would put every admitted request in one wave and leave stages idle.
-        The baseline's static chunk keeps the same ratio to b_min as on the big profiles."""
-        return Knobs(max_wave_tokens=1024, min_wave_tokens=512, static_chunk_tokens=512)
+        """Wave budgets scaled to CPU-sized prompts (``runtime.knobs.CPU_KNOBS``)."""
+        return CPU_KNOBS
 
     def build(self) -> EngineParts:
         stages = build_stages(self.cfg, self.pp, self.capacities, self.block_size, self.weights,
