@@ -280,6 +280,9 @@ class PipelineLoop:
                 before = set(self.active)
                 await self._admit_once()
                 admitted_tokens = sum(a.request.num_tokens for rid, a in self.active.items() if rid not in before)
+            if self._should_fill():
+                await self.changed.wait()
+                continue
             wave = self._plan()
             if wave is None:
                 await self.changed.wait()
@@ -294,6 +297,15 @@ class PipelineLoop:
                 self.writer.submit(lambda plan=plan: self.store.plan_publish(plan))  # type: ignore[misc]
             self.in_flight += 1
             await self.inbox[0].put(wave)
+
+    def _should_fill(self) -> bool:
+        """Wait for a fuller wave while P waves keep every stage busy: a wave costs a fixed
+        overhead per stage, so many small waves would waste it (the dispatcher wakes again on
+        every admission and retirement, and sends what it has once fewer than P are in flight)."""
+        if not self.policy.fill_waves or self.in_flight < self.num_stages:
+            return False
+        unscheduled = sum(a.remaining for a in self.active.values())
+        return 0 < unscheduled < self.knobs.min_wave_tokens
 
     def _plan(self) -> Wave | None:
         active = list(self.active.values())

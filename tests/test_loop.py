@@ -188,3 +188,17 @@ def test_a_knob_change_reaches_the_next_wave() -> None:
     before = [s.attributes.get(N.BUDGET) for s in plans[: marked[0]] if s.attributes.get(N.BUDGET)]  # type: ignore[union-attr]
     after = [s.attributes.get(N.BUDGET) for s in plans[marked[0]:] if s.attributes.get(N.BUDGET)]  # type: ignore[union-attr]
     assert max(before) > 2048 and after and max(after) <= 2048
+
+
+def test_waves_wait_to_fill_while_the_pipeline_is_busy(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With P waves in flight, wavepp holds a wave below b_min for more admitted work: fewer, fuller waves."""
+    from runtime.policies.wavepp import WavePP
+
+    cfg = config("suffix:128", 160)
+    cfg.knobs = cfg.knobs.replace(max_wave_tokens=2048, min_wave_tokens=1024)
+    filled = run_one(small_engine(), cfg, "wavepp", 32)
+    monkeypatch.setattr(WavePP, "fill_waves", False)
+    eager = run_one(small_engine(), cfg, "wavepp", 32)
+    assert filled.figures.completed == eager.figures.completed == 160
+    assert filled.figures.mean_wave_tokens > 1.5 * eager.figures.mean_wave_tokens
+    assert filled.figures.waves < eager.figures.waves

@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import json
 import statistics
+import threading
 import time
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -69,16 +71,32 @@ def calibrate(engine: Any, grid_l: Sequence[int] = GRID_L, grid_x: Sequence[int]
     parts = engine.build()
     stages = parts.executor.stages
     cfg = engine.cfg
-    fits = []
-    samples_all = []
+    need = max(grid_l) + max(grid_x)
     for s, stage in enumerate(stages):
-        need = max(grid_l) + max(grid_x)
         if -(-need // engine.block_size) > stage.num_blocks:
             raise ValueError(f"stage {s} has {stage.num_blocks} blocks; the grid needs {need} tokens")
+    points = [(L, x) for L in grid_l for x in grid_x if L + x <= cfg.max_position]
+    # All stages are measured at once, each in its own thread as the engine runs them, so the
+    # fit includes what the stages cost each other (cores, memory bandwidth, the GIL between
+    # kernels). A stage that finishes its grid keeps working until every stage has finished.
+    lock, completed, done = threading.Lock(), [0], threading.Event()
+
+    def measure_stage(s: int) -> list[tuple[int, int, float]]:
+        stage = stages[s]
         samples = [(L, x, _time_stage(stage, s == 0, cfg.hidden_size, engine.block_size, L, x, repeats))
-                   for L in grid_l for x in grid_x if L + x <= cfg.max_position]
-        fits.append(fit(samples))
-        samples_all.append(samples)
+                   for L, x in points]
+        with lock:
+            completed[0] += 1
+            if completed[0] == len(stages):
+                done.set()
+        while not done.is_set():
+            L, x = points[-1]
+            _time_stage(stage, s == 0, cfg.hidden_size, engine.block_size, L, x, 1)
+        return samples
+
+    with ThreadPoolExecutor(len(stages)) as pool:
+        samples_all = list(pool.map(measure_stage, range(len(stages))))
+    fits = [fit(samples) for samples in samples_all]
     parts.executor.close()
     return {
         "format": FORMAT, "engine": "torch", "model": engine.model_name, "pp": engine.pp,

@@ -22,6 +22,8 @@ class Policy:
     broadcast_requests: bool = False
     #: default ring size R = ring_factor * P (knob ``ring`` overrides)
     ring_factor: int = 2
+    #: a wave smaller than b_min waits for more admitted work while P waves are in flight
+    fill_waves: bool = True
     #: the planner when the ``planner`` knob says "auto"
     default_planner: str = "mpu"
 

@@ -24,7 +24,8 @@ from runtime.policies.base import StaticChunkPolicy
 class TrtllmPP(StaticChunkPolicy):
     """Differs from ``wavepp`` in: admission inside the loop; stage-0-only reuse lookup and
     allocation with stage-local admission (and late fallback) on the other stages; request
-    broadcast down the chain; R = P; static chunks of ``static_chunk_tokens``."""
+    broadcast down the chain; R = P; static chunks of ``static_chunk_tokens``, scheduled every
+    iteration with whatever is there (no wait to fill a wave)."""
 
     name = "trtllm-pp"
     async_admission = False
@@ -32,3 +33,4 @@ class TrtllmPP(StaticChunkPolicy):
     lease_all_stages = False
     broadcast_requests = True
     ring_factor = 1
+    fill_waves = False

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -14,16 +13,6 @@ from safetensors.torch import save_file
 from runtime.engines.torch.check import run_check
 from runtime.engines.torch.config import PROFILES, DecoderConfig, load_config
 from runtime.engines.torch.weights import expected_shapes, load_hf_dir, random_weights
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread() -> Iterator[None]:
-    """These models are tiny: a second intra-op thread gains nothing, and on a shared, loaded machine
-    OpenMP's spinning threads can make a run several times slower."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
 
 SMALL = DecoderConfig(vocab_size=256, hidden_size=64, intermediate_size=96, num_layers=3, num_heads=4,
                       num_kv_heads=2, rope_theta=500000.0, rms_norm_eps=1e-5)

@@ -27,11 +27,6 @@ def config_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
-@pytest.fixture(autouse=True)
-def one_thread() -> None:
-    torch.set_num_threads(1)
-
-
 @pytest.mark.parametrize("policy", ["wavepp", "trtllm-pp"])
 @pytest.mark.parametrize("workload", ["reuse90", "suffix:40"])
 def test_first_tokens_match_the_reference(config_path: Path, policy: str, workload: str) -> None:

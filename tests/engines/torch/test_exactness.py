@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator
 
 import pytest
 import torch
@@ -12,16 +11,6 @@ from runtime.engines.torch.check import run_check
 from runtime.engines.torch.config import DecoderConfig
 from runtime.engines.torch.model import ChunkSpec, StageModel, build_stages, split_layers
 from runtime.engines.torch.weights import random_weights
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread() -> Iterator[None]:
-    """These models are tiny: a second intra-op thread gains nothing, and on a shared, loaded machine
-    OpenMP's spinning threads can make a run several times slower."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
 
 
 def small(num_kv_heads: int = 2, **kw: object) -> DecoderConfig:
