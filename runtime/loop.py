@@ -94,6 +94,7 @@ class PipelineLoop:
         self.ever_computed: dict[int, None] = {}       # an insertion-ordered set, capped
         self.result = LoopResult()
         self.in_flight = 0
+        self.admitting = 0                            # requests inside an admission round right now
         self.next_wave_id = 0
         self.num_finished = 0
         self.passed = [0] * self.num_stages          # waves that finished stage s
@@ -236,7 +237,11 @@ class PipelineLoop:
         batch = self._take_batch()
         if not batch:
             return False
-        result = await self.admission.round(batch)
+        self.admitting = len(batch)
+        try:
+            result = await self.admission.round(batch)
+        finally:
+            self.admitting = 0
         for a in result.admitted:
             self.active[a.id] = a
             self.tel.event(self.spans[a.id], N.EVENT_ADMITTED, {N.REUSE_BLOCKS: a.reuse_blocks})
@@ -299,11 +304,14 @@ class PipelineLoop:
             await self.inbox[0].put(wave)
 
     def _should_fill(self) -> bool:
-        """Wait for a fuller wave while P waves keep every stage busy: a wave costs a fixed
-        overhead per stage, so many small waves would waste it (the dispatcher wakes again on
-        every admission and retirement, and sends what it has once fewer than P are in flight)."""
+        """Wait for a fuller wave while P waves keep every stage busy and more work is on its way
+        (arrived or being admitted): a wave costs a fixed overhead per stage, so many small waves
+        would waste it. The dispatcher wakes again on every admission and retirement, and sends
+        what it has once fewer than P are in flight."""
         if not self.policy.fill_waves or self.in_flight < self.num_stages:
             return False
+        if not self.waiting and not self.admitting:
+            return False                    # no more work is on its way: waiting would only idle stage 0
         unscheduled = sum(a.remaining for a in self.active.values())
         return 0 < unscheduled < self.knobs.min_wave_tokens
 
