@@ -32,7 +32,7 @@ FOREVER = 10**12        # requests: a live runtime runs until it is stopped
 
 
 class EmbeddedRuntime:
-    def __init__(self, engine: SimEngine, workload: str = "reuse90", concurrency: int = 32,
+    def __init__(self, engine: Any, workload: str = "reuse90", concurrency: int = 32,
                  prompt_tokens: int | None = None, knobs: Knobs | None = None, seed: int = 0,
                  requests: int = FOREVER) -> None:
         self.engine = engine
@@ -95,6 +95,15 @@ class EmbeddedRuntime:
 # dashboard` runs the embedded runtime in a child process and talks to it over a local socket
 # (multiprocessing.managers): still no external service.
 
+def make_engine(spec: dict[str, Any]) -> Any:
+    """``{"kind": "torch" | "sim", …constructor arguments}`` -> the engine."""
+    args = {k: v for k, v in spec.items() if k != "kind"}
+    if spec["kind"] == "torch":
+        from runtime.engines.torch.engine import TorchEngine
+        return TorchEngine(**args)
+    return SimEngine(**args)
+
+
 class _Facade:
     """What the dashboard may ask of the runtime (runs in the child, called through a proxy)."""
 
@@ -135,7 +144,7 @@ class _Manager(BaseManager):
 def serve(engine_args: dict[str, Any], runtime_args: dict[str, Any], address: str, authkey: bytes,
           ready: Any) -> None:
     """Child process: start the runtime and serve it to the dashboard until killed."""
-    engine = SimEngine(**engine_args)
+    engine = make_engine(engine_args)
     runtime = EmbeddedRuntime(engine, **runtime_args).start()
     facade = _Facade(runtime)
     _Manager.register("runtime", callable=lambda: facade)

@@ -104,12 +104,16 @@ def build_parser() -> _Parser:
     src.add_argument("--run", default=None, help="open a file saved by `wavepp bench --save-run`")
     d.add_argument("--port", type=positive_int, default=8501)
     d.add_argument("--host", default="127.0.0.1")
-    d.add_argument("--model", default="llama-3-8b", help="embedded runtime: model profile")
-    d.add_argument("--hardware", default="h200", help="embedded runtime: hardware profile")
-    d.add_argument("--pp", type=positive_int, default=4, help="embedded runtime: stages")
+    d.add_argument("--engine", choices=["torch", "sim"], default="torch",
+                   help="embedded runtime: torch (real compute, tiny model) or sim (slowed to real time)")
+    d.add_argument("--model", default=None, help="embedded runtime: tiny-llama (torch) / llama-3-8b (sim) …")
+    d.add_argument("--hardware", default="h200", help="embedded sim: hardware profile")
+    d.add_argument("--pp", type=positive_int, default=None, help="embedded runtime: stages (torch 2, sim 4)")
     d.add_argument("--workload", default="reuse90", help="embedded runtime: workload")
-    d.add_argument("--concurrency", type=positive_int, default=64, help="embedded runtime: closed-loop concurrency")
-    d.add_argument("--prompt-tokens", type=positive_int, default=8192, help="embedded runtime: prompt length")
+    d.add_argument("--concurrency", type=positive_int, default=None,
+                   help="embedded runtime: closed-loop concurrency (torch 16, sim 64)")
+    d.add_argument("--prompt-tokens", type=positive_int, default=None,
+                   help="embedded runtime: prompt length (torch 1024, sim 8192)")
     d.add_argument("--policy", default="wavepp", help="embedded runtime: starting policy (a knob)")
     d.add_argument("--time-scale", type=float, default=1.0, help="embedded sim: stretch modelled step times")
 
@@ -337,21 +341,25 @@ async def _check_store(url: str) -> None:
 
 
 def _start_embedded(args: argparse.Namespace) -> None:
-    """The runtime (sim engine in real time) in a child process serving the dashboard."""
+    """The runtime (torch engine, or the sim slowed to real time) in a child process serving the dashboard."""
     from dashboard import embedded
-    from runtime.engines.sim.engine import SimEngine
-    from runtime.knobs import KnobError, Knobs
+    from runtime.knobs import KnobError
     from runtime.workloads import parse_workload
-    engine_args = {"model": args.model, "hardware": args.hardware, "pp": args.pp, "realtime": True,
-                   "time_scale": args.time_scale}
+    torch_engine = args.engine == "torch"
+    if torch_engine:
+        engine_args = {"kind": "torch", "model": args.model or "tiny-llama", "pp": args.pp or 2}
+    else:
+        engine_args = {"kind": "sim", "model": args.model or "llama-3-8b", "hardware": args.hardware,
+                       "pp": args.pp or 4, "realtime": True, "time_scale": args.time_scale}
     try:
         parse_workload(args.workload)
-        knobs = Knobs().replace(policy=args.policy)
-        SimEngine(**engine_args)                              # validate here: one line, exit 2
+        engine = embedded.make_engine(engine_args)            # validate here: one line, exit 2
+        knobs = engine.default_knobs().replace(policy=args.policy)
     except (ValueError, KnobError) as exc:
         raise UsageError(str(exc)) from None
-    runtime_args = {"workload": args.workload, "concurrency": args.concurrency,
-                    "prompt_tokens": args.prompt_tokens, "knobs": knobs}
+    prompt = args.prompt_tokens or (engine.default_prompt_tokens() if torch_engine else 8192)
+    runtime_args = {"workload": args.workload, "concurrency": args.concurrency or (16 if torch_engine else 64),
+                    "prompt_tokens": prompt, "knobs": knobs}
     remote, _proc = embedded.start_child(engine_args, runtime_args)
     embedded.CURRENT = remote
     if remote.error:
