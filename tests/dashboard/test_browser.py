@@ -24,8 +24,9 @@ WAVEPP = str(Path(sys.executable).parent / "wavepp")
 
 def serve(*args: str) -> tuple[subprocess.Popen[bytes], str]:
     port = free_port()
+    log = open(ARTIFACTS.parent / "artifacts" / f"dashboard-{port}.log", "wb") if ARTIFACTS.exists() else None
     proc = subprocess.Popen([WAVEPP, "dashboard", "--port", str(port), *args],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                            stdout=log or subprocess.DEVNULL, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}/"
     deadline = time.monotonic() + 90
     while time.monotonic() < deadline:
@@ -54,7 +55,12 @@ def page() -> Iterator[Page]:
 
 def lanes_with_data(page: Page, num_stages: int, timeout_s: float = 90) -> set[str]:
     """Wait until the Pipeline timeline shows bars, then return the lane labels of that chart."""
-    page.wait_for_selector(".js-plotly-plot .barlayer .point", timeout=timeout_s * 1000)
+    try:
+        page.wait_for_selector(".js-plotly-plot .barlayer .point", state="attached", timeout=timeout_s * 1000)
+    except Exception:
+        ARTIFACTS.mkdir(exist_ok=True)
+        page.screenshot(path=str(ARTIFACTS / "timeout.png"), full_page=True)
+        raise
     first = page.locator(".js-plotly-plot").first
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
