@@ -30,7 +30,16 @@ class IndexPublisher:
                 if attached or detached:
                     updates.append((h.stage, attached, detached))
             if updates:
-                await self.store.hint_update_many(updates)
+                try:
+                    await self.store.hint_update_many(updates)
+                except BaseException:
+                    # Not sent (shutdown mid-call, store gone): the events go back in front of
+                    # newer ones, so the next flush carries them. Counters commute, so merging
+                    # two batches' attach/detach lists leaves the same final counts.
+                    by_stage = {h.stage: h for h in self.handles}
+                    for stage, attached, detached in updates:
+                        by_stage[stage].cache.requeue_index_updates(attached, detached)
+                    raise
             n = sum(len(a) + len(d) for _, a, d in updates)
             self.published += n
             return n

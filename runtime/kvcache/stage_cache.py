@@ -304,6 +304,11 @@ class StageCache:
         self._attached, self._detached = [], []
         return out
 
+    def requeue_index_updates(self, attached: list[int], detached: list[int]) -> None:
+        """Put back events a failed publish had drained, ahead of the newer ones."""
+        self._attached = attached + self._attached
+        self._detached = detached + self._detached
+
     def stats(self) -> CacheStats:
         p = self.pool
         return CacheStats(
