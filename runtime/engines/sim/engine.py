@@ -89,10 +89,6 @@ class SimEngine:
             return min(1024, self._context // 2)
         return min(32768, self._context // 2)
 
-    @property
-    def name_with_mode(self) -> str:
-        return "sim-realtime" if self.realtime else "sim"
-
     def build(self) -> EngineParts:
         """Fresh stages for one run. In real time, coordination costs are paid for real (no hook)."""
         hook = None if self.realtime else SimCostHook(self.costs)
