@@ -1,5 +1,8 @@
 """The pipeline loop: plan a wave -> dispatch it through the stages -> retire completions.
 
+The stage side is in :mod:`runtime.stage_tasks`, the end of a request's path in
+:mod:`runtime.completion`; this module owns the state and the tasks that tie them together.
+
 The same code runs on every engine; an engine supplies stage handles, a stage executor, a
 store and an event loop (virtual time on the sim). Tasks::
 
@@ -23,27 +26,21 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from runtime.admission import Admission
+from runtime.completion import finish_failed
 from runtime.control_plane import KnobWatcher, LeaseRegistry, StoreWriter
-from runtime.engines.base import LeaseItem, StageExecutor, StageHandle, now
+from runtime.engines.base import StageExecutor, StageHandle, now
 from runtime.index_publisher import IndexPublisher
 from runtime.knobs import Knobs, check_block_size
-from runtime.kvcache.stage_cache import DescriptorMismatch
 from runtime.policies import get_policy
 from runtime.policies.base import Policy
-from runtime.request import AdmittedRequest, Chunk, Completion, Request, RequestState, Wave
+from runtime.request import AdmittedRequest, Chunk, Completion, Request, Wave
+from runtime.stage_tasks import run_link, run_stage
 from runtime.wakeup import Wakeup
 from runtime.workloads import Workload
 from store.base import Store
 from store.resilient import ResilientStore
 from telemetry import names as N
 from telemetry.setup import Telemetry
-
-
-class _LateFallback(Exception):
-    def __init__(self, granted: int) -> None:
-        super().__init__(granted)
-        self.granted = granted
-
 
 STATUS_EVERY_S = 0.25          # runtime status snapshots (dashboard: queues, cache state over time)
 STATUS_HISTORY = 20_000
@@ -143,7 +140,7 @@ class PipelineLoop:
                     await self.executor.execute(s, [chunk], {req.id: table})
                 for h in self.handles:
                     h.cache.complete(req.id, hashes)
-                self._remember(hashes)
+                self.remember_computed(hashes)
                 self.executor.forget(req.id)
                 continue
             for h in self.handles:                      # did not fit on some stage: skip it
@@ -161,8 +158,8 @@ class PipelineLoop:
                  "heartbeat": self.registry.heartbeat(), "knobs": self.knob_watcher.run(),
                  "reaper": self.registry.reaper(self.handles, self.capacity.notify),
                  "status": self._status_task()}
-        named |= {f"stage{s}": self._stage(s) for s in range(self.num_stages)}
-        named |= {f"link{s}": self._link(s) for s in range(self.num_stages - 1)}
+        named |= {f"stage{s}": run_stage(self, s) for s in range(self.num_stages)}
+        named |= {f"link{s}": run_link(self, s) for s in range(self.num_stages - 1)}
         tasks = [asyncio.create_task(coro, name=name) for name, coro in named.items()]
         for _ in range(min(self.concurrency, self.workload.num_requests)):
             self._arrive()
@@ -187,7 +184,7 @@ class PipelineLoop:
         finally:
             task.cancel()
 
-    def _remember(self, hashes: Sequence[int]) -> None:
+    def remember_computed(self, hashes: Sequence[int]) -> None:
         self.ever_computed.update(dict.fromkeys(hashes))
         if len(self.ever_computed) > EVER_COMPUTED_CAP:
             for h in list(itertools.islice(self.ever_computed, len(self.ever_computed) - EVER_COMPUTED_CAP)):
@@ -207,17 +204,17 @@ class PipelineLoop:
             N.REUSABLE_TOKENS: reusable * self.block_size}, root=True)
         self.executor.register(req)
         if req.num_tokens > self.executor.max_context:
-            self._finish_failed(req, f"prompt of {req.num_tokens} tokens is longer than the model's context "
+            finish_failed(self, req, f"prompt of {req.num_tokens} tokens is longer than the model's context "
                                      f"({self.executor.max_context})")
             return
         if -(-req.num_tokens // self.block_size) > self.min_capacity:
-            self._finish_failed(req, f"prompt of {req.num_tokens} tokens needs more KV blocks than a stage "
+            finish_failed(self, req, f"prompt of {req.num_tokens} tokens needs more KV blocks than a stage "
                                      f"has ({self.min_capacity} x {self.block_size} tokens)")
             return
         self.waiting.append(req)
         self.changed.notify()
 
-    def _next_arrival(self) -> None:
+    def next_arrival(self) -> None:
         self.num_finished += 1
         if self.progress is not None:
             self.progress(self.num_finished, self.workload.num_requests)
@@ -336,139 +333,6 @@ class PipelineLoop:
                 N.NUM_WAVES_READY: plan.ready_waves, N.NUM_IN_FLIGHT: self.in_flight + 1,
                 N.REQUEST_IDS: [c.request_id for c in plan.chunks]})
         return wave
-
-    # ---- stages -------------------------------------------------------------------------------
-    def _live(self, chunk: Chunk) -> AdmittedRequest | None:
-        a = self.active.get(chunk.request_id)
-        return a if a is not None and a.attempt == chunk.attempt else None
-
-    async def _stage(self, s: int) -> None:
-        handle = self.handles[s]
-        last = s == self.num_stages - 1
-        while True:
-            wave = await self.inbox[s].get()
-            assert wave is not None
-            if wave.broadcast_tokens:
-                await handle.receive_requests(wave.broadcast_tokens)
-            tables: dict[str, list[int]] = {}
-            attrs = {N.STAGE: s, N.WAVE_ID: wave.id}
-            with self.tel.span(N.MATERIALIZE, attrs):
-                for chunk in wave.chunks:
-                    if self._live(chunk) is None:
-                        continue
-                    try:
-                        live_req = self.active[chunk.request_id]
-                        if s not in live_req.admit_stages and chunk.request_id not in handle.cache.leases:
-                            await self._stage_local_admit(s, chunk)
-                        tables[chunk.request_id] = await handle.materialize(
-                            chunk.request_id, chunk.start, chunk.length, chunk.reuse_blocks)
-                    except DescriptorMismatch as exc:
-                        await self._fail(chunk.request_id, str(exc))
-                    except _LateFallback as fb:
-                        await self._late_fallback(chunk.request_id, fb.granted, s)
-            live = [c for c in wave.chunks if self._live(c) is not None and c.request_id in tables]
-            tokens = sum(c.length for c in live)
-            with self.tel.span(N.EXECUTE, {**attrs, N.TOKENS: tokens,
-                                           N.REQUEST_IDS: [c.request_id for c in live]}):
-                if live:
-                    await self.executor.execute(s, live, tables)
-            self.passed[s] += 1
-            self.index_dirty.notify()
-            if last:
-                await self._retire(wave, live)
-            else:
-                await self.links[s].put(wave)
-
-    async def _link(self, s: int) -> None:
-        """Stage ``s`` -> ``s + 1``: sends in order, so chunks of one request never overtake."""
-        while True:
-            wave = await self.links[s].get()
-            assert wave is not None
-            with self.tel.span(N.SEND, {N.STAGE: s, N.WAVE_ID: wave.id, N.TOKENS: wave.num_tokens}):
-                await self.executor.transfer(s, wave)
-            await self.inbox[s + 1].put(wave)
-
-    async def _stage_local_admit(self, s: int, chunk: Chunk) -> None:
-        """Baselines: a stage that was not part of admission leases and escrows on first sight."""
-        a = self.active[chunk.request_id]
-        req, handle = a.request, self.handles[s]
-        [granted] = await handle.lease([LeaseItem(req.id, req.block_hashes, chunk.reuse_blocks, req.num_tokens)],
-                                       remote=False)
-        if granted < chunk.reuse_blocks:
-            raise _LateFallback(granted)
-        need = -(-(req.num_tokens - granted * self.block_size) // self.block_size)
-        while not await handle.escrow([(req.id, need)], remote=False):
-            if self.passed[s] - self.retired <= 0:
-                raise DescriptorMismatch(f"stage {s} lacks KV capacity for stage 0's schedule of request {req.id}")
-            with self.tel.span(N.STAGE_WAIT, {N.STAGE: s, N.REQUEST_ID: req.id}):
-                await self.capacity.wait()
-
-    # ---- completion, failure, fallback ------------------------------------------------------
-    async def _retire(self, wave: Wave, live: list[Chunk]) -> None:
-        for c in live:
-            a = self.active[c.request_id]
-            a.completed += c.length
-            if c.is_last:
-                await self._complete(a)
-        self.retired += 1
-        self.in_flight -= 1
-        if self.publish_plans:
-            self.writer.submit(lambda: self.store.plan_retire(wave.id))
-        self.changed.notify()
-
-    async def _complete(self, a: AdmittedRequest) -> None:
-        req = a.request
-        tables = tuple(tuple(h.cache.tables.get(req.id, ())) for h in self.handles)
-        await asyncio.gather(*(h.complete(req.id, req.block_hashes) for h in self.handles))
-        del self.active[req.id]
-        self.registry.released(req.id)
-        req.state = RequestState.DONE
-        self._remember(req.block_hashes)
-        span = self.spans.pop(req.id)
-        span.set_attributes({N.REUSED_TOKENS: a.reused_tokens, N.REUSE_BLOCKS: a.reuse_blocks,
-                             N.FALLBACKS: req.fallbacks})
-        self.tel.end(span)
-        self.result.completions.append(Completion(
-            req.id, self.executor.first_token(req.id), tables, a.reused_tokens, now() - req.arrival))
-        self.executor.forget(req.id)
-        self.capacity.notify()
-        self.index_dirty.notify()
-        self._next_arrival()
-
-    async def _release_everywhere(self, rid: str) -> None:
-        await asyncio.gather(*(h.release([rid]) for h in self.handles))
-        self.registry.released(rid)
-        self.capacity.notify()
-        self.index_dirty.notify()
-
-    async def _fail(self, rid: str, error: str) -> None:
-        a = self.active.pop(rid)
-        await self._release_everywhere(rid)
-        self._finish_failed(a.request, error)
-        self.changed.notify()
-
-    def _finish_failed(self, req: Request, error: str) -> None:
-        req.state = RequestState.FAILED
-        self.executor.forget(req.id)
-        self.result.failures[req.id] = error
-        span = self.spans.pop(req.id)
-        self.tel.event(span, N.EVENT_FAILED, {N.ERROR: error})
-        span.set_attribute(N.FALLBACKS, req.fallbacks)
-        self.tel.end(span, error=error)
-        self._next_arrival()
-
-    async def _late_fallback(self, rid: str, granted: int, stage: int) -> None:
-        """A stage lacked part of the planned prefix: lower the boundary and start the request over."""
-        a = self.active.pop(rid)
-        req = a.request
-        req.fallbacks += 1
-        req.max_reuse_blocks = granted
-        req.state = RequestState.WAITING
-        self.tel.event(self.spans[rid], N.EVENT_FALLBACK, {N.STAGE: stage, N.FROM_BLOCKS: a.reuse_blocks,
-                                                           N.REUSE_BLOCKS: granted})
-        await self._release_everywhere(rid)
-        self.waiting.appendleft(req)
-        self.changed.notify()
 
     def status(self) -> dict[str, Any]:
         """A snapshot of queues and per-stage cache state (the dashboard's Cache and Admission pages)."""

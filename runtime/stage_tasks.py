@@ -1,0 +1,94 @@
+"""Stage tasks: each stage materializes (stage-local preparation) and executes every wave, and an
+in-order link moves the wave to the next stage.
+
+A chunk whose request failed or fell back meanwhile is skipped ("stale": its attempt is no longer
+live). A stage that was not part of admission (baselines) leases and escrows the request on its
+first chunk; a prefix it lacks triggers the late fallback.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from runtime.completion import fail, late_fallback, retire
+from runtime.engines.base import LeaseItem
+from runtime.kvcache.stage_cache import DescriptorMismatch
+from runtime.request import AdmittedRequest, Chunk
+from telemetry import names as N
+
+if TYPE_CHECKING:
+    from runtime.loop import PipelineLoop
+
+
+class LateFallback(Exception):
+    """A stage holds less of the planned prefix than stage 0 promised (baselines only)."""
+
+    def __init__(self, granted: int) -> None:
+        super().__init__(granted)
+        self.granted = granted
+
+
+def is_live(loop: PipelineLoop, chunk: Chunk) -> AdmittedRequest | None:
+    a = loop.active.get(chunk.request_id)
+    return a if a is not None and a.attempt == chunk.attempt else None
+
+async def run_stage(loop: PipelineLoop, s: int) -> None:
+    handle = loop.handles[s]
+    last = s == loop.num_stages - 1
+    while True:
+        wave = await loop.inbox[s].get()
+        assert wave is not None
+        if wave.broadcast_tokens:
+            await handle.receive_requests(wave.broadcast_tokens)
+        tables: dict[str, list[int]] = {}
+        attrs = {N.STAGE: s, N.WAVE_ID: wave.id}
+        with loop.tel.span(N.MATERIALIZE, attrs):
+            for chunk in wave.chunks:
+                if is_live(loop, chunk) is None:
+                    continue
+                try:
+                    live_req = loop.active[chunk.request_id]
+                    if s not in live_req.admit_stages and chunk.request_id not in handle.cache.leases:
+                        await stage_local_admit(loop, s, chunk)
+                    tables[chunk.request_id] = await handle.materialize(
+                        chunk.request_id, chunk.start, chunk.length, chunk.reuse_blocks)
+                except DescriptorMismatch as exc:
+                    await fail(loop, chunk.request_id, str(exc))
+                except LateFallback as fb:
+                    await late_fallback(loop, chunk.request_id, fb.granted, s)
+        live = [c for c in wave.chunks if is_live(loop, c) is not None and c.request_id in tables]
+        tokens = sum(c.length for c in live)
+        with loop.tel.span(N.EXECUTE, {**attrs, N.TOKENS: tokens,
+                                       N.REQUEST_IDS: [c.request_id for c in live]}):
+            if live:
+                await loop.executor.execute(s, live, tables)
+        loop.passed[s] += 1
+        loop.index_dirty.notify()
+        if last:
+            await retire(loop, wave, live)
+        else:
+            await loop.links[s].put(wave)
+
+async def run_link(loop: PipelineLoop, s: int) -> None:
+    """Stage ``s`` -> ``s + 1``: sends in order, so chunks of one request never overtake."""
+    while True:
+        wave = await loop.links[s].get()
+        assert wave is not None
+        with loop.tel.span(N.SEND, {N.STAGE: s, N.WAVE_ID: wave.id, N.TOKENS: wave.num_tokens}):
+            await loop.executor.transfer(s, wave)
+        await loop.inbox[s + 1].put(wave)
+
+async def stage_local_admit(loop: PipelineLoop, s: int, chunk: Chunk) -> None:
+    """Baselines: a stage that was not part of admission leases and escrows on first sight."""
+    a = loop.active[chunk.request_id]
+    req, handle = a.request, loop.handles[s]
+    [granted] = await handle.lease([LeaseItem(req.id, req.block_hashes, chunk.reuse_blocks, req.num_tokens)],
+                                   remote=False)
+    if granted < chunk.reuse_blocks:
+        raise LateFallback(granted)
+    need = -(-(req.num_tokens - granted * loop.block_size) // loop.block_size)
+    while not await handle.escrow([(req.id, need)], remote=False):
+        if loop.passed[s] - loop.retired <= 0:
+            raise DescriptorMismatch(f"stage {s} lacks KV capacity for stage 0's schedule of request {req.id}")
+        with loop.tel.span(N.STAGE_WAIT, {N.STAGE: s, N.REQUEST_ID: req.id}):
+            await loop.capacity.wait()
