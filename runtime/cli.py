@@ -42,6 +42,30 @@ def name_list(text: str) -> list[str]:
     return out
 
 
+def output_file(text: str) -> str:
+    """A path we will write to: its folder must exist (checked before any work is done)."""
+    parent = Path(text).expanduser().resolve().parent
+    if not parent.is_dir():
+        raise argparse.ArgumentTypeError(f"cannot write {text!r}: folder {str(parent)!r} does not exist")
+    return text
+
+
+def positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
+    return value
+
+
+def non_negative_int(text: str) -> int:
+    if not text.strip().isdigit():
+        raise argparse.ArgumentTypeError(f"must be a whole number >= 0, got {text!r}")
+    return int(text)
+
+
 def positive_int(text: str) -> int:
     if not text.strip().lstrip("-").isdigit():
         raise argparse.ArgumentTypeError(f"{text!r} is not an integer")
@@ -61,7 +85,8 @@ def build_parser() -> _Parser:
                         "a config.json or a Hugging Face model directory")
     b.add_argument("--hardware", default="b300", help="hardware profile (h200, b300)")
     b.add_argument("--pp", type=positive_int, default=4, help="pipeline stages")
-    b.add_argument("--workload", default="suffix4k", help="cold | reuse90 | mixed | suffix:N | suffix4k")
+    b.add_argument("--workload", default=None,
+                   help="cold | reuse90 | mixed | suffix:N | suffix4k (default: suffix4k on sim, reuse90 on torch)")
     b.add_argument("--concurrency", type=int_list, default=[8, 32, 128], help="closed-loop concurrency, e.g. 8,32,128")
     b.add_argument("--requests", type=positive_int, default=None, help="requests per run (default: max(512, 4 x c))")
     b.add_argument("--policy", type=name_list, default=["wavepp", "trtllm-pp"], help="policies, e.g. wavepp,trtllm-pp")
@@ -71,7 +96,8 @@ def build_parser() -> _Parser:
     b.add_argument("--kv-blocks", type=int_list, default=None,
                    help="KV blocks per stage: one value, or one per stage (uneven capacities)")
     b.add_argument("--gpus-per-stage", type=positive_int, default=None, help="sim: default GPUs per node / pp")
-    b.add_argument("--kv-memory-mb", type=float, default=256.0, help="torch: KV pool per stage when no --kv-blocks")
+    b.add_argument("--kv-memory-mb", type=positive_float, default=256.0,
+                   help="torch: KV pool per stage when no --kv-blocks")
     b.add_argument("--cost-model", choices=["analytic", "fitted"], default="analytic",
                    help="sim: roofline from profiles, or fitted from a calibration (--cost-profile)")
     b.add_argument("--cost-profile", default=None, help="sim: a profile written by `wavepp calibrate`")
@@ -83,10 +109,12 @@ def build_parser() -> _Parser:
     b.add_argument("--store", default="memory",
                    help="memory (default) or redis://host:port/db[?cluster=name]: index, plans, knobs, span stream")
     b.add_argument("--realtime", action="store_true", help="sim only: run on the wall clock instead of virtual time")
-    b.add_argument("--time-scale", type=float, default=1.0, help="real-time sim: multiply modelled step times")
-    b.add_argument("--json", dest="json_path", default=None, help="write {\"runs\": [...]} here")
-    b.add_argument("--trace", default=None, help="write Chrome trace-event JSON here (one lane per stage)")
-    b.add_argument("--save-run", default=None, help="save spans, figures, knobs and status of every run (.gz ok)")
+    b.add_argument("--time-scale", type=positive_float, default=1.0, help="real-time sim: multiply modelled step times")
+    b.add_argument("--json", dest="json_path", type=output_file, default=None, help="write {\"runs\": [...]} here")
+    b.add_argument("--trace", type=output_file, default=None,
+                   help="write Chrome trace-event JSON here (one lane per stage)")
+    b.add_argument("--save-run", type=output_file, default=None,
+                   help="save spans, figures, knobs and status of every run (.gz ok)")
     b.add_argument("--quiet", action="store_true", help="no progress bar")
 
     a = sub.add_parser("admission-bench", help="admission latency (lookup + lease + escrow) and store round trips")
@@ -96,7 +124,7 @@ def build_parser() -> _Parser:
     a.add_argument("--block-size", type=positive_int, default=64)
     a.add_argument("--requests", type=positive_int, default=1000)
     a.add_argument("--seed", type=int, default=0)
-    a.add_argument("--json", dest="json_path", default=None)
+    a.add_argument("--json", dest="json_path", type=output_file, default=None)
 
     d = sub.add_parser("dashboard", help="the live operator dashboard (Streamlit): embedded runtime, a store, or a run")
     src = d.add_mutually_exclusive_group()
@@ -115,21 +143,21 @@ def build_parser() -> _Parser:
     d.add_argument("--prompt-tokens", type=positive_int, default=None,
                    help="embedded runtime: prompt length (torch 1024, sim 8192)")
     d.add_argument("--policy", default="wavepp", help="embedded runtime: starting policy (a knob)")
-    d.add_argument("--time-scale", type=float, default=1.0, help="embedded sim: stretch modelled step times")
+    d.add_argument("--time-scale", type=positive_float, default=1.0, help="embedded sim: stretch modelled step times")
 
     k = sub.add_parser("knobs", help="show the scheduling knobs in a store, or change them (validated)")
     k.add_argument("--store", required=True, help="redis://host:port/db[?cluster=name]")
     k.add_argument("--set", dest="changes", action="append", default=[], metavar="NAME=VALUE",
                    help="change a knob (repeatable); the runtime applies it at its next wave boundary")
-    k.add_argument("--history", type=int, default=0, metavar="N", help="also print the last N changes")
+    k.add_argument("--history", type=non_negative_int, default=0, metavar="N", help="also print the last N changes")
 
     cal = sub.add_parser("calibrate", help="fit the torch engine's stage step times for the simulator")
     cal.add_argument("--engine", choices=["torch"], default="torch")
     cal.add_argument("--model", default="tiny-llama")
     cal.add_argument("--pp", type=positive_int, default=2)
     cal.add_argument("--block-size", type=positive_int, default=64)
-    cal.add_argument("--kv-memory-mb", type=float, default=256.0)
-    cal.add_argument("--out", required=True, help="where to write the profile (JSON)")
+    cal.add_argument("--kv-memory-mb", type=positive_float, default=256.0)
+    cal.add_argument("--out", required=True, type=output_file, help="where to write the profile (JSON)")
 
     e = sub.add_parser("check-engine", help="torch engine vs Hugging Face transformers, same weights")
     e.add_argument("--model", default="tiny-llama", help="tiny-llama, tiny-moe, a config.json or a model directory")
@@ -141,7 +169,7 @@ def build_parser() -> _Parser:
 
     c = sub.add_parser("calibrate-coordination", help="measure admission/cache costs on this machine's CPU")
     c.add_argument("--redis", default=None, help="also measure one round trip to this Redis URL")
-    c.add_argument("--json", dest="json_path", default=None)
+    c.add_argument("--json", dest="json_path", type=output_file, default=None)
     return parser
 
 
@@ -154,7 +182,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from store.base import StoreError
 
     try:
-        spec = parse_workload(args.workload)
+        spec = parse_workload(args.workload or ("reuse90" if args.engine == "torch" else "suffix4k"))
         for p in args.policy:
             get_policy(p)
         engine: Any

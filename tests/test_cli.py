@@ -108,3 +108,20 @@ def test_min_wave_tokens_below_block_size_is_not_a_crash(tmp_path: Path) -> None
     assert "Traceback" not in proc.stderr
     assert proc.returncode == 2 and len(proc.stderr.splitlines()) == 1
     assert "multiple of the block size" in proc.stderr
+
+
+@pytest.mark.parametrize("argv", [
+    ["bench", "--save-run", "/nonexistent-dir/x.json"],
+    ["bench", "--json", "/nonexistent-dir/x.json"],
+    ["bench", "--trace", "/nonexistent-dir/x.json"],
+    ["bench", "--engine", "torch", "--kv-memory-mb", "-5"],
+    ["bench", "--time-scale", "0"],
+    ["calibrate", "--out", "/nonexistent-dir/p.json"],
+    ["knobs", "--store", "redis://127.0.0.1:6379/0", "--history", "-3"],
+])
+def test_unwritable_outputs_and_bad_numbers_are_refused_before_any_work(
+        argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    """A run is never lost at the end for a file it cannot write: the path is checked first."""
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("wavepp: error:")
