@@ -30,12 +30,12 @@ def add_knob_marks(fig: go.Figure, marks: Sequence[tuple[float, str]], start: fl
     return fig
 
 
-def timeline(fr: Frames, start: float, end: float) -> go.Figure:
+def timeline(fr: Frames, start: float, end: float, live: bool = False) -> go.Figure:
     """Detailed recent window: one lane per stage; execute bars coloured by wave, materialize and
     send as thin bars beside them, idle time shaded as bubbles."""
     fig = go.Figure()
     lanes = [lane(s) for s in range(fr.num_stages)]
-    gaps = bubbles(fr.steps, fr.num_stages, start, end)
+    gaps = bubbles(fr.steps, fr.num_stages, start, end, trailing=not live)
     if gaps:
         fig.add_trace(go.Bar(
             name="bubble (idle)", orientation="h", y=[lane(s) for s, _, _ in gaps],

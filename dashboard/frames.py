@@ -99,8 +99,12 @@ def build(spans: Sequence[Span], num_stages: int | None = None, origin_ns: int |
     )
 
 
-def bubbles(steps: pd.DataFrame, num_stages: int, start: float, end: float) -> list[tuple[int, float, float]]:
-    """Idle gaps (stage, t0, t1) between execute steps inside [start, end]."""
+def bubbles(steps: pd.DataFrame, num_stages: int, start: float, end: float,
+            trailing: bool = True) -> list[tuple[int, float, float]]:
+    """Idle gaps (stage, t0, t1) between execute steps inside [start, end].
+
+    ``trailing=False`` (live views): after a stage's last *finished* step the stage may well be
+    computing - its span has not ended yet - so that stretch is not drawn as idle."""
     out = []
     ex = steps[(steps["kind"] == "execute") & (steps["t1"] >= start) & (steps["t0"] <= end)]
     for s in range(num_stages):
@@ -109,7 +113,7 @@ def bubbles(steps: pd.DataFrame, num_stages: int, start: float, end: float) -> l
             if t0 > cursor:
                 out.append((s, cursor, t0))
             cursor = max(cursor, t1)
-        if cursor < end:
+        if trailing and cursor < end:
             out.append((s, cursor, end))
     return out
 

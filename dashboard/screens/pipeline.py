@@ -36,7 +36,7 @@ def render_pipeline(view: View) -> None:
     for s in range(fr.num_stages):
         b = recent[recent["stage"] == f"stage {s}"]["busy"]
         cols[s + 1].metric(f"stage {s} bubble", f"{1 - float(b.iloc[-1]) if len(b) else 1:.3f}")
-    st.plotly_chart(charts.timeline(fr, max(0.0, end - window), end), key="timeline")
+    st.plotly_chart(charts.timeline(fr, max(0.0, end - window), end, live=view.snap.live), key="timeline")
     st.subheader("Whole run")
     st.plotly_chart(charts.history(fr), key="history")
     st.subheader("Busy fraction over a sliding window")

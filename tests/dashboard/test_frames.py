@@ -41,6 +41,8 @@ def test_bubbles_are_the_gaps_between_executes() -> None:
     fr = build(run())
     gaps = bubbles(fr.steps, 2, 0.0, 2.5)
     assert gaps == [(0, 1.0, 1.5), (1, 0.0, 1.0), (1, 2.0, 2.5)]
+    # Live: stage 1 may still be computing after its last finished step - not drawn as idle.
+    assert bubbles(fr.steps, 2, 0.0, 2.5, trailing=False) == [(0, 1.0, 1.5), (1, 0.0, 1.0)]
 
 
 def test_busy_fraction_over_a_window() -> None:
