@@ -12,7 +12,6 @@ from dashboard.frames import Frames, bubbles
 
 PALETTE = ["#4C78A8", "#F58518", "#54A24B", "#B279A2", "#72B7B2", "#EECA3B", "#9D755D", "#FF9DA6"]
 KIND_WIDTH = {"execute": 0.62, "materialize": 0.22, "send": 0.12, "wait": 0.62}
-KIND_OFFSET = {"execute": 0.0, "materialize": -0.3, "send": 0.3, "wait": 0.0}
 BUBBLE = "rgba(214, 39, 40, 0.18)"
 
 
@@ -46,7 +45,7 @@ def timeline(fr: Frames, start: float, end: float, live: bool = False) -> go.Fig
         colours = [PALETTE[w % len(PALETTE)] for w in rows["wave"]] if kind == "execute" else None
         fig.add_trace(go.Bar(
             name=str(kind), orientation="h", y=[lane(s) for s in rows["stage"]], base=rows["t0"],
-            x=rows["t1"] - rows["t0"], width=KIND_WIDTH.get(str(kind), 0.3), offset=None,
+            x=rows["t1"] - rows["t0"], width=KIND_WIDTH.get(str(kind), 0.3),
             marker_color=colours or ("#888" if kind != "wait" else "#d62728"),
             customdata=np.stack([rows["wave"], rows["tokens"]], axis=-1),
             hovertemplate=f"{kind}<br>wave %{{customdata[0]}}<br>%{{customdata[1]}} tokens<br>"

@@ -217,7 +217,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         raise UsageError(f"--prompt-tokens must be at least 2 blocks ({2 * args.block_size})")
 
     from runtime.progress import BenchProgress, print_table
-    with BenchProgress(len(cfg.policies) * len(cfg.concurrencies), requests, disabled=args.quiet) as progress:
+    with BenchProgress(disabled=args.quiet) as progress:
         try:
             records = run_bench(engine, cfg, progress.update)
         except StoreError as exc:          # e.g. Redis unreachable or wrong password at start-up

@@ -19,7 +19,6 @@ class IndexPublisher:
         self.handles = list(handles)
         self.store = store
         self._lock = asyncio.Lock()
-        self.published = 0
 
     async def flush(self) -> int:
         """Send every stage's pending events in one call; returns how many."""
@@ -40,9 +39,7 @@ class IndexPublisher:
                     for stage, attached, detached in updates:
                         by_stage[stage].cache.requeue_index_updates(attached, detached)
                     raise
-            n = sum(len(a) + len(d) for _, a, d in updates)
-            self.published += n
-            return n
+            return sum(len(a) + len(d) for _, a, d in updates)
 
     async def rebuild(self) -> None:
         """Replace the index with what the stages hold now (after an outage lost updates)."""

@@ -198,7 +198,6 @@ class PipelineLoop:
             if h not in self.ever_computed:
                 break
             reusable += 1
-        req.reusable_blocks = reusable
         self.spans[req.id] = self.tel.start(N.REQUEST, {
             N.REQUEST_ID: req.id, N.POLICY: self.policy.name, N.GEN_AI_INPUT_TOKENS: req.num_tokens,
             N.REUSABLE_TOKENS: reusable * self.block_size}, root=True)

@@ -15,11 +15,10 @@ from runtime.report import RunFigures
 class BenchProgress:
     """One bar per run; ``update`` is the loop's progress callback."""
 
-    def __init__(self, num_runs: int, requests: int, disabled: bool = False) -> None:
+    def __init__(self, disabled: bool = False) -> None:
         self._bar = Progress(TextColumn("{task.description:>20}"), BarColumn(), MofNCompleteColumn(),
                              TimeElapsedColumn(), disable=disabled, transient=False)
         self._tasks: dict[str, TaskID] = {}
-        self._requests = requests
 
     def __enter__(self) -> BenchProgress:
         self._bar.__enter__()

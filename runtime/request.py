@@ -33,7 +33,6 @@ class Request:
     max_reuse_blocks: int | None = None   # after a late fallback: k may never exceed this again
     attempts: int = 0                     # admissions so far (a late fallback re-admits)
     fallbacks: int = 0                    # times the reuse boundary was lowered after the lookup
-    reusable_blocks: int = 0              # blocks a completed request had computed before (good-hit)
 
     @property
     def num_tokens(self) -> int:

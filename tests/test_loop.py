@@ -8,7 +8,6 @@ import pytest
 
 from runtime.bench import BenchConfig, RunRecord, run_one
 from runtime.engines.sim.engine import SimEngine
-from runtime.kvcache.stage_cache import DescriptorMismatch
 from runtime.workloads import parse_workload
 from telemetry import names as N
 
@@ -111,7 +110,6 @@ def test_a_descriptor_mismatch_fails_exactly_one_request_and_leaks_nothing(
     assert_clean(rec)
     failed = [s for s in rec.spans if s.name == N.REQUEST and s.status.status_code.name == "ERROR"]
     assert [s.attributes[N.REQUEST_ID] for s in failed] == ["r000005"]  # type: ignore[index]
-    assert DescriptorMismatch.__name__  # the error type the stage raised is the documented one
 
 
 def test_prompt_larger_than_a_stage_fails_with_a_clear_error() -> None:

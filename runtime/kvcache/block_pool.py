@@ -69,10 +69,6 @@ class BlockPool:
     def is_evictable(self, block_id: int) -> bool:
         return block_id in self.lru or block_id in self.named
 
-    def block_of(self, block_hash: int) -> Block | None:
-        bid = self.by_hash.get(block_hash)
-        return None if bid is None else self.blocks[bid]
-
     def chain(self, block_id: int) -> list[int]:
         """Block ids from the root down to ``block_id`` (a prompt's block table prefix)."""
         out = []
@@ -116,14 +112,6 @@ class BlockPool:
             if p.held_children or p.ref_count:
                 return
             b = p
-
-    def unheld_ancestry(self, block_id: int) -> int:
-        """How many blocks pinning ``block_id`` would newly hold (it and its unheld ancestors)."""
-        n, blocks = 0, self.blocks
-        while block_id >= 0 and not blocks[block_id].held:
-            n += 1
-            block_id = blocks[block_id].parent
-        return n
 
     def pin(self, block_id: int) -> None:
         """Take a reference. The caller checked that holding the unheld ancestry is allowed."""
