@@ -1,6 +1,7 @@
 """Measure the dashboard: Pipeline render time at 20,000+ bars, and span-to-screen delay live.
 
-    python -m dashboard.render_bench            # both; needs /usr/bin/chromium
+    python -m dashboard.render_bench            # render and live; needs /usr/bin/chromium
+    python -m dashboard.render_bench halve      # what halving the wave budget does mid-run
 
 Render: a saved sim run with >= 20,000 execute bars; server side (tables + figures + JSON) timed
 in-process, then the page timed in headless chromium from navigation to the whole-run chart drawn.
@@ -100,6 +101,51 @@ def live(port: int = 8591, seconds: float = 15.0) -> None:
           f"max {max(ages):.2f} s")
 
 
+def halve() -> None:
+    """Halve M and b_min halfway through a reuse90 run (sim, virtual time) and compare the windows
+    before and after with the same tables the Pipeline and Admission pages draw."""
+    import asyncio
+
+    from dashboard.frames import build
+    from runtime.engines.sim.clock import run_virtual
+    from runtime.engines.sim.engine import SimEngine
+    from runtime.knobs import Knobs
+    from runtime.loop import PipelineLoop
+    from runtime.workloads import Workload, parse_workload
+    from telemetry.span_codec import encode
+
+    engine = SimEngine("llama-3-8b", "h200", 4)
+    parts, tel = engine.build(), engine.telemetry()
+    workload = Workload(parse_workload("reuse90"), 1200, 8192, 64, engine.vocab_size, 0)
+
+    async def main() -> None:
+        store = await engine.open_store()
+        loop = PipelineLoop(parts.handles, parts.executor, store, Knobs(), workload, 64, tel, 64)
+        run = asyncio.create_task(loop.run())
+        while loop.num_finished < 600:
+            await asyncio.sleep(0.01)
+        loop.set_knobs(Knobs(max_wave_tokens=8192, min_wave_tokens=4096))
+        await run
+
+    run_virtual(main())
+    fr = build([encode(s) for s in tel.finished_spans()], 4)
+    change = fr.knob_marks[0][0]
+    for name, (a, b) in {"before": (0.3 * change, change), "after": (change, 0.98 * fr.end)}.items():
+        ex = fr.steps[fr.steps["kind"] == "execute"]
+        busy = [float((ex[ex.stage == s].t1.clip(a, b) - ex[ex.stage == s].t0.clip(a, b)).clip(0).sum()) / (b - a)
+                for s in range(4)]
+        times = fr.requests.admitted.dropna()
+        admitted = sorted(set(times[(times >= a) & (times < b)]))
+        gaps = [(y - x) * 1e3 for x, y in zip(admitted, admitted[1:], strict=False)]
+        plans = fr.plans[(fr.plans.t >= a) & (fr.plans.t < b)]
+        print(f"{name}: stage busy {[round(x, 3) for x in busy]}, admission interval p50 "
+              f"{statistics.median(gaps):.2f} ms max {max(gaps):.2f} ms, budget {plans.budget.median():.0f}, "
+              f"{plans.tokens.mean():.0f} tokens/wave, {len(plans) / (b - a):.1f} waves/s")
+
+
 if __name__ == "__main__":
-    render()
-    live()
+    if sys.argv[1:] == ["halve"]:
+        halve()
+    else:
+        render()
+        live()
