@@ -92,18 +92,19 @@ def run_one(engine: Engine, cfg: BenchConfig, policy_name: str, concurrency: int
         if progress is not None:
             loop.progress = lambda done, total: progress(label, done, total)
         try:
-            return await loop.run()
+            result = await loop.run()
         finally:
             await parts.store.close()
+        for h in parts.handles:
+            await h.check()
+        return result
 
     result = engine.run(main())
-    for h in parts.handles:
-        h.cache.check()
     spans = tel.finished_spans()
     encoded = [encode(s) for s in spans]
     meta = {"policy": policy_name, "engine": engine.name, "model": cfg.model_name, "hardware": cfg.hardware_name,
             "concurrency": concurrency, "workload": cfg.workload.name, "inline_admission": not policy.async_admission,
-            "pp": engine.pp, "capacities": [h.cache.pool.num_blocks for h in parts.handles],
+            "pp": engine.pp, "capacities": [h.capacity for h in parts.handles],
             "block_size": engine.block_size}
     figures = compute_figures(encoded, engine.pp, meta)
     tel.shutdown()

@@ -33,8 +33,8 @@ async def retire(loop: PipelineLoop, wave: Wave, live: list[Chunk]) -> None:
 
 async def complete(loop: PipelineLoop, a: AdmittedRequest) -> None:
     req = a.request
-    tables = tuple(tuple(h.cache.tables.get(req.id, ())) for h in loop.handles)
-    await asyncio.gather(*(h.complete(req.id, req.block_hashes) for h in loop.handles))
+    tables = tuple(tuple(t) for t in await asyncio.gather(*(h.complete(req.id, req.block_hashes)
+                                                           for h in loop.handles)))
     del loop.active[req.id]
     loop.registry.released(req.id)
     req.state = RequestState.DONE

@@ -84,8 +84,7 @@ class LeaseRegistry:
                     continue                      # ours: we are alive, the entry was late
                 for s in entry.stages:
                     h = by_stage.get(s)
-                    if h is not None and entry.request_id in h.cache.leases:
-                        await h.release([entry.request_id], remote=False)
+                    if h is not None and await h.release([entry.request_id], remote=False):
                         log.warning("released pins of %s on stage %d: holder %s died",
                                     entry.request_id, s, entry.holder)
                 on_release()

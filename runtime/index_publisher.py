@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 
-from runtime.engines.base import StageHandle
+from runtime.engines.base import StageHandle, on_stages
 from store.base import Store
 
 
@@ -24,8 +24,14 @@ class IndexPublisher:
         """Send every stage's pending events in one call; returns how many."""
         async with self._lock:
             updates = []
-            for h in self.handles:
-                attached, detached = h.cache.drain_index_updates()
+            drain = asyncio.ensure_future(on_stages(self.handles, lambda h: h.drain_index_updates()))
+            try:
+                drained = await asyncio.shield(drain)
+            except asyncio.CancelledError:      # events already drained must not be lost: put them back
+                for h, (attached, detached) in zip(self.handles, await drain, strict=True):
+                    await h.requeue_index_updates(attached, detached)
+                raise
+            for h, (attached, detached) in zip(self.handles, drained, strict=True):
                 if attached or detached:
                     updates.append((h.stage, attached, detached))
             if updates:
@@ -37,15 +43,14 @@ class IndexPublisher:
                     # two batches' attach/detach lists leaves the same final counts.
                     by_stage = {h.stage: h for h in self.handles}
                     for stage, attached, detached in updates:
-                        by_stage[stage].cache.requeue_index_updates(attached, detached)
+                        await asyncio.shield(by_stage[stage].requeue_index_updates(attached, detached))
                     raise
             return sum(len(a) + len(d) for _, a, d in updates)
 
     async def rebuild(self) -> None:
         """Replace the index with what the stages hold now (after an outage lost updates)."""
         async with self._lock:
-            for h in self.handles:
-                h.cache.drain_index_updates()            # included in the snapshot below
+            snapshots = await on_stages(self.handles, lambda h: h.index_snapshot())
             await self.store.hint_clear()
             await self.store.hint_update_many(
-                [(h.stage, list(h.cache.pool.by_hash), []) for h in self.handles])
+                [(h.stage, held, []) for h, held in zip(self.handles, snapshots, strict=True)])

@@ -28,7 +28,7 @@ from typing import Any
 from runtime.admission import Admission
 from runtime.completion import finish_failed
 from runtime.control_plane import KnobWatcher, LeaseRegistry, StoreWriter
-from runtime.engines.base import StageExecutor, StageHandle, now
+from runtime.engines.base import LeaseItem, MaterializeItem, StageExecutor, StageHandle, now
 from runtime.index_publisher import IndexPublisher
 from runtime.knobs import Knobs, check_block_size
 from runtime.policies import get_policy
@@ -80,7 +80,7 @@ class PipelineLoop:
         self.writer = StoreWriter()
         self.registry = LeaseRegistry(store, self.writer)
         self.knob_watcher = KnobWatcher(store, lambda knobs, version: self.set_knobs(knobs))
-        self.min_capacity = min(h.cache.pool.num_blocks for h in self.handles)
+        self.min_capacity = min(h.capacity for h in self.handles)
         self._pending_knobs: Knobs | None = None
         self._knob_event: dict[str, Any] | None = None            # goes on the next wave-plan span
         self.progress: Callable[[int, int], None] | None = None   # (finished, total) after each request
@@ -126,25 +126,28 @@ class PipelineLoop:
         for i, (tokens, hashes) in enumerate(self.workload.primed_prompts()):
             req = Request(f"prime{i}", tokens, now(), hashes)
             chunk = Chunk(req.id, 0, req.num_tokens, 0, True)
+            wave = Wave(-1 - i, [chunk], req.num_tokens, now())
+            need = -(-req.num_tokens // self.block_size)
             self.executor.register(req)
             tables: list[list[int]] = []
             for h in self.handles:
-                cache = h.cache
-                cache.lease(req.id, hashes, 0, req.num_tokens)
-                if not cache.escrow(req.id, -(-req.num_tokens // self.block_size)):
-                    cache.release(req.id)
+                await h.lease([LeaseItem(req.id, hashes, 0, req.num_tokens)], remote=False)
+                if not await h.escrow([(req.id, need)], remote=False):
                     break
-                tables.append(cache.materialize(req.id, 0, req.num_tokens, 0))
-            else:
+                [table] = await h.materialize_many([MaterializeItem(req.id, 0, req.num_tokens, 0)])
+                assert not isinstance(table, Exception), table
+                tables.append(table)
+            if len(tables) == self.num_stages:
                 for s, table in enumerate(tables):
-                    await self.executor.execute(s, [chunk], {req.id: table})
+                    await self.executor.execute(s, wave.id, [chunk], {req.id: table})
+                    if s < self.num_stages - 1:
+                        await self.executor.transfer(s, wave)
                 for h in self.handles:
-                    h.cache.complete(req.id, hashes)
+                    await h.complete(req.id, hashes)
                 self.remember_computed(hashes)
-                self.executor.forget(req.id)
-                continue
-            for h in self.handles:                      # did not fit on some stage: skip it
-                h.cache.release(req.id)
+            else:                                   # did not fit on some stage: skip it
+                for h in self.handles:
+                    await h.release([req.id], remote=False)
             self.executor.forget(req.id)
         await self.publisher.flush()
 
@@ -333,11 +336,10 @@ class PipelineLoop:
                 N.REQUEST_IDS: [c.request_id for c in plan.chunks]})
         return wave
 
-    def status(self) -> dict[str, Any]:
+    async def status(self) -> dict[str, Any]:
         """A snapshot of queues and per-stage cache state (the dashboard's Cache and Admission pages)."""
         stages = []
-        for h in self.handles:
-            st = h.cache.stats()
+        for h, st in zip(self.handles, await asyncio.gather(*(h.stats() for h in self.handles)), strict=True):
             stages.append({"stage": h.stage, "capacity": st.num_blocks, "cached": st.num_cached,
                            "free": st.num_free, "leases": st.num_leases, "escrowed": st.num_escrowed_blocks,
                            "evictions": st.num_evictions, "replacements": st.num_victim_replacements})
@@ -348,7 +350,7 @@ class PipelineLoop:
 
     async def _status_task(self) -> None:
         while True:
-            snapshot = self.status()
+            snapshot = await self.status()
             self.result.status.append(snapshot)
             self.writer.submit(lambda snapshot=snapshot: self.store.status_put(snapshot))  # type: ignore[misc]
             await asyncio.sleep(STATUS_EVERY_S)

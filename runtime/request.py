@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import enum
 from array import array
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 class RequestState(enum.Enum):
@@ -55,6 +55,7 @@ class AdmittedRequest:
     completed: int = 0
     attempt: int = 0             # which admission of the request this is; stale chunks are skipped
     admit_stages: tuple[int, ...] = ()   # stages that leased + escrowed at admission (others admit locally)
+    local_stages: set[int] = field(default_factory=set)   # stages that admitted it locally since (baselines)
 
     def __post_init__(self) -> None:
         self.scheduled = self.completed = self.reuse_blocks * self.block_size

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from runtime.completion import fail, late_fallback, retire
-from runtime.engines.base import LeaseItem
+from runtime.engines.base import LeaseItem, MaterializeItem
 from runtime.kvcache.stage_cache import DescriptorMismatch
 from runtime.request import AdmittedRequest, Chunk
 from telemetry import names as N
@@ -43,25 +43,37 @@ async def run_stage(loop: PipelineLoop, s: int) -> None:
         tables: dict[str, list[int]] = {}
         attrs = {N.STAGE: s, N.WAVE_ID: wave.id}
         with loop.tel.span(N.MATERIALIZE, attrs):
+            ready = []
             for chunk in wave.chunks:
-                if is_live(loop, chunk) is None:
+                live_req = is_live(loop, chunk)
+                if live_req is None:
                     continue
-                try:
-                    live_req = loop.active[chunk.request_id]
-                    if s not in live_req.admit_stages and chunk.request_id not in handle.cache.leases:
+                if s not in live_req.admit_stages and s not in live_req.local_stages:
+                    try:
                         await stage_local_admit(loop, s, chunk)
-                    tables[chunk.request_id] = await handle.materialize(
-                        chunk.request_id, chunk.start, chunk.length, chunk.reuse_blocks)
-                except DescriptorMismatch as exc:
-                    await fail(loop, chunk.request_id, str(exc))
-                except LateFallback as fb:
-                    await late_fallback(loop, chunk.request_id, fb.granted, s)
+                    except DescriptorMismatch as exc:
+                        await fail(loop, chunk.request_id, str(exc))
+                        continue
+                    except LateFallback as fb:
+                        await late_fallback(loop, chunk.request_id, fb.granted, s)
+                        continue
+                ready.append(chunk)
+            ready = [c for c in ready if is_live(loop, c) is not None]
+            made = await handle.materialize_many(
+                [MaterializeItem(c.request_id, c.start, c.length, c.reuse_blocks) for c in ready])
+            for chunk, table in zip(ready, made, strict=True):
+                if is_live(loop, chunk) is None:
+                    continue                    # failed on another stage meanwhile (released there)
+                if isinstance(table, DescriptorMismatch):
+                    await fail(loop, chunk.request_id, str(table))
+                else:
+                    tables[chunk.request_id] = table
         live = [c for c in wave.chunks if is_live(loop, c) is not None and c.request_id in tables]
         tokens = sum(c.length for c in live)
         with loop.tel.span(N.EXECUTE, {**attrs, N.TOKENS: tokens,
                                        N.REQUEST_IDS: [c.request_id for c in live]}):
             if live:
-                await loop.executor.execute(s, live, tables)
+                await loop.executor.execute(s, wave.id, live, tables)
         loop.passed[s] += 1
         loop.index_dirty.notify()
         if last:
@@ -84,6 +96,7 @@ async def stage_local_admit(loop: PipelineLoop, s: int, chunk: Chunk) -> None:
     req, handle = a.request, loop.handles[s]
     [granted] = await handle.lease([LeaseItem(req.id, req.block_hashes, chunk.reuse_blocks, req.num_tokens)],
                                    remote=False)
+    a.local_stages.add(s)              # released everywhere on failure or fallback, like the rest
     if granted < chunk.reuse_blocks:
         raise LateFallback(granted)
     need = -(-(req.num_tokens - granted * loop.block_size) // loop.block_size)

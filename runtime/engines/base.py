@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
-from runtime.kvcache.stage_cache import StageCache
+from runtime.kvcache.stage_cache import CacheStats, DescriptorMismatch, StageCache
 from runtime.request import Chunk, Request, Wave
 from store.base import Store
 
@@ -35,6 +35,14 @@ class CostHook(Protocol):
     async def stage_op(self, op: str, amount: int, remote: bool) -> None:
         """``amount`` is blocks for cache operations, tokens for ``broadcast``."""
         ...
+
+
+@dataclass(frozen=True, slots=True)
+class MaterializeItem:
+    request_id: str
+    start: int
+    length: int
+    reuse_blocks: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +76,11 @@ class StageHandle:
         self.cache = cache
         self.stage = cache.stage
         self._costs = costs
+
+    @property
+    def capacity(self) -> int:
+        """Blocks in this stage's KV pool (fixed for the handle's lifetime)."""
+        return self.cache.pool.num_blocks
 
     @property
     def suspends(self) -> bool:
@@ -105,10 +118,10 @@ class StageHandle:
                 return done
         return len(items)
 
-    async def release(self, request_ids: Sequence[str], remote: bool = True) -> None:
+    async def release(self, request_ids: Sequence[str], remote: bool = True) -> int:
+        """Drop what the requests hold here (idempotent); returns how many held anything."""
         await self._charge("release", 0, remote)
-        for rid in request_ids:
-            self.cache.release(rid)
+        return sum(self.cache.release(rid) for rid in request_ids)
 
     async def materialize(self, rid: str, start: int, length: int, reuse_blocks: int) -> list[int]:
         first = rid not in self.cache.tables
@@ -118,10 +131,42 @@ class StageHandle:
         await self._charge("materialize", blocks, remote=False)
         return table
 
-    async def complete(self, rid: str, hashes: list[int]) -> None:
-        num_blocks = len(self.cache.tables.get(rid, ()))
-        await self._charge("complete", num_blocks, remote=False)
+    async def materialize_many(self, items: Sequence[MaterializeItem]) -> list[list[int] | DescriptorMismatch]:
+        """Materialize a wave's chunks in order (one message); a chunk whose descriptor does not
+        match this stage's cache gets its :class:`DescriptorMismatch` instead of a block table."""
+        out: list[list[int] | DescriptorMismatch] = []
+        for i in items:
+            try:
+                out.append(await self.materialize(i.request_id, i.start, i.length, i.reuse_blocks))
+            except DescriptorMismatch as exc:
+                out.append(exc)
+        return out
+
+    async def complete(self, rid: str, hashes: list[int]) -> list[int]:
+        """Attach the request's blocks for reuse; returns its block table on this stage."""
+        table = list(self.cache.tables.get(rid, ()))
+        await self._charge("complete", len(table), remote=False)
         self.cache.complete(rid, hashes)
+        return table
+
+    # ---- off the critical path: index publishing, status, checks ------------------------------
+    async def drain_index_updates(self) -> tuple[list[int], list[int]]:
+        return self.cache.drain_index_updates()
+
+    async def requeue_index_updates(self, attached: list[int], detached: list[int]) -> None:
+        self.cache.requeue_index_updates(attached, detached)
+
+    async def index_snapshot(self) -> list[int]:
+        """Every block hash this stage holds now (pending events are dropped: the snapshot has them)."""
+        self.cache.drain_index_updates()
+        return list(self.cache.pool.by_hash)
+
+    async def stats(self) -> CacheStats:
+        return self.cache.stats()
+
+    async def check(self) -> None:
+        """Assert the cache's accounting invariants (after a run)."""
+        self.cache.check()
 
     async def receive_requests(self, num_tokens: int) -> None:
         """Baselines only: new requests (with their token ids) relayed to this stage before it runs."""
@@ -135,8 +180,9 @@ class StageExecutor(Protocol):
     num_stages: int
     max_context: int             # longest prompt the model takes; longer ones fail with a clear error
 
-    async def execute(self, stage: int, chunks: Sequence[Chunk], tables: dict[str, list[int]]) -> None:
-        """Run a wave's live ``chunks`` on ``stage``; ``tables`` maps each request to its block table."""
+    async def execute(self, stage: int, wave_id: int, chunks: Sequence[Chunk],
+                      tables: dict[str, list[int]]) -> None:
+        """Run wave ``wave_id``'s live ``chunks`` on ``stage``; ``tables`` maps each request to its block table."""
         ...
 
     async def transfer(self, stage: int, wave: Wave) -> None:

@@ -258,8 +258,10 @@ class StageCache:
         self.progress.pop(rid, None)
         self._drop_ticket(rid)
 
-    def release(self, rid: str) -> None:
-        """Failure path: drop everything the request holds here (lease, escrow, new blocks)."""
+    def release(self, rid: str) -> bool:
+        """Failure path: drop everything the request holds here (lease, escrow, new blocks).
+        False when it held nothing."""
+        held = rid in self.leases or rid in self.tables or rid in self.tickets
         lease = self.leases.pop(rid, None)
         table = self.tables.pop(rid, [])
         if lease is not None:
@@ -269,6 +271,7 @@ class StageCache:
                 self.pool.unpin(lease.boundary)
         self.progress.pop(rid, None)
         self._drop_ticket(rid)
+        return held
 
     def _drop_ticket(self, rid: str) -> None:
         ticket = self.tickets.pop(rid, None)

@@ -16,7 +16,8 @@ class SimExecutor:
         self.num_stages = cost_model.num_stages
         self.time_scale = time_scale          # real-time mode: stretch (>1) or shrink (<1) modelled times
 
-    async def execute(self, stage: int, chunks: Sequence[Chunk], tables: dict[str, list[int]]) -> None:
+    async def execute(self, stage: int, wave_id: int, chunks: Sequence[Chunk],
+                      tables: dict[str, list[int]]) -> None:
         shapes = [ChunkShape(c.start, c.length) for c in chunks]
         await asyncio.sleep(self.cost_model.step_time(stage, shapes) * self.time_scale)
 

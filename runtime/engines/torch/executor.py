@@ -47,7 +47,8 @@ class TorchExecutor:
         return self._first.get(request_id)
 
     # ---- compute -------------------------------------------------------------------------------
-    async def execute(self, stage: int, chunks: Sequence[Chunk], tables: dict[str, list[int]]) -> None:
+    async def execute(self, stage: int, wave_id: int, chunks: Sequence[Chunk],
+                      tables: dict[str, list[int]]) -> None:
         specs = [ChunkSpec(c.start, c.length, tuple(tables[c.request_id])) for c in chunks]
         if stage == 0:
             ids = [t for c in chunks for t in self._tokens[c.request_id][c.start:c.start + c.length]]
