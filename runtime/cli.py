@@ -9,6 +9,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
+from runtime.engines.launchers import LAUNCHER_HELP, LAUNCHERS
+
 EXIT_USAGE = 2
 
 
@@ -116,6 +118,7 @@ def build_parser() -> _Parser:
     b.add_argument("--save-run", type=output_file, default=None,
                    help="save spans, figures, knobs and status of every run (.gz ok)")
     b.add_argument("--quiet", action="store_true", help="no progress bar")
+    b.add_argument("--launcher", choices=LAUNCHERS, default="threads", help=LAUNCHER_HELP)
 
     a = sub.add_parser("admission-bench", help="admission latency (lookup + lease + escrow) and store round trips")
     a.add_argument("--store", default="memory", help="memory or redis://host:port/db")
@@ -158,6 +161,7 @@ def build_parser() -> _Parser:
     cal.add_argument("--block-size", type=positive_int, default=64)
     cal.add_argument("--kv-memory-mb", type=positive_float, default=256.0)
     cal.add_argument("--out", required=True, type=output_file, help="where to write the profile (JSON)")
+    cal.add_argument("--launcher", choices=LAUNCHERS, default="threads", help=LAUNCHER_HELP)
 
     e = sub.add_parser("check-engine", help="torch engine vs Hugging Face transformers, same weights")
     e.add_argument("--model", default="tiny-llama", help="tiny-llama, tiny-moe, a config.json or a model directory")
@@ -166,6 +170,7 @@ def build_parser() -> _Parser:
     e.add_argument("--chunk", type=positive_int, default=64, help="tokens per chunk")
     e.add_argument("--reuse", type=int, default=40, help="tokens shared with an earlier request (may end mid-block)")
     e.add_argument("--seed", type=int, default=0)
+    e.add_argument("--launcher", choices=LAUNCHERS, default="threads", help=LAUNCHER_HELP)
 
     c = sub.add_parser("calibrate-coordination", help="measure admission/cache costs on this machine's CPU")
     c.add_argument("--redis", default=None, help="also measure one round trip to this Redis URL")
@@ -174,7 +179,6 @@ def build_parser() -> _Parser:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from runtime.bench import BenchConfig, run_bench
     from runtime.engines.sim.engine import SimEngine
     from runtime.knobs import KnobError, check_block_size
     from runtime.policies import get_policy
@@ -190,7 +194,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
             from runtime.engines.torch.engine import TorchEngine
             args.model = args.model or "tiny-llama"
             engine = TorchEngine(args.model, args.pp, args.block_size, args.kv_blocks, args.kv_memory_mb,
-                                 args.seed, store_url=args.store)
+                                 args.seed, store_url=args.store, launcher=args.launcher)
         else:
             if (args.cost_model == "fitted") != (args.cost_profile is not None):
                 raise ValueError("--cost-model fitted and --cost-profile FILE go together")
@@ -210,6 +214,15 @@ def cmd_bench(args: argparse.Namespace) -> int:
         knobs = check_block_size(engine.default_knobs().replace(**changes), args.block_size)
     except (ValueError, KnobError, StoreError) as exc:
         raise UsageError(str(exc)) from None
+    try:
+        return _bench(args, spec, engine, sim, knobs)
+    finally:
+        engine.close()
+
+
+def _bench(args: argparse.Namespace, spec: Any, engine: Any, sim: Any, knobs: Any) -> int:
+    from runtime.bench import BenchConfig, run_bench
+    from store.base import StoreError
     requests = args.requests or max(512, 4 * max(args.concurrency))
     cfg = BenchConfig(spec, args.concurrency, args.policy, requests, args.seed, args.prompt_tokens, knobs,
                       args.model, args.hardware)
@@ -398,8 +411,9 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     from runtime.engines.calibrate import calibrate, save_profile
     from runtime.engines.torch.engine import TorchEngine
     try:
-        engine = TorchEngine(args.model, args.pp, args.block_size, kv_memory_mb=args.kv_memory_mb)
-        profile = calibrate(engine)
+        with TorchEngine(args.model, args.pp, args.block_size, kv_memory_mb=args.kv_memory_mb,
+                         launcher=args.launcher) as engine:
+            profile = calibrate(engine)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     save_profile(args.out, profile)
@@ -415,7 +429,8 @@ def cmd_check_engine(args: argparse.Namespace) -> int:
     if args.reuse < 0:
         raise UsageError(f"--reuse must be >= 0, got {args.reuse}")
     try:
-        r = run_check(args.model, args.pp, args.block_size, args.chunk, args.reuse, args.seed)
+        r = run_check(args.model, args.pp, args.block_size, args.chunk, args.reuse, args.seed,
+                      launcher=args.launcher)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     print(f"max relative error: logits {r.max_rel_err_logits:.3e}, stored K/V {r.max_rel_err_kv:.3e} "
@@ -441,6 +456,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
+        if getattr(args, "launcher", None) == "torchrun" and serve_if_worker():
+            return 0
         handler = {"bench": cmd_bench, "admission-bench": cmd_admission_bench, "knobs": cmd_knobs,
                    "dashboard": cmd_dashboard, "check-engine": cmd_check_engine, "calibrate": cmd_calibrate,
                    "calibrate-coordination": cmd_calibrate_coordination}[args.command]
@@ -451,6 +468,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("wavepp: interrupted", file=sys.stderr)
         return 130
+
+
+def serve_if_worker() -> bool:
+    """Under torchrun every rank runs this command: ranks 1..P-1 serve their stage until rank 0 ends."""
+    from runtime.engines.torch.dist.launch import torchrun_rank
+    ranks = torchrun_rank()
+    if ranks is None:
+        raise UsageError("--launcher torchrun: start the command with torchrun (RANK/WORLD_SIZE are not set)")
+    rank, size = ranks
+    if rank == 0:
+        return False
+    import torch
+
+    from runtime.engines.torch.dist.stage_server import serve_stage
+    serve_stage(rank, size, "env://", torch.cuda.is_available())
+    return True
 
 
 if __name__ == "__main__":

@@ -112,3 +112,6 @@ class SimEngine:
 
     def run(self, main: Coroutine[Any, Any, T]) -> T:
         return asyncio.run(main) if self.realtime else run_virtual(main)
+
+    def close(self) -> None:
+        """Nothing to stop (the torch engine may have stage processes)."""

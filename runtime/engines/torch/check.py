@@ -13,6 +13,8 @@ and are never contiguous: the paths the runtime takes, not a convenient special 
 
 from __future__ import annotations
 
+import asyncio
+from array import array
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,8 +24,13 @@ import torch
 from torch import Tensor
 
 from runtime.engines.torch.config import PROFILES, DecoderConfig, load_config, read_hf_dict
-from runtime.engines.torch.model import ChunkSpec, StageModel, build_stages
+from runtime.engines.torch.dist.launch import LAUNCHERS
+from runtime.engines.torch.dist.leader import start_processes
+from runtime.engines.torch.dist.stage_server import StageSpec
+from runtime.engines.torch.executor import TorchExecutor
+from runtime.engines.torch.model import StageModel, build_stages, split_layers
 from runtime.engines.torch.weights import load_hf_dir, random_weights
+from runtime.request import Chunk, Request, Wave
 
 TOL_FP32 = 1e-4
 
@@ -42,6 +49,7 @@ class CheckResult:
 
 @dataclass(slots=True)
 class _Request:
+    id: str
     tokens: Tensor  # (L,)
     tables: list[list[int]]  # per stage
     done: int  # tokens already in the cache (the reused prefix for B)
@@ -55,95 +63,120 @@ class _Request:
 
 def run_check(model_spec: str | Path | DecoderConfig, pp: int, block_size: int, chunk: int, reuse: int,
               seed: int, num_prompts: int = 2, prompt_len: int | None = None,
-              after_a: AfterA | None = None) -> CheckResult:
+              after_a: AfterA | None = None, launcher: str = "threads") -> CheckResult:
     """Compare chunked, pipelined prefill with reuse against transformers (float32, CPU).
 
     ``model_spec``: a profile name or config path (random weights from ``seed``), a Hugging Face
     directory (its weights), or a ``DecoderConfig``. Prompts have ``prompt_len`` tokens (default
     ``3 * block_size + 5 + reuse``); B recomputes at least its last token, so at most
-    ``(prompt_len - 1) // block_size`` blocks are reused.
+    ``(prompt_len - 1) // block_size`` blocks are reused. ``launcher``: the stages as threads of
+    this process, or as ``torch.distributed`` processes (``spawn``, ``torchrun``) - the same
+    executors the engine runs, activations going stage to stage.
     """
-    cfg, hf_dict, weights = _model(model_spec, seed)
+    cfg, hf_dict, weights, hf_dir = _model(model_spec, seed)
     length = prompt_len if prompt_len is not None else 3 * block_size + 5 + reuse
     if not 0 <= reuse <= length or chunk < 1 or num_prompts < 1:
         raise ValueError(f"need 0 <= reuse <= prompt_len, chunk >= 1, num_prompts >= 1 (reuse={reuse}, "
                          f"prompt_len={length}, chunk={chunk}, num_prompts={num_prompts})")
+    if launcher not in LAUNCHERS:
+        raise ValueError(f"launcher must be one of {', '.join(LAUNCHERS)}, got {launcher!r}")
+    if after_a is not None and launcher != "threads":
+        raise ValueError("after_a reaches into the stages' pools: threads only")
+    if not 1 <= pp <= cfg.num_layers:
+        raise ValueError(f"pp must be in [1, num_layers={cfg.num_layers}], got {pp}")
     reused_blocks = min(reuse // block_size, (length - 1) // block_size)
     blocks_per_prompt = -(-length // block_size)
     pools = [num_prompts * 2 * blocks_per_prompt + s for s in range(pp)]  # uneven, like real stages
-    stages = build_stages(cfg, pp, pools, block_size, weights)
     gen = torch.Generator().manual_seed(seed + 1)
     free = [torch.randperm(n, generator=gen).tolist() for n in pools]
 
     requests_a, requests_b = [], []
-    for _ in range(num_prompts):
+    for i in range(num_prompts):
         a_tokens = torch.randint(cfg.vocab_size, (length,), generator=gen)
         b_tokens = torch.cat([a_tokens[:reuse], torch.randint(cfg.vocab_size, (length - reuse,), generator=gen)])
-        a = _Request(a_tokens, [[] for _ in range(pp)], 0)
+        a = _Request(f"a{i}", a_tokens, [[] for _ in range(pp)], 0)
         requests_a.append(a)
-        requests_b.append(_Request(b_tokens, [[] for _ in range(pp)], reused_blocks * block_size, after=a))
-    _run(stages, requests_a, chunk, free, stagger=True)
-    if after_a is not None:
-        after_a(stages, [a.tables for a in requests_a])
-    for a, b in zip(requests_a, requests_b, strict=True):  # B's tables start with A's reused blocks
-        b.tables = [t[:reused_blocks] for t in a.tables]
-    _run(stages, requests_b, chunk, free, stagger=False)
+        requests_b.append(_Request(f"b{i}", b_tokens, [[] for _ in range(pp)], reused_blocks * block_size, after=a))
+
+    if launcher == "threads":
+        executor: Any = TorchExecutor(build_stages(cfg, pp, pools, block_size, weights), cfg.max_position,
+                                      keep_logits=True)
+    else:
+        executor = start_processes([StageSpec(cfg, hf_dir, seed, pp, n, block_size, "float32") for n in pools],
+                                   launcher, torch.device("cpu"), keep_logits=True)
+    try:
+        asyncio.run(_run(executor, pp, block_size, requests_a, chunk, free, stagger=True))
+        if after_a is not None:
+            after_a(executor.stages, [a.tables for a in requests_a])
+        for a, b in zip(requests_a, requests_b, strict=True):  # B's tables start with A's reused blocks
+            b.tables = [t[:reused_blocks] for t in a.tables]
+        asyncio.run(_run(executor, pp, block_size, requests_b, chunk, free, stagger=False))
+        kv = [[[executor.gather_kv(s, layer, table, length) for layer in layers]
+               for s, (table, layers) in enumerate(zip(b.tables, split_layers(cfg.num_layers, pp), strict=True))]
+              for b in requests_b]
+    finally:
+        executor.close()
 
     reference = _reference(cfg, hf_dict, weights)
     err_logits = err_kv = 0.0
     with torch.no_grad():
-        for b in requests_b:
+        for b, b_kv in zip(requests_b, kv, strict=True):
             out = reference(input_ids=b.tokens[None], use_cache=True, logits_to_keep=1)
             assert b.logits is not None
             err_logits = max(err_logits, _rel_err(b.logits, out.logits[0, -1]))
-            for stage, table in zip(stages, b.tables, strict=True):
-                for layer in stage.layer_ids:
-                    k, v = stage.gather_kv(layer, table, length)  # (L, nkv, hd)
+            for layers, stage_kv in zip(split_layers(cfg.num_layers, pp), b_kv, strict=True):
+                for layer, (k, v) in zip(layers, stage_kv, strict=True):
                     ref = out.cache.layers[layer]
                     err_kv = max(err_kv, _rel_err(k, ref.keys[0].transpose(0, 1)),
                                  _rel_err(v, ref.values[0].transpose(0, 1)))
     return CheckResult(err_logits, err_kv, TOL_FP32, err_logits <= TOL_FP32 and err_kv <= TOL_FP32)
 
 
-def _run(stages: list[StageModel], requests: list[_Request], chunk: int, free: list[list[int]],
-         stagger: bool) -> None:
-    """Waves of the next chunk of every ready request until all finish (request i joins at wave i if staggered)."""
-    B = stages[0].block_size
+async def _run(executor: Any, pp: int, block_size: int, requests: list[_Request], chunk: int,
+               free: list[list[int]], stagger: bool) -> None:
+    """Waves of the next chunk of every ready request until all finish (request i joins at wave i if
+    staggered); each wave runs stage by stage, activations moved by the executor's transfer."""
+    for r in requests:
+        executor.register(Request(r.id, array("I", r.tokens.tolist()), 0.0, []))
     wave_id = 0
     while not all(r.finished for r in requests):
         batch = [r for i, r in enumerate(requests)
                  if not r.finished and (r.after is None or r.after.finished) and (not stagger or i <= wave_id)]
-        specs: list[list[ChunkSpec]] = [[] for _ in stages]
-        spans = []
+        chunks = []
+        tables: list[dict[str, list[int]]] = [{} for _ in range(pp)]
         for r in batch:
             start, n = r.done, min(chunk, r.tokens.numel() - r.done)
             for s, table in enumerate(r.tables):  # materialize: enough blocks for [0, start + n)
-                while len(table) * B < start + n:
+                while len(table) * block_size < start + n:
                     table.append(free[s].pop())
-                specs[s].append(ChunkSpec(start, n, list(table)))
-            spans.append((start, n))
-        x = torch.cat([r.tokens[s:s + n] for r, (s, n) in zip(batch, spans, strict=True)])
-        for stage, stage_specs in zip(stages, specs, strict=True):
-            x = stage.forward_wave(x, stage_specs)
-        for row, (r, (start, n)) in enumerate(zip(batch, spans, strict=True)):  # x: (num_chunks, vocab)
-            r.done = start + n
+                tables[s][r.id] = list(table)
+            chunks.append(Chunk(r.id, start, n, 0, start + n == r.tokens.numel()))
+        wave = Wave(wave_id, chunks, sum(c.length for c in chunks), 0.0)
+        for s in range(pp):
+            await executor.execute(s, wave_id, chunks, tables[s])
+            if s < pp - 1:
+                await executor.transfer(s, wave)
+        for r, c in zip(batch, chunks, strict=True):
+            r.done = c.start + c.length
             if r.finished:
-                r.logits = x[row].float()
+                r.logits = executor.logits(r.id)
         wave_id += 1
 
 
-def _model(spec: str | Path | DecoderConfig, seed: int) -> tuple[DecoderConfig, dict[str, Any], dict[str, Tensor]]:
-    """Config, the config.json dict the reference is built from, and float32 weights."""
+def _model(spec: str | Path | DecoderConfig,
+           seed: int) -> tuple[DecoderConfig, dict[str, Any], dict[str, Tensor], str | None]:
+    """Config, the config.json dict the reference is built from, float32 weights, and the weights'
+    directory (None: seeded random weights, which every stage process draws the same way)."""
     if isinstance(spec, DecoderConfig):
-        return spec, spec.to_hf_dict(), random_weights(spec, seed)
+        return spec, spec.to_hf_dict(), random_weights(spec, seed), None
     if isinstance(spec, str) and spec in PROFILES:
-        return PROFILES[spec], PROFILES[spec].to_hf_dict(), random_weights(PROFILES[spec], seed)
+        return PROFILES[spec], PROFILES[spec].to_hf_dict(), random_weights(PROFILES[spec], seed), None
     cfg = load_config(spec)
     # The reference reads the file's own config.json, so a mapping slip in from_hf_dict shows.
     hf_dict = read_hf_dict(spec)
     if Path(spec).is_dir():
-        return cfg, hf_dict, {k: t.float() for k, t in load_hf_dir(spec, cfg).items()}
-    return cfg, hf_dict, random_weights(cfg, seed)
+        return cfg, hf_dict, {k: t.float() for k, t in load_hf_dir(spec, cfg).items()}, str(spec)
+    return cfg, hf_dict, random_weights(cfg, seed), None
 
 
 def _reference(cfg: DecoderConfig, hf_dict: dict[str, Any], weights: dict[str, Tensor]) -> torch.nn.Module:

@@ -1,4 +1,9 @@
-"""The ``torch`` engine: the decoder's stages run for real, as threads of this process.
+"""The ``torch`` engine: the decoder's stages run for real.
+
+``launcher="threads"`` (default): every stage is a thread of this process. ``"spawn"`` /
+``"torchrun"``: stage s is rank s of a ``torch.distributed`` world (gloo on CPU, NCCL for
+activations on CUDA); this process is rank 0, the leader, and runs stage 0 itself
+(``runtime.engines.torch.dist``).
 
 Each stage's KV pool holds as many blocks as its memory budget allows; the stage's cache
 (``runtime.kvcache``) hands out the same block ids the pool is indexed by. Intra-op threads are
@@ -8,7 +13,6 @@ split between the stages so they do not oversubscribe the cores.
 from __future__ import annotations
 
 import asyncio
-import os
 from collections.abc import Coroutine, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
@@ -19,6 +23,9 @@ from runtime.engines.base import EngineParts, StageHandle
 from runtime.engines.common import open_run_store, run_telemetry
 from runtime.engines.coordination import DEFAULT_COSTS
 from runtime.engines.torch.config import DecoderConfig, load_config
+from runtime.engines.torch.dist.launch import LAUNCHERS, threads_per_process
+from runtime.engines.torch.dist.leader import ProcessExecutor, RemoteStageHandle, start_processes
+from runtime.engines.torch.dist.stage_server import StageSpec
 from runtime.engines.torch.executor import TorchExecutor
 from runtime.engines.torch.model import build_stages, default_device_dtype, split_layers
 from runtime.engines.torch.weights import load_hf_dir, random_weights
@@ -38,7 +45,9 @@ class TorchEngine:
 
     def __init__(self, model: str, pp: int, block_size: int = 64, kv_blocks: Sequence[int] | None = None,
                  kv_memory_mb: float = DEFAULT_KV_MB, seed: int = 0, store_url: str = "memory",
-                 device: str | None = None) -> None:
+                 device: str | None = None, launcher: str = "threads") -> None:
+        if launcher not in LAUNCHERS:
+            raise ValueError(f"launcher must be one of {', '.join(LAUNCHERS)}, got {launcher!r}")
         self.cfg: DecoderConfig = load_config(model)
         if pp < 1 or pp > self.cfg.num_layers:
             raise ValueError(f"pp must be between 1 and the model's {self.cfg.num_layers} layers, got {pp}")
@@ -53,7 +62,7 @@ class TorchEngine:
         self.device = torch.device(device) if device else dev
         self.dtype = dtype if self.device.type == "cuda" else torch.float32
         path = Path(model)
-        self.weights = load_hf_dir(path, self.cfg) if path.is_dir() else random_weights(self.cfg, seed)
+        self.hf_dir = str(path) if path.is_dir() else None
         layers = split_layers(self.cfg.num_layers, pp)
         if kv_blocks:
             blocks = list(kv_blocks) * pp if len(kv_blocks) == 1 else list(kv_blocks)
@@ -64,9 +73,17 @@ class TorchEngine:
             per_block = [2 * len(r) * block_size * self.cfg.num_kv_heads * self.cfg.head_dim * elem for r in layers]
             blocks = [max(1, int(kv_memory_mb * 2**20 // b)) for b in per_block]
         self.capacities = blocks
+        self.launcher = launcher
         if self.device.type == "cpu":
-            # One intra-op pool is shared by every stage thread: split the cores between stages.
-            torch.set_num_threads(max(1, (os.cpu_count() or 1) // pp))
+            # One intra-op pool is shared by every stage thread (or process): split the cores between stages.
+            torch.set_num_threads(threads_per_process(pp))
+        self._procs: ProcessExecutor | None = None
+        if launcher == "threads":
+            self.weights = load_hf_dir(path, self.cfg) if self.hf_dir else random_weights(self.cfg, seed)
+            return
+        dtype_name = str(self.dtype).removeprefix("torch.")
+        self._procs = start_processes([StageSpec(self.cfg, self.hf_dir, seed, pp, n, block_size, dtype_name)
+                                       for n in blocks], launcher, self.device)
 
     @property
     def vocab_size(self) -> int:
@@ -81,10 +98,29 @@ class TorchEngine:
         return CPU_KNOBS
 
     def build(self) -> EngineParts:
+        """Fresh caches for one run (the stage processes reset theirs)."""
+        if self._procs is not None:
+            self._procs.reset()
+            handles = [StageHandle(StageCache(0, self.capacities[0], self.block_size))]
+            handles += [RemoteStageHandle(s, self._procs.procs.rpcs[s], n)
+                        for s, n in enumerate(self.capacities) if s > 0]
+            return EngineParts(handles, self._procs, MemoryStore(), self.block_size)
         stages = build_stages(self.cfg, self.pp, self.capacities, self.block_size, self.weights,
                               device=self.device, dtype=self.dtype)
         handles = [StageHandle(StageCache(s, n, self.block_size)) for s, n in enumerate(self.capacities)]
         return EngineParts(handles, TorchExecutor(stages, self.cfg.max_position), MemoryStore(), self.block_size)
+
+    def close(self) -> None:
+        """Stop the stage processes (process launchers); idempotent."""
+        if self._procs is not None:
+            self._procs.close()
+            self._procs = None
+
+    def __enter__(self) -> TorchEngine:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     async def open_store(self) -> Store:
         return await open_run_store(self.store_url, False, DEFAULT_COSTS)

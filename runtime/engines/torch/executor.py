@@ -22,8 +22,10 @@ from runtime.request import Chunk, Request, Wave
 
 
 class TorchExecutor:
-    def __init__(self, stages: Sequence[StageModel], max_context: int) -> None:
+    def __init__(self, stages: Sequence[StageModel], max_context: int, keep_logits: bool = False) -> None:
         self.stages = list(stages)
+        self.keep_logits = keep_logits
+        self._logits: dict[str, Tensor] = {}
         self.max_context = max_context
         self.num_stages = len(self.stages)
         self.device = next(iter(self.stages[0].parameters())).device if list(self.stages[0].parameters()) \
@@ -40,11 +42,20 @@ class TorchExecutor:
     def forget(self, request_id: str) -> None:
         self._tokens.pop(request_id, None)
         self._first.pop(request_id, None)
+        self._logits.pop(request_id, None)
         for key in [k for k in self._acts if k[1] == request_id]:
             del self._acts[key]
 
     def first_token(self, request_id: str) -> int | None:
         return self._first.get(request_id)
+
+    def logits(self, request_id: str) -> Tensor | None:
+        """Last-position logits of a finished request (with ``keep_logits``: the exactness check)."""
+        return self._logits.get(request_id)
+
+    def gather_kv(self, stage: int, layer: int, table: list[int], num_tokens: int) -> tuple[Tensor, Tensor]:
+        k, v = self.stages[stage].gather_kv(layer, table, num_tokens)
+        return k.float().cpu(), v.float().cpu()
 
     # ---- compute -------------------------------------------------------------------------------
     async def execute(self, stage: int, wave_id: int, chunks: Sequence[Chunk],
@@ -59,9 +70,11 @@ class TorchExecutor:
         out = await loop.run_in_executor(self._pools[stage], self._forward, stage, inputs, specs)
         if stage == self.num_stages - 1:
             best = out.argmax(dim=-1).tolist()          # (num_chunks,)
-            for c, token in zip(chunks, best, strict=True):
+            for i, (c, token) in enumerate(zip(chunks, best, strict=True)):
                 if c.is_last:
                     self._first[c.request_id] = int(token)
+                    if self.keep_logits:
+                        self._logits[c.request_id] = out[i].float().cpu()
         else:
             row = 0
             for c in chunks:

@@ -1,0 +1,112 @@
+"""The process world of the torch engine: rank 0 leads (loop, admission, store, stage 0), rank s
+hosts stage s (its KV pool and its cache: lease and escrow happen there).
+
+Launchers:
+
+- ``spawn``: this process is rank 0 and starts ranks 1..P-1 on this host (``torch.multiprocessing``
+  spawn context), rendezvous on a free loopback port;
+- ``torchrun``: every rank is started by ``torchrun`` (one host or several); rank 0 runs the
+  command, the others serve their stage (``runtime.cli`` hands them to :func:`serve_stage`).
+
+Links (one process group each, created in the same order on every rank)::
+
+    commands[s]  0 -> s      replies[s]  s -> 0      data[s]  s -> s+1 (activations + descriptors)
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import socket
+from dataclasses import dataclass, field
+from multiprocessing.process import BaseProcess
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+from runtime.engines.launchers import LAUNCHERS
+from runtime.engines.torch.dist.wire import Link
+
+__all__ = ["LAUNCHERS", "World", "join_torchrun", "spawn_stages", "threads_per_process", "torchrun_rank"]
+TIMEOUT = datetime.timedelta(minutes=10)
+
+
+@dataclass(slots=True)
+class World:
+    rank: int
+    size: int
+    device: torch.device
+    commands: dict[int, Link] = field(default_factory=dict)
+    replies: dict[int, Link] = field(default_factory=dict)
+    data: dict[int, Link] = field(default_factory=dict)
+
+    @classmethod
+    def join(cls, rank: int, size: int, init_method: str, cuda: bool) -> World:
+        """Rendezvous and create every link (all ranks call this with the same size and cuda)."""
+        if cuda:
+            local = int(os.environ.get("LOCAL_RANK", rank)) % torch.cuda.device_count()
+            torch.cuda.set_device(local)
+            device = torch.device("cuda", local)
+        else:
+            device = torch.device("cpu")
+        dist.init_process_group("gloo", init_method=init_method, rank=rank, world_size=size, timeout=TIMEOUT)
+        world = cls(rank, size, device)
+        for s in range(1, size):
+            g_cmd, g_rep = dist.new_group([0, s], timeout=TIMEOUT), dist.new_group([0, s], timeout=TIMEOUT)
+            world.commands[s] = Link(0, s, g_cmd, g_cmd)
+            world.replies[s] = Link(s, 0, g_rep, g_rep)
+        for s in range(size - 1):
+            g_obj = dist.new_group([s, s + 1], timeout=TIMEOUT)
+            g_act = dist.new_group([s, s + 1], backend="nccl", timeout=TIMEOUT) if cuda else g_obj
+            world.data[s] = Link(s, s + 1, g_obj, g_act)
+        return world
+
+    def leave(self) -> None:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def spawn_stages(size: int, cuda: bool) -> tuple[World, list[BaseProcess]]:
+    """Start ranks 1..size-1 on this host and join as rank 0."""
+    from runtime.engines.torch.dist.stage_server import serve_stage  # the workers' entry point
+
+    init_method = f"tcp://127.0.0.1:{free_port()}"
+    ctx = mp.get_context("spawn")
+    procs: list[BaseProcess] = [ctx.Process(target=serve_stage, args=(rank, size, init_method, cuda), daemon=True,
+                         name=f"wavepp-stage{rank}") for rank in range(1, size)]
+    for p in procs:
+        p.start()
+    try:
+        return World.join(0, size, init_method, cuda), procs
+    except BaseException:
+        for p in procs:
+            p.kill()
+        raise
+
+
+def torchrun_rank() -> tuple[int, int] | None:
+    """(rank, world size) when started by torchrun, else None."""
+    if "TORCHELASTIC_RUN_ID" not in os.environ and "LOCAL_WORLD_SIZE" not in os.environ:
+        return None
+    return int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+
+
+def join_torchrun(cuda: bool) -> World:
+    ranks = torchrun_rank()
+    if ranks is None:
+        raise ValueError("--launcher torchrun: start the command with torchrun (RANK/WORLD_SIZE are not set)")
+    rank, size = ranks
+    return World.join(rank, size, "env://", cuda)
+
+
+def threads_per_process(size: int) -> int:
+    """Intra-op threads per stage process: the host's cores split between the stages it runs."""
+    local = int(os.environ.get("LOCAL_WORLD_SIZE", size))
+    return max(1, (os.cpu_count() or 1) // max(1, local))

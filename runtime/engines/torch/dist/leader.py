@@ -1,0 +1,299 @@
+"""Rank 0's side of the stage processes: RPC clients, remote stage handles, the process executor.
+
+The shared loop never knows: a :class:`RemoteStageHandle` is a ``StageHandle`` whose every
+operation is one message to the stage that owns the cache (so ``on_stages`` sends an admission
+round's lease to all stages at once), and :class:`ProcessExecutor` runs stage 0 here and the
+other stages through their processes, activations going stage to stage directly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import threading
+from array import array
+from collections.abc import Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from multiprocessing.process import BaseProcess
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from runtime.engines.base import LeaseItem, MaterializeItem, StageHandle
+from runtime.engines.torch.dist.launch import World, join_torchrun, spawn_stages
+from runtime.engines.torch.dist.stage_server import Keys, StageSpec, run_chunks
+from runtime.engines.torch.dist.wire import Link
+from runtime.engines.torch.model import StageModel
+from runtime.kvcache.stage_cache import CacheStats, DescriptorMismatch
+from runtime.request import Chunk, Request, Wave
+
+
+class StageDied(RuntimeError):
+    pass
+
+
+class RpcClient:
+    """Commands to one stage process and its replies, matched by message id.
+
+    Callers send (under a lock, in submission order), one thread receives; a reply resolves a thread-safe future,
+    so the same client serves the asyncio loop (:meth:`call`) and plain code (:meth:`call_sync`).
+    """
+
+    def __init__(self, stage: int, commands: Link, replies: Link, proc: BaseProcess | None = None) -> None:
+        self.stage = stage
+        self._commands, self._replies, self._proc = commands, replies, proc
+        self._ids = itertools.count()
+        self._pending: dict[int, Future[Any]] = {}
+        self._lock = threading.Lock()          # the pending table
+        self._send_lock = threading.Lock()
+        self._dead: str | None = None
+        self._closing = -1
+        self._reader = threading.Thread(target=self._read, name=f"from-stage{stage}", daemon=True)
+        self._reader.start()
+
+    def submit(self, op: str, *args: Any) -> Future[Any]:
+        fut: Future[Any] = Future()
+        with self._send_lock:                  # one sender at a time, messages in call order
+            with self._lock:
+                if self._dead is not None:
+                    fut.set_exception(StageDied(self._dead))
+                    return fut
+                msg_id = next(self._ids)
+                self._pending[msg_id] = fut
+                if op == "shutdown":
+                    self._closing = msg_id
+            # Not under self._lock: a send may wait for the stage to receive while the stage waits
+            # for our reader to take a reply; the reader needs only self._lock.
+            self._commands.send_obj((msg_id, op, args))
+        return fut
+
+    async def call(self, op: str, *args: Any) -> Any:
+        return await asyncio.wrap_future(self.submit(op, *args))
+
+    def call_sync(self, op: str, *args: Any) -> Any:
+        return self.submit(op, *args).result()
+
+    def _read(self) -> None:
+        try:
+            while True:
+                msg_id, ok, value = self._replies.recv_obj()
+                with self._lock:
+                    fut = self._pending.pop(msg_id)
+                if ok:
+                    fut.set_result(value)
+                else:
+                    fut.set_exception(value)
+                if msg_id == self._closing:
+                    return
+        except Exception as exc:          # the process died or the link broke: nothing will answer
+            why = f"stage {self.stage} process stopped answering: {exc}"
+            with self._lock:
+                self._dead = why
+                pending, self._pending = self._pending, {}
+            for fut in pending.values():
+                fut.set_exception(StageDied(why))
+
+    def close(self) -> None:
+        try:
+            self.call_sync("shutdown")
+        except StageDied:
+            pass
+        self._reader.join(timeout=30)
+        if self._proc is not None:
+            self._proc.join(timeout=30)
+            if self._proc.is_alive():
+                self._proc.kill()
+
+
+class RemoteStageHandle(StageHandle):
+    """A stage whose cache lives in another process: each operation is one message there."""
+
+    def __init__(self, stage: int, rpc: RpcClient, capacity: int) -> None:  # no local cache
+        self.stage = stage
+        self.rpc = rpc
+        self._capacity = capacity
+        self._costs = None                     # real messages: real time
+
+    @property
+    def capacity(self) -> int:
+        return self._capacity
+
+    @property
+    def suspends(self) -> bool:
+        return True
+
+    async def _op(self, name: str, *args: Any) -> Any:
+        return await self.rpc.call("cache", name, args)
+
+    async def lookup_local(self, prompts: Sequence[list[int]], limits: Sequence[int],
+                           remote: bool = True) -> list[int]:
+        return await self._op("lookup_local", list(prompts), list(limits))  # type: ignore[no-any-return]
+
+    async def lease(self, items: Sequence[LeaseItem], remote: bool = True) -> list[int]:
+        return await self._op("lease", list(items))  # type: ignore[no-any-return]
+
+    async def shrink(self, items: Sequence[tuple[str, int]], remote: bool = True) -> None:
+        await self._op("shrink", list(items))
+
+    async def escrow(self, items: Sequence[tuple[str, int]], remote: bool = True) -> int:
+        return await self._op("escrow", list(items))  # type: ignore[no-any-return]
+
+    async def release(self, request_ids: Sequence[str], remote: bool = True) -> int:
+        return await self._op("release", list(request_ids))  # type: ignore[no-any-return]
+
+    async def materialize(self, rid: str, start: int, length: int, reuse_blocks: int) -> list[int]:
+        [table] = await self.materialize_many([MaterializeItem(rid, start, length, reuse_blocks)])
+        if isinstance(table, DescriptorMismatch):
+            raise table
+        return table
+
+    async def materialize_many(self, items: Sequence[MaterializeItem]) -> list[list[int] | DescriptorMismatch]:
+        return await self._op("materialize_many", list(items))  # type: ignore[no-any-return]
+
+    async def complete(self, rid: str, hashes: list[int]) -> list[int]:
+        return await self._op("complete", rid, hashes)  # type: ignore[no-any-return]
+
+    async def drain_index_updates(self) -> tuple[list[int], list[int]]:
+        return await self._op("drain_index_updates")  # type: ignore[no-any-return]
+
+    async def requeue_index_updates(self, attached: list[int], detached: list[int]) -> None:
+        await self._op("requeue_index_updates", attached, detached)
+
+    async def index_snapshot(self) -> list[int]:
+        return await self._op("index_snapshot")  # type: ignore[no-any-return]
+
+    async def stats(self) -> CacheStats:
+        return await self._op("stats")  # type: ignore[no-any-return]
+
+    async def check(self) -> None:
+        await self._op("check")
+
+    async def receive_requests(self, num_tokens: int) -> None:
+        """Baselines: nothing to relay - a stage-local lease carries the request's block hashes
+        to the stage in the lease message itself (its cost is in that message)."""
+
+
+class StageProcesses:
+    """Ranks 1..P-1 as seen from rank 0: started (spawn) or joined (torchrun), built, reset, closed."""
+
+    def __init__(self, pp: int, launcher: str, cuda: bool) -> None:
+        procs: list[BaseProcess] = []
+        if launcher == "spawn":
+            self.world, procs = spawn_stages(pp, cuda)
+        else:
+            self.world = join_torchrun(cuda)
+            if self.world.size != pp:
+                self.world.leave()
+                raise ValueError(f"torchrun started {self.world.size} processes for pp={pp}: they must be equal")
+        self.rpcs = {s: RpcClient(s, self.world.commands[s], self.world.replies[s], procs[s - 1] if procs else None)
+                     for s in range(1, pp)}
+        self._closed = False
+
+    def build(self, specs: dict[int, StageSpec]) -> None:
+        """Every stage builds its layers and pool at once (weights are made or read in each process)."""
+        for f in [self.rpcs[s].submit("build", spec) for s, spec in specs.items()]:
+            f.result()
+
+    def reset(self) -> None:
+        for f in [rpc.submit("reset") for rpc in self.rpcs.values()]:
+            f.result()
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        if 0 in self.world.data:
+            self.world.data[0].close()         # stage 1's inbound thread ends; each stage passes it on
+        for rpc in self.rpcs.values():
+            rpc.close()
+        self.world.leave()
+
+
+class ProcessExecutor:
+    """Stage 0 in this process (its own compute thread), stages 1..P-1 in theirs.
+
+    ``transfer(s, wave)`` sends the wave's activations from stage s to s+1 over their link and
+    returns when the send is done; stage s+1's ``execute`` waits for them on its side.
+    """
+
+    def __init__(self, stage0: StageModel, procs: StageProcesses, max_context: int, keep_logits: bool = False) -> None:
+        self.stage0, self.procs = stage0, procs
+        self.num_stages = procs.world.size
+        self.max_context = max_context
+        self.keep_logits = keep_logits
+        self._tokens: dict[str, array] = {}
+        self._first: dict[str, int] = {}
+        self._logits: dict[str, Tensor] = {}
+        self._outputs: dict[int, tuple[Keys, Tensor]] = {}
+        self._compute = ThreadPoolExecutor(1, thread_name_prefix="stage0")
+        self._send = ThreadPoolExecutor(1, thread_name_prefix="stage0-send")
+
+    def reset(self) -> None:
+        """A new run: every stage starts with an empty cache and nothing in flight."""
+        self.procs.reset()
+        for d in (self._tokens, self._first, self._logits, self._outputs):
+            d.clear()
+
+    def register(self, request: Request) -> None:
+        self._tokens[request.id] = request.tokens
+
+    def forget(self, request_id: str) -> None:
+        self._tokens.pop(request_id, None)
+        self._first.pop(request_id, None)
+        self._logits.pop(request_id, None)
+
+    def first_token(self, request_id: str) -> int | None:
+        return self._first.get(request_id)
+
+    def logits(self, request_id: str) -> Tensor | None:
+        """Last-position logits of a finished request (with ``keep_logits``: the exactness check)."""
+        return self._logits.get(request_id)
+
+    async def execute(self, stage: int, wave_id: int, chunks: Sequence[Chunk], tables: dict[str, list[int]]) -> None:
+        if stage == 0:
+            ids = [t for c in chunks for t in self._tokens[c.request_id][c.start:c.start + c.length]]
+            inputs = torch.tensor(ids, dtype=torch.long, device=self.stage0.device)
+            done = await asyncio.wrap_future(self._compute.submit(
+                run_chunks, self.stage0, self._outputs, wave_id, inputs, chunks, tables, self.keep_logits))
+        else:
+            done = await self.procs.rpcs[stage].call(
+                "exec", wave_id, list(chunks), {c.request_id: tables[c.request_id] for c in chunks}, self.keep_logits)
+        for rid, (token, logits) in (done or {}).items():
+            self._first[rid] = token
+            if logits is not None:
+                self._logits[rid] = logits
+
+    async def transfer(self, stage: int, wave: Wave) -> None:
+        if stage == 0:
+            keys, out = self._outputs.pop(wave.id, ([], torch.empty(0, self.stage0.cfg.hidden_size)))
+            await asyncio.wrap_future(self._send.submit(self.procs.world.data[0].send_tensor, (wave.id, keys), out))
+        else:
+            await self.procs.rpcs[stage].call("transfer", wave.id)
+
+    def gather_kv(self, stage: int, layer: int, table: list[int], num_tokens: int) -> tuple[Tensor, Tensor]:
+        if stage == 0:
+            k, v = self.stage0.gather_kv(layer, table, num_tokens)
+            return k.float().cpu(), v.float().cpu()
+        return self.procs.rpcs[stage].call_sync("gather_kv", layer, table, num_tokens)  # type: ignore[no-any-return]
+
+    def close(self) -> None:
+        """Stop stage 0's threads and every stage process."""
+        self._compute.shutdown()
+        self._send.shutdown()
+        self.procs.close()
+
+
+def start_processes(specs: Sequence[StageSpec], launcher: str, device: torch.device,
+                    keep_logits: bool = False) -> ProcessExecutor:
+    """Start (or join) ranks 1..P-1, have each build its stage of ``specs``, build stage 0 here."""
+    procs = StageProcesses(len(specs), launcher, device.type == "cuda")
+    try:
+        procs.build({s: spec for s, spec in enumerate(specs) if s > 0})
+        return ProcessExecutor(specs[0].build(0, device), procs, specs[0].cfg.max_position, keep_logits)
+    except BaseException:
+        procs.close()
+        raise
+
+
+__all__ = ["ProcessExecutor", "RemoteStageHandle", "RpcClient", "StageDied", "StageProcesses", "World", "start_processes"]
