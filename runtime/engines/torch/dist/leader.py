@@ -65,7 +65,10 @@ class RpcClient:
                     self._closing = msg_id
             # Not under self._lock: a send may wait for the stage to receive while the stage waits
             # for our reader to take a reply; the reader needs only self._lock.
-            self._commands.send_obj((msg_id, op, args))
+            try:
+                self._commands.send_obj((msg_id, op, args))
+            except RuntimeError as exc:        # gloo: the connection is gone
+                self._die(f"stage {self.stage} process is gone: {exc}")
         return fut
 
     async def call(self, op: str, *args: Any) -> Any:
@@ -87,12 +90,27 @@ class RpcClient:
                 if msg_id == self._closing:
                     return
         except Exception as exc:          # the process died or the link broke: nothing will answer
-            why = f"stage {self.stage} process stopped answering: {exc}"
-            with self._lock:
-                self._dead = why
-                pending, self._pending = self._pending, {}
-            for fut in pending.values():
-                fut.set_exception(StageDied(why))
+            self._die(f"stage {self.stage} process stopped answering: {exc}")
+
+    def _die(self, why: str) -> None:
+        why = why.splitlines()[0]
+        with self._lock:
+            self._dead = self._dead or why
+            pending, self._pending = self._pending, {}
+        for fut in pending.values():
+            if not fut.done():
+                fut.set_exception(StageDied(self._dead))
+
+    @property
+    def alive(self) -> bool:
+        return self._dead is None
+
+    def kill(self) -> None:
+        """Stop a spawned stage process without a word (after another stage died)."""
+        self._die(f"stage {self.stage} stopped: another stage process died")
+        if self._proc is not None:
+            self._proc.kill()
+            self._proc.join(timeout=30)
 
     def close(self) -> None:
         try:
@@ -203,10 +221,14 @@ class StageProcesses:
         if self._closed:
             return
         self._closed = True
-        if 0 in self.world.data:
-            self.world.data[0].close()         # stage 1's inbound thread ends; each stage passes it on
-        for rpc in self.rpcs.values():
-            rpc.close()
+        if all(rpc.alive for rpc in self.rpcs.values()):
+            if 0 in self.world.data:
+                self.world.data[0].close()     # stage 1's inbound thread ends; each stage passes it on
+            for rpc in self.rpcs.values():
+                rpc.close()
+        else:                                  # a stage died: no orderly shutdown, stop the rest
+            for rpc in self.rpcs.values():
+                rpc.kill()
         self.world.leave()
 
 

@@ -1,0 +1,118 @@
+"""The torch engine with its stages as torch.distributed processes (gloo, spawned on this host, or
+started by torchrun): exact against transformers, the same first tokens as the thread mode under
+the shared loop, and a dead stage process is an error, never a hang."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from runtime.bench import BenchConfig, run_one
+from runtime.cli import main
+from runtime.engines.base import LeaseItem
+from runtime.engines.torch.check import _reference, run_check
+from runtime.engines.torch.config import DecoderConfig
+from runtime.engines.torch.dist.leader import RemoteStageHandle, StageDied
+from runtime.engines.torch.engine import TorchEngine
+from runtime.engines.torch.weights import random_weights
+from runtime.workloads import Workload, parse_workload
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def small(num_kv_heads: int = 2, **kw: object) -> DecoderConfig:
+    base: dict[str, object] = dict(vocab_size=512, hidden_size=64, intermediate_size=128, num_layers=4,
+                                   num_heads=4, num_kv_heads=num_kv_heads, max_position=2048)
+    base.update(kw)
+    return DecoderConfig(**base)  # type: ignore[arg-type]
+
+
+# (pp, block, chunk, reuse, kv heads): every pp of a 4-layer model, both block sizes, no reuse /
+# reuse on a block boundary / ending mid-block, GQA ratios 4, 2 and 1 (MHA).
+MATRIX = [(2, 16, 24, 40, 2), (3, 4, 5, 8, 1), (4, 16, 64, 0, 4), (2, 4, 7, 11, 4), (3, 16, 16, 37, 2)]
+
+
+@pytest.mark.parametrize(("pp", "block", "chunk", "reuse", "kv_heads"), MATRIX)
+def test_process_stages_match_transformers(pp: int, block: int, chunk: int, reuse: int, kv_heads: int) -> None:
+    r = run_check(small(num_kv_heads=kv_heads), pp=pp, block_size=block, chunk=chunk, reuse=reuse, seed=pp + block,
+                  launcher="spawn")
+    assert r.ok, r
+
+
+def test_process_stages_moe_match_transformers() -> None:
+    cfg = small(num_layers=2, model_type="qwen2_moe", num_experts=4, experts_per_token=2, moe_intermediate_size=32,
+                shared_expert_intermediate_size=48)
+    r = run_check(cfg, pp=2, block_size=4, chunk=6, reuse=9, seed=5, launcher="spawn")
+    assert r.ok, r
+
+
+def test_process_and_thread_modes_agree_with_the_reference(tmp_path: Path) -> None:
+    """One short bench per policy in each mode: every request completes with the reference's first token."""
+    cfg_path = tmp_path / "config.json"
+    cfg = small()
+    cfg_path.write_text(__import__("json").dumps(cfg.to_hf_dict()))
+    bench = BenchConfig(parse_workload("reuse90"), [4], ["wavepp", "trtllm-pp"], 10, seed=1, prompt_tokens=160)
+    bench.knobs = bench.knobs.replace(max_wave_tokens=128, min_wave_tokens=64, static_chunk_tokens=64)
+    first: dict[str, dict[str, int | None]] = {}
+    with TorchEngine(str(cfg_path), pp=2, block_size=16, kv_blocks=[300, 200], seed=3, launcher="spawn") as engine:
+        for policy in bench.policies:
+            rec = run_one(engine, bench, policy, 4)          # run_one checks every stage's cache after the run
+            assert rec.figures.completed == 10 and rec.figures.failed == 0, rec.loop.failures
+            assert isinstance(rec.parts.handles[1], RemoteStageHandle)
+            first[policy] = {c.request_id: c.first_token for c in rec.loop.completions}
+            stats = asyncio.run(rec.parts.handles[1].stats())   # the stage process's own cache
+            assert stats.num_blocks == 200 and stats.num_cached > 0 and stats.num_leases == 0
+    threads = TorchEngine(str(cfg_path), pp=2, block_size=16, kv_blocks=[300, 200], seed=3)
+    rec = run_one(threads, bench, "wavepp", 4)
+    assert {c.request_id: c.first_token for c in rec.loop.completions} == first["wavepp"] == first["trtllm-pp"]
+    reference = _reference(cfg, cfg.to_hf_dict(), random_weights(cfg, 3))
+    prompts = Workload(bench.workload, 10, 160, 16, cfg.vocab_size, 1)
+    for req in (prompts.next_request(0.0) for _ in range(10)):
+        with torch.inference_mode():
+            want = int(reference(torch.tensor(list(req.tokens))[None]).logits[0, -1].argmax())
+        assert first["wavepp"][req.id] == want, req.id
+
+
+def test_a_dead_stage_process_is_an_error_not_a_hang() -> None:
+    engine = TorchEngine("tiny-llama", pp=2, block_size=16, kv_blocks=[64], launcher="spawn")
+    try:
+        parts = engine.build()
+        remote = parts.handles[1]
+        assert isinstance(remote, RemoteStageHandle)
+        assert asyncio.run(remote.lease([LeaseItem("r", [1, 2, 3], 0, 40)])) == [0]
+        proc = remote.rpc._proc
+        assert proc is not None
+        proc.kill()
+        proc.join(10)
+
+        async def after_death() -> None:
+            await asyncio.wait_for(remote.escrow([("r", 3)]), timeout=60)
+
+        with pytest.raises(StageDied, match="stage 1"):
+            asyncio.run(after_death())
+    finally:
+        engine.close()
+
+
+def test_torchrun_launches_the_check(tmp_path: Path) -> None:
+    torchrun = Path(sys.executable).with_name("torchrun")
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    out = subprocess.run([str(torchrun), "--nproc-per-node", "2", "-m", "runtime.cli", "check-engine",
+                          "--model", "tiny-llama", "--pp", "2", "--launcher", "torchrun"],
+                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "-> OK" in out.stdout
+
+
+def test_torchrun_launcher_outside_torchrun_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    for var in ("TORCHELASTIC_RUN_ID", "LOCAL_WORLD_SIZE"):
+        os.environ.pop(var, None)
+    assert main(["check-engine", "--launcher", "torchrun"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "torchrun" in err[0], err
