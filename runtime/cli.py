@@ -161,7 +161,6 @@ def build_parser() -> _Parser:
     cal.add_argument("--block-size", type=positive_int, default=64)
     cal.add_argument("--kv-memory-mb", type=positive_float, default=256.0)
     cal.add_argument("--out", required=True, type=output_file, help="where to write the profile (JSON)")
-    cal.add_argument("--launcher", choices=LAUNCHERS, default="threads", help=LAUNCHER_HELP)
 
     e = sub.add_parser("check-engine", help="torch engine vs Hugging Face transformers, same weights")
     e.add_argument("--model", default="tiny-llama", help="tiny-llama, tiny-moe, a config.json or a model directory")
@@ -411,8 +410,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     from runtime.engines.calibrate import calibrate, save_profile
     from runtime.engines.torch.engine import TorchEngine
     try:
-        with TorchEngine(args.model, args.pp, args.block_size, kv_memory_mb=args.kv_memory_mb,
-                         launcher=args.launcher) as engine:
+        with TorchEngine(args.model, args.pp, args.block_size, kv_memory_mb=args.kv_memory_mb) as engine:
             profile = calibrate(engine)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
