@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-dev
 
-.PHONY: demo test lint bench clean services
+.PHONY: demo test lint bench bench-torch clean services
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -25,6 +25,11 @@ bench: $(STAMP)
 	$(VENV)/bin/wavepp bench --engine sim --model glm-5.2 --hardware b300 --pp 4 --workload suffix4k \
 		--concurrency 8,32,128 --policy wavepp,trtllm-pp --json out/bench.json --trace out/bench-trace.json \
 		--save-run out/bench-run.json.gz
+
+# Issue 3's figures: the torch engine (threads with the calibrated sim, and spawned processes),
+# wavepp vs trtllm-pp on four workloads; about 25 minutes on a 2-core CPU.
+bench-torch: $(STAMP)
+	scripts/torch_figures.sh
 
 # Tests talk to a real Redis: the one on 127.0.0.1:6379 when it answers, else a private
 # redis-server they start themselves. Install the server from Debian when it is missing.
