@@ -110,9 +110,10 @@ def test_torchrun_launches_the_check(tmp_path: Path) -> None:
     assert "-> OK" in out.stdout
 
 
-def test_torchrun_launcher_outside_torchrun_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+def test_torchrun_launcher_outside_torchrun_is_one_line(capsys: pytest.CaptureFixture[str],
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     for var in ("TORCHELASTIC_RUN_ID", "LOCAL_WORLD_SIZE"):
-        os.environ.pop(var, None)
+        monkeypatch.delenv(var, raising=False)
     assert main(["check-engine", "--launcher", "torchrun"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "torchrun" in err[0], err
