@@ -21,21 +21,16 @@ from runtime.engines.torch.model import ChunkSpec, StageModel
 from runtime.request import Chunk, Request, Wave
 
 
-class TorchExecutor:
-    def __init__(self, stages: Sequence[StageModel], max_context: int, keep_logits: bool = False) -> None:
-        self.stages = list(stages)
-        self.keep_logits = keep_logits
-        self._logits: dict[str, Tensor] = {}
-        self.max_context = max_context
-        self.num_stages = len(self.stages)
-        self.device = next(iter(self.stages[0].parameters())).device if list(self.stages[0].parameters()) \
-            else torch.device("cpu")
-        self._pools = [ThreadPoolExecutor(1, thread_name_prefix=f"stage{s}") for s in range(self.num_stages)]
-        self._tokens: dict[str, array] = {}
-        self._acts: dict[tuple[int, str, int, int], Tensor] = {}
-        self._first: dict[str, int] = {}
+class RequestBook:
+    """What an executor keeps per request between the loop's calls: its tokens (stage 0's input),
+    its first token and, with ``keep_logits`` (the exactness check), its last-position logits."""
 
-    # ---- request lifecycle (called by the loop) ----------------------------------------------
+    def __init__(self, keep_logits: bool = False) -> None:
+        self.keep_logits = keep_logits
+        self._tokens: dict[str, array] = {}
+        self._first: dict[str, int] = {}
+        self._logits: dict[str, Tensor] = {}
+
     def register(self, request: Request) -> None:
         self._tokens[request.id] = request.tokens
 
@@ -43,8 +38,6 @@ class TorchExecutor:
         self._tokens.pop(request_id, None)
         self._first.pop(request_id, None)
         self._logits.pop(request_id, None)
-        for key in [k for k in self._acts if k[1] == request_id]:
-            del self._acts[key]
 
     def first_token(self, request_id: str) -> int | None:
         return self._first.get(request_id)
@@ -52,6 +45,27 @@ class TorchExecutor:
     def logits(self, request_id: str) -> Tensor | None:
         """Last-position logits of a finished request (with ``keep_logits``: the exactness check)."""
         return self._logits.get(request_id)
+
+    def clear(self) -> None:
+        for d in (self._tokens, self._first, self._logits):
+            d.clear()
+
+
+class TorchExecutor(RequestBook):
+    def __init__(self, stages: Sequence[StageModel], max_context: int, keep_logits: bool = False) -> None:
+        super().__init__(keep_logits)
+        self.stages = list(stages)
+        self.max_context = max_context
+        self.num_stages = len(self.stages)
+        self.device = next(iter(self.stages[0].parameters())).device if list(self.stages[0].parameters()) \
+            else torch.device("cpu")
+        self._pools = [ThreadPoolExecutor(1, thread_name_prefix=f"stage{s}") for s in range(self.num_stages)]
+        self._acts: dict[tuple[int, str, int, int], Tensor] = {}
+
+    def forget(self, request_id: str) -> None:
+        super().forget(request_id)
+        for key in [k for k in self._acts if k[1] == request_id]:
+            del self._acts[key]
 
     def gather_kv(self, stage: int, layer: int, table: list[int], num_tokens: int) -> tuple[Tensor, Tensor]:
         k, v = self.stages[stage].gather_kv(layer, table, num_tokens)

@@ -5,6 +5,7 @@ the shared loop, and a dead stage process is an error, never a hang."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import subprocess
 import sys
@@ -56,7 +57,7 @@ def test_process_and_thread_modes_agree_with_the_reference(tmp_path: Path) -> No
     """One short bench per policy in each mode: every request completes with the reference's first token."""
     cfg_path = tmp_path / "config.json"
     cfg = small()
-    cfg_path.write_text(__import__("json").dumps(cfg.to_hf_dict()))
+    cfg_path.write_text(json.dumps(cfg.to_hf_dict()))
     bench = BenchConfig(parse_workload("reuse90"), [4], ["wavepp", "trtllm-pp"], 10, seed=1, prompt_tokens=160)
     bench.knobs = bench.knobs.replace(max_wave_tokens=128, min_wave_tokens=64, static_chunk_tokens=64)
     first: dict[str, dict[str, int | None]] = {}

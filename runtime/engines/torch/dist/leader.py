@@ -24,6 +24,7 @@ from runtime.engines.base import LeaseItem, MaterializeItem, StageHandle
 from runtime.engines.torch.dist.launch import World, join_torchrun, spawn_stages
 from runtime.engines.torch.dist.stage_server import Keys, StageSpec, run_chunks
 from runtime.engines.torch.dist.wire import Link
+from runtime.engines.torch.executor import RequestBook
 from runtime.engines.torch.model import StageModel
 from runtime.kvcache.stage_cache import CacheStats, DescriptorMismatch
 from runtime.request import Chunk, Request, Wave
@@ -232,7 +233,7 @@ class StageProcesses:
         self.world.leave()
 
 
-class ProcessExecutor:
+class ProcessExecutor(RequestBook):
     """Stage 0 in this process (its own compute thread), stages 1..P-1 in theirs.
 
     ``transfer(s, wave)`` sends the wave's activations from stage s to s+1 over their link and
@@ -240,13 +241,10 @@ class ProcessExecutor:
     """
 
     def __init__(self, stage0: StageModel, procs: StageProcesses, max_context: int, keep_logits: bool = False) -> None:
+        super().__init__(keep_logits)
         self.stage0, self.procs = stage0, procs
         self.num_stages = procs.world.size
         self.max_context = max_context
-        self.keep_logits = keep_logits
-        self._tokens: dict[str, array] = {}
-        self._first: dict[str, int] = {}
-        self._logits: dict[str, Tensor] = {}
         self._outputs: dict[int, tuple[Keys, Tensor]] = {}
         self._compute = ThreadPoolExecutor(1, thread_name_prefix="stage0")
         self._send = ThreadPoolExecutor(1, thread_name_prefix="stage0-send")
@@ -254,23 +252,8 @@ class ProcessExecutor:
     def reset(self) -> None:
         """A new run: every stage starts with an empty cache and nothing in flight."""
         self.procs.reset()
-        for d in (self._tokens, self._first, self._logits, self._outputs):
-            d.clear()
-
-    def register(self, request: Request) -> None:
-        self._tokens[request.id] = request.tokens
-
-    def forget(self, request_id: str) -> None:
-        self._tokens.pop(request_id, None)
-        self._first.pop(request_id, None)
-        self._logits.pop(request_id, None)
-
-    def first_token(self, request_id: str) -> int | None:
-        return self._first.get(request_id)
-
-    def logits(self, request_id: str) -> Tensor | None:
-        """Last-position logits of a finished request (with ``keep_logits``: the exactness check)."""
-        return self._logits.get(request_id)
+        self.clear()
+        self._outputs.clear()
 
     async def execute(self, stage: int, wave_id: int, chunks: Sequence[Chunk], tables: dict[str, list[int]]) -> None:
         if stage == 0:
