@@ -160,6 +160,8 @@ def build_parser() -> _Parser:
     cal.add_argument("--pp", type=positive_int, default=2)
     cal.add_argument("--block-size", type=positive_int, default=64)
     cal.add_argument("--kv-memory-mb", type=positive_float, default=256.0)
+    cal.add_argument("--max-wave-tokens", type=positive_int, default=1024,
+                     help="largest wave timed (waves of 1-8 chunks up to this many tokens)")
     cal.add_argument("--out", required=True, type=output_file, help="where to write the profile (JSON)")
 
     e = sub.add_parser("check-engine", help="torch engine vs Hugging Face transformers, same weights")
@@ -407,17 +409,19 @@ def _start_embedded(args: argparse.Namespace) -> None:
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
-    from runtime.engines.calibrate import calibrate, save_profile
+    from runtime.engines.calibrate import calibrate, fit_error, save_profile
     from runtime.engines.torch.engine import TorchEngine
     try:
         with TorchEngine(args.model, args.pp, args.block_size, kv_memory_mb=args.kv_memory_mb) as engine:
-            profile = calibrate(engine)
+            profile = calibrate(engine, max_wave_tokens=args.max_wave_tokens)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     save_profile(args.out, profile)
-    for s, f in enumerate(profile["stages"]):
-        print(f"stage {s}: t(L, x) = {f['c'] * 1e3:.3f} ms + {f['gamma'] * 1e6:.3f} us*L + {f['beta'] * 1e6:.2f} us*x "
-              f"+ {f['alpha'] * 1e9:.3f} ns*(2Lx + x^2)")
+    for s, (f, (med, worst)) in enumerate(zip(profile["stages"], fit_error(profile), strict=True)):
+        print(f"stage {s}: t = {f['c'] * 1e3:.3f} ms/wave + {f['c_chunk'] * 1e3:.3f} ms/chunk + "
+              f"{f['gamma'] * 1e6:.3f} us*L + {f['beta'] * 1e6:.2f} us*x + {f['alpha_lx'] * 1e9:.3f} ns*Lx + "
+              f"{f['alpha_xx'] * 1e9:.3f} ns*x^2  "
+              f"(fit error over {len(profile['samples'][s])} waves: median {med:.1%}, max {worst:.1%})")
     print(f"wrote {args.out} (use: wavepp bench --engine sim --cost-model fitted --cost-profile {args.out})")
     return 0
 

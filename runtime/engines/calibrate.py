@@ -1,10 +1,23 @@
 """Teach the simulator the torch engine's costs: measure, fit ``t(L, x)`` per stage, save a profile.
 
-DESIGN §2 models one stage step as ``t(L, x) = c + γ·L + β·x + α·(2·L·x + x²)`` for a chunk of x
-new tokens after L tokens of context. ``calibrate`` times each stage's forward over a grid of
-(L, x), fits the four coefficients per stage by least squares, and records the coordination
-costs measured on this machine. :class:`FittedCostModel` is the simulator's cost model from
-that profile (``wavepp bench --engine sim --cost-model fitted --cost-profile FILE``).
+DESIGN §2 models a chunk of x new tokens after L tokens of context as ``γ·L + β·x + α·(2·L·x + x²)``
+on one stage. A stage runs a whole wave at once (the linear layers over all its tokens, attention
+chunk by chunk), so one step of n chunks costs
+
+    t = c + Σ (c_chunk + γ·L_i + β·x_i + α_lx·L_i·x_i + α_xx·x_i²)
+
+where ``c`` is paid once per wave and ``c_chunk`` once per chunk (building its gather and mask,
+one attention call per layer). The attention term has two coefficients instead of DESIGN's one
+because kernels differ in what they skip: a causal kernel that skips the masked half of the
+chunk's own block costs ``∝ 2·L·x + x²``, this engine's masked CPU attention scores the whole
+``x × (L + x)`` rectangle (``∝ L·x + x²``); the fit finds which.
+
+``calibrate`` times each stage's forward on waves of 1 to 8 chunks over a grid of (L, x) that
+covers the contexts and wave budgets a run uses, all stages at once as in a run, fits the six
+coefficients per stage by least squares on *relative* residuals (a 20 ms wave counts as much as a
+700 ms one), and records the coordination costs measured on this machine.
+:class:`FittedCostModel` is the simulator's cost model from that profile
+(``wavepp bench --engine sim --cost-model fitted --cost-profile FILE``).
 """
 
 from __future__ import annotations
@@ -25,73 +38,98 @@ import torch
 from runtime.engines.coordination import measure
 from runtime.engines.sim.costmodel import ChunkShape
 
-GRID_L = (0, 256, 512, 1024, 1536)
-GRID_X = (16, 64, 128, 256, 512)
-FORMAT = "wavepp-cost-profile/1"
+GRID_L = (0, 256, 512, 1024, 1536, 2048, 3072)
+GRID_X = (16, 64, 128, 256, 512, 1024)
+GRID_N = (1, 2, 4, 8)
+FORMAT = "wavepp-cost-profile/2"
+
+Wave = tuple[int, int, int]                  # n chunks, each x new tokens after L of context: (L, x, n)
 
 
 @dataclass(frozen=True, slots=True)
 class StageFit:
-    c: float
-    gamma: float
-    beta: float
-    alpha: float
+    c: float                                 # per wave
+    c_chunk: float                           # per chunk
+    gamma: float                             # per token of context
+    beta: float                              # per new token
+    alpha_lx: float                          # per (context x new) token pair
+    alpha_xx: float                          # per (new x new) token pair
 
-    def time(self, context: int, tokens: int) -> float:
-        return self.gamma * context + self.beta * tokens + self.alpha * (2 * context * tokens + tokens * tokens)
+    def chunk_time(self, context: int, tokens: int) -> float:
+        return (self.c_chunk + self.gamma * context + self.beta * tokens
+                + self.alpha_lx * context * tokens + self.alpha_xx * tokens * tokens)
+
+    def step_time(self, chunks: Sequence[tuple[int, int]]) -> float:
+        """Seconds for one wave of (context, tokens) chunks on this stage (0 for an empty wave)."""
+        if not chunks:
+            return 0.0
+        return max(0.0, self.c + sum(self.chunk_time(L, x) for L, x in chunks))
 
 
-def fit(samples: Sequence[tuple[int, int, float]]) -> StageFit:
-    """Least squares of ``t = c + γL + βx + α(2Lx + x²)`` over (L, x, seconds) samples."""
-    a = np.array([[1.0, L, x, 2 * L * x + x * x] for L, x, _ in samples])
-    b = np.array([t for _, _, t in samples])
-    coef, *_ = np.linalg.lstsq(a, b, rcond=None)
+def fit(samples: Sequence[tuple[int, int, int, float]]) -> StageFit:
+    """Least squares of the wave model over (L, x, n, seconds) samples, on relative residuals."""
+    a = np.array([[1.0, n, n * L, n * x, n * L * x, n * x * x] for L, x, n, _ in samples])
+    t = np.array([s[3] for s in samples])
+    coef, *_ = np.linalg.lstsq(a / t[:, None], np.ones_like(t), rcond=None)
     return StageFit(*(float(v) for v in coef))
 
 
-def _time_stage(stage: Any, first: bool, hidden: int, block_size: int, context: int, tokens: int,
-                repeats: int) -> float:
-    blocks = -(-(context + tokens) // block_size)
-    table = tuple(range(blocks))
+def wave_grid(max_context: int, max_wave_tokens: int, grid_l: Sequence[int] = GRID_L,
+              grid_x: Sequence[int] = GRID_X, grid_n: Sequence[int] = GRID_N) -> list[Wave]:
+    """The (L, x, n) waves to time: each chunk fits the context, each wave the token budget."""
+    return [(L, x, n) for L in grid_l for x in grid_x for n in grid_n
+            if L + x <= max_context and n * x <= max_wave_tokens]
+
+
+def _time_stage(stage: Any, first: bool, hidden: int, block_size: int, wave: Wave, repeats: int) -> float:
     from runtime.engines.torch.model import ChunkSpec
-    inputs = (torch.randint(0, 100, (tokens,)) if first else torch.randn(tokens, hidden))
-    spec = [ChunkSpec(context, tokens, table)]
-    stage.forward_wave(inputs, spec)                    # warm-up (allocator, kernels)
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        stage.forward_wave(inputs, spec)
-        times.append(time.perf_counter() - t0)
+    L, x, n = wave
+    per = -(-(L + x) // block_size)
+    # Each chunk reads its own blocks, as different requests do (not one prefix n times from cache).
+    specs = [ChunkSpec(L, x, tuple((i * per + j) % stage.num_blocks for j in range(per))) for i in range(n)]
+    inputs = (torch.randint(0, 100, (n * x,)) if first else torch.randn(n * x, hidden))
+    with torch.inference_mode():
+        stage.forward_wave(inputs, specs)    # warm-up (allocator, kernels)
+        times = []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            stage.forward_wave(inputs, specs)
+            times.append(time.perf_counter() - t0)
     return statistics.median(times)
 
 
-def calibrate(engine: Any, grid_l: Sequence[int] = GRID_L, grid_x: Sequence[int] = GRID_X,
-              repeats: int = 3) -> dict[str, Any]:
-    """Measure ``engine`` (a TorchEngine) and return the cost profile (JSON-ready)."""
+def calibrate(engine: Any, waves: Sequence[Wave] | None = None, repeats: int = 2,
+              max_wave_tokens: int = 1024) -> dict[str, Any]:
+    """Measure ``engine`` (a TorchEngine) and return the cost profile (JSON-ready).
+
+    ``max_wave_tokens``: the largest wave timed (the CPU knobs' ``M``); ``waves`` overrides the grid.
+    """
     parts = engine.build()
     stages = parts.executor.stages
     cfg = engine.cfg
-    need = max(grid_l) + max(grid_x)
+    points = list(waves) if waves is not None else wave_grid(cfg.max_position, max_wave_tokens)
+    if not points:
+        raise ValueError(f"no calibration wave fits max context {cfg.max_position} and {max_wave_tokens} tokens")
     for s, stage in enumerate(stages):
-        if -(-need // engine.block_size) > stage.num_blocks:
-            raise ValueError(f"stage {s} has {stage.num_blocks} blocks; the grid needs {need} tokens")
-    points = [(L, x) for L in grid_l for x in grid_x if L + x <= cfg.max_position]
+        need = max(-(-(L + x) // engine.block_size) for L, x, _ in points)
+        if need > stage.num_blocks:
+            raise ValueError(f"stage {s} has {stage.num_blocks} blocks; the grid needs {need} per chunk")
     # All stages are measured at once, each in its own thread as the engine runs them, so the
     # fit includes what the stages cost each other (cores, memory bandwidth, the GIL between
     # kernels). A stage that finishes its grid keeps working until every stage has finished.
     lock, completed, done = threading.Lock(), [0], threading.Event()
 
-    def measure_stage(s: int) -> list[tuple[int, int, float]]:
+    def measure_stage(s: int) -> list[tuple[int, int, int, float]]:
         stage = stages[s]
-        samples = [(L, x, _time_stage(stage, s == 0, cfg.hidden_size, engine.block_size, L, x, repeats))
-                   for L, x in points]
+        samples = [(*w, _time_stage(stage, s == 0, cfg.hidden_size, engine.block_size, w, repeats))
+                   for w in points]
         with lock:
             completed[0] += 1
             if completed[0] == len(stages):
                 done.set()
+        busy = max(points, key=lambda w: w[1] * w[2])
         while not done.is_set():
-            L, x = points[-1]
-            _time_stage(stage, s == 0, cfg.hidden_size, engine.block_size, L, x, 1)
+            _time_stage(stage, s == 0, cfg.hidden_size, engine.block_size, busy, 1)
         return samples
 
     with ThreadPoolExecutor(len(stages)) as pool:
@@ -102,9 +140,19 @@ def calibrate(engine: Any, grid_l: Sequence[int] = GRID_L, grid_x: Sequence[int]
         "format": FORMAT, "engine": "torch", "model": engine.model_name, "pp": engine.pp,
         "block_size": engine.block_size, "vocab_size": cfg.vocab_size, "max_context": cfg.max_position,
         "capacities": engine.capacities, "threads": torch.get_num_threads(),
-        "stages": [{"c": f.c, "gamma": f.gamma, "beta": f.beta, "alpha": f.alpha} for f in fits],
+        "stages": [{"c": f.c, "c_chunk": f.c_chunk, "gamma": f.gamma, "beta": f.beta,
+                    "alpha_lx": f.alpha_lx, "alpha_xx": f.alpha_xx} for f in fits],
         "samples": samples_all, "coordination": measure().as_dict(),
     }
+
+
+def fit_error(profile: dict[str, Any]) -> list[tuple[float, float]]:
+    """Per stage: median and max |relative error| of the fit over its own samples."""
+    out = []
+    for f, samples in zip((StageFit(**s) for s in profile["stages"]), profile["samples"], strict=True):
+        errs = [abs(f.step_time([(L, x)] * n) / t - 1) for L, x, n, t in samples]
+        out.append((statistics.median(errs), max(errs)))
+    return out
 
 
 def save_profile(path: str | Path, profile: dict[str, Any]) -> None:
@@ -125,7 +173,8 @@ def load_profile(path: str | Path) -> dict[str, Any]:
 
 class FittedCostModel:
     """The simulator's cost model from a calibration profile: per wave, the fitted constant once
-    plus each chunk's context and token terms; activations move between threads for free."""
+    plus each chunk's own constant, context and token terms; activations move between threads
+    for free."""
 
     def __init__(self, profile: dict[str, Any]) -> None:
         self.fits = [StageFit(**s) for s in profile["stages"]]
@@ -135,10 +184,7 @@ class FittedCostModel:
         return len(self.fits)
 
     def step_time(self, stage: int, chunks: Sequence[ChunkShape]) -> float:
-        if not chunks:
-            return 0.0
-        f = self.fits[stage]
-        return max(0.0, f.c + sum(f.time(c.context, c.tokens) for c in chunks))
+        return self.fits[stage].step_time([(c.context, c.tokens) for c in chunks])
 
     def transfer_time(self, stage: int, num_tokens: int) -> float:
         return 0.0
