@@ -109,7 +109,8 @@ def calibrate(engine: Any, waves: Sequence[Wave] | None = None, repeats: int = 2
     cfg = engine.cfg
     points = list(waves) if waves is not None else wave_grid(cfg.max_position, max_wave_tokens)
     if not points:
-        raise ValueError(f"no calibration wave fits max context {cfg.max_position} and {max_wave_tokens} tokens")
+        raise ValueError(f"no calibration wave fits {max_wave_tokens} tokens and a context of {cfg.max_position} "
+                         f"(the smallest chunk timed is {min(GRID_X)} tokens)")
     for s, stage in enumerate(stages):
         need = max(-(-(L + x) // engine.block_size) for L, x, _ in points)
         if need > stage.num_blocks:
