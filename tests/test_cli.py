@@ -117,6 +117,7 @@ def test_min_wave_tokens_below_block_size_is_not_a_crash(tmp_path: Path) -> None
     ["bench", "--engine", "torch", "--kv-memory-mb", "-5"],
     ["bench", "--time-scale", "0"],
     ["calibrate", "--out", "/nonexistent-dir/p.json"],
+    ["calibrate", "--max-wave-tokens", "0", "--out", "p.json"],
     ["knobs", "--store", "redis://127.0.0.1:6379/0", "--history", "-3"],
 ])
 def test_unwritable_outputs_and_bad_numbers_are_refused_before_any_work(
@@ -125,3 +126,11 @@ def test_unwritable_outputs_and_bad_numbers_are_refused_before_any_work(
     assert main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("wavepp: error:")
+
+
+def test_calibrating_with_a_wave_budget_below_every_chunk_is_a_one_line_error(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["calibrate", "--max-wave-tokens", "8", "--out", str(tmp_path / "p.json")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "no calibration wave fits 8 tokens" in err[0]
+    assert not (tmp_path / "p.json").exists()
