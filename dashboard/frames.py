@@ -45,7 +45,7 @@ def _a(span: Span, key: str, default: Any = 0) -> Any:
 
 def build(spans: Sequence[Span], num_stages: int | None = None, origin_ns: int | None = None) -> Frames:
     """Tables of one run. Knob changes come from the ``wavepp.knobs.changed`` events the runtime
-    puts on the first wave-plan span under new knobs, so markers sit on the run's own clock."""
+    puts on the plan span of the first wave under new knobs, so markers sit on the run's own clock."""
     origin = origin_ns if origin_ns is not None else min((s["t0"] for s in spans), default=0)
 
     def t(ns: int | None) -> float:

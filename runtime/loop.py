@@ -317,14 +317,14 @@ class PipelineLoop:
     def _plan(self) -> Wave | None:
         active = list(self.active.values())
         with self.tel.span(N.WAVE_PLAN) as span:
-            if self._knob_event is not None:
-                self.tel.event(span, N.EVENT_KNOBS, {N.KNOBS_CHANGED: sorted(self._knob_event),
-                                                     **{f"wavepp.knobs.{k}": v for k, v in self._knob_event.items()}})
-                self._knob_event = None
             plan = self.planner.plan(active)
             if plan is None:
                 span.set_attribute(N.TOKENS, 0)
                 return None
+            if self._knob_event is not None:         # marks the first wave planned under the new knobs
+                self.tel.event(span, N.EVENT_KNOBS, {N.KNOBS_CHANGED: sorted(self._knob_event),
+                                                     **{f"wavepp.knobs.{k}": v for k, v in self._knob_event.items()}})
+                self._knob_event = None
             wave = Wave(self.next_wave_id, plan.chunks, plan.budget, now())
             self.next_wave_id += 1
             for c in plan.chunks:

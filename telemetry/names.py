@@ -17,7 +17,7 @@ STAGE_WAIT = "wavepp.stage.wait"                 # a stage blocked on capacity (
 EVENT_ADMITTED = "wavepp.admitted"               # on the request span, at admission time
 EVENT_FALLBACK = "wavepp.fallback"               # reuse boundary lowered after the first lookup
 EVENT_FAILED = "wavepp.failed"
-EVENT_KNOBS = "wavepp.knobs.changed"             # on the first wave-plan span under new knobs
+EVENT_KNOBS = "wavepp.knobs.changed"             # on the plan span of the first wave under new knobs
 
 # ---- attribute keys ----------------------------------------------------------------------------
 POLICY = "wavepp.policy"
