@@ -20,21 +20,31 @@ if TYPE_CHECKING:
 
 
 async def retire(loop: PipelineLoop, wave: Wave, live: list[Chunk]) -> None:
+    done = []
     for c in live:
         a = loop.active[c.request_id]
         a.completed += c.length
         if c.is_last:
-            await complete(loop, a)
+            done.append(a)
+    if done:
+        await complete(loop, done)
     loop.retired += 1
     loop.in_flight -= 1
     if loop.publish_plans:
         loop.writer.submit(lambda: loop.store.plan_retire(wave.id))
     loop.changed.notify()
 
-async def complete(loop: PipelineLoop, a: AdmittedRequest) -> None:
+async def complete(loop: PipelineLoop, done: list[AdmittedRequest]) -> None:
+    """The requests whose last chunk left the last stage in one wave: one message per stage."""
+    items = [(a.request.id, a.request.block_hashes) for a in done]
+    per_stage = await asyncio.gather(*(h.complete_many(items) for h in loop.handles))
+    for i, a in enumerate(done):
+        finish(loop, a, tuple(tuple(tables[i]) for tables in per_stage))
+    loop.capacity.notify()
+    loop.index_dirty.notify()
+
+def finish(loop: PipelineLoop, a: AdmittedRequest, tables: tuple[tuple[int, ...], ...]) -> None:
     req = a.request
-    tables = tuple(tuple(t) for t in await asyncio.gather(*(h.complete(req.id, req.block_hashes)
-                                                           for h in loop.handles)))
     del loop.active[req.id]
     loop.registry.released(req.id)
     req.state = RequestState.DONE
@@ -46,8 +56,6 @@ async def complete(loop: PipelineLoop, a: AdmittedRequest) -> None:
     loop.result.completions.append(Completion(
         req.id, loop.executor.first_token(req.id), tables, a.reused_tokens, now() - req.arrival))
     loop.executor.forget(req.id)
-    loop.capacity.notify()
-    loop.index_dirty.notify()
     loop.next_arrival()
 
 async def release_everywhere(loop: PipelineLoop, rid: str) -> None:

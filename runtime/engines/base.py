@@ -144,10 +144,19 @@ class StageHandle:
 
     async def complete(self, rid: str, hashes: list[int]) -> list[int]:
         """Attach the request's blocks for reuse; returns its block table on this stage."""
-        table = list(self.cache.tables.get(rid, ()))
-        await self._charge("complete", len(table), remote=False)
-        self.cache.complete(rid, hashes)
+        [table] = await self.complete_many([(rid, hashes)])
         return table
+
+    async def complete_many(self, items: Sequence[tuple[str, list[int]]]) -> list[list[int]]:
+        """Complete a wave's finished requests in order (one message): (request id, block hashes)
+        each; returns each request's block table on this stage."""
+        tables = []
+        for rid, hashes in items:
+            table = list(self.cache.tables.get(rid, ()))
+            await self._charge("complete", len(table), remote=False)
+            self.cache.complete(rid, hashes)
+            tables.append(table)
+        return tables
 
     # ---- off the critical path: index publishing, status, checks ------------------------------
     async def drain_index_updates(self) -> tuple[list[int], list[int]]:

@@ -170,8 +170,8 @@ class RemoteStageHandle(StageHandle):
     async def materialize_many(self, items: Sequence[MaterializeItem]) -> list[list[int] | DescriptorMismatch]:
         return await self._op("materialize_many", list(items))  # type: ignore[no-any-return]
 
-    async def complete(self, rid: str, hashes: list[int]) -> list[int]:
-        return await self._op("complete", rid, hashes)  # type: ignore[no-any-return]
+    async def complete_many(self, items: Sequence[tuple[str, list[int]]]) -> list[list[int]]:
+        return await self._op("complete_many", list(items))  # type: ignore[no-any-return]
 
     async def drain_index_updates(self) -> tuple[list[int], list[int]]:
         return await self._op("drain_index_updates")  # type: ignore[no-any-return]

@@ -33,7 +33,7 @@ from runtime.engines.torch.weights import load_hf_dir, random_weights
 from runtime.kvcache.stage_cache import StageCache
 from runtime.request import Chunk
 
-CACHE_OPS = frozenset({"lookup_local", "lease", "shrink", "escrow", "release", "materialize_many", "complete",
+CACHE_OPS = frozenset({"lookup_local", "lease", "shrink", "escrow", "release", "materialize_many", "complete_many",
                        "drain_index_updates", "requeue_index_updates", "index_snapshot", "stats", "check"})
 
 
