@@ -34,7 +34,7 @@ from runtime.knobs import Knobs, check_block_size
 from runtime.policies import get_policy
 from runtime.policies.base import Policy
 from runtime.request import AdmittedRequest, Chunk, Completion, Request, Wave
-from runtime.stage_tasks import run_link, run_stage
+from runtime.stage_tasks import execute_waves, prepare_waves, run_link
 from runtime.wakeup import Wakeup
 from runtime.workloads import Workload
 from store.base import Store
@@ -101,6 +101,11 @@ class PipelineLoop:
         self.index_dirty = Wakeup()
         self.inbox: list[asyncio.Queue[Wave | None]] = [asyncio.Queue() for _ in range(self.num_stages)]
         self.links: list[asyncio.Queue[Wave | None]] = [asyncio.Queue() for _ in range(self.num_stages)]
+        # Per stage: the wave prepared (materialized) while the previous one executes, and its block
+        # tables; one at most (the slot is taken before preparing, given back when the stage takes it).
+        self.prepared: list[asyncio.Queue[tuple[Wave, dict[str, list[int]]]]] = [
+            asyncio.Queue() for _ in range(self.num_stages)]
+        self.prepare_slots = [asyncio.Semaphore(1) for _ in range(self.num_stages)]
         self.done = asyncio.Event()
 
     def _configure(self, knobs: Knobs) -> None:
@@ -161,7 +166,8 @@ class PipelineLoop:
                  "heartbeat": self.registry.heartbeat(), "knobs": self.knob_watcher.run(),
                  "reaper": self.registry.reaper(self.handles, self.capacity.notify),
                  "status": self._status_task()}
-        named |= {f"stage{s}": run_stage(self, s) for s in range(self.num_stages)}
+        named |= {f"prepare{s}": prepare_waves(self, s) for s in range(self.num_stages)}
+        named |= {f"stage{s}": execute_waves(self, s) for s in range(self.num_stages)}
         named |= {f"link{s}": run_link(self, s) for s in range(self.num_stages - 1)}
         tasks = [asyncio.create_task(coro, name=name) for name, coro in named.items()]
         for _ in range(min(self.concurrency, self.workload.num_requests)):

@@ -1,5 +1,6 @@
-"""Stage tasks: each stage materializes (stage-local preparation) and executes every wave, and an
-in-order link moves the wave to the next stage.
+"""Stage tasks: each stage prepares (stage-local: materializes) and executes every wave, preparing
+the next wave while it executes the current one, and an in-order link moves the wave to the next
+stage.
 
 A chunk whose request failed or fell back meanwhile is skipped ("stale": its attempt is no longer
 live). A stage that was not part of admission (baselines) leases and escrows the request on its
@@ -32,18 +33,27 @@ def is_live(loop: PipelineLoop, chunk: Chunk) -> AdmittedRequest | None:
     a = loop.active.get(chunk.request_id)
     return a if a is not None and a.attempt == chunk.attempt else None
 
-async def run_stage(loop: PipelineLoop, s: int) -> None:
-    handle = loop.handles[s]
-    last = s == loop.num_stages - 1
+async def prepare_waves(loop: PipelineLoop, s: int) -> None:
+    """Stage-local preparation of the next wave while the stage executes the current one: its
+    relayed requests, stage-local admission (baselines) and the blocks of its chunks, so none of
+    it (a message per operation in process mode) sits between two waves of the stage. One wave
+    ahead at most: the cache commits to a wave only just before running it.
+
+    The blocks it takes are never ones the running wave reads: those are held by that wave's
+    requests until they retire. A request that fails meanwhile is released, and the running wave
+    may still write its rows into blocks the next wave now owns; the next wave runs after it and
+    writes every position it covers before reading it (a chunk's own K/V first, then attention),
+    and positions past a chunk's end are written by the request's next chunk before any read."""
+    handle, ready, slot = loop.handles[s], loop.prepared[s], loop.prepare_slots[s]
     while True:
+        await slot.acquire()            # released when the stage takes the previous prepared wave
         wave = await loop.inbox[s].get()
         assert wave is not None
         if wave.broadcast_tokens:
             await handle.receive_requests(wave.broadcast_tokens)
         tables: dict[str, list[int]] = {}
-        attrs = {N.STAGE: s, N.WAVE_ID: wave.id}
-        with loop.tel.span(N.MATERIALIZE, attrs):
-            ready = []
+        with loop.tel.span(N.MATERIALIZE, {N.STAGE: s, N.WAVE_ID: wave.id}):
+            ready_chunks = []
             for chunk in wave.chunks:
                 live_req = is_live(loop, chunk)
                 if live_req is None:
@@ -57,20 +67,28 @@ async def run_stage(loop: PipelineLoop, s: int) -> None:
                     except LateFallback as fb:
                         await late_fallback(loop, chunk.request_id, fb.granted, s)
                         continue
-                ready.append(chunk)
-            ready = [c for c in ready if is_live(loop, c) is not None]
+                ready_chunks.append(chunk)
+            ready_chunks = [c for c in ready_chunks if is_live(loop, c) is not None]
             made = await handle.materialize_many(
-                [MaterializeItem(c.request_id, c.start, c.length, c.reuse_blocks) for c in ready])
-            for chunk, table in zip(ready, made, strict=True):
+                [MaterializeItem(c.request_id, c.start, c.length, c.reuse_blocks) for c in ready_chunks])
+            for chunk, table in zip(ready_chunks, made, strict=True):
                 if is_live(loop, chunk) is None:
                     continue                    # failed on another stage meanwhile (released there)
                 if isinstance(table, DescriptorMismatch):
                     await fail(loop, chunk.request_id, str(table))
                 else:
                     tables[chunk.request_id] = table
+        ready.put_nowait((wave, tables))
+
+async def execute_waves(loop: PipelineLoop, s: int) -> None:
+    """Stage ``s`` runs its prepared waves in order, then hands each to the link (or retires it)."""
+    last = s == loop.num_stages - 1
+    while True:
+        wave, tables = await loop.prepared[s].get()
+        loop.prepare_slots[s].release()     # prepare the next wave while this one runs
         live = [c for c in wave.chunks if is_live(loop, c) is not None and c.request_id in tables]
         tokens = sum(c.length for c in live)
-        with loop.tel.span(N.EXECUTE, {**attrs, N.TOKENS: tokens,
+        with loop.tel.span(N.EXECUTE, {N.STAGE: s, N.WAVE_ID: wave.id, N.TOKENS: tokens,
                                        N.REQUEST_IDS: [c.request_id for c in live]}):
             if live:
                 await loop.executor.execute(s, wave.id, live, tables)
