@@ -1,22 +1,45 @@
 """Summary of `make bench-torch`: per workload and launcher, both policies' input throughput and
-ratio, pipeline efficiencies, admission time on the critical path and the calibrated sim's error
-(threads runs)."""
+their ratio, pipeline efficiencies, admission time on the critical path and the calibrated sim's
+error (threads runs). With repeats (out/repK-*.json), each figure is the median over the runs, with
+the range of the ratio and of the sim error beside it."""
 
+import glob
 import json
+import statistics
+
+
+def runs_of(mode: str, wl: str) -> list[dict[str, dict]]:
+    out = []
+    for path in sorted(glob.glob(f"out/{mode}-{wl}.json") + glob.glob(f"out/rep*-{mode}-{wl}.json")):
+        with open(path) as f:
+            out.append({x["policy"]: x for x in json.load(f)["runs"]})
+    return out
+
+
+def med(values: list[float]) -> float:
+    return statistics.median(values)
+
+
+def span(values: list[float], fmt: str) -> str:
+    return f" [{fmt.format(min(values))}..{fmt.format(max(values))}]" if len(values) > 1 else ""
+
 
 for wl in ["reuse90", "suffix64", "suffix256", "suffix1024"]:
     for mode in ["threads", "spawn"]:
-        try:
-            with open(f"out/{mode}-{wl}.json") as f:
-                runs = {x["policy"]: x for x in json.load(f)["runs"]}
-        except FileNotFoundError:
+        runs = runs_of(mode, wl)
+        if not runs:
             continue
-        w, t = runs["wavepp"], runs["trtllm-pp"]
+        w = {k: [r["wavepp"][k] for r in runs] for k in runs[0]["wavepp"] if isinstance(runs[0]["wavepp"][k], float)}
+        t = {k: [r["trtllm-pp"][k] for r in runs] for k in runs[0]["trtllm-pp"]
+             if isinstance(runs[0]["trtllm-pp"][k], float)}
+        ratio = [r["wavepp"]["input_tokens_per_s"] / r["trtllm-pp"]["input_tokens_per_s"] for r in runs]
         sim = ""
         if "sim_throughput_error" in w:
-            sim = f" sim err w/t {w['sim_throughput_error']:+.1%} / {t['sim_throughput_error']:+.1%}"
-        adm = [1e3 * r["admission_critical_path_s_per_request"] for r in (w, t)]
-        print(f"{wl:10s} {mode:7s} req={w['requests']} wavepp {w['input_tokens_per_s']:8,.0f} "
-              f"trt {t['input_tokens_per_s']:8,.0f} ratio {w['input_tokens_per_s'] / t['input_tokens_per_s']:.3f} "
-              f"eff {w['pipeline_efficiency']:.3f}/{t['pipeline_efficiency']:.3f} "
+            sw, st = w["sim_throughput_error"], t["sim_throughput_error"]
+            sim = f" sim err w {med(sw):+.1%}{span(sw, '{:+.1%}')} t {med(st):+.1%}{span(st, '{:+.1%}')}"
+        adm = [1e3 * med(x["admission_critical_path_s_per_request"]) for x in (w, t)]
+        print(f"{wl:10s} {mode:7s} runs={len(runs)} req={runs[0]['wavepp']['requests']} "
+              f"wavepp {med(w['input_tokens_per_s']):8,.0f} trt {med(t['input_tokens_per_s']):8,.0f} "
+              f"ratio {med(ratio):.3f}{span(ratio, '{:.3f}')} "
+              f"eff {med(w['pipeline_efficiency']):.3f}/{med(t['pipeline_efficiency']):.3f} "
               f"adm-crit ms/req {adm[0]:.3f}/{adm[1]:.3f}{sim}")
