@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 
 import pytest
 
@@ -209,3 +210,45 @@ def test_waves_wait_to_fill_while_the_pipeline_is_busy(monkeypatch: pytest.Monke
     assert filled.figures.completed == eager.figures.completed == 160
     assert filled.figures.mean_wave_tokens > 1.2 * eager.figures.mean_wave_tokens
     assert filled.figures.waves < eager.figures.waves
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+def test_a_stage_prepares_the_next_wave_while_it_executes_one_ahead_at_most(policy: str) -> None:
+    """Materialize of wave k+1 overlaps execute of wave k on the same stage, and never starts
+    before the stage has taken wave k (one prepared wave at most)."""
+    cfg = config("suffix:128", 96)
+    cfg.knobs = cfg.knobs.replace(max_wave_tokens=2048, min_wave_tokens=1024, static_chunk_tokens=1024)  # several waves
+    rec = run_one(small_engine(pp=2), cfg, policy, 32)
+    assert rec.figures.completed == 96
+    overlapped = 0
+    for s in range(2):
+        mats = {int(x.attributes[N.WAVE_ID]): x for x in rec.spans  # type: ignore[index, arg-type]
+                if x.name == N.MATERIALIZE and x.attributes and x.attributes[N.STAGE] == s}
+        execs = sorted((x for x in rec.spans if x.name == N.EXECUTE and x.attributes and x.attributes[N.STAGE] == s),
+                       key=lambda x: x.start_time or 0)
+        ids = [int(x.attributes[N.WAVE_ID]) for x in execs]  # type: ignore[index, arg-type]
+        assert ids == sorted(ids) and set(ids) == set(mats)
+        for cur, nxt in itertools.pairwise(execs):
+            m = mats[int(nxt.attributes[N.WAVE_ID])]  # type: ignore[index, arg-type]
+            assert (m.start_time or 0) >= (cur.start_time or 0)      # taken only once the stage took `cur`
+            assert (m.end_time or 0) <= (nxt.start_time or 0)        # prepared before it runs
+            overlapped += (m.start_time or 0) < (cur.end_time or 0)
+    assert overlapped > 0
+
+
+def test_a_wave_completes_its_finished_requests_in_one_message_per_stage(monkeypatch: pytest.MonkeyPatch) -> None:
+    from runtime.engines.base import StageHandle
+    calls: list[tuple[int, int]] = []
+    real = StageHandle.complete_many
+
+    async def counting(self: StageHandle, items):  # type: ignore[no-untyped-def]
+        calls.append((self.stage, len(items)))
+        return await real(self, items)
+
+    monkeypatch.setattr(StageHandle, "complete_many", counting)
+    rec = run_one(small_engine(pp=2), config("cold", 48), "wavepp", 16)     # cold: nothing primed
+    assert rec.figures.completed == 48
+    for s in range(2):
+        per_call = [n for stage, n in calls if stage == s]
+        assert sum(per_call) == 48 and max(per_call) > 1           # several requests per message
+        assert len(per_call) <= rec.figures.waves
