@@ -101,11 +101,10 @@ class PipelineLoop:
         self.index_dirty = Wakeup()
         self.inbox: list[asyncio.Queue[Wave | None]] = [asyncio.Queue() for _ in range(self.num_stages)]
         self.links: list[asyncio.Queue[Wave | None]] = [asyncio.Queue() for _ in range(self.num_stages)]
-        # Per stage: the wave prepared (materialized) while the previous one executes, and its block
-        # tables; one at most (the slot is taken before preparing, given back when the stage takes it).
+        # Per stage: the wave prepared (materialized) while the previous one executes, with its block
+        # tables; one at most (a stage prepares only once the previous one was taken: Queue.join).
         self.prepared: list[asyncio.Queue[tuple[Wave, dict[str, list[int]]]]] = [
             asyncio.Queue() for _ in range(self.num_stages)]
-        self.prepare_slots = [asyncio.Semaphore(1) for _ in range(self.num_stages)]
         self.done = asyncio.Event()
 
     def _configure(self, knobs: Knobs) -> None:
@@ -148,7 +147,7 @@ class PipelineLoop:
                     if s < self.num_stages - 1:
                         await self.executor.transfer(s, wave)
                 for h in self.handles:
-                    await h.complete(req.id, hashes)
+                    await h.complete_many([(req.id, hashes)])
                 self.remember_computed(hashes)
             else:                                   # did not fit on some stage: skip it
                 for h in self.handles:

@@ -44,9 +44,9 @@ async def prepare_waves(loop: PipelineLoop, s: int) -> None:
     may still write its rows into blocks the next wave now owns; the next wave runs after it and
     writes every position it covers before reading it (a chunk's own K/V first, then attention),
     and positions past a chunk's end are written by the request's next chunk before any read."""
-    handle, ready, slot = loop.handles[s], loop.prepared[s], loop.prepare_slots[s]
+    handle, ready = loop.handles[s], loop.prepared[s]
     while True:
-        await slot.acquire()            # released when the stage takes the previous prepared wave
+        await ready.join()              # the stage has taken the previous prepared wave
         wave = await loop.inbox[s].get()
         assert wave is not None
         if wave.broadcast_tokens:
@@ -85,7 +85,7 @@ async def execute_waves(loop: PipelineLoop, s: int) -> None:
     last = s == loop.num_stages - 1
     while True:
         wave, tables = await loop.prepared[s].get()
-        loop.prepare_slots[s].release()     # prepare the next wave while this one runs
+        loop.prepared[s].task_done()        # prepare the next wave while this one runs
         live = [c for c in wave.chunks if is_live(loop, c) is not None and c.request_id in tables]
         tokens = sum(c.length for c in live)
         with loop.tel.span(N.EXECUTE, {N.STAGE: s, N.WAVE_ID: wave.id, N.TOKENS: tokens,

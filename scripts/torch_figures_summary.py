@@ -16,6 +16,12 @@ def runs_of(mode: str, wl: str) -> list[dict[str, dict]]:
     return out
 
 
+def columns(runs: list[dict[str, dict]], policy: str) -> dict[str, list[float]]:
+    """One policy's numeric figures, each as the list of its values over the runs."""
+    first = runs[0][policy]
+    return {k: [r[policy][k] for r in runs] for k, v in first.items() if isinstance(v, float)}
+
+
 def med(values: list[float]) -> float:
     return statistics.median(values)
 
@@ -29,9 +35,7 @@ for wl in ["reuse90", "suffix64", "suffix256", "suffix1024"]:
         runs = runs_of(mode, wl)
         if not runs:
             continue
-        w = {k: [r["wavepp"][k] for r in runs] for k in runs[0]["wavepp"] if isinstance(runs[0]["wavepp"][k], float)}
-        t = {k: [r["trtllm-pp"][k] for r in runs] for k in runs[0]["trtllm-pp"]
-             if isinstance(runs[0]["trtllm-pp"][k], float)}
+        w, t = columns(runs, "wavepp"), columns(runs, "trtllm-pp")
         ratio = [r["wavepp"]["input_tokens_per_s"] / r["trtllm-pp"]["input_tokens_per_s"] for r in runs]
         sim = ""
         if "sim_throughput_error" in w:

@@ -142,11 +142,6 @@ class StageHandle:
                 out.append(exc)
         return out
 
-    async def complete(self, rid: str, hashes: list[int]) -> list[int]:
-        """Attach the request's blocks for reuse; returns its block table on this stage."""
-        [table] = await self.complete_many([(rid, hashes)])
-        return table
-
     async def complete_many(self, items: Sequence[tuple[str, list[int]]]) -> list[list[int]]:
         """Complete a wave's finished requests in order (one message): (request id, block hashes)
         each; returns each request's block table on this stage."""

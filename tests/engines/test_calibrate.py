@@ -99,7 +99,7 @@ def test_calibrating_a_small_torch_model(tmp_path: Path) -> None:
     assert prof["format"] == FORMAT and prof["pp"] == 2 and prof["block_size"] == 16
     assert [len(s) for s in prof["samples"]] == [len(waves)] * 2
     assert all(t > 0 for stage in prof["samples"] for *_, t in stage)
-    assert [[tuple(w) for w in (s[:3] for s in stage)] for stage in prof["samples"]] == [waves, waves]
+    assert [[tuple(s[:3]) for s in stage] for stage in prof["samples"]] == [waves, waves]
     # The six coefficients of each stage reproduce its own samples (timing noise aside).
     assert all(med < 0.5 for med, _ in fit_error(prof))
     path = tmp_path / "prof.json"

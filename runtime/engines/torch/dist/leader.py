@@ -161,12 +161,6 @@ class RemoteStageHandle(StageHandle):
     async def release(self, request_ids: Sequence[str], remote: bool = True) -> int:
         return await self._op("release", list(request_ids))  # type: ignore[no-any-return]
 
-    async def materialize(self, rid: str, start: int, length: int, reuse_blocks: int) -> list[int]:
-        [table] = await self.materialize_many([MaterializeItem(rid, start, length, reuse_blocks)])
-        if isinstance(table, DescriptorMismatch):
-            raise table
-        return table
-
     async def materialize_many(self, items: Sequence[MaterializeItem]) -> list[list[int] | DescriptorMismatch]:
         return await self._op("materialize_many", list(items))  # type: ignore[no-any-return]
 
