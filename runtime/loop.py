@@ -36,6 +36,7 @@ from runtime.policies.base import Policy
 from runtime.request import AdmittedRequest, Chunk, Completion, Request, Wave
 from runtime.stage_tasks import execute_waves, prepare_waves, run_link
 from runtime.wakeup import Wakeup
+from runtime.watchdog import DEFAULT_STALL_TIMEOUT_S, watch
 from runtime.workloads import Workload
 from store.base import Store
 from store.resilient import ResilientStore
@@ -61,9 +62,14 @@ class PipelineLoop:
 
     def __init__(self, handles: Sequence[StageHandle], executor: StageExecutor, store: Store,
                  knobs: Knobs, workload: Workload, concurrency: int,
-                 telemetry: Telemetry, block_size: int, publish_plans: bool = True) -> None:
+                 telemetry: Telemetry, block_size: int, publish_plans: bool = True,
+                 stall_timeout_s: float = DEFAULT_STALL_TIMEOUT_S) -> None:
+        """``stall_timeout_s``: end the run with :class:`runtime.watchdog.Stalled` when nothing
+        happens that long while work waits (the deadlock guard)."""
         if concurrency < 1:
             raise ValueError(f"concurrency must be >= 1, got {concurrency}")
+        if not stall_timeout_s > 0:
+            raise ValueError(f"stall timeout must be > 0 s, got {stall_timeout_s}")
         check_block_size(knobs, block_size)
         self.handles = list(handles)
         self.num_stages = len(self.handles)
@@ -74,6 +80,7 @@ class PipelineLoop:
         self.tel = telemetry
         self.block_size = block_size
         self.publish_plans = publish_plans
+        self.stall_timeout_s = stall_timeout_s
         self.knobs = knobs
         self._configure(knobs)
         self.publisher = IndexPublisher(self.handles, store)
@@ -91,6 +98,8 @@ class PipelineLoop:
         self.ever_computed: dict[int, None] = {}       # an insertion-ordered set, capped
         self.result = LoopResult()
         self.in_flight = 0
+        self.executing = 0                            # stages inside a step right now
+        self.num_admitted = 0
         self.admitting = 0                            # requests inside an admission round right now
         self.next_wave_id = 0
         self.num_finished = 0
@@ -164,7 +173,8 @@ class PipelineLoop:
                  "publisher": self._publisher(), "store-writer": self.writer.run(),
                  "heartbeat": self.registry.heartbeat(), "knobs": self.knob_watcher.run(),
                  "reaper": self.registry.reaper(self.handles, self.capacity.notify),
-                 "status": self._status_task()}
+                 "status": self._status_task(),
+                 "watchdog": watch(self, self.stall_timeout_s)}
         named |= {f"prepare{s}": prepare_waves(self, s) for s in range(self.num_stages)}
         named |= {f"stage{s}": execute_waves(self, s) for s in range(self.num_stages)}
         named |= {f"link{s}": run_link(self, s) for s in range(self.num_stages - 1)}
@@ -197,6 +207,11 @@ class PipelineLoop:
         if len(self.ever_computed) > EVER_COMPUTED_CAP:
             for h in list(itertools.islice(self.ever_computed, len(self.ever_computed) - EVER_COMPUTED_CAP)):
                 del self.ever_computed[h]
+
+    def progress_mark(self) -> tuple[int, int, int, int]:
+        """Changes whenever the run moves: admissions, waves planned, waves through a stage,
+        requests finished or failed (the deadlock guard compares two of these)."""
+        return self.num_admitted, self.next_wave_id, sum(self.passed), self.num_finished
 
     # ---- arrival ------------------------------------------------------------------------------
     def _arrive(self, req: Request | None = None) -> None:
@@ -246,6 +261,7 @@ class PipelineLoop:
             result = await self.admission.round(batch)
         finally:
             self.admitting = 0
+        self.num_admitted += len(result.admitted)
         for a in result.admitted:
             self.active[a.id] = a
             self.tel.event(self.spans[a.id], N.EVENT_ADMITTED, {N.REUSE_BLOCKS: a.reuse_blocks})

@@ -91,7 +91,11 @@ async def execute_waves(loop: PipelineLoop, s: int) -> None:
         with loop.tel.span(N.EXECUTE, {N.STAGE: s, N.WAVE_ID: wave.id, N.TOKENS: tokens,
                                        N.REQUEST_IDS: [c.request_id for c in live]}):
             if live:
-                await loop.executor.execute(s, wave.id, live, tables)
+                loop.executing += 1
+                try:
+                    await loop.executor.execute(s, wave.id, live, tables)
+                finally:
+                    loop.executing -= 1
         loop.passed[s] += 1
         loop.index_dirty.notify()
         if last:
