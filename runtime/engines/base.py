@@ -111,12 +111,10 @@ class StageHandle:
             self.cache.shrink_lease(rid, k)
 
     async def escrow(self, items: Sequence[tuple[str, int]], remote: bool = True) -> int:
-        """Escrow in order; stops at the first request that does not fit. Returns how many fit."""
+        """Escrow a round in order; stops at the first request that does not fit. Returns how many
+        fit (see :meth:`StageCache.escrow_round`: requests past that point lose their leases here)."""
         await self._charge("escrow", sum(n for _, n in items), remote)
-        for done, (rid, n) in enumerate(items):
-            if not self.cache.escrow(rid, n):
-                return done
-        return len(items)
+        return self.cache.escrow_round(list(items))
 
     async def release(self, request_ids: Sequence[str], remote: bool = True) -> int:
         """Drop what the requests hold here (idempotent); returns how many held anything."""

@@ -174,6 +174,29 @@ class StageCache:
         self.tickets[rid] = ticket
         return True
 
+    def escrow_round(self, items: list[tuple[str, int]]) -> int:
+        """Escrow an admission round's requests in order; returns how many fit (a prefix of ``items``).
+
+        The first request that does not fit, and every one after it, waits for the next round.
+        Those behind it already hold leases from this round, and their pins may be exactly the
+        room it lacks: with every block cached, eight 36K-token prompts leased at once pin more
+        than the pool can spare, and none fits although each would alone - with nothing running,
+        nothing would ever free a block (the KV-pressure deadlock). So before giving up on a
+        request, the stage drops the leases of the requests behind it (they are deferred either
+        way; the leader's release of them is idempotent) and tries once more. A request then
+        waits only for blocks pinned, leased or escrowed by requests admitted before it.
+        """
+        for done, (rid, n) in enumerate(items):
+            if self.escrow(rid, n):
+                continue
+            behind = [r for r, _ in items[done + 1:] if r in self.leases]
+            if not behind:
+                return done
+            for r in behind:
+                self.release(r)
+            return done + 1 if self.escrow(rid, n) else done
+        return len(items)
+
     # ---- materialize -------------------------------------------------------------------------
     def materialize(self, rid: str, start: int, length: int, reuse_blocks: int) -> list[int]:
         """Turn escrow into real blocks for tokens ``[start, start+length)``; returns the block table.

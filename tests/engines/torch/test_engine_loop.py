@@ -65,3 +65,19 @@ def test_prompt_longer_than_the_context_fails_with_a_clear_error(config_path: Pa
     rec = run_one(engine, cfg, "wavepp", 2)
     assert rec.figures.failed == 3
     assert all("longer than the model's context (2048)" in e for e in rec.loop.failures.values())
+
+
+@pytest.mark.parametrize("policy", ["wavepp", "trtllm-pp"])
+@pytest.mark.parametrize("kv_blocks", [[32, 64], [64, 32], [20, 20], [17, 48]])
+def test_tight_uneven_pools_finish_with_threads(config_path: Path, policy: str, kv_blocks: list[int]) -> None:
+    """Issue 14's hang (threads launcher, uneven pools): eight requests leased in one round pinned
+    more than the small stage holds, none could escrow, and nothing running would ever free a block.
+    A hang fails after the deadline instead of stalling the suite."""
+    from tests.test_kv_pressure import assert_clean, finishes_within
+
+    engine = TorchEngine(str(config_path), pp=2, block_size=16, kv_blocks=kv_blocks, seed=3)
+    cfg = BenchConfig(parse_workload("reuse90"), [8], [policy], 16, seed=1, prompt_tokens=200)
+    cfg.knobs = cfg.knobs.replace(max_wave_tokens=128, min_wave_tokens=64, static_chunk_tokens=64)
+    rec = finishes_within(120, lambda: run_one(engine, cfg, policy, 8))
+    assert rec.figures.completed == 16 and rec.figures.failed == 0
+    assert_clean(rec)
