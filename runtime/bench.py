@@ -19,6 +19,7 @@ from runtime.loop import LoopResult, PipelineLoop
 from runtime.policies import get_policy
 from runtime.report import RunFigures, compute_figures
 from runtime.runfile import SavedRun
+from runtime.watchdog import DEFAULT_STALL_TIMEOUT_S
 from runtime.workloads import Workload, WorkloadSpec
 from store.base import Store
 from telemetry.setup import Telemetry
@@ -53,6 +54,7 @@ class BenchConfig:
     knobs: Knobs = field(default_factory=Knobs)
     model_name: str = ""
     hardware_name: str = ""
+    stall_timeout_s: float = DEFAULT_STALL_TIMEOUT_S
 
 
 @dataclass(slots=True)
@@ -90,7 +92,7 @@ def run_one(engine: Engine, cfg: BenchConfig, policy_name: str, concurrency: int
     async def main() -> LoopResult:
         parts.store = await engine.open_store()
         loop = PipelineLoop(parts.handles, parts.executor, parts.store, knobs, workload,
-                            concurrency, tel, engine.block_size)
+                            concurrency, tel, engine.block_size, stall_timeout_s=cfg.stall_timeout_s)
         if progress is not None:
             loop.progress = lambda done, total: progress(label, done, total)
         try:

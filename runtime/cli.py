@@ -117,6 +117,8 @@ def build_parser() -> _Parser:
                    help="write Chrome trace-event JSON here (one lane per stage)")
     b.add_argument("--save-run", type=output_file, default=None,
                    help="save spans, figures, knobs and status of every run (.gz ok)")
+    b.add_argument("--stall-timeout", type=positive_float, default=60.0,
+                   help="end a run that makes no progress this many seconds (of its clock) while work waits")
     b.add_argument("--quiet", action="store_true", help="no progress bar")
     b.add_argument("--launcher", choices=LAUNCHERS, default="threads", help=LAUNCHER_HELP)
 
@@ -223,10 +225,11 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 def _bench(args: argparse.Namespace, spec: Any, engine: Any, sim: Any, knobs: Any) -> int:
     from runtime.bench import BenchConfig, run_bench
+    from runtime.watchdog import Stalled
     from store.base import StoreError
     requests = args.requests or max(512, 4 * max(args.concurrency))
     cfg = BenchConfig(spec, args.concurrency, args.policy, requests, args.seed, args.prompt_tokens, knobs,
-                      args.model, args.hardware)
+                      args.model, args.hardware, args.stall_timeout)
     if cfg.prompt_tokens is not None and cfg.prompt_tokens < 2 * args.block_size:
         raise UsageError(f"--prompt-tokens must be at least 2 blocks ({2 * args.block_size})")
 
@@ -236,6 +239,9 @@ def _bench(args: argparse.Namespace, spec: Any, engine: Any, sim: Any, knobs: An
             records = run_bench(engine, cfg, progress.update)
         except StoreError as exc:          # e.g. Redis unreachable or wrong password at start-up
             raise UsageError(str(exc)) from None
+        except Stalled as exc:             # the deadlock guard: a failure of the run, not of the input
+            print(f"wavepp: error: {exc}", file=sys.stderr)
+            return 1
     print_table([r.figures for r in records])
     if sim is not None:
         sim_records = run_bench(sim, cfg)

@@ -124,3 +124,19 @@ def test_a_run_that_cannot_progress_ends_with_a_diagnosis(monkeypatch: pytest.Mo
     assert "\n" not in msg
     assert "no progress for 60 s" in msg and "4 waiting for admission" in msg
     assert "stage 0:" in msg and "stage 1:" in msg and "0 leases" in msg
+
+
+def test_a_stalled_bench_is_one_line_and_exit_1(monkeypatch: pytest.MonkeyPatch,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    from runtime.cli import main
+
+    async def never(self: StageHandle, items, remote: bool = True) -> int:  # type: ignore[no-untyped-def]
+        return 0
+
+    monkeypatch.setattr(StageHandle, "escrow", never)
+    code = finishes_within(60, lambda: main(["bench", "--model", "llama-3-8b", "--hardware", "h200", "--pp", "2",
+                                             "--requests", "4", "--concurrency", "2", "--policy", "wavepp",
+                                             "--stall-timeout", "5", "--quiet", "--prompt-tokens", "2048"]))
+    assert code == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("wavepp: error: no progress for 5 s with work waiting"), err
