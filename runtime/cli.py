@@ -225,8 +225,6 @@ def cmd_bench(args: argparse.Namespace) -> int:
                                args.gpus_per_stage, store_url=args.store, realtime=args.realtime,
                                time_scale=args.time_scale, cost_profile=args.cost_profile,
                                cost_model="auto" if args.cost_profile else args.cost_model, perf_dir=args.perf_dir)
-            if not args.quiet:
-                print(f"sim cost model: {engine.cost_model_name}")
         sim = None
         if args.sim_profile:
             if args.engine != "torch":
@@ -253,6 +251,8 @@ def _bench(args: argparse.Namespace, spec: Any, engine: Any, sim: Any, knobs: An
                       args.model, args.hardware)
     if cfg.prompt_tokens is not None and cfg.prompt_tokens < 2 * args.block_size:
         raise UsageError(f"--prompt-tokens must be at least 2 blocks ({2 * args.block_size})")
+    if args.engine == "sim" and not args.quiet:
+        print(f"sim cost model: {engine.cost_model_name}")
 
     from runtime.progress import BenchProgress, print_table
     with BenchProgress(disabled=args.quiet) as progress:

@@ -10,7 +10,8 @@ attention (GQA)           ``gemm`` qkv and proj, ``context_attention_perf`` at t
                           times the prefix correction ``((L+x)² − L²) / (L+x)²``, plus the fused
                           RoPE / KV-write / QK-norm extras (1.1 × their op latencies)
 attention (MLA + DSA)     ``dsa_context_module_perf`` (projections, indexer, sparse attention in one
-                          module) at ``L + x``, times SOL(x after L) / SOL(L + x from 0) - see below
+                          module) at ``L + x``, times the same prefix correction ("the same prefix
+                          correction applies", FORMAT §4 MLA family)
 dense FFN                 ``gemm`` gate/up and down
 MoE FFN                   ``gemm`` bf16 router, shared-expert ``gemm``s, ``moe_perf`` over the wave's
                           tokens at the model's routing distribution
@@ -25,13 +26,13 @@ graphs and TensorRT-LLM's static context time has no fixed overhead).
 
 Choices the tables do not make for us (each an assumption, stated where it is used):
 
-* The DSA module rows have no cached prefix (``step`` 0 or 128), so a chunk after ``L`` cached tokens is
-  the row at ``L + x`` scaled by the module's own speed-of-light ratio: projections per new token,
-  top-k sparse attention and the indexer's dense scores over the new tokens' causal pairs. For plain
-  attention that ratio is FORMAT's prefix correction; the DSA module also holds per-token projections
-  and ``index_topk``-capped attention, which FORMAT's s² factor would overcharge by up to 2x.
+* Beyond the DSA module's longest row (32K tokens) its utilisation is held against the module's own
+  speed-of-light time - per-token projections and ``index_topk``-capped attention grow linearly, only the
+  indexer's scores as s² - where FORMAT §5.3 would grow plain attention as s². The prefix correction is
+  FORMAT's s² one either way; it charges a chunk after a long prefix up to twice its per-token projections.
 * GLM-5.2 recomputes the indexer on 21 of its 78 layers (``indexer_types``); the module rows are GLM-5's,
-  indexer on every layer. A "shared" layer is the same row scaled by SOL(without indexer) / SOL(with).
+  indexer on every layer. A "shared" layer is the same row scaled by SOL(without indexer) / SOL(with), the
+  utilisation transfer FORMAT §5.4 applies to GEMM shapes the tables lack.
 * A wave's chunks of equal (L, x) share one lookup along the table's batch axis; chunks of different
   shapes are looked up apart and summed (their attention runs as separate problems either way).
 """
@@ -180,11 +181,12 @@ class TableCostModel:
 
     def _attention_grid(self, tables: PerfTables) -> ContextGrid:
         m = self.model
+        sol: Callable[[float, float, float], float]
         if self.spec.dsa_module is not None:
             where: dict[str, object] = {"model": self.spec.dsa_module, "mla_dtype": "bfloat16",
                                         "kv_cache_dtype": "bfloat16", "gemm_type": self.spec.gemm_dtype, "step": 0}
             cols = tables.read("dsa_context_module_perf", where, ["num_heads", "isl", "batch_size", "latency"])
-            sol = self._dsa_grid_sol
+            sol = self._dsa_sol
         else:
             where = {"num_key_value_heads": self._kv_heads, "head_dim": m.head_dim, "window_size": 0,
                      "attn_dtype": "bfloat16", "kv_cache_dtype": "bfloat16"}
@@ -211,23 +213,17 @@ class TableCostModel:
         memory = (4.0 * batch * heads * seq * d + 2.0 * 2.0 * batch * self._kv_heads * seq * d) / hw.hbm_bytes_per_s
         return max(compute, memory)
 
-    def _dsa_sol(self, heads: float, new: float, cached: float, batch: float, indexer: bool) -> float:
-        """FLOP-time of the DSA module for ``new`` tokens after ``cached``: per-token projections (fp8),
-        top-k sparse MLA over each query's keys (bf16), the indexer's dense causal scores (fp8).
-        Every term scales with the heads held; the ratios of this are all the table model uses."""
+    def _dsa_sol(self, heads: float, seq: float, batch: float, indexer: bool = True) -> float:
+        """FLOP-time of the DSA module over ``batch`` sequences of ``seq`` tokens: per-token projections
+        (fp8), top-k sparse MLA over each query's keys (bf16), the indexer's dense causal scores (fp8).
+        Every term scales with the heads held; only ratios of this enter the table model."""
         m, hw = self.model, self.hardware
         layer = min(m.index_full_layers) if indexer else self._shared_layer
-        linear = 2.0 * m.attention_params(layer) * new
-        topk = m.index_topk
-        pairs = _causal_pairs(int(cached + new), topk) - _causal_pairs(int(cached), topk)
-        attention = _attn_flops_per_pair(m) * pairs
-        dense_pairs = cached * new + new * (new + 1) / 2.0
-        index = 2.0 * (m.index_n_heads or 0) * (m.index_head_dim or 0) * dense_pairs if indexer else 0.0
+        linear = 2.0 * m.attention_params(layer) * seq
+        attention = _attn_flops_per_pair(m) * _causal_pairs(int(seq), m.index_topk)
+        index = 2.0 * (m.index_n_heads or 0) * (m.index_head_dim or 0) * _causal_pairs(int(seq), None)
         share = heads / m.num_heads
-        return batch * share * ((linear + index) / hw.fp8_flops + attention / hw.dense_flops)
-
-    def _dsa_grid_sol(self, heads: float, seq: float, batch: float) -> float:
-        return self._dsa_sol(heads, seq, 0.0, batch, True)
+        return batch * share * ((linear + (index if indexer else 0.0)) / hw.fp8_flops + attention / hw.dense_flops)
 
     @property
     def _shared_layer(self) -> int:
@@ -277,14 +273,11 @@ class TableCostModel:
         hit = self._attn_cache.get(key)
         if hit is not None:
             return hit
-        full = cached + new
-        row = self._attention(self._heads, full, batch)
-        if self.spec.dsa_module is not None:
-            heads = self._heads
-            row_sol = self._dsa_sol(heads, full, 0, batch, True)
-            t = row * self._dsa_sol(heads, new, cached, batch, kind.indexer) / row_sol
-        else:
-            t = row * (full * full - cached * cached) / (full * full)  # FORMAT §6 prefix correction
+        full, heads = cached + new, self._heads
+        row = self._attention(heads, full, batch)
+        if self.spec.dsa_module is not None and not kind.indexer:  # reuses the indexer: its share is not run
+            row *= self._dsa_sol(heads, full, batch, indexer=False) / self._dsa_sol(heads, full, batch)
+        t = row * (full * full - cached * cached) / (full * full)  # FORMAT §6 prefix correction
         self._attn_cache[key] = t
         return t
 
