@@ -13,8 +13,9 @@ from runtime.engines.coordination import DEFAULT_COSTS, CoordinationCosts, SimCo
 from runtime.engines.sim.clock import run_virtual
 from runtime.engines.sim.costmodel import AnalyticCostModel, CostModel
 from runtime.engines.sim.executor import SimExecutor
+from runtime.engines.sim.perf_interp import TableCoverageError
 from runtime.engines.sim.profiles import get_hardware, get_model
-from runtime.engines.sim.table_cost import covers, load_table_cost_model
+from runtime.engines.sim.table_cost import load_table_cost_model
 from runtime.knobs import CPU_KNOBS, Knobs
 from runtime.kvcache.stage_cache import StageCache
 from store.base import Store
@@ -42,7 +43,8 @@ class SimEngine:
         """``cost_profile``: a calibration file (``wavepp calibrate``) - the fitted model of a real
         engine replaces the analytic roofline, and its measured coordination costs the table.
         ``cost_model``: ``table`` (measured kernel tables under ``perf_dir``), ``analytic`` (roofline), or
-        ``auto``: table wherever the tables cover the model and hardware, analytic elsewhere."""
+        ``auto``: table wherever the tables cover the model and hardware, analytic elsewhere (then
+        ``cost_model_name`` says what the tables lack)."""
         if pp < 1:
             raise ValueError(f"pp must be >= 1, got {pp}")
         if block_size < 1:
@@ -71,12 +73,15 @@ class SimEngine:
             m, hw = get_model(model), get_hardware(hardware)
             gps = gpus_per_stage or max(1, hw.gpus_per_node // pp)
             analytic = AnalyticCostModel(m, hw, pp, gps)  # also the memory figures: capacities below
-            if cost_model == "auto":
-                cost_model = "table" if covers(m.name, hw.name, perf_dir) else "analytic"
-            self.cost_model_name = cost_model
-            self.cost_model = analytic
-            if cost_model == "table":
-                self.cost_model = load_table_cost_model(m.name, hw.name, pp, gps, perf_dir)
+            self.cost_model, self.cost_model_name = analytic, "analytic"
+            if cost_model != "analytic":
+                try:
+                    self.cost_model = load_table_cost_model(m.name, hw.name, pp, gps, perf_dir)
+                    self.cost_model_name = "table"
+                except TableCoverageError as exc:
+                    if cost_model == "table":
+                        raise
+                    self.cost_model_name = f"analytic ({exc})"  # auto: the tables do not cover this
             self.costs = costs
             self._vocab, self._context = m.vocab_size, m.max_context
             default = [analytic.stage_kv_capacity_tokens(s) // block_size for s in range(pp)]

@@ -20,7 +20,8 @@ TP collectives            ``custom_allreduce_perf`` (TensorRT-LLM's all-reduce k
 ========================  ===========================================================================
 
 plus the embedding gather (memory op) on the first stage and the bf16 LM-head ``gemm`` (one row per chunk)
-on the last. The inter-stage send is FORMAT §6's ``context_p2p``: ``x · h · 2 bytes / link + p2p_latency``.
+on the last. The inter-stage send is FORMAT §6's ``context_p2p``: ``x · h · 2 bytes / link + p2p_latency``
+(:func:`costmodel.activation_send_time`).
 Ops are summed serially and nothing is added for launches (FORMAT §6-7: the tables were timed under CUDA
 graphs and TensorRT-LLM's static context time has no fixed overhead).
 
@@ -46,7 +47,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from runtime.engines.sim.costmodel import ChunkShape, _attn_flops_per_pair, _causal_pairs
+from runtime.engines.sim.costmodel import ChunkShape, _attn_flops_per_pair, _causal_pairs, activation_send_time
 from runtime.engines.sim.perf_interp import ContextGrid, Curve, GemmTable, TableCoverageError
 from runtime.engines.sim.perf_tables import PerfTables, default_perf_dir
 from runtime.engines.sim.profiles import HardwareProfile, ModelProfile, get_hardware, get_model, split_layers
@@ -79,15 +80,6 @@ SPECS: dict[str, TableSpec] = {
     # Generic MoE routing (power_law_1.2); use_qk_norm true: RoPE, KV write and QK-norm are fused extras.
     "minimax-m2.7": TableSpec("fp8_block", "power_law_1.2", attention_extras=3),
 }
-
-
-def covers(model: str, hardware: str, perf_dir: str | Path | None) -> bool:
-    """True when the tables hold this model on this hardware and the perf folder is there."""
-    try:
-        PerfTables(perf_dir, hardware)
-    except TableCoverageError:
-        return False
-    return model in SPECS
 
 
 def load_table_cost_model(model: str, hardware: str, pp: int, gpus_per_stage: int,
@@ -319,15 +311,14 @@ class TableCostModel:
         return total
 
     def transfer_time(self, stage: int, num_tokens: int) -> float:
-        """FORMAT §6 context_p2p from ``stage`` to the next: x·h·2 bytes over the link + p2p latency.
+        """FORMAT §6 context_p2p from ``stage`` to the next, as the analytic model prices it.
 
         aiconfigurator prices every hop at the inter-node bandwidth; we use the profile's inter-stage link
-        (NVLink: the default pp x tp fills one node), as the analytic model does."""
+        (NVLink: the default pp x tp fills one node)."""
         self._stage(stage)
         if stage == len(self._stages) - 1:
             return 0.0
-        hw = self.hardware
-        return hw.p2p_latency_s + num_tokens * self.model.hidden_size * ACT_BYTES / hw.link_bytes_per_s
+        return activation_send_time(self.model, self.hardware, num_tokens)
 
     def _stage(self, stage: int) -> _StagePlan:
         if not 0 <= stage < len(self._stages):

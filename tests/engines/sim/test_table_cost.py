@@ -99,9 +99,12 @@ def test_equal_chunks_share_one_batched_lookup() -> None:
 def test_table_is_the_default_where_the_tables_cover(tmp_path: Path) -> None:
     assert SimEngine("glm-5.2", "b300", 4, perf_dir=str(PERF)).cost_model_name == "table"
     assert SimEngine("minimax-m2.7", "h200", 4, perf_dir=str(PERF)).cost_model_name == "table"
-    assert SimEngine("llama-3-8b", "b300", 4, perf_dir=str(PERF)).cost_model_name == "analytic"
-    assert SimEngine("glm-5.2", "b300", 4, perf_dir=str(tmp_path)).cost_model_name == "analytic"
+    llama = SimEngine("llama-3-8b", "b300", 4, perf_dir=str(PERF)).cost_model_name
+    assert llama == "analytic (no kernel tables for model 'llama-3-8b' (tables: glm-5.2, minimax-m2.7))"
+    assert SimEngine("glm-5.2", "b300", 4, perf_dir=str(tmp_path)).cost_model_name.startswith("analytic (no kernel")
     assert SimEngine("glm-5.2", "b300", 4, cost_model="analytic").cost_model_name == "analytic"
+    with pytest.raises(TableCoverageError):
+        SimEngine("glm-5.2", "b300", 4, cost_model="table", perf_dir=str(tmp_path))
 
 
 def test_missing_perf_dir_is_one_line_error(tmp_path: Path) -> None:
