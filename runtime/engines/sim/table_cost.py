@@ -168,8 +168,11 @@ class TableCostModel:
         if self.tp > self.hardware.gpus_per_node:
             raise TableCoverageError(f"all-reduce over {self.tp} GPUs spans nodes; the tables hold one node")
         cols = tables.read("custom_allreduce_perf", {"allreduce_dtype": "bfloat16", "num_gpus": self.tp},
-                           ["message_size", "latency"])
-        return Curve(cols["message_size"], [v * MS for v in cols["latency"]], lambda size: size)  # FORMAT §5.5
+                           ["message_size", "latency", "kernel_source"])
+        # FORMAT §3: rows timed outside a CUDA graph (kernel_source "*_eager") are not used.
+        rows = [(n, v * MS) for n, v, src in zip(cols["message_size"], cols["latency"], cols["kernel_source"],
+                                                  strict=True) if not src.endswith("_eager")]
+        return Curve([n for n, _ in rows], [v for _, v in rows], lambda size: size)  # comm SOL: size (FORMAT §5.5)
 
     def _attention_grid(self, tables: PerfTables) -> ContextGrid:
         m = self.model
