@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from runtime.engines.launchers import LAUNCHER_HELP, LAUNCHERS
+from runtime.engines.sim.perf_tables import PERF_DIR_ENV
 
 EXIT_USAGE = 2
 
@@ -35,6 +36,11 @@ def int_list(text: str) -> list[int]:
             raise argparse.ArgumentTypeError(f"{text!r}: values must be >= 1, got {p}")
         out.append(int(p))
     return out
+
+
+def non_negative_int_list(text: str) -> list[int]:
+    """``0,32768`` -> [0, 32768]; each a whole number >= 0."""
+    return [non_negative_int(p) for p in text.split(",")]
 
 
 def name_list(text: str) -> list[str]:
@@ -100,8 +106,12 @@ def build_parser() -> _Parser:
     b.add_argument("--gpus-per-stage", type=positive_int, default=None, help="sim: default GPUs per node / pp")
     b.add_argument("--kv-memory-mb", type=positive_float, default=256.0,
                    help="torch: KV pool per stage when no --kv-blocks")
-    b.add_argument("--cost-model", choices=["analytic", "fitted"], default="analytic",
-                   help="sim: roofline from profiles, or fitted from a calibration (--cost-profile)")
+    b.add_argument("--cost-model", choices=["auto", "table", "analytic", "fitted"], default="auto",
+                   help="sim: measured kernel tables (--perf-dir), roofline from profiles, or fitted from a "
+                        "calibration (--cost-profile); auto (default): table where the tables cover the model "
+                        "and hardware, else analytic")
+    b.add_argument("--perf-dir", default=None,
+                   help=f"sim: kernel tables folder (default ${PERF_DIR_ENV} or ../shared/data/perf beside the repo)")
     b.add_argument("--cost-profile", default=None, help="sim: a profile written by `wavepp calibrate`")
     b.add_argument("--sim-profile", default=None,
                    help="torch: also run the sim calibrated with this profile and report its throughput error")
@@ -175,6 +185,17 @@ def build_parser() -> _Parser:
     e.add_argument("--seed", type=int, default=0)
     e.add_argument("--launcher", choices=LAUNCHERS, default="threads", help=LAUNCHER_HELP)
 
+    t = sub.add_parser("cost-table", help="sim: analytic vs kernel-table step time of one stage, as Markdown")
+    t.add_argument("--model", default="glm-5.2", help="glm-5.2, minimax-m2.7")
+    t.add_argument("--hardware", default="b300", help="h200, b300")
+    t.add_argument("--pp", type=positive_int, default=4)
+    t.add_argument("--stage", type=non_negative_int, default=1, help="which stage (default 1: no embedding or LM head)")
+    t.add_argument("--gpus-per-stage", type=positive_int, default=None, help="default GPUs per node / pp")
+    t.add_argument("--tokens", type=int_list, default=[1024, 2048, 4096, 8192, 16384], help="new tokens x")
+    t.add_argument("--context", type=non_negative_int_list, default=[0, 32768, 131072], help="cached tokens L")
+    t.add_argument("--perf-dir", default=None,
+                   help=f"kernel tables folder (default ${PERF_DIR_ENV} or ../shared/data/perf)")
+
     c = sub.add_parser("calibrate-coordination", help="measure admission/cache costs on this machine's CPU")
     c.add_argument("--redis", default=None, help="also measure one round trip to this Redis URL")
     c.add_argument("--json", dest="json_path", type=output_file, default=None)
@@ -204,7 +225,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
             args.model = args.model or ("tiny-llama" if args.cost_profile else "glm-5.2")
             engine = SimEngine(args.model, args.hardware, args.pp, args.block_size, args.kv_blocks,
                                args.gpus_per_stage, store_url=args.store, realtime=args.realtime,
-                               time_scale=args.time_scale, cost_profile=args.cost_profile)
+                               time_scale=args.time_scale, cost_profile=args.cost_profile,
+                               cost_model="auto" if args.cost_profile else args.cost_model, perf_dir=args.perf_dir)
         sim = None
         if args.sim_profile:
             if args.engine != "torch":
@@ -232,6 +254,8 @@ def _bench(args: argparse.Namespace, spec: Any, engine: Any, sim: Any, knobs: An
                       args.model, args.hardware, args.stall_timeout)
     if cfg.prompt_tokens is not None and cfg.prompt_tokens < 2 * args.block_size:
         raise UsageError(f"--prompt-tokens must be at least 2 blocks ({2 * args.block_size})")
+    if args.engine == "sim" and not args.quiet:
+        print(f"sim cost model: {engine.cost_model_name}")
 
     from runtime.progress import BenchProgress, print_table
     with BenchProgress(disabled=args.quiet) as progress:
@@ -446,6 +470,18 @@ def cmd_check_engine(args: argparse.Namespace) -> int:
     return 0 if r.ok else 1
 
 
+def cmd_cost_table(args: argparse.Namespace) -> int:
+    from runtime.engines.sim.cost_compare import compare_step_times, markdown
+    try:
+        rows = compare_step_times(args.model, args.hardware, args.pp, args.stage, args.tokens, args.context,
+                                  args.gpus_per_stage, args.perf_dir)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    print(f"{args.model} on {args.hardware}, PP{args.pp}, stage {args.stage}: one chunk of x new tokens after L cached")
+    print(markdown(rows))
+    return 0
+
+
 def cmd_calibrate_coordination(args: argparse.Namespace) -> int:
     from runtime.engines.coordination import measure
     from store.base import StoreError
@@ -468,7 +504,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 0
         handler = {"bench": cmd_bench, "admission-bench": cmd_admission_bench, "knobs": cmd_knobs,
                    "dashboard": cmd_dashboard, "check-engine": cmd_check_engine, "calibrate": cmd_calibrate,
-                   "calibrate-coordination": cmd_calibrate_coordination}[args.command]
+                   "calibrate-coordination": cmd_calibrate_coordination, "cost-table": cmd_cost_table}[args.command]
         return handler(args)
     except UsageError as exc:
         print(f"wavepp: error: {exc}", file=sys.stderr)

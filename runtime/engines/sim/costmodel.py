@@ -108,6 +108,12 @@ def _attn_flops_per_pair(model: ModelProfile) -> float:
     return 2.0 * model.num_heads * (2 * model.kv_lora_rank + model.qk_rope_head_dim)
 
 
+def activation_send_time(model: ModelProfile, hardware: HardwareProfile, num_tokens: int) -> float:
+    """Seconds to send ``num_tokens`` bf16 hidden states to the next stage: the p2p latency plus bytes over
+    the inter-stage link (FORMAT.md §6 context_p2p; our link is NVLink, as PP x TP fills one node)."""
+    return hardware.p2p_latency_s + num_tokens * model.hidden_size * ACT_BYTES / hardware.link_bytes_per_s
+
+
 def _causal_pairs(n: int, topk: int | None) -> float:
     """(query, key) pairs of the first ``n`` positions, each query seeing min(position + 1, topk) keys."""
     if topk is None or n <= topk:
@@ -241,8 +247,7 @@ class AnalyticCostModel:
         self._stage(stage)
         if stage == len(self._stages) - 1:
             return 0.0
-        hw = self.hardware
-        return hw.p2p_latency_s + num_tokens * self.model.hidden_size * ACT_BYTES / hw.link_bytes_per_s
+        return activation_send_time(self.model, self.hardware, num_tokens)
 
     def stage_kv_capacity_tokens(self, stage: int, memory_fraction: float = 0.9) -> int:
         """Tokens of KV ``stage`` can hold after its weights and the fixed runtime reserve; never negative."""

@@ -1,4 +1,4 @@
-"""The ``sim`` engine: virtual time, an analytic cost model, modelled coordination costs."""
+"""The ``sim`` engine: virtual time, a stage cost model (kernel tables or roofline), modelled coordination costs."""
 
 from __future__ import annotations
 
@@ -13,7 +13,9 @@ from runtime.engines.coordination import DEFAULT_COSTS, CoordinationCosts, SimCo
 from runtime.engines.sim.clock import run_virtual
 from runtime.engines.sim.costmodel import AnalyticCostModel, CostModel
 from runtime.engines.sim.executor import SimExecutor
+from runtime.engines.sim.perf_interp import TableCoverageError
 from runtime.engines.sim.profiles import get_hardware, get_model
+from runtime.engines.sim.table_cost import load_table_cost_model
 from runtime.knobs import CPU_KNOBS, Knobs
 from runtime.kvcache.stage_cache import StageCache
 from store.base import Store
@@ -36,9 +38,13 @@ class SimEngine:
     def __init__(self, model: str, hardware: str, pp: int, block_size: int = 64,
                  kv_blocks: Sequence[int] | None = None, gpus_per_stage: int | None = None,
                  costs: CoordinationCosts = DEFAULT_COSTS, store_url: str = "memory",
-                 realtime: bool = False, time_scale: float = 1.0, cost_profile: str | None = None) -> None:
+                 realtime: bool = False, time_scale: float = 1.0, cost_profile: str | None = None,
+                 cost_model: str = "auto", perf_dir: str | None = None) -> None:
         """``cost_profile``: a calibration file (``wavepp calibrate``) - the fitted model of a real
-        engine replaces the analytic roofline, and its measured coordination costs the table."""
+        engine replaces the analytic roofline, and its measured coordination costs the table.
+        ``cost_model``: ``table`` (measured kernel tables under ``perf_dir``), ``analytic`` (roofline), or
+        ``auto``: table wherever the tables cover the model and hardware, analytic elsewhere (then
+        ``cost_model_name`` says what the tables lack)."""
         if pp < 1:
             raise ValueError(f"pp must be >= 1, got {pp}")
         if block_size < 1:
@@ -52,7 +58,10 @@ class SimEngine:
         self.time_scale = time_scale
         self.profile: dict[str, Any] | None = None
         self.cost_model: CostModel
+        if cost_model not in ("auto", "analytic", "table"):
+            raise ValueError(f"unknown cost model {cost_model!r} (auto, analytic, table)")
         if cost_profile is not None:
+            self.cost_model_name = "fitted"
             self.profile = load_profile(cost_profile)
             if self.profile["pp"] != pp:
                 raise ValueError(f"the cost profile was measured with pp={self.profile['pp']}, not {pp}")
@@ -63,8 +72,16 @@ class SimEngine:
         else:
             m, hw = get_model(model), get_hardware(hardware)
             gps = gpus_per_stage or max(1, hw.gpus_per_node // pp)
-            analytic = AnalyticCostModel(m, hw, pp, gps)
-            self.cost_model = analytic
+            analytic = AnalyticCostModel(m, hw, pp, gps)  # also the memory figures: capacities below
+            self.cost_model, self.cost_model_name = analytic, "analytic"
+            if cost_model != "analytic":
+                try:
+                    self.cost_model = load_table_cost_model(m.name, hw.name, pp, gps, perf_dir)
+                    self.cost_model_name = "table"
+                except TableCoverageError as exc:
+                    if cost_model == "table":
+                        raise
+                    self.cost_model_name = f"analytic ({exc})"  # auto: the tables do not cover this
             self.costs = costs
             self._vocab, self._context = m.vocab_size, m.max_context
             default = [analytic.stage_kv_capacity_tokens(s) // block_size for s in range(pp)]

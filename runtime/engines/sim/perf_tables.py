@@ -1,0 +1,73 @@
+"""Where the measured TensorRT-LLM kernel tables live and how one table is read (FORMAT.md §1).
+
+The tables are aiconfigurator's copied Parquet files under ``<perf>/<system>/trtllm/<version>/``; see
+../shared/data/perf/FORMAT.md. The perf folder is ``--perf-dir``, else ``$WAVEPP_PERF_DIR``, else
+``../shared/data/perf`` beside the repository (how CI lays out a clone with its shared data).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+from runtime.engines.sim.perf_interp import TableCoverageError
+
+PERF_DIR_ENV = "WAVEPP_PERF_DIR"
+# Our hardware profile names -> aiconfigurator's system folders (FORMAT §1 "Local layout").
+SYSTEMS = {"h200": "h200_sxm", "b300": "b300_sxm"}
+
+
+def default_perf_dir() -> Path:
+    """``$WAVEPP_PERF_DIR`` when set, else ``<repo>/../shared/data/perf``."""
+    env = os.environ.get(PERF_DIR_ENV)
+    if env:
+        return Path(env)
+    # runtime/engines/sim/<this file> -> parents[3] is the repository root.
+    return Path(__file__).resolve().parents[3].parent / "shared" / "data" / "perf"
+
+
+def _version_key(name: str) -> tuple[int, ...]:
+    """``1.3.0rc23`` -> (1, 3, 0, 23): the numeric parts, so rc23 sorts above rc20."""
+    return tuple(int(p) for p in re.findall(r"\d+", name))
+
+
+class PerfTables:
+    """One system's TensorRT-LLM tables, every version, newest first.
+
+    FORMAT §1: aiconfigurator uses the highest version and fills what it lacks from older ones, the
+    first source that has the shape winning; :meth:`read` does the same per queried shape.
+    """
+
+    def __init__(self, perf_dir: str | Path | None, hardware: str) -> None:
+        root = Path(perf_dir) if perf_dir is not None else default_perf_dir()
+        if hardware not in SYSTEMS:
+            raise TableCoverageError(f"no kernel tables for hardware {hardware!r} (tables: {', '.join(SYSTEMS)})")
+        self.system = SYSTEMS[hardware]
+        base = root / self.system / "trtllm"
+        if not base.is_dir():
+            raise TableCoverageError(
+                f"no kernel tables at {base} (give --perf-dir or set {PERF_DIR_ENV} to ../shared/data/perf)")
+        self.versions = sorted((d for d in base.iterdir() if d.is_dir()), key=lambda d: _version_key(d.name),
+                               reverse=True)
+        self.root = root
+
+    def read(self, table: str, where: dict[str, Any], columns: list[str]) -> dict[str, list[Any]]:
+        """Columns of the rows of ``table`` matching ``where``, from the newest version that has any."""
+        import pyarrow.parquet as pq  # lazy: only the table cost model needs pyarrow
+
+        filters = [(k, "=", v) for k, v in where.items()]
+        found_file = False
+        for version in self.versions:
+            path = version / f"{table}.parquet"
+            if not path.is_file():
+                continue
+            found_file = True
+            data = pq.read_table(path, columns=columns, filters=filters or None)
+            if data.num_rows:
+                return {c: data.column(c).to_pylist() for c in columns}
+        if not found_file:
+            raise TableCoverageError(f"{table}.parquet is missing from {self.root / self.system / 'trtllm'}")
+        shape = ", ".join(f"{k}={v}" for k, v in where.items())
+        raise TableCoverageError(f"{table} on {self.system} has no rows for {shape}")

@@ -1,0 +1,329 @@
+"""Table cost model: a stage's step time as the sum of measured TensorRT-LLM kernel latencies.
+
+A wave on a stage of ``tp`` GPUs (tensor parallel; the routed experts expert-parallel over the same GPUs)
+costs, per decoder layer, what aiconfigurator's context step charges (../shared/data/perf/FORMAT.md §6),
+each op looked up in its table and interpolated as FORMAT §5 says (:mod:`perf_interp`):
+
+========================  ===========================================================================
+add_norm x2 (, act_gate)  memory-op formula ``bytes / (0.8 · mem_bw) + 3 µs``; 8h bytes per token each
+attention (GQA)           ``gemm`` qkv and proj, ``context_attention_perf`` at the full length ``L + x``
+                          times the prefix correction ``((L+x)² − L²) / (L+x)²``, plus the fused
+                          RoPE / KV-write / QK-norm extras (1.1 × their op latencies)
+attention (MLA + DSA)     ``dsa_context_module_perf`` (projections, indexer, sparse attention in one
+                          module) at ``L + x``, times the same prefix correction ("the same prefix
+                          correction applies", FORMAT §4 MLA family)
+dense FFN                 ``gemm`` gate/up and down
+MoE FFN                   ``gemm`` bf16 router, shared-expert ``gemm``s, ``moe_perf`` over the wave's
+                          tokens at the model's routing distribution
+TP collectives            ``custom_allreduce_perf`` (TensorRT-LLM's all-reduce kernel), after the
+                          attention and after the FFN, ``x · h`` elements; none when ``tp == 1``
+========================  ===========================================================================
+
+plus the embedding gather (memory op) on the first stage and the bf16 LM-head ``gemm`` (one row per chunk)
+on the last. The inter-stage send is FORMAT §6's ``context_p2p``: ``x · h · 2 bytes / link + p2p_latency``
+(:func:`costmodel.activation_send_time`).
+Ops are summed serially and nothing is added for launches (FORMAT §6-7: the tables were timed under CUDA
+graphs and TensorRT-LLM's static context time has no fixed overhead).
+
+Choices the tables do not make for us (each an assumption, stated where it is used):
+
+* Beyond the DSA module's longest row (32K tokens) its utilisation is held against the module's own
+  speed-of-light time - per-token projections and ``index_topk``-capped attention grow linearly, only the
+  indexer's scores as s² - where FORMAT §5.3 would grow plain attention as s². The prefix correction is
+  FORMAT's s² one either way; it charges a chunk after a long prefix up to twice its per-token projections.
+* GLM-5.2 recomputes the indexer on 21 of its 78 layers (``indexer_types``); the module rows are GLM-5's,
+  indexer on every layer. A "shared" layer is the same row scaled by SOL(without indexer) / SOL(with), the
+  utilisation transfer FORMAT §5.4 applies to GEMM shapes the tables lack.
+* A wave's chunks of equal (L, x) share one lookup along the table's batch axis; chunks of different
+  shapes are looked up apart and summed (their attention runs as separate problems either way).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from runtime.engines.sim.costmodel import ChunkShape, _attn_flops_per_pair, _causal_pairs, activation_send_time
+from runtime.engines.sim.perf_interp import ContextGrid, Curve, GemmTable, TableCoverageError
+from runtime.engines.sim.perf_tables import PerfTables, default_perf_dir
+from runtime.engines.sim.profiles import HardwareProfile, ModelProfile, get_hardware, get_model, split_layers
+
+MS = 1e-3  # table latencies are milliseconds (FORMAT §3)
+ACT_BYTES = 2  # bf16 activations
+# FORMAT §6: add_norm reads and writes 2h bf16 values per token (the residual and the normed input).
+ADD_NORM_BYTES_PER_HIDDEN = 8
+# FORMAT §6 "Fused extras": priced as memory ops whose bytes scale with the head size, not the tokens
+# (about 13 µs per layer in all), summed and multiplied by 1.1. We charge their fixed latencies only.
+EXTRAS_FACTOR = 1.1
+
+
+@dataclass(frozen=True, slots=True)
+class TableSpec:
+    """What the tables need to know about a model beyond its shape."""
+
+    gemm_dtype: str  # gemm_perf / moe_perf dtype of the served checkpoint
+    moe_distribution: str  # moe_perf routing skew (FORMAT §4: DeepSeek-style 1.01, generic MoE 1.2)
+    dsa_module: str | None = None  # dsa_context_module_perf ``model`` measured for this architecture
+    attention_extras: int = 0  # element-wise ops fused into GQA attention (RoPE, KV write, QK-norm)
+
+
+# The models the tables cover. Both serve block-scaled FP8 checkpoints (GLM-5.2-FP8; MiniMax-M2.7's
+# quantization_config: fp8, weight_block_size 128x128), so GEMMs and experts use the fp8_block rows.
+SPECS: dict[str, TableSpec] = {
+    # glm_moe_dsa is the DeepSeek-V3.2 architecture: DeepSeek's power_law_1.01 routing; the DSA module rows
+    # are zai-org/GLM-5's (same attention shape as GLM-5.2: 64 heads, q_lora 2048, kv_lora 512, index 32x128).
+    "glm-5.2": TableSpec("fp8_block", "power_law_1.01", dsa_module="zai-org/GLM-5"),
+    # Generic MoE routing (power_law_1.2); use_qk_norm true: RoPE, KV write and QK-norm are fused extras.
+    "minimax-m2.7": TableSpec("fp8_block", "power_law_1.2", attention_extras=3),
+}
+
+
+def load_table_cost_model(model: str, hardware: str, pp: int, gpus_per_stage: int,
+                          perf_dir: str | Path | None = None) -> TableCostModel:
+    """The table model for these settings; built once per process (reading the tables takes ~0.5 s)."""
+    root = Path(perf_dir) if perf_dir is not None else default_perf_dir()
+    return _load(model, hardware, pp, gpus_per_stage, str(root.resolve()))
+
+
+@functools.lru_cache(maxsize=8)
+def _load(model: str, hardware: str, pp: int, gpus_per_stage: int, perf_dir: str) -> TableCostModel:
+    return TableCostModel(get_model(model), get_hardware(hardware), pp, gpus_per_stage, perf_dir)
+
+
+@dataclass(frozen=True, slots=True)
+class _Kind:
+    """Layers that cost the same: MoE or dense FFN, computing the DSA indexer or reusing it."""
+
+    moe: bool
+    indexer: bool
+
+
+@dataclass(frozen=True, slots=True)
+class _StagePlan:
+    layers: range
+    kinds: tuple[tuple[_Kind, int], ...]  # (kind, number of layers of that kind)
+    is_first: bool
+    is_last: bool
+
+
+class TableCostModel:
+    """``CostModel`` of ``model`` split into ``pp`` stages of ``tp`` GPUs each, from the kernel tables."""
+
+    def __init__(self, model: ModelProfile, hardware: HardwareProfile, pp: int, gpus_per_stage: int = 1,
+                 perf_dir: str | Path | None = None) -> None:
+        spec = SPECS.get(model.name)
+        if spec is None:
+            raise TableCoverageError(f"no kernel tables for model {model.name!r} (tables: {', '.join(SPECS)})")
+        tp = gpus_per_stage
+        if model.num_heads % tp or (model.attention == "gqa" and model.num_kv_heads % tp and tp % model.num_kv_heads):
+            raise TableCoverageError(f"{model.name}'s heads do not split over {tp} GPUs")
+        self.model, self.hardware, self.spec, self.tp = model, hardware, spec, tp
+        tables = PerfTables(perf_dir, hardware.name)
+        self.system = tables.system
+        self._gemm = self._gemm_table(tables, spec.gemm_dtype)
+        self._gemm_bf16 = self._gemm_table(tables, "bfloat16")
+        self._moe = self._moe_curve(tables) if model.n_routed_experts else None
+        self._allreduce = self._allreduce_curve(tables) if tp > 1 else None
+        self._attention = self._attention_grid(tables)
+        ranges = split_layers(model.num_layers, pp)
+        self._stages = tuple(self._plan(r, s == 0, s == pp - 1) for s, r in enumerate(ranges))
+        self._token_cache: dict[tuple[_Kind, int], float] = {}
+        self._attn_cache: dict[tuple[_Kind, int, int, int], float] = {}
+
+    # ---- tables -------------------------------------------------------------------------------------
+
+    def _gemm_sol(self, dtype: str) -> Callable[[float, float, float], float]:
+        """FORMAT §5 GEMM roofline: max(2mnk / FLOPS, bytes · (mn + mk + nk) / mem_bw), seconds."""
+        hw = self.hardware
+        flops = hw.dense_flops if dtype == "bfloat16" else hw.fp8_flops
+        nbytes = 2.0 if dtype == "bfloat16" else 1.0
+        return lambda m, n, k: max(2.0 * m * n * k / flops, nbytes * (m * n + m * k + n * k) / hw.hbm_bytes_per_s)
+
+    def _gemm_table(self, tables: PerfTables, dtype: str) -> GemmTable:
+        cols = tables.read("gemm_perf", {"gemm_dtype": dtype}, ["m", "n", "k", "latency"])
+        rows = zip(cols["m"], cols["n"], cols["k"], (v * MS for v in cols["latency"]), strict=True)
+        return GemmTable(rows, self._gemm_sol(dtype))
+
+    def _moe_curve(self, tables: PerfTables) -> Curve:
+        m, hw = self.model, self.hardware
+        where = {"moe_dtype": self.spec.gemm_dtype, "distribution": self.spec.moe_distribution,
+                 "topk": m.experts_per_token, "num_experts": m.n_routed_experts, "hidden_size": m.hidden_size,
+                 "inter_size": m.moe_intermediate_size, "moe_tp_size": 1, "moe_ep_size": self.tp}
+        cols = tables.read("moe_perf", where, ["num_tokens", "latency"])
+        expert_bytes = 3.0 * m.hidden_size * m.moe_intermediate_size * m.weight_bytes
+        local_experts = m.n_routed_experts / self.tp
+
+        def sol(tokens: float) -> float:  # FORMAT §5 MoE roofline: routed FLOPs vs expert weights touched
+            flops = tokens * m.experts_per_token * m.hidden_size * m.moe_intermediate_size * 6.0 / self.tp
+            touched = min(local_experts, tokens * m.experts_per_token)
+            return max(flops / hw.fp8_flops, touched * expert_bytes / hw.hbm_bytes_per_s)
+
+        return Curve(cols["num_tokens"], [v * MS for v in cols["latency"]], sol)
+
+    def _allreduce_curve(self, tables: PerfTables) -> Curve:
+        if self.tp > self.hardware.gpus_per_node:
+            raise TableCoverageError(f"all-reduce over {self.tp} GPUs spans nodes; the tables hold one node")
+        cols = tables.read("custom_allreduce_perf", {"allreduce_dtype": "bfloat16", "num_gpus": self.tp},
+                           ["message_size", "latency", "kernel_source"])
+        # FORMAT §3: rows timed outside a CUDA graph (kernel_source "*_eager") are not used.
+        rows = [(n, v * MS) for n, v, src in zip(cols["message_size"], cols["latency"], cols["kernel_source"],
+                                                  strict=True) if not src.endswith("_eager")]
+        return Curve([n for n, _ in rows], [v for _, v in rows], lambda size: size)  # comm SOL: size (FORMAT §5.5)
+
+    def _attention_grid(self, tables: PerfTables) -> ContextGrid:
+        m = self.model
+        sol: Callable[[float, float, float], float]
+        if self.spec.dsa_module is not None:
+            where: dict[str, object] = {"model": self.spec.dsa_module, "mla_dtype": "bfloat16",
+                                        "kv_cache_dtype": "bfloat16", "gemm_type": self.spec.gemm_dtype, "step": 0}
+            cols = tables.read("dsa_context_module_perf", where, ["num_heads", "isl", "batch_size", "latency"])
+            sol = self._dsa_sol
+        else:
+            where = {"num_key_value_heads": self._kv_heads, "head_dim": m.head_dim, "window_size": 0,
+                     "attn_dtype": "bfloat16", "kv_cache_dtype": "bfloat16"}
+            cols = tables.read("context_attention_perf", where, ["num_heads", "isl", "batch_size", "latency"])
+            sol = self._gqa_sol
+        points = {(h, s, b): v * MS for h, s, b, v in
+                  zip(cols["num_heads"], cols["isl"], cols["batch_size"], cols["latency"], strict=True)}
+        return ContextGrid(points, sol)
+
+    @property
+    def _heads(self) -> int:
+        return self.model.num_heads // self.tp
+
+    @property
+    def _kv_heads(self) -> int:
+        return math.ceil(self.model.num_kv_heads / self.tp)
+
+    # ---- speed-of-light anchors ---------------------------------------------------------------------
+
+    def _gqa_sol(self, heads: float, seq: float, batch: float) -> float:
+        """FORMAT §5 context attention: max(2·b·s²·n·d / FLOPS, (4·b·n·s·d + 2·2·b·n_kv·s·d) / mem_bw)."""
+        d, hw = self.model.head_dim, self.hardware
+        compute = 2.0 * batch * seq * seq * heads * d / hw.dense_flops
+        memory = (4.0 * batch * heads * seq * d + 2.0 * 2.0 * batch * self._kv_heads * seq * d) / hw.hbm_bytes_per_s
+        return max(compute, memory)
+
+    def _dsa_sol(self, heads: float, seq: float, batch: float, indexer: bool = True) -> float:
+        """FLOP-time of the DSA module over ``batch`` sequences of ``seq`` tokens: per-token projections
+        (fp8), top-k sparse MLA over each query's keys (bf16), the indexer's dense causal scores (fp8).
+        Every term scales with the heads held; only ratios of this enter the table model."""
+        m, hw = self.model, self.hardware
+        layer = min(m.index_full_layers) if indexer else self._shared_layer
+        linear = 2.0 * m.attention_params(layer) * seq
+        attention = _attn_flops_per_pair(m) * _causal_pairs(int(seq), m.index_topk)
+        index = 2.0 * (m.index_n_heads or 0) * (m.index_head_dim or 0) * _causal_pairs(int(seq), None)
+        share = heads / m.num_heads
+        return batch * share * ((linear + (index if indexer else 0.0)) / hw.fp8_flops + attention / hw.dense_flops)
+
+    @property
+    def _shared_layer(self) -> int:
+        """A layer that reuses the indexer (GLM-5.2's "shared" layers); the first layer if none does."""
+        return next((i for i in range(self.model.num_layers) if not self.model.has_indexer(i)), 0)
+
+    # ---- per-layer op prices --------------------------------------------------------------------------
+
+    def _memory_op(self, nbytes: float) -> float:
+        """FORMAT §6 element-wise op: bytes / (0.8 · mem_bw) + the constant latency."""
+        hw = self.hardware
+        return nbytes / (hw.hbm_bytes_per_s * hw.hbm_efficiency) + hw.op_latency_s
+
+    def _token_ops(self, kind: _Kind, x: int) -> float:
+        """Seconds of one layer's ops that depend only on the wave's ``x`` new tokens."""
+        key = (kind, x)
+        cached = self._token_cache.get(key)
+        if cached is not None:
+            return cached
+        m, tp, h = self.model, self.tp, self.model.hidden_size
+        gemm = self._gemm
+        t = 2 * self._memory_op(ADD_NORM_BYTES_PER_HIDDEN * h * x)  # add_norm_1, add_norm_2
+        if self._allreduce is not None:
+            t += 2 * self._allreduce(x * h)  # ar_1 after attention, ar_2 after the FFN / MoE combine
+        if m.attention == "gqa":
+            qkv = m.num_heads * m.head_dim // tp + 2 * m.head_dim * self._kv_heads
+            t += gemm(x, qkv, h) + gemm(x, h, m.num_heads * m.head_dim // tp)
+        if kind.moe:
+            assert self._moe is not None
+            t += self._gemm_bf16(x, m.n_routed_experts, h) + self._moe(x)  # router, routed experts
+            if m.n_shared_experts:
+                t += self._ffn(x, m.n_shared_experts * m.moe_intermediate_size)
+        else:
+            t += self._ffn(x, m.intermediate_size)
+        self._token_cache[key] = t
+        return t
+
+    def _ffn(self, x: int, inter: int) -> float:
+        """SwiGLU FFN sharded over TP: gate/up GEMM, act_gate memory op, down GEMM (FORMAT §6)."""
+        local, h = inter // self.tp, self.model.hidden_size
+        act = self._memory_op(3 * local * ACT_BYTES * x)  # reads gate and up, writes their product
+        return self._gemm(x, 2 * local, h) + act + self._gemm(x, h, local)
+
+    def _attention_op(self, kind: _Kind, cached: int, new: int, batch: int) -> float:
+        """Seconds of one layer's attention for ``batch`` chunks of ``new`` tokens after ``cached``."""
+        key = (kind, cached, new, batch)
+        hit = self._attn_cache.get(key)
+        if hit is not None:
+            return hit
+        full, heads = cached + new, self._heads
+        row = self._attention(heads, full, batch)
+        if self.spec.dsa_module is not None and not kind.indexer:  # reuses the indexer: its share is not run
+            row *= self._dsa_sol(heads, full, batch, indexer=False) / self._dsa_sol(heads, full, batch)
+        t = row * (full * full - cached * cached) / (full * full)  # FORMAT §6 prefix correction
+        self._attn_cache[key] = t
+        return t
+
+    # ---- CostModel ----------------------------------------------------------------------------------
+
+    def _plan(self, layers: range, is_first: bool, is_last: bool) -> _StagePlan:
+        m = self.model
+        counts = Counter(_Kind(m.is_moe_layer(i), m.has_indexer(i) or not m.index_full_layers) for i in layers)
+        return _StagePlan(layers, tuple(counts.items()), is_first, is_last)
+
+    @property
+    def num_stages(self) -> int:
+        """Number of pipeline stages."""
+        return len(self._stages)
+
+    def stage_layers(self, stage: int) -> range:
+        """Decoder layers held by ``stage``."""
+        return self._stage(stage).layers
+
+    def step_time(self, stage: int, chunks: Sequence[ChunkShape]) -> float:
+        """Seconds for ``stage`` to run one wave; 0.0 for an empty wave (nothing is launched)."""
+        plan = self._stage(stage)
+        if not chunks:
+            return 0.0
+        x = sum(c.tokens for c in chunks)
+        shapes = Counter((c.context, c.tokens) for c in chunks)
+        h = self.model.hidden_size
+        extras = EXTRAS_FACTOR * self.spec.attention_extras * self.hardware.op_latency_s
+        total = 0.0
+        for kind, count in plan.kinds:
+            layer = self._token_ops(kind, x) + extras
+            for (cached, new), batch in shapes.items():
+                layer += self._attention_op(kind, cached, new, batch)
+            total += count * layer
+        if plan.is_first:  # embedding gather
+            total += self._memory_op(x * h * ACT_BYTES)
+        if plan.is_last:  # LM head on the last token of each chunk (FORMAT §6 logits_gemm: m = b)
+            total += self._gemm_bf16(len(chunks), self.model.vocab_size // self.tp, h)
+        return total
+
+    def transfer_time(self, stage: int, num_tokens: int) -> float:
+        """FORMAT §6 context_p2p from ``stage`` to the next, as the analytic model prices it.
+
+        aiconfigurator prices every hop at the inter-node bandwidth; we use the profile's inter-stage link
+        (NVLink: the default pp x tp fills one node)."""
+        self._stage(stage)
+        if stage == len(self._stages) - 1:
+            return 0.0
+        return activation_send_time(self.model, self.hardware, num_tokens)
+
+    def _stage(self, stage: int) -> _StagePlan:
+        if not 0 <= stage < len(self._stages):
+            raise ValueError(f"stage {stage} out of range [0, {len(self._stages)})")
+        return self._stages[stage]
