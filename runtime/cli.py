@@ -321,32 +321,22 @@ def cmd_admission_bench(args: argparse.Namespace) -> int:
     return 0
 
 
-def parse_knob_value(text: str) -> object:
-    """``16384`` -> int, ``true``/``false`` -> bool, anything else stays a string (validation decides)."""
-    low = text.strip().lower()
-    if low in ("true", "false"):
-        return low == "true"
-    try:
-        return int(text)
-    except ValueError:
-        return text.strip()
-
-
 def cmd_knobs(args: argparse.Namespace) -> int:
     import asyncio
 
-    from runtime.knobs import KnobError
-    from store.base import StoreError
+    from runtime.knobs import KnobError, parse_texts
+    from store.base import KnobsRecord, StoreError
     from store.urls import open_store, parse_store_url
 
-    changes = {}
+    raw = {}
     for item in args.changes:
         name, sep, value = item.partition("=")
         if not sep or not name.strip():
             raise UsageError(f"--set takes NAME=VALUE, got {item!r}")
-        changes[name.strip()] = parse_knob_value(value)
+        raw[name.strip()] = value
+    changes, problems = parse_texts(raw)          # each value by its knob's type: `8_192` is no integer
 
-    async def run() -> tuple[object, list[dict[str, object]]]:
+    async def run() -> tuple[KnobsRecord, list[dict[str, object]]]:
         store = await open_store(args.store)
         try:
             record = await store.knobs_set(changes) if changes else await store.knobs_get()
@@ -357,11 +347,18 @@ def cmd_knobs(args: argparse.Namespace) -> int:
     try:
         if parse_store_url(args.store).kind == "memory":
             raise UsageError("knobs live in a shared store: give --store redis://…")
+        if problems:
+            raise KnobError(problems)
         record, history = asyncio.run(run())
     except (KnobError, StoreError) as exc:
         raise UsageError(str(exc)) from None
-    print(f"knobs version {record.version}")  # type: ignore[attr-defined]
-    for name, value in record.values.items():  # type: ignore[attr-defined]
+    if record.note:
+        print(f"wavepp: warning: {record.note}", file=sys.stderr)
+    print(f"knobs version {record.version}")
+    if record.deployment is not None:
+        print(f"  (checked against the running deployment: block size {record.deployment.block_size}, "
+              f"{record.deployment.num_stages} stages)")
+    for name, value in record.values.items():
         print(f"  {name:22s} {value}")
     for h in history:
         print(f"  v{h['version']}: {h['changes']}")

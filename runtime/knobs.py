@@ -1,18 +1,39 @@
-"""Scheduling knobs: one typed, validated record the runtime reads at every wave boundary."""
+"""Scheduling knobs: one typed, validated record the runtime reads at every wave boundary.
+
+Validation reports every problem at once (a form marks each bad field; a CLI line names each),
+blames the value the writer changed (``max_wave_tokens=1000`` is refused as too small for
+``min_wave_tokens``, not the other way round), and never echoes more than a few dozen characters
+of what it was given. What a running deployment fixes (its block size) is a :class:`Deployment`
+the runtime writes to the store at start; every knob write is checked against it before it is stored.
+"""
 
 from __future__ import annotations
 
 import dataclasses
+import re
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
+ECHO_CHARS = 24                       # the most of a bad value a message repeats
+
 
 class KnobError(ValueError):
-    """A knob value is of the wrong type, out of range, or inconsistent with another knob."""
+    """One or more knob values are of the wrong type, out of range, or inconsistent.
 
-    def __init__(self, field: str, message: str) -> None:
-        super().__init__(f"{field}: {message}")
-        self.field = field
+    ``problems`` maps each bad field to why; ``field`` is the first of them. The message names
+    them all on one line (``ring: …; max_leases: …``).
+    """
+
+    def __init__(self, problems: Mapping[str, str]) -> None:
+        if not problems:
+            raise ValueError("KnobError needs at least one problem")
+        self.problems = dict(problems)
+        self.field = next(iter(self.problems))
+        super().__init__("; ".join(f"{name}: {why}" for name, why in self.problems.items()))
+
+    def __reduce__(self) -> tuple[Any, ...]:          # crosses process boundaries (embedded dashboard)
+        return (KnobError, (self.problems,))
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,15 +55,37 @@ class Knobs:
         return self.ring if self.ring > 0 else default_factor * num_stages
 
     def replace(self, **changes: Any) -> Knobs:
-        return validate(dataclasses.replace(self, **changes))
+        return validate(dataclasses.replace(self, **changes), changed=changes)
 
     def as_dict(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
 
+@dataclass(frozen=True, slots=True)
+class Deployment:
+    """What a running deployment fixes: knob values must fit it (the runtime publishes it at start)."""
+
+    block_size: int                     # token budgets are whole blocks
+    num_stages: int
+
+    def as_dict(self) -> dict[str, int]:
+        return {"block_size": self.block_size, "num_stages": self.num_stages}
+
+    @classmethod
+    def from_dict(cls, values: Any) -> Deployment:
+        """Decode a stored record; ValueError when it is not one (a corrupt or foreign entry)."""
+        if not isinstance(values, dict) or set(values) != {"block_size", "num_stages"}:
+            raise ValueError(f"expected {{block_size, num_stages}}, got {echo(values)}")
+        for name, value in values.items():
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a positive integer, got {echo(value)}")
+        return cls(values["block_size"], values["num_stages"])
+
+
 POLICY_NAMES = ("wavepp", "trtllm-pp")
 PLANNERS = ("auto", "mpu", "static")
 _CHOICES: dict[str, tuple[str, ...]] = {"policy": POLICY_NAMES, "planner": PLANNERS}
+_BLOCK_BUDGETS = ("max_wave_tokens", "min_wave_tokens", "static_chunk_tokens")
 
 # Wave budgets for CPU-sized prompts (the torch engine on a CPU, and the sim calibrated on it): the
 # published M = 16384 / b_min = 8192 would put every admitted request of a few hundred tokens into
@@ -58,52 +101,142 @@ _RANGES: dict[str, tuple[int, int]] = {
     "max_round_requests": (1, 1 << 16),
     "static_chunk_tokens": (16, 1 << 22),
 }
+_INTEGER = re.compile(r"-?[0-9]+")     # plain ASCII digits: no `8_192`, no full-width digits, no `+`
+
+
+def echo(value: Any) -> str:
+    """``repr(value)``, cut to :data:`ECHO_CHARS` characters with its full length named."""
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 64:
+        return f"an integer of {len(str(abs(value))) if value.bit_length() < 4000 else 'over 1200'} digits"
+    text = repr(value)
+    if len(text) <= ECHO_CHARS:
+        return text
+    return f"{text[:ECHO_CHARS]}… ({len(text)} characters)"
+
+
+def kind(name: str) -> str:
+    """``"int"``, ``"bool"`` or ``"choice"``: how a knob is written as text."""
+    return "choice" if name in _CHOICES else "bool" if name in _BOOLS else "int"
+
+
+def choices(name: str) -> tuple[str, ...]:
+    return _CHOICES[name]
+
+
+def parse_text(name: str, text: str) -> Any:
+    """One knob's value from text (CLI ``--set``, a form field); ValueError says why not."""
+    text = text.strip()
+    if kind(name) == "int":
+        if not _INTEGER.fullmatch(text):
+            raise ValueError(f"expected an integer (plain digits), got {echo(text)}")
+        if len(text) > 18:
+            raise ValueError(f"{echo(text)} is out of range")
+        return int(text)
+    if kind(name) == "bool":
+        if text.lower() not in ("true", "false"):
+            raise ValueError(f"expected true/false, got {echo(text)}")
+        return text.lower() == "true"
+    return text
+
+
+def parse_texts(raw: Mapping[str, str]) -> tuple[dict[str, Any], dict[str, str]]:
+    """Several knobs from text: (values that parsed, problems by name) - unknown names, values that
+    do not parse and values out of their knob's own range; pairs are checked on write."""
+    values, problems = {}, {}
+    for name, text in raw.items():
+        if name not in _NAMES:
+            problems[name] = _unknown()
+            continue
+        try:
+            values[name] = parse_text(name, text)
+        except ValueError as exc:
+            problems[name] = str(exc)
+            continue
+        problem = _field_problem(name, values[name])
+        if problem is not None:
+            problems[name] = problem
+    return values, problems
+
+
+def _unknown() -> str:
+    return f"unknown knob (known: {', '.join(sorted(_NAMES))})"
+
+
+def _field_problem(name: str, value: Any) -> str | None:
+    if name in _CHOICES:
+        return None if value in _CHOICES[name] else f"{echo(value)} is not one of {', '.join(_CHOICES[name])}"
+    if kind(name) == "bool":
+        return None if isinstance(value, bool) else f"expected true/false, got {echo(value)}"
+    if isinstance(value, bool) or not isinstance(value, int):
+        return f"expected an integer, got {echo(value)}"
+    lo, hi = _RANGES[name]
+    return None if lo <= value <= hi else f"{echo(value)} is out of range [{lo}, {hi}]"
+
+
+def problems(knobs: Knobs, block_size: int | None = None, changed: Collection[str] = ()) -> dict[str, str]:
+    """Every problem of ``knobs``, by field. ``changed`` names the fields the writer set: of an
+    inconsistent pair, the one changed alone is blamed."""
+    found = {}
+    for f in fields(knobs):
+        problem = _field_problem(f.name, getattr(knobs, f.name))
+        if problem is not None:
+            found[f.name] = problem
+    if block_size is not None:
+        for name in _BLOCK_BUDGETS:
+            value = getattr(knobs, name)
+            if name not in found and value % block_size:
+                found[name] = (f"{value} is not a multiple of the block size {block_size} "
+                               f"(nearest: {_nearest(value, block_size)})")
+    lo, hi = knobs.min_wave_tokens, knobs.max_wave_tokens
+    if not {"min_wave_tokens", "max_wave_tokens"} & set(found) and lo > hi:
+        if "max_wave_tokens" in changed and "min_wave_tokens" not in changed:
+            found["max_wave_tokens"] = f"M {hi} < b_min {lo} (min_wave_tokens): lower min_wave_tokens first"
+        else:
+            found["min_wave_tokens"] = f"b_min {lo} > M {hi} (max_wave_tokens)"
+    return found
+
+
+def _nearest(value: int, block_size: int) -> str:
+    below = value // block_size * block_size
+    return f"{below} or {below + block_size}" if below else str(block_size)
+
+
+def validate(knobs: Knobs, deployment: Deployment | None = None, changed: Collection[str] = ()) -> Knobs:
+    """Return ``knobs`` if every field is well typed, in range, consistent and fits ``deployment``;
+    else raise KnobError naming every bad field."""
+    found = problems(knobs, deployment.block_size if deployment else None, changed)
+    if found:
+        raise KnobError(found)
+    return knobs
 
 
 def check_block_size(knobs: Knobs, block_size: int) -> Knobs:
     """Token budgets are whole blocks: a wave never splits a KV block between two chunks."""
-    for name in ("max_wave_tokens", "min_wave_tokens", "static_chunk_tokens"):
-        value = getattr(knobs, name)
-        if value % block_size:
-            raise KnobError(name, f"{value} is not a multiple of the block size {block_size}")
+    found = problems(knobs, block_size)
+    if found:
+        raise KnobError(found)
     return knobs
 
 
-def validate(knobs: Knobs) -> Knobs:
-    """Return ``knobs`` if every field is well typed, in range and consistent; else raise KnobError."""
-    for f in fields(knobs):
-        value = getattr(knobs, f.name)
-        if f.name in _CHOICES:
-            if value not in _CHOICES[f.name]:
-                raise KnobError(f.name, f"{value!r} is not one of {', '.join(_CHOICES[f.name])}")
-            continue
-        if f.type in ("bool", bool):
-            if not isinstance(value, bool):
-                raise KnobError(f.name, f"expected true/false, got {value!r}")
-            continue
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise KnobError(f.name, f"expected an integer, got {value!r}")
-        lo, hi = _RANGES[f.name]
-        if not lo <= value <= hi:
-            raise KnobError(f.name, f"{value} is out of range [{lo}, {hi}]")
-    if knobs.min_wave_tokens > knobs.max_wave_tokens:
-        raise KnobError("min_wave_tokens", f"b_min {knobs.min_wave_tokens} > M {knobs.max_wave_tokens}")
-    return knobs
+def from_changes(base: Mapping[str, Any], changes: Mapping[str, Any], deployment: Deployment | None = None) -> Knobs:
+    """``base`` (a knobs record's values, or ``Knobs.as_dict()``) with ``changes`` applied and validated.
 
-
-def from_changes(base: Knobs, changes: dict[str, Any]) -> Knobs:
-    """``base`` with ``changes`` (e.g. decoded JSON or form input) applied and validated.
-
-    Unknown names, wrong types, out-of-range values and inconsistent pairs raise KnobError
-    naming the field; nothing is partially applied.
+    Unknown names, wrong types, out-of-range values, inconsistent pairs and values that do not
+    fit ``deployment`` raise one KnobError naming every bad field; nothing is partially applied.
     """
-    names = {f.name for f in fields(Knobs)}
-    for name in changes:
-        if name not in names:
-            raise KnobError(name, f"unknown knob (known: {', '.join(sorted(names))})")
-    return validate(dataclasses.replace(base, **changes))
+    merged = {**Knobs().as_dict(), **base, **changes}
+    found = {name: _unknown() for name in merged if name not in _NAMES}
+    knobs = Knobs(**{k: v for k, v in merged.items() if k in _NAMES})
+    found |= problems(knobs, deployment.block_size if deployment else None, changed=changes)
+    if found:
+        raise KnobError(found)
+    return knobs
 
 
-def from_dict(values: dict[str, Any]) -> Knobs:
+def from_dict(values: Mapping[str, Any], deployment: Deployment | None = None) -> Knobs:
     """A full record (unknown keys are an error; missing ones take the defaults)."""
-    return from_changes(Knobs(), values)
+    return from_changes({}, values, deployment)
+
+
+_NAMES = frozenset(f.name for f in fields(Knobs))
+_BOOLS = frozenset(f.name for f in fields(Knobs) if f.type in ("bool", bool))

@@ -11,7 +11,12 @@ What it holds:
 * the **lease/escrow registry** - who holds pins for which request on which stages, kept alive by
   the holder's heartbeat; a dead holder's entries expire and the stages release those pins;
 * **wave plans** - each wave's chunk descriptors in a capped log, plus the waves still in flight;
-* the **knobs** - one versioned, validated record of the scheduling knobs, with its history.
+* the **knobs** - one versioned, validated record of the scheduling knobs, with its history, and
+  the **deployment** record (block size, stages) the running runtime publishes: every knob write is
+  checked against it before it is stored.
+
+Entries another client corrupted (not JSON, a key of the wrong Redis type) never raise: a reader
+gets them as absent with a one-line ``note``, and the next write replaces them.
 """
 
 from __future__ import annotations
@@ -19,6 +24,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
+
+from runtime.knobs import Deployment
 
 
 class StoreError(Exception):
@@ -50,8 +57,10 @@ class RegistryEntry:
 
 @dataclass(frozen=True, slots=True)
 class KnobsRecord:
-    version: int                 # 0: never written (defaults)
+    version: int                 # 0: never written, or lost (a store restarted empty): the defaults
     values: dict[str, Any]
+    deployment: Deployment | None = None   # what the running deployment fixes; None: not published
+    note: str | None = None      # a corrupt entry read as absent, or replaced by this write
 
 
 class Store(Protocol):
@@ -117,11 +126,16 @@ class Store(Protocol):
     async def knobs_get(self) -> KnobsRecord: ...
 
     async def knobs_set(self, changes: dict[str, Any], expected_version: int | None = None) -> KnobsRecord:
-        """Validate ``changes`` merged over the current values and write them as a new version.
+        """Validate ``changes`` merged over the current values, against the deployment record, and
+        write them as a new version with its history entry (both or neither).
 
-        Raises ``runtime.knobs.KnobError`` (nothing written) for a bad value, and ``StoreError``
-        when ``expected_version`` is given and no longer current.
+        Raises ``runtime.knobs.KnobError`` (nothing written) naming every bad value, and
+        ``StoreError`` when ``expected_version`` is given and no longer current.
         """
+        ...
+
+    async def deployment_put(self, deployment: Deployment) -> None:
+        """Publish what the running deployment fixes (the runtime, at start and after a store restart)."""
         ...
 
     async def knobs_history(self, count: int) -> list[dict[str, Any]]:

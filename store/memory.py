@@ -7,12 +7,13 @@ the sim engine and wall time on real ones.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from collections import deque
 from collections.abc import Sequence
 from typing import Any
 
-from runtime.knobs import Knobs, from_changes
+from runtime.knobs import Deployment, Knobs, from_changes
 from store.base import HintResult, KnobsRecord, RegistryEntry, StoreError
 from store.probe import longest_prefix_in
 
@@ -131,13 +132,16 @@ class MemoryStore:
         current = self._knobs
         if expected_version is not None and expected_version != current.version:
             raise StoreError(f"knobs changed meanwhile (version {current.version}, expected {expected_version})")
-        knobs = from_changes(Knobs(**current.values), changes)
-        self._knobs = KnobsRecord(current.version + 1, knobs.as_dict())
+        knobs = from_changes(current.values, changes, current.deployment)
+        self._knobs = KnobsRecord(current.version + 1, knobs.as_dict(), current.deployment)
         self._knob_history.append({"version": self._knobs.version, "time": time.time(), "changes": dict(changes)})
         return self._knobs
 
     async def knobs_history(self, count: int) -> list[dict[str, Any]]:
         return list(self._knob_history)[-count:] if count > 0 else []
+
+    async def deployment_put(self, deployment: Deployment) -> None:
+        self._knobs = dataclasses.replace(self._knobs, deployment=deployment)
 
     # ---- status ----------------------------------------------------------------------------
     async def status_put(self, status: dict[str, Any]) -> None:

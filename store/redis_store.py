@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 import redis.asyncio as aioredis
 from redis import exceptions as rex
 
-from runtime.knobs import Knobs, from_changes
+from runtime.knobs import Deployment, Knobs, from_changes
 from store.base import HintResult, KnobsRecord, RegistryEntry, StoreError
 from store.resilient import StoreUnavailable
 from store.urls import StoreUrl, parse_store_url
@@ -61,6 +61,48 @@ def _s(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value
 
 
+HISTORY_REPLACED = "the knob history was not a stream (another client wrote that key): started a new one"
+
+
+def decode_knobs(state: Sequence[str]) -> KnobsRecord:
+    """The state ``knobs.lua`` reads -> a record. Entries that are not what WavePP writes (another
+    client's) read as absent, with a note saying what was found."""
+    knobs_type, version, values, deployment_type, deployment = state
+    notes = []
+    record = KnobsRecord(0, Knobs().as_dict())
+    if knobs_type == "hash":
+        try:
+            decoded = json.loads(values)
+            if not (version.isascii() and version.isdigit()) or int(version) < 1 or not isinstance(decoded, dict):
+                raise ValueError(f"version {version[:24]!r}, values {values[:24]!r}")
+            record = KnobsRecord(int(version), decoded)
+        except ValueError as exc:          # JSONDecodeError included
+            notes.append(f"the knobs record is not valid ({exc}): read as absent")
+    elif knobs_type != "none":
+        notes.append(f"the knobs key holds a Redis {knobs_type}, not a hash: read as absent")
+    found = None
+    if deployment_type == "string":
+        try:
+            found = Deployment.from_dict(json.loads(deployment))
+        except ValueError as exc:
+            notes.append(f"the deployment record is not valid ({exc}): read as absent")
+    elif deployment_type != "none":
+        notes.append(f"the deployment key holds a Redis {deployment_type}, not a string: read as absent")
+    return KnobsRecord(record.version, record.values, found, "; ".join(notes) or None)
+
+
+def decode_history(rows: Sequence[Any]) -> list[dict[str, Any]]:
+    """XREVRANGE rows of the knob history -> entries, oldest first (malformed ones are skipped)."""
+    out = []
+    for _, f in reversed(rows):
+        try:
+            out.append({"version": int(f[b"version"]), "time": float(f[b"time"]),
+                        "changes": json.loads(f[b"changes"])})
+        except (KeyError, ValueError):
+            continue
+    return out
+
+
 class RedisStore:
     """:class:`store.base.Store` on Redis (redis-py asyncio)."""
 
@@ -74,7 +116,7 @@ class RedisStore:
         self._reap = client.register_script(_script("registry_reap.lua"))
         self._alive = client.register_script(_script("registry_alive.lua"))
         self._drop = client.register_script(_script("registry_drop.lua"))
-        self._knobs_cas = client.register_script(_script("knobs_set.lua"))
+        self._knobs = client.register_script(_script("knobs.lua"))
         self.round_trips = 0                  # calls that went to the server (admission-bench reports it)
 
     @classmethod
@@ -218,28 +260,32 @@ class RedisStore:
         return [json.loads(raw[k]) for k in sorted(raw, key=lambda k: int(k))]
 
     # ---- knobs -----------------------------------------------------------------------------
+    def knob_keys(self) -> list[str]:
+        """The knobs hash, its history stream and the deployment record (the script's KEYS)."""
+        return [self.key("knobs"), self.key("knobs", "history"), self.key("deployment")]
+
+    async def _knob_state(self) -> list[str]:
+        self.round_trips += 1
+        return [_s(x) for x in await self._knobs(keys=self.knob_keys(), args=["read"])]
+
     @_translate
     async def knobs_get(self) -> KnobsRecord:
-        self.round_trips += 1
-        raw = await self.client.hgetall(self.key("knobs"))
-        if not raw:
-            return KnobsRecord(0, Knobs().as_dict())
-        return KnobsRecord(int(raw[b"version"]), json.loads(raw[b"values"]))
+        return decode_knobs(await self._knob_state())
 
     @_translate
     async def knobs_set(self, changes: dict[str, Any], expected_version: int | None = None) -> KnobsRecord:
         while True:
-            current = await self.knobs_get()
+            state = await self._knob_state()
+            current = decode_knobs(state)
             if expected_version is not None and expected_version != current.version:
                 raise StoreError(f"knobs changed meanwhile (version {current.version}, expected {expected_version})")
-            knobs = from_changes(Knobs(**current.values), changes)     # KnobError: nothing written
-            values = knobs.as_dict()
+            values = from_changes(current.values, changes, current.deployment).as_dict()   # KnobError: nothing written
             self.round_trips += 1
-            version = int(await self._knobs_cas(
-                keys=[self.key("knobs"), self.key("knobs", "history")],
-                args=[current.version, json.dumps(values), json.dumps(changes), KNOB_HISTORY_CAP]))
-            if version >= 0:
-                return KnobsRecord(version, values)
+            reply = await self._knobs(keys=self.knob_keys(), args=[
+                "write", *state, current.version + 1, json.dumps(values), json.dumps(changes), KNOB_HISTORY_CAP])
+            if reply[0] >= 0:                  # else someone wrote in between: read again
+                notes = [current.note] + [HISTORY_REPLACED] * reply[1]
+                return KnobsRecord(reply[0], values, current.deployment, "; ".join(n for n in notes if n) or None)
             if expected_version is not None:
                 raise StoreError("knobs changed meanwhile; read them again")
 
@@ -248,9 +294,18 @@ class RedisStore:
         if count <= 0:
             return []
         self.round_trips += 1
-        rows: list[Any] = await self.client.xrevrange(self.key("knobs", "history"), count=count) or []
-        return [{"version": int(f[b"version"]), "time": float(f[b"time"]), "changes": json.loads(f[b"changes"])}
-                for _, f in reversed(rows)]
+        try:
+            rows: list[Any] = await self.client.xrevrange(self.key("knobs", "history"), count=count) or []
+        except rex.ResponseError as exc:
+            if "WRONGTYPE" in str(exc):
+                return []                  # corrupt: absent; the next knob write replaces it
+            raise
+        return decode_history(rows)
+
+    @_translate
+    async def deployment_put(self, deployment: Deployment) -> None:
+        self.round_trips += 1
+        await self.client.set(self.key("deployment"), json.dumps(deployment.as_dict()))
 
     # ---- status ----------------------------------------------------------------------------
     @_translate

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from runtime.knobs import POLICY_NAMES, KnobError, Knobs
+from runtime.knobs import POLICY_NAMES, Deployment, KnobError, Knobs
 from store.base import HintResult, KnobsRecord, RegistryEntry, StoreError
 from store.memory import MemoryStore
 from store.probe import longest_prefix, longest_prefix_linear
@@ -336,6 +336,7 @@ BAD_CHANGES = {
     "bad-policy": {"policy": "fifo"},
     "bad-planner": {"planner": "greedy"},
     "good-and-bad": {"max_leases": 5, "policy": "fifo"},
+    "negative-ring": {"ring": -4},
 }
 
 
@@ -349,6 +350,50 @@ def test_invalid_knob_write_changes_nothing(store_factory: Any, changes: dict[st
             await store.knobs_set(changes)
         assert await store.knobs_get() == before
         assert [h["version"] for h in await store.knobs_history(10)] == [1]
+    store_factory.run(body)
+
+
+def test_knob_write_names_every_bad_field_and_blames_the_changed_one(store_factory: Any) -> None:
+    """One KnobError lists each bad value; of an inconsistent pair the field the writer set is named."""
+    async def body() -> None:
+        store = await store_factory()
+        with pytest.raises(KnobError) as info:
+            await store.knobs_set({"ring": -4, "max_leases": "10", "fill_factor": 3})
+        assert set(info.value.problems) == {"ring", "max_leases"}
+        with pytest.raises(KnobError) as info:
+            await store.knobs_set({"max_wave_tokens": 1000})            # below the stored b_min 8192
+        assert list(info.value.problems) == ["max_wave_tokens"]
+        assert (await store.knobs_get()).version == 0
+    store_factory.run(body)
+
+
+@pytest.mark.parametrize("changes, field", [
+    ({"max_wave_tokens": 8200}, "max_wave_tokens"),
+    ({"min_wave_tokens": 1040}, "min_wave_tokens"),
+    ({"static_chunk_tokens": 100}, "static_chunk_tokens"),
+    ({"max_wave_tokens": 1000}, "max_wave_tokens"),
+])
+def test_knob_writes_are_checked_against_the_deployment(store_factory: Any, changes: dict[str, Any],
+                                                        field: str) -> None:
+    """With a deployment record (what the runtime publishes), a budget that is not a whole number of
+    its blocks is refused, naming the knob and the block size; nothing is written."""
+    async def body() -> None:
+        store = await store_factory()
+        await store.deployment_put(Deployment(block_size=64, num_stages=4))
+        before = await store.knobs_get()
+        assert before.deployment == Deployment(64, 4)
+        with pytest.raises(KnobError) as info:
+            await store.knobs_set(changes)
+        assert list(info.value.problems) == [field]
+        assert "block size 64" in info.value.problems[field]
+        assert await store.knobs_get() == before
+        assert await store.knobs_history(10) == []
+        written = await store.knobs_set({"max_wave_tokens": 8256})       # a whole number of blocks
+        assert written.version == 1 and written.deployment == Deployment(64, 4)
+        await store.deployment_put(Deployment(block_size=128, num_stages=2))
+        with pytest.raises(KnobError) as info:                           # the stored 8256 no longer fits
+            await store.knobs_set({"ring": 4})
+        assert list(info.value.problems) == ["max_wave_tokens"]
     store_factory.run(body)
 
 

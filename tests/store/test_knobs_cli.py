@@ -7,6 +7,7 @@ import asyncio
 import pytest
 
 from runtime.cli import main
+from runtime.knobs import Deployment
 from store.redis_store import RedisStore
 
 
@@ -37,6 +38,11 @@ def test_set_then_show(redis_store_url: str, capsys: pytest.CaptureFixture[str])
     ("max_leases=0", "max_leases"),                 # out of range
     ("policy=fastest", "policy"),                   # not a policy
     ("nope=1", "nope"),                             # unknown knob
+    ("max_wave_tokens=1000", "max_wave_tokens"),    # M < b_min: the knob the operator set is blamed
+    ("ring=-4", "ring"),                            # negative
+    ("max_wave_tokens=8_192", "max_wave_tokens"),   # integers are plain ASCII digits
+    ("max_wave_tokens=１６３８４", "max_wave_tokens"),  # full-width digits
+    ("hysteresis=1", "hysteresis"),                 # booleans are true/false
 ])
 def test_invalid_write_is_one_line_and_writes_nothing(redis_store_url: str, change: str, field: str,
                                                       capsys: pytest.CaptureFixture[str]) -> None:
@@ -52,3 +58,33 @@ def test_malformed_set_and_memory_store_are_refused(capsys: pytest.CaptureFixtur
     assert main(["knobs", "--store", "redis://127.0.0.1:6379/0", "--set", "novalue"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 2 and all(line.startswith("wavepp: error:") for line in err)
+
+
+def test_a_value_the_running_deployment_cannot_use_is_refused(redis_store_url: str,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 14: with a runtime of block size 64 on the store, 8200 tokens is refused up front (exit 2,
+    nothing written) instead of being stored and crashing the runtime at its next wave."""
+    async def publish() -> None:
+        store = await RedisStore.connect(redis_store_url)
+        try:
+            await store.deployment_put(Deployment(block_size=64, num_stages=4))
+        finally:
+            await store.close()
+    asyncio.run(publish())
+    before = knobs_version(redis_store_url)
+    assert main(["knobs", "--store", redis_store_url, "--set", "max_wave_tokens=8200"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["wavepp: error: max_wave_tokens: 8200 is not a multiple of the block size 64 "
+                   "(nearest: 8192 or 8256)"]
+    assert knobs_version(redis_store_url) == before
+    assert main(["knobs", "--store", redis_store_url, "--set", "max_wave_tokens=8256"]) == 0
+    assert "block size 64, 4 stages" in capsys.readouterr().out
+
+
+def test_every_bad_value_is_named_on_one_line(redis_store_url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["knobs", "--store", redis_store_url, "--set", "ring=abc", "--set", "max_leases=0",
+                 "--set", "fill_factor=" + "9" * 5000]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert all(f"{name}:" in line for name in ("ring", "max_leases", "fill_factor"))
+    assert len(line) < 400                                  # bounded echo of the 5000-digit value
+    assert knobs_version(redis_store_url)[0] == 0
