@@ -109,7 +109,7 @@ def run_one(engine: Engine, cfg: BenchConfig, policy_name: str, concurrency: int
     meta = {"policy": policy_name, "engine": engine.name, "model": cfg.model_name, "hardware": cfg.hardware_name,
             "concurrency": concurrency, "workload": cfg.workload.name, "inline_admission": not policy.async_admission,
             "pp": engine.pp, "capacities": [h.capacity for h in parts.handles],
-            "block_size": engine.block_size}
+            "block_size": engine.block_size, "knobs": knobs.as_dict()}
     figures = compute_figures(encoded, engine.pp, meta)
     tel.shutdown()
     return RunRecord(figures, spans, encoded, result, parts, meta)

@@ -5,8 +5,9 @@
 * :class:`LeaseRegistry` - records, per admitted request, which stages hold its lease and escrow,
   under this leader's id; a heartbeat keeps the entries alive. A reaper releases the local pins of
   requests whose holder died (its heartbeat expired), so a dead leader's pins never leak.
-* :class:`KnobWatcher` - polls the store's knob record and hands a new version to the loop, which
-  applies it at the next wave boundary.
+* :class:`KnobWatcher` - publishes the deployment, polls the store's knob record and hands a new
+  version the deployment can use to the loop, which applies it at the next wave boundary; it refuses
+  the others and writes the runtime's knobs back when the store lost them.
 """
 
 from __future__ import annotations
@@ -15,9 +16,10 @@ import asyncio
 import logging
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
 
 from runtime.engines.base import StageHandle
-from runtime.knobs import KnobError, Knobs, from_dict
+from runtime.knobs import Deployment, KnobError, Knobs, from_dict
 from runtime.request import AdmittedRequest
 from store.base import RegistryEntry, Store
 
@@ -91,29 +93,75 @@ class LeaseRegistry:
 
 
 class KnobWatcher:
-    """Hands each new knob version in the store to ``apply``."""
+    """Hands each new knob version in the store to ``apply`` if the running deployment can use it.
 
-    def __init__(self, store: Store, apply: Callable[[Knobs, int], None]) -> None:
+    A record that does not fit (written by a client that skipped validation, or checked against
+    another deployment) is refused: the runtime keeps its knobs, logs one line, calls ``refuse``
+    (the loop marks its next wave plan) and keeps the refusal for its status snapshots, where the
+    dashboard shows it as a banner. A record that is gone (the store restarted empty, or was
+    cleared) or corrupt is written back from the knobs the runtime runs with, so they survive the
+    store. Nothing here stops a run: a corrupt entry is reported once and read as absent.
+    """
+
+    def __init__(self, store: Store, deployment: Deployment, apply: Callable[[Knobs, int], None],
+                 refuse: Callable[[int, str], None]) -> None:
         self.store = store
+        self.deployment = deployment
         self.apply = apply
-        self.version = -1
+        self.refuse = refuse
+        self.version = -1                     # the version the runtime runs with (from its next wave)
+        self.knobs = Knobs()                  # ... and its values
+        self.refused: dict[str, Any] | None = None   # the last refusal: {"version", "reason", "running"}
+        self._seen = -1                       # the last version read (accepted or refused)
+        self._notes: set[str] = set()
 
     async def publish(self, knobs: Knobs) -> None:
-        """Make the store's record equal to the knobs the runtime starts with."""
+        """Publish the deployment and make the store's record equal to ``knobs`` (the runtime's)."""
+        await self.store.deployment_put(self.deployment)
         record = await self.store.knobs_get()
+        self._report(record.note)
         changes = {k: v for k, v in knobs.as_dict().items() if record.values.get(k) != v}
-        if changes or record.version == 0:
-            record = await self.store.knobs_set(changes)
-        self.version = record.version
+        self.knobs = knobs
+        try:
+            if changes or record.version == 0:
+                record = await self.store.knobs_set(changes)
+        except KnobError as exc:              # the stored record is another client's, and invalid
+            self._seen = record.version
+            self._refuse(record.version, str(exc))
+            return
+        self.version = self._seen = record.version
 
     async def run(self) -> None:
         while True:
             await asyncio.sleep(KNOB_POLL_S)
-            record = await self.store.knobs_get()
-            if record.version == self.version:
-                continue
-            self.version = record.version
-            try:
-                self.apply(from_dict(record.values), record.version)
-            except KnobError as exc:              # validated on write; a foreign writer may differ
-                log.error("ignoring knobs version %d: %s", record.version, exc)
+            await self.poll()
+
+    async def poll(self) -> None:
+        """Read the record once: write it back if it is gone, apply or refuse a new version."""
+        record = await self.store.knobs_get()
+        self._report(record.note)
+        if record.version == 0 or record.deployment is None:
+            log.warning("no knobs record in the store (restarted empty, cleared or corrupt): writing back "
+                        "the knobs of version %d", self.version)
+            await self.publish(self.knobs)
+            return
+        if record.version == self._seen:
+            return
+        self._seen = record.version
+        try:
+            knobs = from_dict(record.values, self.deployment)
+        except KnobError as exc:              # validated on write; a foreign writer may differ
+            self._refuse(record.version, str(exc))
+            return
+        self.version, self.knobs, self.refused = record.version, knobs, None
+        self.apply(knobs, record.version)
+
+    def _refuse(self, version: int, reason: str) -> None:
+        log.error("refusing knobs version %d: %s (keeping version %d)", version, reason, self.version)
+        self.refused = {"version": version, "reason": reason, "running": self.version}
+        self.refuse(version, reason)
+
+    def _report(self, note: str | None) -> None:
+        if note is not None and note not in self._notes:
+            self._notes.add(note)
+            log.error("knobs in the store: %s", note)

@@ -30,7 +30,7 @@ from runtime.completion import finish_failed
 from runtime.control_plane import KnobWatcher, LeaseRegistry, StoreWriter
 from runtime.engines.base import LeaseItem, MaterializeItem, StageExecutor, StageHandle, now
 from runtime.index_publisher import IndexPublisher
-from runtime.knobs import Knobs, check_block_size
+from runtime.knobs import Deployment, Knobs, check_block_size
 from runtime.policies import get_policy
 from runtime.policies.base import Policy
 from runtime.request import AdmittedRequest, Chunk, Completion, Request, Wave
@@ -86,10 +86,11 @@ class PipelineLoop:
         self.publisher = IndexPublisher(self.handles, store)
         self.writer = StoreWriter()
         self.registry = LeaseRegistry(store, self.writer)
-        self.knob_watcher = KnobWatcher(store, lambda knobs, version: self.set_knobs(knobs))
+        self.knob_watcher = KnobWatcher(store, Deployment(block_size, self.num_stages),
+                                        lambda knobs, version: self.set_knobs(knobs), self._knobs_refused)
         self.min_capacity = min(h.capacity for h in self.handles)
         self._pending_knobs: Knobs | None = None
-        self._knob_event: dict[str, Any] | None = None            # goes on the next wave-plan span
+        self._plan_events: list[tuple[str, dict[str, Any]]] = []  # knob changes and refusals: on the next wave plan
         self.progress: Callable[[int, int], None] | None = None   # (finished, total) after each request
 
         self.waiting: deque[Request] = deque()
@@ -127,8 +128,11 @@ class PipelineLoop:
 
     # ---- public -------------------------------------------------------------------------------
     def set_knobs(self, knobs: Knobs) -> None:
-        """Apply new knobs at the next wave boundary."""
-        self._pending_knobs = knobs
+        """Apply new knobs at the next wave boundary (KnobError now if this deployment cannot use them)."""
+        self._pending_knobs = check_block_size(knobs, self.block_size)
+
+    def _knobs_refused(self, version: int, reason: str) -> None:
+        self._plan_events.append((N.EVENT_KNOBS_REFUSED, {N.KNOBS_VERSION: version, N.ERROR: reason}))
 
     async def prime(self) -> None:
         """Compute the workload's already-seen prefixes into every stage's cache (not measured).
@@ -285,13 +289,13 @@ class PipelineLoop:
         knobs, self._pending_knobs = self._pending_knobs, None
         if knobs is None or knobs == self.knobs:
             return
-        check_block_size(knobs, self.block_size)
         old = self.knobs.as_dict()
         changed = {k: v for k, v in knobs.as_dict().items() if old[k] != v}
         self.knobs = knobs
         self._configure(knobs)
         self.result.knob_changes.append((self.tel.now_ns(), changed))
-        self._knob_event = changed
+        self._plan_events.append((N.EVENT_KNOBS, {N.KNOBS_CHANGED: sorted(changed),
+                                                  **{f"wavepp.knobs.{k}": v for k, v in changed.items()}}))
         self.changed.notify()
 
     async def _dispatcher(self) -> None:
@@ -342,10 +346,9 @@ class PipelineLoop:
             if plan is None:
                 span.set_attribute(N.TOKENS, 0)
                 return None
-            if self._knob_event is not None:         # marks the first wave planned under the new knobs
-                self.tel.event(span, N.EVENT_KNOBS, {N.KNOBS_CHANGED: sorted(self._knob_event),
-                                                     **{f"wavepp.knobs.{k}": v for k, v in self._knob_event.items()}})
-                self._knob_event = None
+            for name, attributes in self._plan_events:   # e.g. marks the first wave under new knobs
+                self.tel.event(span, name, attributes)
+            self._plan_events.clear()
             wave = Wave(self.next_wave_id, plan.chunks, plan.budget, now())
             self.next_wave_id += 1
             for c in plan.chunks:
@@ -367,7 +370,8 @@ class PipelineLoop:
         return {"t": self.tel.now_ns(), "policy": self.policy.name, "waiting": len(self.waiting),
                 "active": len(self.active), "in_flight": self.in_flight, "ring": self.ring,
                 "finished": self.num_finished, "failed": len(self.result.failures),
-                "knobs_version": self.knob_watcher.version, "stages": stages}
+                "knobs_version": self.knob_watcher.version, "knobs_refused": self.knob_watcher.refused,
+                "stages": stages}
 
     async def _status_task(self) -> None:
         while True:

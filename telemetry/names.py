@@ -18,6 +18,7 @@ EVENT_ADMITTED = "wavepp.admitted"               # on the request span, at admis
 EVENT_FALLBACK = "wavepp.fallback"               # reuse boundary lowered after the first lookup
 EVENT_FAILED = "wavepp.failed"
 EVENT_KNOBS = "wavepp.knobs.changed"             # on the plan span of the first wave under new knobs
+EVENT_KNOBS_REFUSED = "wavepp.knobs.refused"     # on the next plan span after the runtime refused a record
 
 # ---- attribute keys ----------------------------------------------------------------------------
 POLICY = "wavepp.policy"
@@ -41,5 +42,6 @@ BLOCKS = "wavepp.blocks"
 FROM_BLOCKS = "wavepp.reuse.from_blocks"
 ERROR = "wavepp.error"
 KNOBS_CHANGED = "wavepp.knobs.changed"           # names of the knobs that changed
+KNOBS_VERSION = "wavepp.knobs.version"           # the knobs record's version (a refused one)
 MEASURED = "wavepp.measured"                     # False for warm-up requests left out of the figures
 GEN_AI_INPUT_TOKENS = "gen_ai.usage.input_tokens"  # OpenTelemetry GenAI semantic convention

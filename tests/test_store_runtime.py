@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import socket
 import subprocess
 import threading
@@ -137,3 +138,115 @@ def test_unreachable_store_at_start_is_one_line(url: str, capsys: pytest.Capture
     assert main(["bench", "--store", url, "--quiet", "--requests", "4", "--concurrency", "1"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "cannot reach redis" in err[0]
+
+
+def _status(url: str) -> dict:  # type: ignore[type-arg]
+    async def read() -> dict:  # type: ignore[type-arg]
+        store = await RedisStore.connect(url)
+        try:
+            return await store.status_get() or {}
+        finally:
+            await store.close()
+    return asyncio.run(read())
+
+
+def test_an_invalid_record_written_mid_run_is_refused_and_the_run_completes() -> None:
+    """Issue 14: another client writes a record the deployment cannot use (8200 tokens, block size 64),
+    then one that is not JSON, then a key of the wrong type. The real-time run keeps its knobs,
+    reports the refusal (status record, span event) and completes every request; a corrupt record is
+    read as absent and the runtime writes its knobs back. Today the first write ends the run with
+    KnobError at the next wave boundary."""
+    redis_url = "redis://127.0.0.1:6379/13"                  # the shared test database, a cluster of its own
+    url = f"{redis_url}?cluster=refuse-{time.monotonic_ns()}"
+    prefix = f"wavepp:{{{url.partition('?cluster=')[2]}}}"
+    engine = SimEngine("llama-3-8b", "h200", 2, kv_blocks=[3000], store_url=url, realtime=True, time_scale=4.0)
+    cfg = BenchConfig(parse_workload("reuse90"), [8], ["wavepp"], 160, prompt_tokens=2048)
+    client = redis.Redis.from_url(redis_url)
+    seen: dict[str, object] = {}
+
+    def vandal() -> None:
+        version = int(client.hget(f"{prefix}:knobs", "version") or 0)
+        bad = {**cfg.knobs.as_dict(), "max_wave_tokens": 8200}
+        client.hset(f"{prefix}:knobs", mapping={"version": version + 1, "values": json.dumps(bad)})
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and not seen.get("refused"):
+            seen["refused"] = _status(url).get("knobs_refused")
+            time.sleep(0.05)
+        for corrupt in (lambda: client.hset(f"{prefix}:knobs", "values", "{not json"),
+                        lambda: client.delete(f"{prefix}:knobs") + client.set(f"{prefix}:knobs", "a string")):
+            corrupt()
+            deadline = time.monotonic() + 5                  # until the runtime wrote its knobs back
+            while time.monotonic() < deadline and client.type(f"{prefix}:knobs") != b"hash" or \
+                    client.hget(f"{prefix}:knobs", "values") == b"{not json":
+                time.sleep(0.02)
+        seen["done"] = True
+
+    def progress(label: str, done: int, total: int) -> None:
+        if done == 8 and "started" not in seen:
+            seen["started"] = threading.Thread(target=vandal, daemon=True)
+            seen["started"].start()                          # type: ignore[attr-defined]
+
+    try:
+        rec = run_one(engine, cfg, "wavepp", 8, progress)
+        assert seen.get("done"), "the run ended before the record was corrupted (make it longer)"
+        assert rec.figures.completed == 160 and rec.figures.failed == 0
+        assert rec.loop.knob_changes == []                   # it ran with its own knobs throughout
+        refused = seen["refused"]
+        assert isinstance(refused, dict) and "max_wave_tokens: 8200 is not a multiple of the block size 64" \
+            in refused["reason"]
+        events = [e for s in rec.encoded for e in s.get("ev", ()) if e[0] == N.EVENT_KNOBS_REFUSED]
+        assert events, "no span event for the refusal"
+        record = asyncio.run(_knobs(url))
+        assert record.values == cfg.knobs.as_dict() and record.note is None   # written back after the corruption
+    finally:
+        for key in client.scan_iter(match=f"{prefix}:*"):
+            client.delete(key)
+        client.close()
+
+
+async def _knobs(url: str):  # type: ignore[no-untyped-def]
+    store = await RedisStore.connect(url)
+    try:
+        return await store.knobs_get()
+    finally:
+        await store.close()
+
+
+def test_knobs_survive_a_store_restart(tmp_path: Path) -> None:
+    """Issue 17: a trtllm-pp run with its own wave budgets; Redis restarts empty mid-run. The runtime
+    keeps its knobs and writes them back (today it silently switched to the defaults: policy wavepp,
+    M 16384), and its record lists no knob change."""
+    port = _free_port()
+    server = {"proc": _start_redis(port, tmp_path)}
+    url = f"redis://127.0.0.1:{port}/0?cluster=restart-knobs"
+    engine = SimEngine("llama-3-8b", "h200", 2, kv_blocks=[3000], store_url=url, realtime=True, time_scale=4.0)
+    cfg = BenchConfig(parse_workload("reuse90"), [8], ["trtllm-pp"], 160, prompt_tokens=2048)
+    cfg.knobs = cfg.knobs.replace(max_wave_tokens=4096, min_wave_tokens=2048)
+    restarted = threading.Event()
+
+    def bounce() -> None:
+        server["proc"].kill()
+        server["proc"].wait()
+        time.sleep(0.3)
+        server["proc"] = _start_redis(port, tmp_path)
+        restarted.set()
+
+    def progress(label: str, done: int, total: int) -> None:
+        if done == 16 and not restarted.is_set():
+            threading.Thread(target=bounce, daemon=True).start()
+
+    try:
+        rec = run_one(engine, cfg, "trtllm-pp", 8, progress)
+        assert restarted.is_set(), "the run ended before Redis was restarted (make it longer)"
+        assert rec.parts.store.outages >= 1                    # type: ignore[attr-defined]
+        assert rec.figures.completed == 160
+        assert rec.loop.knob_changes == []
+        assert {s["policy"] for s in rec.loop.status} == {"trtllm-pp"}
+        expected = cfg.knobs.replace(policy="trtllm-pp").as_dict()
+        assert rec.meta["knobs"] == expected
+        record = asyncio.run(_knobs(url))
+        assert record.version >= 1 and record.values == expected
+        assert record.deployment is not None and record.deployment.block_size == 64
+    finally:
+        server["proc"].kill()
+        server["proc"].wait()
