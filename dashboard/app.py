@@ -53,6 +53,8 @@ def draw(spec: str, page: str, label: str | None) -> None:
     view = load(spec, label)
     if view.snap.error:
         st.warning(view.snap.error)
+    if isinstance(view.source, EmbeddedSource) and view.source.stopped:
+        st.button("Restart the runtime", key="restart_runtime", on_click=view.source.restart)
     PAGES[page](view)
 
 

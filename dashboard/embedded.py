@@ -3,6 +3,10 @@
 The loop runs on its own asyncio event loop (real time) in a thread of a child process; the
 dashboard reads its bounded span ring and writes knobs into its memory store through a local
 socket, and the runtime's knob watcher picks them up at the next wave boundary.
+
+The runtime may stop (it finished its requests, or crashed); the child keeps serving what it
+last had - spans, status, knobs - with the reason, and can start it again on the dashboard's
+request (the Restart button), so the dashboard shows a banner, never a traceback.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ from runtime.engines.sim.engine import SimEngine
 from runtime.knobs import Knobs
 from runtime.loop import PipelineLoop
 from runtime.workloads import Workload, parse_workload
-from store.base import KnobsRecord
+from store.base import KnobsRecord, StoreError
 from store.memory import MemoryStore
 from telemetry.ring import SpanRing
 
@@ -46,7 +50,7 @@ class EmbeddedRuntime:
         self.ring = SpanRing(run=self.label)
         self.store = MemoryStore()
         self.loop: PipelineLoop
-        self.error: str | None = None
+        self.error: str | None = None          # why the runtime is not running (finished or crashed)
         self.ready = False
         self._aio: asyncio.AbstractEventLoop | None = None
         self._started = threading.Event()
@@ -57,8 +61,15 @@ class EmbeddedRuntime:
         self._started.wait(timeout_s)
         return self
 
+    @property
+    def running(self) -> bool:
+        return self._aio is not None and self._aio.is_running()
+
     def call(self, coro: Coroutine[Any, Any, Any], timeout_s: float = 5.0) -> Any:
-        """Run a coroutine on the runtime's loop from another thread and wait for its result."""
+        """Run a store coroutine on the runtime's loop from another thread and wait for its result;
+        once the runtime stopped (its loop is closed), on a loop of its own: the store stays readable."""
+        if not self.running:
+            return asyncio.run(coro)
         assert self._aio is not None
         return asyncio.run_coroutine_threadsafe(coro, self._aio).result(timeout_s)
 
@@ -70,8 +81,9 @@ class EmbeddedRuntime:
     def _main(self) -> None:
         try:
             asyncio.run(self._run())
+            self.error = f"the embedded runtime finished its {self.requests} requests"
         except Exception as exc:       # the dashboard shows it in a banner; nothing else stops
-            self.error = f"runtime stopped: {exc}"
+            self.error = f"the embedded runtime stopped: {type(exc).__name__}: {exc}"
             log.exception("embedded runtime stopped")
             self._started.set()
 
@@ -107,8 +119,15 @@ def make_engine(spec: dict[str, Any]) -> Any:
 class _Facade:
     """What the dashboard may ask of the runtime (runs in the child, called through a proxy)."""
 
-    def __init__(self, runtime: EmbeddedRuntime) -> None:
+    def __init__(self, runtime: EmbeddedRuntime, runtime_args: dict[str, Any]) -> None:
         self.rt = runtime
+        self.runtime_args = runtime_args
+
+    def restart(self) -> None:
+        """A stopped runtime starts again with the arguments it was first given (a fresh store)."""
+        if self.rt.running:
+            return
+        self.rt = EmbeddedRuntime(self.rt.engine, **self.runtime_args).start()
 
     def label(self) -> str:
         return self.rt.label
@@ -124,15 +143,18 @@ class _Facade:
             return []
         return list(self.rt.loop.result.status)[-count:]
 
-    def knobs(self) -> tuple[int, dict[str, Any]]:
-        record = self.rt.call(self.rt.store.knobs_get())
-        return record.version, record.values
+    def knobs(self) -> KnobsRecord:
+        record: KnobsRecord = self.rt.call(self.rt.store.knobs_get())
+        return record
 
     def knob_history(self, count: int) -> list[dict[str, Any]]:
         history: list[dict[str, Any]] = self.rt.call(self.rt.store.knobs_history(count))
         return history
 
     def set_knobs(self, changes: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        if not self.rt.running:
+            raise StoreError(f"{self.rt.error or 'the embedded runtime is not running'}: "
+                             "restart it before changing knobs")
         record = self.rt.call(self.rt.store.knobs_set(changes))
         return record.version, record.values
 
@@ -146,7 +168,7 @@ def serve(engine_args: dict[str, Any], runtime_args: dict[str, Any], address: st
     """Child process: start the runtime and serve it to the dashboard until killed."""
     engine = make_engine(engine_args)
     runtime = EmbeddedRuntime(engine, **runtime_args).start()
-    facade = _Facade(runtime)
+    facade = _Facade(runtime, runtime_args)
     _Manager.register("runtime", callable=lambda: facade)
     server = _Manager(address=address, authkey=authkey).get_server()
     ready.set()
@@ -174,8 +196,7 @@ class RemoteRuntime:
         return self._rt.status(count)  # type: ignore[no-any-return]
 
     def knobs(self) -> KnobsRecord:
-        version, values = self._rt.knobs()
-        return KnobsRecord(version, values)
+        return self._rt.knobs()  # type: ignore[no-any-return]
 
     def knob_history(self, count: int = 200) -> list[dict[str, Any]]:
         return self._rt.knob_history(count)  # type: ignore[no-any-return]
@@ -183,6 +204,9 @@ class RemoteRuntime:
     def set_knobs(self, changes: dict[str, Any]) -> KnobsRecord:
         version, values = self._rt.set_knobs(changes)
         return KnobsRecord(version, values)
+
+    def restart(self) -> None:
+        self._rt.restart()
 
 
 def start_child(engine_args: dict[str, Any], runtime_args: dict[str, Any],

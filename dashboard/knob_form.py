@@ -1,44 +1,41 @@
 """The Knobs page's form logic, outside Streamlit so tests can drive the same code path.
 
-Raw form values (strings from text inputs, bools from checkboxes) are parsed and validated with
-the runtime's own schema; every field with a problem gets its message, and nothing is written
-unless all fields are valid.
+Raw form values (strings from text inputs, bools from checkboxes, choices from select boxes) are
+parsed and validated with the runtime's own schema (:mod:`runtime.knobs`, the one the CLI uses):
+every field with a problem gets its message at once, with a bounded echo of what was typed, and
+nothing is written unless all fields are valid.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import fields
 from typing import Any
 
-from runtime.knobs import PLANNERS, POLICY_NAMES, KnobError, Knobs, from_changes
-
-CHOICES = {"policy": POLICY_NAMES, "planner": PLANNERS}
+from runtime.knobs import Deployment, Knobs, kind, parse_texts, problems
 
 
 def field_types() -> dict[str, str]:
-    return {f.name: "bool" if f.type in ("bool", bool) else "choice" if f.name in CHOICES else "int"
-            for f in fields(Knobs)}
+    """Each knob's input kind: ``int`` (a text field), ``bool`` (a checkbox), ``choice`` (a select box)."""
+    return {f.name: kind(f.name) for f in fields(Knobs)}
 
 
-def parse(raw: dict[str, Any], current: Knobs) -> tuple[dict[str, Any], dict[str, str]]:
+def stored(values: dict[str, Any]) -> Knobs:
+    """A record's values as Knobs, not validated: the form shows what the store holds, even a record
+    another client wrote that the runtime refused (its bad fields are flagged on the next Apply)."""
+    names = field_types()
+    return dataclasses.replace(Knobs(), **{k: v for k, v in values.items() if k in names})
+
+
+def parse(raw: dict[str, Any], current: Knobs,
+          deployment: Deployment | None = None) -> tuple[dict[str, Any], dict[str, str]]:
     """Form values -> (changes against ``current``, errors by field). Empty errors means valid."""
-    types, errors, values = field_types(), {}, {}
-    for name, value in raw.items():
-        kind = types.get(name)
-        if kind is None:
-            errors[name] = "unknown knob"
-        elif kind == "int":
-            text = str(value).strip()
-            try:
-                values[name] = int(text)
-            except ValueError:
-                errors[name] = f"expected an integer, got {text!r}"
-        else:
-            values[name] = value
-    if not errors:
-        try:
-            from_changes(current, values)                       # ranges and cross-field rules
-        except KnobError as exc:
-            errors[exc.field] = str(exc).removeprefix(f"{exc.field}: ")
-    changes = {k: v for k, v in values.items() if getattr(current, k) != v}
-    return changes, errors
+    types = field_types()
+    values, errors = parse_texts({k: str(v) for k, v in raw.items() if types.get(k, "int") == "int"})
+    values |= {k: v for k, v in raw.items() if types.get(k, "int") != "int"}
+    changed = {k for k, v in values.items() if getattr(current, k) != v}
+    merged = dataclasses.replace(current, **values)
+    block_size = deployment.block_size if deployment else None
+    for name, message in problems(merged, block_size, changed).items():   # pairs, the block size
+        errors.setdefault(name, message)
+    return {k: values[k] for k in changed}, errors

@@ -17,7 +17,6 @@ from typing import Any, Protocol
 
 import redis
 
-from runtime.knobs import Knobs
 from runtime.runfile import SavedRun, load_runs
 from store.base import KnobsRecord, StoreError
 from store.urls import StoreUrl, parse_store_url
@@ -124,13 +123,8 @@ class StoreSource:
                 self._status.append(status)
 
     def _knobs(self) -> tuple[KnobsRecord, list[dict[str, Any]]]:
-        raw = self.client.hgetall(f"{self.prefix}:knobs")
-        record = (KnobsRecord(int(raw[b"version"]), json.loads(raw[b"values"])) if raw
-                  else KnobsRecord(0, Knobs().as_dict()))
-        rows: list[Any] = self.client.xrevrange(f"{self.prefix}:knobs:history", count=200) or []
-        history = [{"version": int(f[b"version"]), "time": float(f[b"time"]), "changes": json.loads(f[b"changes"])}
-                   for _, f in reversed(rows)]
-        return record, history
+        from store.redis_store import read_knobs
+        return read_knobs(self.client, self.prefix, 200)
 
     def snapshot(self, label: str | None = None) -> Snapshot:
         error = None
@@ -173,6 +167,15 @@ class EmbeddedSource:
         self._spans: deque[dict[str, Any]] = deque(maxlen=LIVE_SPANS_KEPT)
         self._after = 0
         self._lock = threading.Lock()
+        self.stopped = False                 # the runtime finished or crashed; its child still answers
+
+    def restart(self) -> None:
+        """Start the stopped runtime again (the dashboard's Restart button); its spans start afresh."""
+        with self._lock:
+            self.runtime.restart()
+            self._spans.clear()
+            self._after = 0
+            self.stopped = False
 
     def runs(self) -> list[SavedRun]:
         return []
@@ -189,8 +192,9 @@ class EmbeddedSource:
                 self._spans.extend(spans)
                 knobs, history, status = rt.knobs(), rt.knob_history(), rt.status()
                 error = rt.error
-            except (OSError, EOFError) as exc:
-                error = f"the embedded runtime is not answering: {exc}"
+                self.stopped = error is not None
+            except Exception as exc:          # its process died, or a call failed there: a banner
+                error = f"the embedded runtime is not answering: {type(exc).__name__}: {exc}"
             mine = list(self._spans)
         stages, caps = stages_from(mine, status)
         return Snapshot(rt.label, mine, stages, caps, knobs, history, status, True, error, [rt.label])

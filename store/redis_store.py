@@ -16,6 +16,7 @@ from functools import wraps
 from pathlib import Path
 from typing import Any, TypeVar
 
+import redis
 import redis.asyncio as aioredis
 from redis import exceptions as rex
 
@@ -59,6 +60,24 @@ def _entry(request_id: str, text: str) -> RegistryEntry:
 
 def _s(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value
+
+
+def knob_keys(prefix: str) -> list[str]:
+    """The knobs hash, its history stream and the deployment record (``knobs.lua``'s KEYS)."""
+    return [f"{prefix}:knobs", f"{prefix}:knobs:history", f"{prefix}:deployment"]
+
+
+def read_knobs(client: redis.Redis, prefix: str, count: int) -> tuple[KnobsRecord, list[dict[str, Any]]]:
+    """The record and its last ``count`` history entries with a synchronous client (the dashboard),
+    decoded as :class:`RedisStore` decodes them: corrupt entries read as absent."""
+    state = client.register_script(_script("knobs.lua"))(keys=knob_keys(prefix), args=["read"])
+    try:
+        rows: Any = client.xrevrange(f"{prefix}:knobs:history", count=count) or []
+    except rex.ResponseError as exc:
+        if "WRONGTYPE" not in str(exc):
+            raise
+        rows = []
+    return decode_knobs([_s(x) for x in state]), decode_history(rows)
 
 
 HISTORY_REPLACED = "the knob history was not a stream (another client wrote that key): started a new one"
@@ -261,8 +280,7 @@ class RedisStore:
 
     # ---- knobs -----------------------------------------------------------------------------
     def knob_keys(self) -> list[str]:
-        """The knobs hash, its history stream and the deployment record (the script's KEYS)."""
-        return [self.key("knobs"), self.key("knobs", "history"), self.key("deployment")]
+        return knob_keys(self.prefix)
 
     async def _knob_state(self) -> list[str]:
         self.round_trips += 1
@@ -297,9 +315,9 @@ class RedisStore:
         try:
             rows: list[Any] = await self.client.xrevrange(self.key("knobs", "history"), count=count) or []
         except rex.ResponseError as exc:
-            if "WRONGTYPE" in str(exc):
-                return []                  # corrupt: absent; the next knob write replaces it
-            raise
+            if "WRONGTYPE" not in str(exc):
+                raise
+            rows = []                      # corrupt: absent; the next knob write replaces it
         return decode_history(rows)
 
     @_translate

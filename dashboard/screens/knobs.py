@@ -7,9 +7,9 @@ from datetime import datetime
 import pandas as pd
 import streamlit as st
 
-from dashboard.knob_form import CHOICES, field_types, parse
+from dashboard.knob_form import field_types, parse, stored
 from dashboard.view import View
-from runtime.knobs import KnobError, Knobs, from_dict
+from runtime.knobs import Deployment, KnobError, Knobs, choices
 from store.base import StoreError
 
 
@@ -17,10 +17,16 @@ def render_knobs(view: View) -> None:
     st.header("Knobs")
     record = view.snap.knobs
     if record is None:
-        st.info("This source has no live knobs (a saved run). Its knob changes are listed below.")
+        changed = "Its knob changes are listed below." if view.snap.knob_history else "No knob changed during it."
+        st.info(f"This source has no live knobs (a saved run). {changed}")
     else:
-        st.caption(f"version {record.version} — the runtime applies a new version at its next wave boundary")
-        _form(view, from_dict(record.values), record.version)
+        _refusal_banner(view)
+        if record.note:
+            st.warning(f"Knobs in the store: {record.note}")
+        where = (f"; checked against the running deployment (block size {record.deployment.block_size}, "
+                 f"{record.deployment.num_stages} stages)" if record.deployment else "")
+        st.caption(f"version {record.version} — the runtime applies a new version at its next wave boundary{where}")
+        _form(view, stored(record.values), record.deployment)
     if view.snap.knob_history:
         rows = [{"version": h["version"], "time": datetime.fromtimestamp(h["time"]).isoformat(timespec="seconds")
                  if h["time"] > 1e9 else f"{h['time']:.3f}",
@@ -29,7 +35,17 @@ def render_knobs(view: View) -> None:
         st.dataframe(pd.DataFrame(rows), hide_index=True)
 
 
-def _form(view: View, current: Knobs, version: int) -> None:
+def _refusal_banner(view: View) -> None:
+    """The runtime refused a record (another client wrote values it cannot use) and nothing newer
+    was accepted since: say so, with the reason, above the form."""
+    status = view.snap.status[-1] if view.snap.status else {}
+    refused = status.get("knobs_refused")
+    if refused and status.get("knobs_version") == refused.get("running"):
+        st.error(f"The runtime refused knobs version {refused['version']}: {refused['reason']}. "
+                 f"It keeps running with version {refused['running']}.")
+
+
+def _form(view: View, current: Knobs, deployment: Deployment | None) -> None:
     types = field_types()
     values: dict[str, object] = {}
     slots = {}
@@ -41,15 +57,16 @@ def _form(view: View, current: Knobs, version: int) -> None:
             if kind == "bool":
                 values[name] = col.checkbox(name, value=value, key=f"knob_{name}")
             elif kind == "choice":
-                options = list(CHOICES[name])
-                values[name] = col.selectbox(name, options, index=options.index(value), key=f"knob_{name}")
+                options = list(choices(name))
+                values[name] = col.selectbox(name, options, index=options.index(value) if value in options else 0,
+                                             key=f"knob_{name}")
             else:
                 values[name] = col.text_input(name, value=str(value), key=f"knob_{name}")
             slots[name] = col.empty()                    # this field's error goes right under it
         submitted = st.form_submit_button("Apply")
     if not submitted:
         return
-    changes, errors = parse(values, current)
+    changes, errors = parse(values, current, deployment)
     for name, message in errors.items():
         (slots.get(name) or st).error(message)
     if errors:
@@ -61,7 +78,8 @@ def _form(view: View, current: Knobs, version: int) -> None:
     try:
         record = view.source.write_knobs(changes)
     except KnobError as exc:                              # a concurrent write made the pair inconsistent
-        (slots.get(exc.field) or st).error(str(exc))
+        for name, message in exc.problems.items():
+            (slots.get(name) or st).error(message)
         return
     except StoreError as exc:
         st.error(str(exc))

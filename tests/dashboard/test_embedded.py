@@ -1,0 +1,88 @@
+"""The embedded dashboard outlives its runtime (issue 14 item 1): when the runtime finishes or
+crashes, every page shows a banner and a Restart button, never a traceback (it used to be
+`RuntimeError: Event loop is closed` on every page), and Restart runs it again."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import streamlit as st
+from streamlit.testing.v1 import AppTest
+
+from dashboard import embedded
+from dashboard.screens import PAGES
+from runtime.knobs import Knobs
+
+from .conftest import APP  # type: ignore[import-not-found]
+
+SIM = {"kind": "sim", "model": "llama-3-8b", "hardware": "h200", "pp": 2, "realtime": True, "time_scale": 1.0}
+
+
+@pytest.fixture
+def child(dashboard_env: None) -> Iterator[Any]:
+    procs = []
+
+    def start(**runtime_args: Any) -> embedded.RemoteRuntime:
+        remote, proc = embedded.start_child(SIM, {"workload": "suffix:1024", "concurrency": 4,
+                                                  "prompt_tokens": 2048, **runtime_args})
+        procs.append(proc)
+        embedded.CURRENT = remote
+        os.environ["WAVEPP_DASHBOARD"] = "embedded"
+        st.cache_resource.clear()                 # get_source: a source for this runtime
+        return remote
+
+    yield start
+    embedded.CURRENT = None
+    st.cache_resource.clear()
+    for proc in procs:
+        proc.kill()
+        proc.join(10)
+
+
+def _page(page: str) -> AppTest:
+    at = AppTest.from_file(APP, default_timeout=60)
+    at.session_state["page"] = page
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def _wait_stopped(remote: embedded.RemoteRuntime, timeout_s: float = 60) -> str:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if remote.error:
+            return remote.error
+        time.sleep(0.1)
+    raise AssertionError("the embedded runtime did not stop")
+
+
+def test_a_finished_runtime_is_a_banner_with_restart_on_every_page(child: Any) -> None:
+    remote = child(requests=8)
+    assert "finished its 8 requests" in _wait_stopped(remote)
+    for page in PAGES:
+        at = _page(page)
+        assert any("finished its 8 requests" in w.value for w in at.warning), page
+        assert [b.label for b in at.button if b.label == "Restart the runtime"], page
+    at = _page("Knobs")
+    next(b for b in at.button if b.label == "Restart the runtime").click().run()
+    assert not at.exception
+    assert remote.error is None                               # running again
+    deadline = time.monotonic() + 30
+    while remote.knobs().version < 1 and time.monotonic() < deadline:
+        time.sleep(0.1)                                       # it publishes its knobs once primed
+    assert remote.knobs().version >= 1
+
+
+def test_a_crashed_runtime_is_a_banner_and_a_knob_write_says_why_not(child: Any) -> None:
+    remote = child(requests=8, knobs=Knobs(max_wave_tokens=8200))
+    assert "stopped: KnobError: max_wave_tokens" in _wait_stopped(remote)
+    at = _page("Knobs")
+    assert any("stopped: KnobError" in w.value for w in at.warning)
+    next(w for w in at.text_input if w.label == "ring").input("4")
+    next(b for b in at.button if b.label == "Apply").click().run()
+    assert not at.exception
+    assert any("restart it before changing knobs" in e.value for e in at.error)
