@@ -278,7 +278,8 @@ def _bench(args: argparse.Namespace, spec: Any, engine: Any, sim: Any, knobs: An
                   f"{r.figures.input_tokens_per_s:,.0f} input tok/s ({err:+.1%}); efficiency "
                   f"{s_.figures.pipeline_efficiency:.3f} vs {r.figures.pipeline_efficiency:.3f}")
     if args.json_path:
-        runs = [{**r.figures.as_dict(), **{k: v for k, v in r.meta.items() if k.startswith("sim_")}} for r in records]
+        runs = [{**r.figures.as_dict(), **{k: v for k, v in r.meta.items() if k.startswith("sim_")},
+                 "knobs": r.meta["knobs"], "knob_changes": [c for _, c in r.loop.knob_changes]} for r in records]
         Path(args.json_path).write_text(json.dumps({"runs": runs}, indent=1))
         print(f"wrote {args.json_path}")
     if args.save_run:

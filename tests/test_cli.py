@@ -72,6 +72,7 @@ def test_bench_end_to_end(tmp_path: Path) -> None:
                ("sim", "llama-3-8b", "h200", 2, 4, "reuse90", 16)
         assert len(r["bubble_fraction"]) == 2 and all(0 <= b <= 1 for b in r["bubble_fraction"])
         assert 0 < r["pipeline_efficiency"] <= 1
+        assert r["knobs"]["policy"] == r["policy"] and r["knob_changes"] == []   # what it ran with
         # efficiency is the busiest stage's busy share; bubble is each stage's idle share
         assert r["pipeline_efficiency"] == pytest.approx(1 - min(r["bubble_fraction"]), abs=1e-9)
         assert r["makespan_s"] > 0 and r["fallbacks"] >= 0
