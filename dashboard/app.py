@@ -13,6 +13,7 @@ from typing import Any
 import streamlit as st
 
 from dashboard.screens import PAGES
+from dashboard.screens.knobs import refusal_banner
 from dashboard.sources import EmbeddedSource, RunFileSource, StoreSource
 from dashboard.view import View, make_view
 
@@ -55,6 +56,7 @@ def draw(spec: str, page: str, label: str | None) -> None:
         st.warning(view.snap.error)
     if isinstance(view.source, EmbeddedSource) and view.source.stopped:
         st.button("Restart the runtime", key="restart_runtime", on_click=view.source.restart)
+    refusal_banner(view)
     PAGES[page](view)
 
 

@@ -20,7 +20,6 @@ def render_knobs(view: View) -> None:
         changed = "Its knob changes are listed below." if view.snap.knob_history else "No knob changed during it."
         st.info(f"This source has no live knobs (a saved run). {changed}")
     else:
-        _refusal_banner(view)
         if record.note:
             st.warning(f"Knobs in the store: {record.note}")
         where = (f"; checked against the running deployment (block size {record.deployment.block_size}, "
@@ -35,10 +34,10 @@ def render_knobs(view: View) -> None:
         st.dataframe(pd.DataFrame(rows), hide_index=True)
 
 
-def _refusal_banner(view: View) -> None:
-    """The runtime refused a record (another client wrote values it cannot use) and nothing newer
-    was accepted since: say so, with the reason, above the form."""
-    status = view.snap.status[-1] if view.snap.status else {}
+def refusal_banner(view: View) -> None:
+    """A live runtime refused a knobs record (another client wrote values it cannot use) and has
+    accepted nothing newer since: say so, with the reason, above every page."""
+    status = view.snap.status[-1] if view.snap.live and view.snap.status else {}
     refused = status.get("knobs_refused")
     if refused and status.get("knobs_version") == refused.get("running"):
         st.error(f"The runtime refused knobs version {refused['version']}: {refused['reason']}. "

@@ -67,7 +67,7 @@ def test_a_budget_the_deployment_cannot_use_is_refused_at_its_field(dashboard_en
     assert any("block size 64, 4 stages" in c.value for c in at.caption)
 
 
-def test_a_refusal_by_the_runtime_is_a_banner(dashboard_env: None) -> None:
+def test_a_refusal_by_the_runtime_is_a_banner_on_every_page(dashboard_env: None) -> None:
     url = fresh_url()
 
     async def put() -> None:
@@ -78,9 +78,11 @@ def test_a_refusal_by_the_runtime_is_a_banner(dashboard_env: None) -> None:
         finally:
             await store.close()
     asyncio.run(put())
-    at = knobs_page(url)
-    assert any("refused knobs version 4: max_wave_tokens: bad" in e.value and "version 3" in e.value
-               for e in at.error)
+    from .test_app import run_page  # type: ignore[import-not-found]
+    for page in ("Knobs", "Pipeline"):
+        at = run_page(f"store:{url}", page)
+        assert any("refused knobs version 4: max_wave_tokens: bad" in e.value and "version 3" in e.value
+                   for e in at.error), page
 
 
 def test_a_corrupt_record_is_a_warning_not_a_traceback(dashboard_env: None) -> None:
