@@ -20,7 +20,7 @@ import redis
 import redis.asyncio as aioredis
 from redis import exceptions as rex
 
-from runtime.knobs import Deployment, Knobs, from_changes
+from runtime.knobs import Deployment, Knobs, echo, from_changes
 from store.base import HintResult, KnobsRecord, RegistryEntry, StoreError
 from store.resilient import StoreUnavailable
 from store.urls import StoreUrl, parse_store_url
@@ -92,17 +92,21 @@ def decode_knobs(state: Sequence[str]) -> KnobsRecord:
     if knobs_type == "hash":
         try:
             decoded = json.loads(values)
-            if not (version.isascii() and version.isdigit()) or int(version) < 1 or not isinstance(decoded, dict):
-                raise ValueError(f"version {version[:24]!r}, values {values[:24]!r}")
+        except ValueError:                 # JSONDecodeError
+            decoded = None
+        if (version.isascii() and version.isdigit() and int(version) >= 1) and isinstance(decoded, dict):
             record = KnobsRecord(int(version), decoded)
-        except ValueError as exc:          # JSONDecodeError included
-            notes.append(f"the knobs record is not valid ({exc}): read as absent")
+        else:
+            notes.append(f"the knobs record is not valid (version {echo(version)}, values {echo(values)}: "
+                         "expected a positive integer and a JSON object): read as absent")
     elif knobs_type != "none":
         notes.append(f"the knobs key holds a Redis {knobs_type}, not a hash: read as absent")
     found = None
     if deployment_type == "string":
         try:
             found = Deployment.from_dict(json.loads(deployment))
+        except json.JSONDecodeError:
+            notes.append(f"the deployment record is not JSON ({echo(deployment)}): read as absent")
         except ValueError as exc:
             notes.append(f"the deployment record is not valid ({exc}): read as absent")
     elif deployment_type != "none":
