@@ -176,9 +176,26 @@ def serve(engine_args: dict[str, Any], runtime_args: dict[str, Any], address: st
 
 
 class RemoteRuntime:
-    """The dashboard's handle on a runtime served by :func:`serve` (same interface it needs)."""
+    """The dashboard's handle on a runtime served by :func:`serve` in a child process (same
+    interface it needs). :meth:`restart` starts a stopped runtime again, in a new child process
+    when the old one died."""
 
-    def __init__(self, address: str, authkey: bytes) -> None:
+    def __init__(self, engine_args: dict[str, Any], runtime_args: dict[str, Any], timeout_s: float = 60.0) -> None:
+        self._args = (engine_args, runtime_args, timeout_s)
+        self._spawn()
+
+    def _spawn(self) -> None:
+        engine_args, runtime_args, timeout_s = self._args
+        ctx = multiprocessing.get_context("spawn")
+        address = os.path.join(tempfile.mkdtemp(prefix="wavepp-"), "runtime.sock")
+        authkey = secrets.token_bytes(16)
+        ready = ctx.Event()
+        self.proc = ctx.Process(target=serve, args=(engine_args, runtime_args, address, authkey, ready),
+                                name="wavepp-runtime", daemon=True)
+        self.proc.start()
+        if not ready.wait(timeout_s):
+            self.proc.kill()
+            raise RuntimeError("the embedded runtime did not start")
         _Manager.register("runtime")
         manager = _Manager(address=address, authkey=authkey)
         manager.connect()
@@ -206,23 +223,18 @@ class RemoteRuntime:
         return KnobsRecord(version, values)
 
     def restart(self) -> None:
-        self._rt.restart()
+        if self.proc.is_alive():
+            self._rt.restart()
+        else:                                  # the child process itself died (killed, crashed)
+            self.proc.join(0)
+            self._spawn()
 
 
 def start_child(engine_args: dict[str, Any], runtime_args: dict[str, Any],
                 timeout_s: float = 60.0) -> tuple[RemoteRuntime, Any]:
     """Start the runtime in a child process; returns the handle and the process."""
-    ctx = multiprocessing.get_context("spawn")
-    address = os.path.join(tempfile.mkdtemp(prefix="wavepp-"), "runtime.sock")
-    authkey = secrets.token_bytes(16)
-    ready = ctx.Event()
-    proc = ctx.Process(target=serve, args=(engine_args, runtime_args, address, authkey, ready),
-                       name="wavepp-runtime", daemon=True)
-    proc.start()
-    if not ready.wait(timeout_s):
-        proc.kill()
-        raise RuntimeError("the embedded runtime did not start")
-    return RemoteRuntime(address, authkey), proc
+    remote = RemoteRuntime(engine_args, runtime_args, timeout_s)
+    return remote, remote.proc
 
 
 CURRENT: RemoteRuntime | None = None       # set by `wavepp dashboard` before the server starts

@@ -167,7 +167,7 @@ class EmbeddedSource:
         self._spans: deque[dict[str, Any]] = deque(maxlen=LIVE_SPANS_KEPT)
         self._after = 0
         self._lock = threading.Lock()
-        self.stopped = False                 # the runtime finished or crashed; its child still answers
+        self.stopped = False                 # the runtime finished or crashed, or its process died
 
     def restart(self) -> None:
         """Start the stopped runtime again (the dashboard's Restart button); its spans start afresh."""
@@ -195,6 +195,7 @@ class EmbeddedSource:
                 self.stopped = error is not None
             except Exception as exc:          # its process died, or a call failed there: a banner
                 error = f"the embedded runtime is not answering: {type(exc).__name__}: {exc}"
+                self.stopped = True
             mine = list(self._spans)
         stages, caps = stages_from(mine, status)
         return Snapshot(rt.label, mine, stages, caps, knobs, history, status, True, error, [rt.label])

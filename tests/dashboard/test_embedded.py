@@ -1,6 +1,7 @@
 """The embedded dashboard outlives its runtime (issue 14 item 1): when the runtime finishes or
 crashes, every page shows a banner and a Restart button, never a traceback (it used to be
-`RuntimeError: Event loop is closed` on every page), and Restart runs it again."""
+`RuntimeError: Event loop is closed` on every page), and Restart runs it again - in a new child
+process when the old one died."""
 
 from __future__ import annotations
 
@@ -24,12 +25,12 @@ SIM = {"kind": "sim", "model": "llama-3-8b", "hardware": "h200", "pp": 2, "realt
 
 @pytest.fixture
 def child(dashboard_env: None) -> Iterator[Any]:
-    procs = []
+    remotes = []
 
     def start(**runtime_args: Any) -> embedded.RemoteRuntime:
-        remote, proc = embedded.start_child(SIM, {"workload": "suffix:1024", "concurrency": 4,
-                                                  "prompt_tokens": 2048, **runtime_args})
-        procs.append(proc)
+        remote, _ = embedded.start_child(SIM, {"workload": "suffix:1024", "concurrency": 4,
+                                               "prompt_tokens": 2048, **runtime_args})
+        remotes.append(remote)
         embedded.CURRENT = remote
         os.environ["WAVEPP_DASHBOARD"] = "embedded"
         st.cache_resource.clear()                 # get_source: a source for this runtime
@@ -38,9 +39,9 @@ def child(dashboard_env: None) -> Iterator[Any]:
     yield start
     embedded.CURRENT = None
     st.cache_resource.clear()
-    for proc in procs:
-        proc.kill()
-        proc.join(10)
+    for remote in remotes:
+        remote.proc.kill()
+        remote.proc.join(10)
 
 
 def _page(page: str) -> AppTest:
@@ -86,3 +87,17 @@ def test_a_crashed_runtime_is_a_banner_and_a_knob_write_says_why_not(child: Any)
     next(b for b in at.button if b.label == "Apply").click().run()
     assert not at.exception
     assert any("restart it before changing knobs" in e.value for e in at.error)
+
+
+def test_a_killed_runtime_process_is_a_banner_and_restart_starts_a_new_one(child: Any) -> None:
+    remote = child()
+    old = remote.proc
+    old.kill()
+    old.join(10)
+    at = _page("Pipeline")
+    assert any("not answering" in w.value for w in at.warning)
+    next(b for b in at.button if b.label == "Restart the runtime").click().run()
+    assert not at.exception
+    assert remote.proc is not old and remote.proc.is_alive() and remote.error is None
+    at = _page("Knobs")
+    assert not any("not answering" in w.value for w in at.warning)
