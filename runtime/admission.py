@@ -2,8 +2,8 @@
 
 One round admits a batch of waiting requests with one message per stage per step:
 
-1. **hint**: the reuse boundary ``k`` per request - the minimum over stages of the longest
-   resident prefix, from the shared hint index (or, for a policy without one, stage 0's own tree);
+1. **hint**: the reuse boundary ``k`` per request, from the policy's reuse lookup (the minimum
+   over stages of the longest resident prefix in the shared hint index, or stage 0's own tree);
 2. **lease**: every admitting stage pins ``[0, k)`` and answers the boundary it could give; the
    leader lowers ``k`` to the minimum and the stages unpin the excess (``k`` only goes down);
 3. **escrow**: every admitting stage reserves room for the suffix. Requests are taken in order;
@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from runtime.engines.base import LeaseItem, StageHandle, now, on_stages
+from runtime.mechanisms.reuse_lookup import ReuseLookup
 from runtime.request import AdmittedRequest, Request, RequestState
 from store.base import Store
 from telemetry import names as N
@@ -32,21 +33,17 @@ class RoundResult:
 
 
 class Admission:
-    """Runs admission rounds against the stages in ``admit_stages``.
-
-    ``use_hint_index``: look the boundary up in the store's hint index over *all* stages
-    (WavePP); otherwise walk stage 0's own tree (a conventional PP loop, where the first stage
-    decides reuse alone).
-    """
+    """Runs admission rounds against the stages in ``admit_stages``, finding boundaries with
+    ``lookup`` (:mod:`runtime.mechanisms.reuse_lookup`)."""
 
     def __init__(self, stages: Sequence[StageHandle], admit_stages: Sequence[int], store: Store,
-                 block_size: int, telemetry: Telemetry, use_hint_index: bool) -> None:
+                 block_size: int, telemetry: Telemetry, lookup: ReuseLookup) -> None:
         self.stages = list(stages)
         self.admit_stages = list(admit_stages)
         self.store = store
         self.block_size = block_size
         self.tel = telemetry
-        self.use_hint_index = use_hint_index
+        self.lookup = lookup
         self._admitting = [self.stages[s] for s in self.admit_stages]
 
     def _max_blocks(self, r: Request) -> int:
@@ -66,11 +63,10 @@ class Admission:
         limits = [self._max_blocks(r) for r in requests]
         prompts = [r.block_hashes for r in requests]     # capped below: no copy of long hash lists
         with self.tel.span(N.HINT_LOOKUP, {N.NUM_REQUESTS: len(requests)}) as span:
-            if self.use_hint_index:
-                results = await self.store.hint_lookup(prompts, range(len(self.stages)))
-                span.set_attribute(N.PROBES, sum(r.probes for r in results))
-                return [min(r.reuse_blocks, lim) for r, lim in zip(results, limits, strict=True)]
-            return await self.stages[0].lookup_local(prompts, limits)
+            boundaries, probes = await self.lookup.boundaries(prompts, limits, self.store, self.stages)
+            if probes:
+                span.set_attribute(N.PROBES, probes)
+            return boundaries
 
     async def _lease(self, requests: Sequence[Request], hints: list[int]) -> list[int]:
         items = [LeaseItem(r.id, r.block_hashes, k, r.num_tokens) for r, k in zip(requests, hints, strict=True)]

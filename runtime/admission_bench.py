@@ -25,6 +25,7 @@ from runtime.engines.base import StageHandle
 from runtime.hashing import block_hashes, token_array
 from runtime.index_publisher import IndexPublisher
 from runtime.kvcache.stage_cache import StageCache
+from runtime.mechanisms.reuse_lookup import HintIndex
 from runtime.report import percentile
 from runtime.request import Request
 from store.urls import open_store, parse_store_url
@@ -93,7 +94,7 @@ async def admission_bench(store_url: str, stages: int, prompt_tokens: int, block
 
         store = CountingStore(inner)
         admission = Admission(handles, range(stages), store, block_size,  # type: ignore[arg-type]
-                              Telemetry(time.monotonic, 0, enabled=trace), use_hint_index=True)
+                              Telemetry(time.monotonic, 0, enabled=trace), HintIndex())
         latencies, hashing, reused = [], [], []
         live: deque[str] = deque()
         for first in range(0, requests, ARRIVAL_BATCH):

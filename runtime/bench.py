@@ -107,7 +107,8 @@ def run_one(engine: Engine, cfg: BenchConfig, policy_name: str, concurrency: int
     spans = tel.finished_spans()
     encoded = [encode(s) for s in spans]
     meta = {"policy": policy_name, "engine": engine.name, "model": cfg.model_name, "hardware": cfg.hardware_name,
-            "concurrency": concurrency, "workload": cfg.workload.name, "inline_admission": not policy.async_admission,
+            "concurrency": concurrency, "workload": cfg.workload.name, "inline_admission": policy.admission.inline,
+            "mechanisms": policy.mechanisms(),
             "pp": engine.pp, "capacities": [h.capacity for h in parts.handles],
             "block_size": engine.block_size, "knobs": knobs.as_dict()}
     figures = compute_figures(encoded, engine.pp, meta)

@@ -82,7 +82,8 @@ class Deployment:
         return cls(values["block_size"], values["num_stages"])
 
 
-POLICY_NAMES = ("wavepp", "trtllm-pp")
+# The policy presets (runtime.policies); the knob also takes ablations, NAME+KIND=VARIANT[+…].
+POLICY_NAMES = ("wavepp", "trtllm-pp", "trtllm-pp-legacy")
 PLANNERS = ("auto", "mpu", "static")
 _CHOICES: dict[str, tuple[str, ...]] = {"policy": POLICY_NAMES, "planner": PLANNERS}
 _BLOCK_BUDGETS = ("max_wave_tokens", "min_wave_tokens", "static_chunk_tokens")
@@ -162,7 +163,20 @@ def _unknown() -> str:
     return f"unknown knob (known: {', '.join(sorted(_NAMES))})"
 
 
+def _policy_problem(value: Any) -> str | None:
+    from runtime.policies import get_policy     # policies build on knobs: imported when used
+    if not isinstance(value, str):
+        return f"expected a policy name, got {echo(value)}"
+    try:
+        get_policy(value)
+    except ValueError as exc:
+        return echo(str(exc)) if len(str(exc)) > 200 else str(exc)
+    return None
+
+
 def _field_problem(name: str, value: Any) -> str | None:
+    if name == "policy":
+        return _policy_problem(value)
     if name in _CHOICES:
         return None if value in _CHOICES[name] else f"{echo(value)} is not one of {', '.join(_CHOICES[name])}"
     if kind(name) == "bool":

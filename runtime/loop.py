@@ -10,10 +10,12 @@ store and an event loop (virtual time on the sim). Tasks::
                    ▲                                         ▲                                          │
                    └──────────── closed loop: a finished request brings the next ◄──────────────────────┘
 
-With ``policy.async_admission`` the admission task runs rounds beside the loop; otherwise the
-dispatcher runs a round itself before planning each wave (on the critical path). Each stage
-prepares a chunk locally (materialize) right before it executes the wave; a chunk whose
-request failed or fell back meanwhile is skipped ("stale": its attempt is no longer live).
+The policy's mechanisms plug into fixed hook points (:mod:`runtime.mechanisms`): its admission
+drive runs rounds in the admission task or in the dispatcher before each plan; its chunking and
+token charge make the planner; its ring bounds the waves in flight; its stage admission runs
+before a stage prepares a chunk. Each stage prepares a chunk locally (materialize) right before
+it executes the wave; a chunk whose request failed or fell back meanwhile is skipped ("stale":
+its attempt is no longer live).
 """
 
 from __future__ import annotations
@@ -120,9 +122,9 @@ class PipelineLoop:
     def _configure(self, knobs: Knobs) -> None:
         """Policy, admission, planner and ring from the knobs (at start and at a wave boundary)."""
         self.policy: Policy = get_policy(knobs.policy)
-        self.admit_stages = list(range(self.num_stages)) if self.policy.lease_all_stages else [0]
+        self.admit_stages = self.policy.stage_admission.admit_stages(self.num_stages)
         self.admission = Admission(self.handles, self.admit_stages, self.store, self.block_size, self.tel,
-                                   self.policy.use_hint_index)
+                                   self.policy.lookup)
         self.planner = self.policy.make_planner(knobs, self.num_stages, self.block_size)
         self.ring = self.policy.ring_size(knobs, self.num_stages)
 
@@ -255,7 +257,7 @@ class PipelineLoop:
         room = min(self.knobs.max_round_requests, self.knobs.max_leases - len(self.active))
         return [self.waiting.popleft() for _ in range(min(room, len(self.waiting)))]
 
-    async def _admit_once(self) -> bool:
+    async def admit_once(self) -> bool:
         """One round over the head of the waiting queue; False when nothing could be admitted."""
         batch = self._take_batch()
         if not batch:
@@ -277,12 +279,7 @@ class PipelineLoop:
 
     async def _admission_task(self) -> None:
         while True:
-            if (not self.policy.async_admission or not self.waiting
-                    or len(self.active) >= self.knobs.max_leases):
-                await self.changed.wait()
-                continue
-            if not await self._admit_once():
-                await self.capacity.wait()          # backpressure: wait for blocks to free up
+            await self.policy.admission.background(self)
 
     # ---- planning and dispatch --------------------------------------------------------------
     def _apply_pending_knobs(self) -> None:
@@ -304,11 +301,7 @@ class PipelineLoop:
             if self.in_flight >= self.ring:
                 await self.changed.wait()
                 continue
-            admitted_tokens = 0
-            if not self.policy.async_admission and self.waiting:
-                before = set(self.active)
-                await self._admit_once()
-                admitted_tokens = sum(a.request.num_tokens for rid, a in self.active.items() if rid not in before)
+            admitted_tokens = await self.policy.admission.before_plan(self)
             if self._should_fill():
                 await self.changed.wait()
                 continue
@@ -316,7 +309,7 @@ class PipelineLoop:
             if wave is None:
                 await self.changed.wait()
                 continue
-            if self.policy.broadcast_requests:
+            if self.policy.relay.on:
                 wave.broadcast_tokens = admitted_tokens
             if self.publish_plans:
                 plan = {"wave": wave.id, "budget": wave.budget, "planned_at": wave.planned_at,
@@ -332,7 +325,7 @@ class PipelineLoop:
         (arrived or being admitted): a wave costs a fixed overhead per stage, so many small waves
         would waste it. The dispatcher wakes again on every admission and retirement, and sends
         what it has once fewer than P are in flight."""
-        if not self.policy.fill_waves or self.in_flight < self.num_stages:
+        if not self.policy.fill.on or self.in_flight < self.num_stages:
             return False
         if not self.waiting and not self.admitting:
             return False                    # no more work is on its way: waiting would only idle stage 0

@@ -17,14 +17,21 @@ a chunk that does not finish its request is at least ``max(b_min, b/2)`` tokens.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from runtime.request import AdmittedRequest, Chunk
 
+Position = Callable[[AdmittedRequest], int]    # where the budget charges a request's next chunk from
+
 
 def align_down(x: int, unit: int) -> int:
     return (x // unit) * unit
+
+
+def scheduled(a: AdmittedRequest) -> int:
+    """Charge from the first unscheduled token: only what is computed costs budget."""
+    return a.scheduled
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,11 +93,19 @@ class MpuBudget:
 
 
 def pack_fcfs(admitted: Sequence[AdmittedRequest], budget: int, min_fragment: int,
-              block_size: int) -> list[Chunk]:
+              block_size: int, position: Position = scheduled) -> list[Chunk]:
     """Fill one wave first-come-first-served.
 
-    A request's whole remainder is taken when it fits. Otherwise a block-aligned fragment is
-    cut only when it is at least ``min_fragment`` tokens; a smaller leftover stays empty.
+    A request is charged from ``position(a)`` (``<= a.scheduled``; see
+    :mod:`runtime.mechanisms.token_charge`) to its end; its whole remainder is taken when that
+    fits. Otherwise a block-aligned cut is made only when it is at least ``min_fragment``
+    tokens; a smaller leftover stays empty. The chunk computes from ``a.scheduled``: as many
+    tokens as were charged, or fewer when the request ends first - so a budget charged from
+    position 0 can be spent on a short suffix::
+
+        prompt   |==== cached prefix ====|== suffix ==|
+        charged  |<-------- min(space, prompt) ------->|      (position 0)
+        computed                         |<- suffix ->|
     """
     chunks: list[Chunk] = []
     space = budget
@@ -100,25 +115,29 @@ def pack_fcfs(admitted: Sequence[AdmittedRequest], budget: int, min_fragment: in
         left = a.remaining
         if left <= 0:
             continue
-        if left <= space:
-            take = left
+        pos = position(a)
+        charged = a.request.num_tokens - pos
+        if charged <= space:
+            pass
         elif space >= min_fragment:
-            take = align_down(a.scheduled + space, block_size) - a.scheduled
-            if take <= 0 or take < min_fragment:
+            charged = align_down(pos + space, block_size) - pos
+            if charged <= 0 or charged < min_fragment:
                 break
         else:
             break
+        take = min(left, charged)
         chunks.append(Chunk(a.id, a.scheduled, take, a.reuse_blocks, a.scheduled + take == a.request.num_tokens,
                             a.attempt))
-        space -= take
+        space -= charged
     return chunks
 
 
-def pack_static(admitted: Sequence[AdmittedRequest], budget: int, block_size: int) -> list[Chunk]:
+def pack_static(admitted: Sequence[AdmittedRequest], budget: int, block_size: int,
+                position: Position = scheduled) -> list[Chunk]:
     """TensorRT-LLM's FCFS context chunking (``_chunk_fcfs``): each request in order gets
     ``min(remaining, capacity)``, a truncated chunk rounded down to the block unit - FCFS packing
     where any leftover may take a fragment."""
-    return pack_fcfs(admitted, budget, 1, block_size)
+    return pack_fcfs(admitted, budget, 1, block_size, position)
 
 
 class Planner:
@@ -131,30 +150,32 @@ class Planner:
 class MpuPlanner(Planner):
     """MPU budget + FCFS packing without small fragments (WavePP)."""
 
-    def __init__(self, budget: MpuBudget, min_tokens: int, block_size: int) -> None:
+    def __init__(self, budget: MpuBudget, min_tokens: int, block_size: int, position: Position = scheduled) -> None:
         self.budget = budget
         self.min_tokens = min_tokens
         self.block_size = block_size
+        self.position = position
 
     def plan(self, admitted: Sequence[AdmittedRequest]) -> WavePlan | None:
         remaining = [a.remaining for a in admitted if a.remaining > 0]
         if not remaining:
             return None
         b = self.budget.decide(remaining)
-        chunks = pack_fcfs(admitted, b, max(self.min_tokens, b // 2), self.block_size)
+        chunks = pack_fcfs(admitted, b, max(self.min_tokens, b // 2), self.block_size, self.position)
         return WavePlan(chunks, b, self.budget.waves_available(b, remaining)) if chunks else None
 
 
 class StaticPlanner(Planner):
-    """A fixed token budget per wave (TensorRT-LLM's ``max_num_tokens``)."""
+    """A fixed token budget per wave (TensorRT-LLM's ``max_num_tokens``) packed by :func:`pack_static`."""
 
-    def __init__(self, tokens: int, block_size: int) -> None:
+    def __init__(self, tokens: int, block_size: int, position: Position = scheduled) -> None:
         self.tokens = tokens
         self.block_size = block_size
+        self.position = position
 
     def plan(self, admitted: Sequence[AdmittedRequest]) -> WavePlan | None:
         remaining = [a.remaining for a in admitted if a.remaining > 0]
         if not remaining:
             return None
-        chunks = pack_static(admitted, self.tokens, self.block_size)
+        chunks = pack_static(admitted, self.tokens, self.block_size, self.position)
         return WavePlan(chunks, self.tokens, sum(remaining) / self.tokens) if chunks else None

@@ -3,8 +3,8 @@ the next wave while it executes the current one, and an in-order link moves the 
 stage.
 
 A chunk whose request failed or fell back meanwhile is skipped ("stale": its attempt is no longer
-live). A stage that was not part of admission (baselines) leases and escrows the request on its
-first chunk; a prefix it lacks triggers the late fallback.
+live). Before a stage prepares a chunk, the policy's stage admission runs (a stage that was not
+part of admission leases and escrows on the first chunk; a prefix it lacks is a late fallback).
 """
 
 from __future__ import annotations
@@ -12,21 +12,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from runtime.completion import fail, late_fallback, retire
-from runtime.engines.base import LeaseItem, MaterializeItem
+from runtime.engines.base import MaterializeItem
 from runtime.kvcache.stage_cache import DescriptorMismatch
+from runtime.mechanisms.stage_admission import LateFallback
 from runtime.request import AdmittedRequest, Chunk
 from telemetry import names as N
 
 if TYPE_CHECKING:
     from runtime.loop import PipelineLoop
-
-
-class LateFallback(Exception):
-    """A stage holds less of the planned prefix than stage 0 promised (baselines only)."""
-
-    def __init__(self, granted: int) -> None:
-        super().__init__(granted)
-        self.granted = granted
 
 
 def is_live(loop: PipelineLoop, chunk: Chunk) -> AdmittedRequest | None:
@@ -58,15 +51,14 @@ async def prepare_waves(loop: PipelineLoop, s: int) -> None:
                 live_req = is_live(loop, chunk)
                 if live_req is None:
                     continue
-                if s not in live_req.admit_stages and s not in live_req.local_stages:
-                    try:
-                        await stage_local_admit(loop, s, chunk)
-                    except DescriptorMismatch as exc:
-                        await fail(loop, chunk.request_id, str(exc))
-                        continue
-                    except LateFallback as fb:
-                        await late_fallback(loop, chunk.request_id, fb.granted, s)
-                        continue
+                try:
+                    await loop.policy.stage_admission.before_chunk(loop, s, live_req, chunk)
+                except DescriptorMismatch as exc:
+                    await fail(loop, chunk.request_id, str(exc))
+                    continue
+                except LateFallback as fb:
+                    await late_fallback(loop, chunk.request_id, fb.granted, s)
+                    continue
                 ready_chunks.append(chunk)
             ready_chunks = [c for c in ready_chunks if is_live(loop, c) is not None]
             made = await handle.materialize_many(
@@ -111,19 +103,3 @@ async def run_link(loop: PipelineLoop, s: int) -> None:
         with loop.tel.span(N.SEND, {N.STAGE: s, N.WAVE_ID: wave.id, N.TOKENS: wave.num_tokens}):
             await loop.executor.transfer(s, wave)
         await loop.inbox[s + 1].put(wave)
-
-async def stage_local_admit(loop: PipelineLoop, s: int, chunk: Chunk) -> None:
-    """Baselines: a stage that was not part of admission leases and escrows on first sight."""
-    a = loop.active[chunk.request_id]
-    req, handle = a.request, loop.handles[s]
-    [granted] = await handle.lease([LeaseItem(req.id, req.block_hashes, chunk.reuse_blocks, req.num_tokens)],
-                                   remote=False)
-    a.local_stages.add(s)              # released everywhere on failure or fallback, like the rest
-    if granted < chunk.reuse_blocks:
-        raise LateFallback(granted)
-    need = -(-(req.num_tokens - granted * loop.block_size) // loop.block_size)
-    while not await handle.escrow([(req.id, need)], remote=False):
-        if loop.passed[s] - loop.retired <= 0:
-            raise DescriptorMismatch(f"stage {s} lacks KV capacity for stage 0's schedule of request {req.id}")
-        with loop.tel.span(N.STAGE_WAIT, {N.STAGE: s, N.REQUEST_ID: req.id}):
-            await loop.capacity.wait()

@@ -10,6 +10,7 @@ from runtime.engines.base import StageHandle
 from runtime.hashing import block_hashes, token_array
 from runtime.index_publisher import IndexPublisher
 from runtime.kvcache.stage_cache import StageCache
+from runtime.mechanisms.reuse_lookup import FirstStageTree, HintIndex
 from runtime.request import Request
 from store.memory import MemoryStore
 from telemetry import names as N
@@ -57,7 +58,7 @@ def test_lease_falls_back_when_one_stage_evicted_after_the_hint() -> None:
         # not heard of it yet (no publish), so the hint still says 7 everywhere.
         other = make_request("other", 2, 5)
         handles[2].cache.prime("other", other.block_hashes, other.num_tokens)
-        adm = Admission(handles, range(4), store, B, tel, use_hint_index=True)
+        adm = Admission(handles, range(4), store, B, tel, HintIndex())
         req = make_request("r", 1, 8)          # same tokens as the document
         result = await adm.round([req])
         [a] = result.admitted
@@ -76,7 +77,7 @@ def test_lease_falls_back_when_one_stage_evicted_after_the_hint() -> None:
 def test_a_round_batches_requests_into_one_message_per_stage_per_step() -> None:
     async def main() -> None:
         handles, store, tel = setup([64] * 3)
-        adm = Admission(handles, range(3), store, B, tel, use_hint_index=True)
+        adm = Admission(handles, range(3), store, B, tel, HintIndex())
         result = await adm.round([make_request(f"r{i}", i, 3) for i in range(5)])
         assert len(result.admitted) == 5 and not result.deferred
         for h in handles:
@@ -88,7 +89,7 @@ def test_a_round_batches_requests_into_one_message_per_stage_per_step() -> None:
 def test_escrow_backpressure_defers_in_order_and_releases_what_waiting_requests_held() -> None:
     async def main() -> None:
         handles, store, tel = setup([16, 16, 7])
-        adm = Admission(handles, range(3), store, B, tel, use_hint_index=True)
+        adm = Admission(handles, range(3), store, B, tel, HintIndex())
         reqs = [make_request(f"r{i}", i, 3) for i in range(4)]     # 3 blocks each; stage 2 fits 2
         result = await adm.round(reqs)
         assert [a.id for a in result.admitted] == ["r0", "r1"]
@@ -106,7 +107,7 @@ def test_without_the_hint_index_stage_zero_alone_decides_reuse() -> None:
         handles, store, tel = setup([32, 4, 32])
         doc = make_request("doc", 1, 6)
         handles[0].cache.prime("warm", doc.block_hashes, doc.num_tokens)   # only stage 0 has it
-        adm = Admission(handles, [0], store, B, tel, use_hint_index=False)
+        adm = Admission(handles, [0], store, B, tel, FirstStageTree())
         [a] = (await adm.round([make_request("r", 1, 6)])).admitted
         assert a.reuse_blocks == 5
         assert "r" not in handles[1].cache.leases and "r" not in handles[2].cache.leases

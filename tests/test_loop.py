@@ -200,13 +200,11 @@ def test_waves_wait_to_fill_while_the_pipeline_is_busy(monkeypatch: pytest.Monke
 
     A wave's finished requests complete together, so their successors arrive together; admission
     rounds of two requests make admitted work trickle in, which is when filling matters."""
-    from runtime.policies.wavepp import WavePP
 
     cfg = config("suffix:128", 160)
     cfg.knobs = cfg.knobs.replace(max_wave_tokens=2048, min_wave_tokens=1024, max_round_requests=2)
     filled = run_one(small_engine(), cfg, "wavepp", 32)
-    monkeypatch.setattr(WavePP, "fill_waves", False)
-    eager = run_one(small_engine(), cfg, "wavepp", 32)
+    eager = run_one(small_engine(), cfg, "wavepp+fill=off", 32)
     assert filled.figures.completed == eager.figures.completed == 160
     assert filled.figures.mean_wave_tokens > 1.2 * eager.figures.mean_wave_tokens
     assert filled.figures.waves < eager.figures.waves

@@ -1,17 +1,27 @@
-"""Policies by name."""
+"""Policies by name: presets, and ablations written ``NAME+KIND=VARIANT[+…]``
+(e.g. ``wavepp+lookup=first-stage``, ``trtllm-pp+charge=position0``)."""
 
-from runtime.policies.base import Policy
-from runtime.policies.trtllm_pp import TrtllmPP
-from runtime.policies.wavepp import WavePP
+from runtime.policies.base import KIND_FIELDS, VARIANTS, Policy
+from runtime.policies.trtllm_pp import TRTLLM_PP, TRTLLM_PP_LEGACY
+from runtime.policies.wavepp import WAVEPP
 
-POLICIES: dict[str, type[Policy]] = {p.name: p for p in (WavePP, TrtllmPP)}
+POLICIES: dict[str, Policy] = {p.name: p for p in (WAVEPP, TRTLLM_PP, TRTLLM_PP_LEGACY)}
 
 
-def get_policy(name: str) -> Policy:
+def get_policy(spec: str) -> Policy:
+    """A preset by name, with any ``+KIND=VARIANT`` swaps applied in order; ValueError names
+    what is unknown."""
+    name, *swaps = spec.split("+")
     try:
-        return POLICIES[name]()
+        policy = POLICIES[name]
     except KeyError:
         raise ValueError(f"unknown policy {name!r} (known: {', '.join(sorted(POLICIES))})") from None
+    for swap in swaps:
+        kind, sep, variant = swap.partition("=")
+        if not sep:
+            raise ValueError(f"policy {spec!r}: {swap!r} is not KIND=VARIANT")
+        policy = policy.with_mechanism(kind, variant)
+    return policy
 
 
-__all__ = ["POLICIES", "Policy", "get_policy"]
+__all__ = ["KIND_FIELDS", "POLICIES", "VARIANTS", "Policy", "get_policy"]

@@ -1,46 +1,71 @@
-"""The policy interface: which mechanisms a run uses. The loop reads these and nothing else.
+"""A policy is a frozen composition of mechanisms, one per kind (see :mod:`runtime.mechanisms`).
 
-A baseline differs from ``wavepp`` only in the mechanisms its docstring names.
+The loop, the report and the dashboard ask a policy what it does - ``policy.admission.inline``,
+``policy.mechanisms()`` - and never test its name. A baseline differs from ``wavepp`` only in the
+mechanisms its preset names, each citing its source.
 """
 
 from __future__ import annotations
 
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
 from runtime.knobs import Knobs
-from runtime.planner import MpuBudget, MpuPlanner, Planner, StaticPlanner
+from runtime.mechanisms.admission_drive import AdmissionDrive, AsyncRounds, InlineRounds
+from runtime.mechanisms.chunking import CHUNKINGS, Chunking, Mpu, Static
+from runtime.mechanisms.iteration import FillWaves, RequestRelay, Ring
+from runtime.mechanisms.reuse_lookup import FirstStageTree, HintIndex, ReuseLookup
+from runtime.mechanisms.stage_admission import EveryStage, OnFirstChunk, StageAdmission
+from runtime.mechanisms.token_charge import FromPositionZero, SuffixOnly, TokenCharge
+from runtime.planner import Planner
 
 
+@dataclass(frozen=True, slots=True)
 class Policy:
-    name: str = ""
-    #: admission rounds run in their own task, beside the pipeline loop (else inside it)
-    async_admission: bool = True
-    #: the reuse boundary comes from the shared hint index over all stages (else stage 0's tree)
-    use_hint_index: bool = True
-    #: admission leases and escrows on every stage (else on stage 0 only; the other stages
-    #: admit locally when the request's first chunk reaches them, and fall back late)
-    lease_all_stages: bool = True
-    #: new requests' token ids are relayed stage to stage before the stages can run them
-    broadcast_requests: bool = False
-    #: default ring size R = ring_factor * P (knob ``ring`` overrides)
-    ring_factor: int = 2
-    #: a wave smaller than b_min waits for more admitted work while P waves are in flight
-    fill_waves: bool = True
-    #: the planner when the ``planner`` knob says "auto"
-    default_planner: str = "mpu"
+    name: str
+    admission: AdmissionDrive
+    lookup: ReuseLookup
+    stage_admission: StageAdmission
+    charge: TokenCharge
+    chunking: Chunking
+    ring: Ring
+    fill: FillWaves
+    relay: RequestRelay
+
+    def mechanisms(self) -> dict[str, str]:
+        """Kind -> variant name: what this policy runs (saved with every run)."""
+        return {kind: getattr(self, field).name for kind, field in KIND_FIELDS.items()}
 
     def ring_size(self, knobs: Knobs, num_stages: int) -> int:
-        return knobs.ring_size(num_stages, self.ring_factor)
+        return self.ring.size(knobs, num_stages)
 
     def make_planner(self, knobs: Knobs, num_stages: int, block_size: int) -> Planner:
-        kind = self.default_planner if knobs.planner == "auto" else knobs.planner
-        if kind == "static":
-            return StaticPlanner(knobs.static_chunk_tokens, block_size)
-        ring = self.ring_size(knobs, num_stages)
-        budget = MpuBudget(knobs.max_wave_tokens, knobs.min_wave_tokens, block_size, ring,
-                           knobs.fill_factor, num_stages, knobs.hysteresis)
-        return MpuPlanner(budget, knobs.min_wave_tokens, block_size)
+        chunking = self.chunking if knobs.planner == "auto" else CHUNKINGS[knobs.planner]
+        return chunking.planner(knobs, num_stages, block_size, self.ring_size(knobs, num_stages), self.charge)
+
+    def with_mechanism(self, kind: str, variant: str) -> Policy:
+        """The same policy with one mechanism swapped (an ablation), named ``<name>+<kind>=<variant>``."""
+        if kind not in VARIANTS:
+            raise ValueError(f"unknown mechanism kind {kind!r} (known: {', '.join(VARIANTS)})")
+        if variant not in VARIANTS[kind]:
+            raise ValueError(f"unknown {kind} variant {variant!r} (known: {', '.join(VARIANTS[kind])})")
+        changes: dict[str, Any] = {KIND_FIELDS[kind]: VARIANTS[kind][variant]}
+        return dataclasses.replace(self, name=f"{self.name}+{kind}={variant}", **changes)
 
 
-class StaticChunkPolicy(Policy):
-    """Shared by baselines that cut waves of a fixed ``static_chunk_tokens``."""
+#: mechanism kind (as written in a policy spec) -> Policy field
+KIND_FIELDS = {"admission": "admission", "lookup": "lookup", "stage-admission": "stage_admission",
+               "charge": "charge", "chunking": "chunking", "ring": "ring", "fill": "fill", "relay": "relay"}
 
-    default_planner = "static"
+#: every variant of every kind, by name
+VARIANTS: dict[str, dict[str, object]] = {
+    "admission": {v.name: v for v in (AsyncRounds(), InlineRounds())},
+    "lookup": {v.name: v for v in (HintIndex(), FirstStageTree())},
+    "stage-admission": {v.name: v for v in (EveryStage(), OnFirstChunk())},
+    "charge": {v.name: v for v in (SuffixOnly(), FromPositionZero())},
+    "chunking": {v.name: v for v in (Mpu(), Static())},
+    "ring": {v.name: v for v in (Ring(2), Ring(1))},
+    "fill": {v.name: v for v in (FillWaves(True), FillWaves(False))},
+    "relay": {v.name: v for v in (RequestRelay(True), RequestRelay(False))},
+}

@@ -1,36 +1,35 @@
-"""A TensorRT-LLM-style pipeline loop (PyExecutor ``_executor_loop_pp``), on our cache and engine.
+"""TensorRT-LLM's pipeline loop (PyExecutor ``_executor_loop_pp``), on our cache and engine.
 
-Sources (NVIDIA/TensorRT-LLM, ``tensorrt_llm/_torch/pyexecutor/``):
+Sources (NVIDIA/TensorRT-LLM, ``tensorrt_llm/_torch/pyexecutor/`` and ``cpp/tensorrt_llm/batch_manager/``);
+each mechanism's own docstring cites what it models:
 
-* admission inside the loop: every iteration fetches new requests and schedules them on the
-  first PP rank before the micro-batch runs (``_executor_loop_pp``);
-* new requests, with their ``input_token_ids``, are pickled and relayed down the PP chain
-  (``request_utils.RequestBroadcaster._broadcast_requests``); cost per token: PR #15134
-  measured pickle + unpickle of a ~40k-token request at 0.06 ms (the optimised figure);
-* no cross-stage reuse agreement: each rank's ``KVCacheManager.prepare_resources`` calls
-  ``add_sequence`` on the request's first context chunk and matches its prefix alone;
-  a rank that cannot fit the schedule waits for capacity (``_pp_retry_until_can_schedule``,
-  "may cause bubbles") - here a stage lacking part of stage 0's prefix falls back late to
-  the lowest common boundary (DESIGN §3), and the request is re-admitted;
-* ``num_micro_batches = pp_size``: P micro-batches in flight;
-* static context chunks of ``max_num_tokens`` (default 8192), FCFS (``_chunk_fcfs``).
+* admission inside the loop on the first rank (``InlineRounds``);
+* the first rank matches reuse alone; the other ranks ``add_sequence`` on the first chunk and
+  fall back late when they lack the prefix (``FirstStageTree``, ``OnFirstChunk``);
+* new requests relayed down the chain with their token ids (``RequestRelay``);
+* ``num_micro_batches = pp_size`` (``Ring(1)``);
+* static chunks of ``max_num_tokens`` (default 8192), FCFS (``Static``); the budget charged
+  for uncached tokens since the reuse credit (``SuffixOnly``: PRs #11637, #12976, #15066), or
+  from position 0 before it (``FromPositionZero``).
 
 Several chunks of one prompt may be in flight at once (PR #9308), as in WavePP.
 """
 
-from runtime.policies.base import StaticChunkPolicy
+import dataclasses
 
+from runtime.mechanisms.admission_drive import InlineRounds
+from runtime.mechanisms.chunking import Static
+from runtime.mechanisms.iteration import FillWaves, RequestRelay, Ring
+from runtime.mechanisms.reuse_lookup import FirstStageTree
+from runtime.mechanisms.stage_admission import OnFirstChunk
+from runtime.mechanisms.token_charge import FromPositionZero, SuffixOnly
+from runtime.policies.base import Policy
 
-class TrtllmPP(StaticChunkPolicy):
-    """Differs from ``wavepp`` in: admission inside the loop; stage-0-only reuse lookup and
-    allocation with stage-local admission (and late fallback) on the other stages; request
-    broadcast down the chain; R = P; static chunks of ``static_chunk_tokens``, scheduled every
-    iteration with whatever is there (no wait to fill a wave)."""
+#: The behaviour of TensorRT-LLM main as read from its source (2026): reuse-credited token budget.
+TRTLLM_PP = Policy("trtllm-pp", admission=InlineRounds(), lookup=FirstStageTree(), stage_admission=OnFirstChunk(),
+                   charge=SuffixOnly(), chunking=Static(), ring=Ring(1), fill=FillWaves(False),
+                   relay=RequestRelay(True))
 
-    name = "trtllm-pp"
-    async_admission = False
-    use_hint_index = False
-    lease_all_stages = False
-    broadcast_requests = True
-    ring_factor = 1
-    fill_waves = False
+#: Releases before the reuse credit of PR #11637 (merged February 2026): a new context request's
+#: budget is charged from position 0, cached prefix included.
+TRTLLM_PP_LEGACY = dataclasses.replace(TRTLLM_PP, name="trtllm-pp-legacy", charge=FromPositionZero())

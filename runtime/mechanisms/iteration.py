@@ -1,0 +1,51 @@
+"""Iteration: what each turn of the loop does around planning - how many waves may be in
+flight (the ring), whether a small wave waits to fill, whether new requests are relayed down
+the chain before the stages can run them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from runtime.knobs import Knobs
+
+
+@dataclass(frozen=True, slots=True)
+class Ring:
+    """``factor``·P waves in flight unless the ``ring`` knob says otherwise. WavePP: R = 2P
+    (DESIGN §2). TensorRT-LLM: ``num_micro_batches = pp_size`` in ``_executor_loop_pp``
+    (PRs #3878, #10349, #16170), so R = P."""
+
+    factor: int
+
+    @property
+    def name(self) -> str:
+        return f"{self.factor}P" if self.factor != 1 else "P"
+
+    def size(self, knobs: Knobs, num_stages: int) -> int:
+        return knobs.ring_size(num_stages, self.factor)
+
+
+@dataclass(frozen=True, slots=True)
+class FillWaves:
+    """``on``: a wave smaller than b_min waits for more admitted work while P waves keep every
+    stage busy and more work is on its way (WavePP). ``off``: schedule every iteration with
+    whatever is there (TensorRT-LLM's loop schedules each iteration)."""
+
+    on: bool
+
+    @property
+    def name(self) -> str:
+        return "on" if self.on else "off"
+
+
+@dataclass(frozen=True, slots=True)
+class RequestRelay:
+    """``on``: newly admitted requests, with their token ids, are relayed rank to rank before
+    the later stages can run them (TensorRT-LLM: ``RequestBroadcaster._broadcast_requests``,
+    pickled per hop; cost per token from PR #15134). ``off``: stages read plans from the store."""
+
+    on: bool
+
+    @property
+    def name(self) -> str:
+        return "on" if self.on else "off"

@@ -1,0 +1,130 @@
+"""Policies as compositions of mechanisms: each mechanism does what its docstring says, specs
+compose and ablate, and any composition runs through the one loop on the sim and torch engines."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from runtime.bench import BenchConfig, run_one
+from runtime.engines.sim.engine import SimEngine
+from runtime.knobs import POLICY_NAMES, KnobError, Knobs
+from runtime.mechanisms.token_charge import FromPositionZero, SuffixOnly
+from runtime.planner import pack_static
+from runtime.policies import POLICIES, VARIANTS, get_policy
+from runtime.request import AdmittedRequest, Chunk, Request
+from runtime.workloads import parse_workload
+
+B = 64
+
+
+def adm(rid: str, num_tokens: int, reuse_blocks: int = 0) -> AdmittedRequest:
+    return AdmittedRequest(Request(rid, list(range(num_tokens)), 0.0, []), reuse_blocks, 0.0, B)  # type: ignore[arg-type]
+
+
+# ---- token charge --------------------------------------------------------------------------
+
+def test_charged_from_position_zero_one_long_reused_prompt_fills_a_micro_batch() -> None:
+    """max_num_tokens 8192: a 36K-token prompt with a 4K suffix is charged min(8192, 36K) and
+    computes its 4K suffix; nothing else fits in that micro-batch (issue 10, item 3a)."""
+    prompts = [adm("a", 36864, reuse_blocks=32768 // B), adm("b", 36864, reuse_blocks=32768 // B)]
+    position0 = pack_static(prompts, 8192, B, FromPositionZero().position)
+    assert position0 == [Chunk("a", 32768, 4096, 512, True)]
+    credited = pack_static(prompts, 8192, B, SuffixOnly().position)
+    assert credited == [Chunk("a", 32768, 4096, 512, True), Chunk("b", 32768, 4096, 512, True)]
+
+
+def test_a_non_last_chunk_after_reuse_is_shifted_not_shrunk() -> None:
+    """setPrepopulatedPromptLen moves the window right by the reused amount: a chunk charged 8192
+    from position 0 computes 8192 tokens starting at the cached position, its end on a block."""
+    a = adm("a", 36864, reuse_blocks=4096 // B)
+    assert pack_static([a], 8192, B, FromPositionZero().position) == [Chunk("a", 4096, 8192, 64, False)]
+    a.scheduled += 8192             # the next chunk is past the prefix: charged what it computes
+    assert FromPositionZero().position(a) == a.scheduled
+
+
+# ---- composition ---------------------------------------------------------------------------
+
+def test_presets_are_compositions_and_the_knob_lists_them() -> None:
+    assert set(POLICY_NAMES) == set(POLICIES)
+    wavepp, trt, legacy = (POLICIES[n] for n in ("wavepp", "trtllm-pp", "trtllm-pp-legacy"))
+    assert wavepp.mechanisms() == {"admission": "async", "lookup": "hint-index", "stage-admission": "every-stage",
+                                   "charge": "suffix", "chunking": "mpu", "ring": "2P", "fill": "on", "relay": "off"}
+    assert trt.mechanisms() == {"admission": "inline", "lookup": "first-stage", "stage-admission": "first-chunk",
+                                "charge": "suffix", "chunking": "static", "ring": "P", "fill": "off", "relay": "on"}
+    assert legacy.mechanisms() == {**trt.mechanisms(), "charge": "position0"}
+
+
+def test_a_spec_swaps_mechanisms_in_order() -> None:
+    p = get_policy("wavepp+lookup=first-stage+ring=P")
+    assert p.name == "wavepp+lookup=first-stage+ring=P"
+    assert p.mechanisms() == {**POLICIES["wavepp"].mechanisms(), "lookup": "first-stage", "ring": "P"}
+    assert p.ring_size(Knobs(), 4) == 4 and POLICIES["wavepp"].ring_size(Knobs(), 4) == 8
+
+
+@pytest.mark.parametrize("spec,message", [
+    ("fastest", "unknown policy 'fastest'"),
+    ("wavepp+lookup", "'lookup' is not KIND=VARIANT"),
+    ("wavepp+colour=red", "unknown mechanism kind 'colour'"),
+    ("wavepp+charge=half", "unknown charge variant 'half' (known: suffix, position0)"),
+])
+def test_a_bad_spec_names_what_is_unknown(spec: str, message: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(message)):
+        get_policy(spec)
+    with pytest.raises(KnobError, match="^policy: "):
+        Knobs().replace(policy=spec)
+
+
+def test_every_variant_is_reachable_by_name() -> None:
+    for kind, variants in VARIANTS.items():
+        for name in variants:
+            assert get_policy(f"wavepp+{kind}={name}").mechanisms()[kind] == name
+
+
+# ---- one loop, any composition ------------------------------------------------------------
+
+@pytest.mark.parametrize("spec", ["trtllm-pp-legacy", "wavepp+admission=inline+stage-admission=first-chunk",
+                                  "trtllm-pp+lookup=hint-index+ring=2P"])
+def test_a_composed_policy_runs_through_the_loop_on_the_sim(spec: str) -> None:
+    engine = SimEngine("llama-3-8b", "h200", 4, block_size=B, kv_blocks=[600, 300, 600, 600])
+    cfg = BenchConfig(parse_workload("reuse90"), [8], [spec], 32, 0, prompt_tokens=2048)
+    rec = run_one(engine, cfg, spec, 8)
+    assert rec.figures.completed == 32 and rec.figures.failed == 0
+    assert rec.meta["mechanisms"] == get_policy(spec).mechanisms()
+    assert rec.meta["inline_admission"] == get_policy(spec).admission.inline
+    for h in rec.parts.handles:
+        assert h.cache.leases == {} and h.cache.tickets == {}
+        h.cache.check()
+
+
+def test_charging_from_position_zero_costs_the_baseline_waves(tmp_path: Path) -> None:
+    """Same schedule, same engine: charged from position 0, the baseline's static waves carry
+    fewer computed tokens each, so it needs more of them for the same requests."""
+    engine = SimEngine("llama-3-8b", "h200", 2, block_size=B, kv_blocks=[4000])
+    cfg = BenchConfig(parse_workload("suffix:256"), [16], [], 48, 0, prompt_tokens=4096)
+    cfg.knobs = cfg.knobs.replace(static_chunk_tokens=2048)
+    credited = run_one(engine, cfg, "trtllm-pp", 16)
+    legacy = run_one(engine, cfg, "trtllm-pp-legacy", 16)
+    assert credited.figures.completed == legacy.figures.completed == 48
+    assert legacy.figures.waves > credited.figures.waves
+    assert legacy.figures.mean_wave_tokens < credited.figures.mean_wave_tokens
+
+
+def test_a_composed_policy_runs_on_the_torch_engine(tmp_path: Path) -> None:
+    from runtime.engines.torch.config import DecoderConfig
+    from runtime.engines.torch.engine import TorchEngine
+
+    cfg_model = DecoderConfig(vocab_size=512, hidden_size=64, intermediate_size=128, num_layers=4, num_heads=4,
+                              num_kv_heads=2, max_position=2048)
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg_model.to_hf_dict()))
+    engine = TorchEngine(str(path), pp=2, block_size=16, kv_blocks=[200, 120], seed=3)
+    spec = "trtllm-pp-legacy+lookup=hint-index"
+    cfg = BenchConfig(parse_workload("reuse90"), [4], [spec], 12, seed=1, prompt_tokens=200)
+    cfg.knobs = cfg.knobs.replace(max_wave_tokens=128, min_wave_tokens=64, static_chunk_tokens=64)
+    rec = run_one(engine, cfg, spec, 4)
+    assert rec.figures.completed == 12 and rec.figures.failed == 0
+    assert rec.meta["mechanisms"]["charge"] == "position0"
