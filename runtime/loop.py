@@ -349,7 +349,7 @@ class PipelineLoop:
                 span.add_link(self.spans[c.request_id].get_span_context())   # the wave carries these requests
             span.set_attributes({
                 N.WAVE_ID: wave.id, N.BUDGET: plan.budget, N.TOKENS: wave.num_tokens,
-                N.NUM_WAVES_READY: plan.ready_waves, N.NUM_IN_FLIGHT: self.in_flight + 1,
+                N.NUM_WAVES_READY: plan.ready_waves, N.NUM_IN_FLIGHT: self.in_flight + 1, N.RING: self.ring,
                 N.REQUEST_IDS: [c.request_id for c in plan.chunks]})
         return wave
 

@@ -9,6 +9,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from runtime.idle_causes import top_causes
 from runtime.report import RunFigures
 
 
@@ -53,3 +54,8 @@ def print_table(figures: Sequence[RunFigures]) -> None:
     if not console.is_terminal:
         console = Console(width=220)      # piped or logged: keep the table on one line per run
     console.print(t)
+    console.print("where the time went (idle share of the makespan per stage, top causes):")
+    for f in figures:
+        stages = [f"s{s} {b:.1%}" + (f" ({top_causes(c, f.makespan_s)})" if b > 0.0005 else "")
+                  for s, (b, c) in enumerate(zip(f.bubble_fraction, f.idle_causes_s, strict=True))]
+        console.print(f"  {f.policy} c={f.concurrency}: " + " · ".join(stages), highlight=False)

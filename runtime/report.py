@@ -11,6 +11,7 @@
 * good-hit rate       = reused tokens / tokens a completed request had computed before
 * prefill latency     = arrival -> last chunk done (request span duration)
 * fallbacks           = requests whose reuse boundary was lowered after the first lookup
+* idle causes         = each stage's idle time split by cause (:mod:`runtime.idle_causes`)
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from runtime.idle_causes import idle_causes
 from telemetry import names as N
 
 
@@ -62,6 +64,7 @@ class RunFigures:
     waves: int
     mean_wave_tokens: float
     admission_critical_path_s_per_request: float
+    idle_causes_s: list[dict[str, float]]     # per stage: seconds idle by cause (they sum to makespan - busy)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -148,4 +151,5 @@ def compute_figures(spans: Sequence[Span], num_stages: int, meta: dict[str, Any]
         fallbacks=fallbacks, waves=len(wave_tokens),
         mean_wave_tokens=sum(wave_tokens) / len(wave_tokens) if wave_tokens else 0.0,
         admission_critical_path_s_per_request=critical / len(done) if done else 0.0,
+        idle_causes_s=idle_causes(spans, num_stages, origin, end, inline),
     )

@@ -42,10 +42,10 @@ async def prepare_waves(loop: PipelineLoop, s: int) -> None:
         await ready.join()              # the stage has taken the previous prepared wave
         wave = await loop.inbox[s].get()
         assert wave is not None
-        if wave.broadcast_tokens:
-            await handle.receive_requests(wave.broadcast_tokens)
         tables: dict[str, list[int]] = {}
         with loop.tel.span(N.MATERIALIZE, {N.STAGE: s, N.WAVE_ID: wave.id}):
+            if wave.broadcast_tokens:
+                await handle.receive_requests(wave.broadcast_tokens)
             ready_chunks = []
             for chunk in wave.chunks:
                 live_req = is_live(loop, chunk)

@@ -33,6 +33,7 @@ BUDGET = "wavepp.budget"                         # wave token budget the planner
 NUM_REQUESTS = "wavepp.requests"
 NUM_WAVES_READY = "wavepp.waves.ready"
 NUM_IN_FLIGHT = "wavepp.waves.in_flight"
+RING = "wavepp.waves.ring"                        # waves allowed in flight when the wave was planned
 REUSE_BLOCKS = "wavepp.reuse.blocks"
 REUSED_TOKENS = "wavepp.reuse.tokens"            # tokens served from cache (k * B)
 REUSABLE_TOKENS = "wavepp.reuse.reusable_tokens"  # tokens whose blocks a completed request computed before

@@ -1,0 +1,75 @@
+"""Idle time split by cause: every idle instant gets exactly one cause, and the causes are the
+ones the spans show."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from runtime.bench import BenchConfig, run_one
+from runtime.engines.sim.engine import SimEngine
+from runtime.idle_causes import CAUSES, idle_causes, top_causes
+from runtime.workloads import parse_workload
+from telemetry import names as N
+
+MS = 1_000_000
+
+
+def span(name: str, t0: float, t1: float, **attrs: Any) -> dict[str, Any]:
+    return {"n": name, "t0": int(t0 * MS), "t1": int(t1 * MS), "a": attrs}
+
+
+def ms(causes: dict[str, float]) -> dict[str, float]:
+    return {c: round(v * 1e3, 6) for c, v in causes.items() if v}
+
+
+def test_a_two_stage_timeline_is_split_into_the_causes_its_spans_show() -> None:
+    """Ring of 1. Stage 0 runs wave 0, waits for its retirement (ring full), then prepares wave 1.
+    Stage 1 waits for wave 0 to leave stage 0 and cross the link, then for wave 1."""
+    E, W, M, S = N.EXECUTE, N.WAVE_ID, N.MATERIALIZE, N.SEND
+    spans = [
+        span(N.WAVE_PLAN, 0, 1, **{W: 0, N.RING: 1}),
+        span(E, 1, 5, **{N.STAGE: 0, W: 0}),
+        span(S, 5, 6, **{N.STAGE: 0, W: 0}),
+        span(E, 6, 10, **{N.STAGE: 1, W: 0}),
+        span(N.WAVE_PLAN, 10, 10.5, **{W: 1, N.RING: 1}),      # planned once wave 0 retired at 10
+        span(M, 10.5, 11, **{N.STAGE: 0, W: 1}),
+        span(E, 11, 15, **{N.STAGE: 0, W: 1}),
+        span(S, 15, 16, **{N.STAGE: 0, W: 1}),
+        span(N.STAGE_WAIT, 16, 17, **{N.STAGE: 1}),
+        span(M, 16, 17.5, **{N.STAGE: 1, W: 1}),
+        span(E, 17.5, 20, **{N.STAGE: 1, W: 1}),
+    ]
+    s0, s1 = idle_causes(spans, 2, 0, 20 * MS, inline_admission=False)
+    assert ms(s0) == {"fill": 1.0, "ring_full": 5.0, "no_work": 0.5, "preparation": 0.5, "drain": 5.0}
+    assert ms(s1) == {"fill": 6.0, "previous_stage": 5.0, "transfer": 1.0, "kv_capacity": 1.0, "preparation": 0.5}
+    assert top_causes(s1, 0.020) == "fill 30.0%, previous_stage 25.0%"
+
+
+def test_inline_admission_is_charged_only_when_the_loop_ran_it() -> None:
+    spans = [span(N.EXECUTE, 0, 1, **{N.STAGE: 0, N.WAVE_ID: 0}),
+             span(N.ADMISSION_ROUND, 1, 3),
+             span(N.WAVE_PLAN, 3, 4, **{N.WAVE_ID: 1, N.RING: 4}),
+             span(N.EXECUTE, 4, 5, **{N.STAGE: 0, N.WAVE_ID: 1})]
+    [inline] = idle_causes(spans, 1, 0, 5 * MS, inline_admission=True)
+    [beside] = idle_causes(spans, 1, 0, 5 * MS, inline_admission=False)
+    assert ms(inline) == {"admission": 2.0, "no_work": 1.0}
+    assert ms(beside) == {"no_work": 3.0}
+
+
+@pytest.mark.parametrize("policy", ["wavepp", "trtllm-pp", "trtllm-pp-legacy"])
+def test_causes_sum_to_each_stages_idle_time(policy: str) -> None:
+    engine = SimEngine("llama-3-8b", "h200", 4, block_size=64, kv_blocks=[1000, 200, 1000, 1000])
+    cfg = BenchConfig(parse_workload("reuse90"), [8], [policy], 48, 0, prompt_tokens=2048)
+    rec = run_one(engine, cfg, policy, 8)
+    f = rec.figures
+    assert len(f.idle_causes_s) == 4
+    for s, causes in enumerate(f.idle_causes_s):
+        assert set(causes) == set(CAUSES)
+        idle = f.bubble_fraction[s] * f.makespan_s
+        assert sum(causes.values()) == pytest.approx(idle, rel=1e-6, abs=1e-9)
+        assert causes["other"] <= 0.01 * f.makespan_s            # the spans explain the gaps
+    assert f.idle_causes_s[0]["previous_stage"] == 0 and f.idle_causes_s[0]["transfer"] == 0
+    if policy == "wavepp":
+        assert all(c["admission"] == 0 for c in f.idle_causes_s)
