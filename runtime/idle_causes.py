@@ -89,9 +89,9 @@ def idle_causes(spans: Sequence[Span], num_stages: int, origin: int, end: int,
     waits: dict[int, list[Interval]] = defaultdict(list)
     plans: list[tuple[int, int, int]] = []
     rounds: list[Interval] = []
-    for s in spans:
-        n, a = s["n"], s["a"]
-        t0, t1 = s["t0"] or 0, s["t1"] or 0
+    for sp in spans:
+        n, a = sp["n"], sp["a"]
+        t0, t1 = sp["t0"] or 0, sp["t1"] or 0
         if n == N.EXECUTE:
             executes[int(a[N.STAGE])].append((t0, t1, int(a.get(N.WAVE_ID, -1))))
         elif n == N.MATERIALIZE and N.WAVE_ID in a:
@@ -107,12 +107,12 @@ def idle_causes(spans: Sequence[Span], num_stages: int, origin: int, end: int,
     plans.sort()
     planned_at = {w: t for t, w, _ in plans}
     last = num_stages - 1
-    retired = sorted(t1 for _, t1, _ in executes.get(last, ()))
+    retired = sorted(t1 for _, t1, _ in executes.get(last, []))
     ring_full = _ring_full(plans, retired)
 
     out = []
     for s in range(num_stages):
-        steps = sorted(e for e in executes.get(s, ()) if e[1] > origin)
+        steps = sorted(e for e in executes.get(s, []) if e[1] > origin)
         counts = dict.fromkeys(CAUSES, 0)
         if not steps:
             counts["fill"] = max(end - origin, 0)
