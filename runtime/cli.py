@@ -132,6 +132,22 @@ def build_parser() -> _Parser:
     b.add_argument("--quiet", action="store_true", help="no progress bar")
     b.add_argument("--launcher", choices=LAUNCHERS, default="threads", help=LAUNCHER_HELP)
 
+    g = sub.add_parser("grid", help="every policy over a declared grid of sim settings; JSON + Markdown summary")
+    g.add_argument("--models", type=name_list, default=["glm-5.2", "minimax-m2.7"])
+    g.add_argument("--hardware", default="b300")
+    g.add_argument("--pp", type=positive_int, default=4)
+    g.add_argument("--workloads", type=name_list, default=["cold", "reuse90", "mixed", "suffix4k", "suffix16k"])
+    g.add_argument("--concurrency", type=int_list, default=[8, 32, 64, 128])
+    g.add_argument("--policy", type=name_list, default=["wavepp", "trtllm-pp", "trtllm-pp-legacy"],
+                   help="the first is compared with the best of the others")
+    g.add_argument("--requests", type=positive_int, default=None, help="per run (default: max(512, 4 x c))")
+    g.add_argument("--seed", type=int, default=0)
+    g.add_argument("--jobs", type=positive_int, default=1, help="settings run in parallel processes")
+    g.add_argument("--perf-dir", default=None, help="the kernel tables (default: ../shared/data/perf)")
+    g.add_argument("--json", dest="json_path", type=output_file, default=None)
+    g.add_argument("--markdown", type=output_file, default=None)
+    g.add_argument("--quiet", action="store_true", help="no progress bar")
+
     a = sub.add_parser("admission-bench", help="admission latency (lookup + lease + escrow) and store round trips")
     a.add_argument("--store", default="memory", help="memory or redis://host:port/db")
     a.add_argument("--stages", type=positive_int, default=4)
@@ -294,6 +310,37 @@ def _bench(args: argparse.Namespace, spec: Any, engine: Any, sim: Any, knobs: An
     if failed:
         first = next(iter(next(r for r in records if r.loop.failures).loop.failures.values()))
         print(f"warning: {failed} request(s) failed, e.g.: {first}", file=sys.stderr)
+    return 0
+
+
+def cmd_grid(args: argparse.Namespace) -> int:
+    from runtime.engines.sim.engine import SimEngine
+    from runtime.grid import GridSpec, run_grid, summary, to_markdown
+    from runtime.policies import get_policy
+    from runtime.progress import BenchProgress
+    from runtime.workloads import parse_workload
+
+    spec = GridSpec(args.models, args.hardware, args.pp, args.workloads, args.concurrency, args.policy,
+                    args.requests, args.seed, args.perf_dir)
+    try:                                   # every value checked before the first run
+        for p in spec.policies:
+            get_policy(p)
+        for w in spec.workloads:
+            parse_workload(w)
+        for m in spec.models:
+            SimEngine(m, spec.hardware, spec.pp, perf_dir=spec.perf_dir)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    with BenchProgress(disabled=args.quiet) as progress:
+        rows = run_grid(spec, args.jobs, lambda done, total: progress.update("grid settings", done, total))
+    print(summary(rows))
+    if args.json_path:
+        Path(args.json_path).write_text(json.dumps({"summary": summary(rows), "settings": [r.as_dict() for r in rows]},
+                                                   indent=1))
+        print(f"wrote {args.json_path}")
+    if args.markdown:
+        Path(args.markdown).write_text(to_markdown(rows, spec))
+        print(f"wrote {args.markdown}")
     return 0
 
 
@@ -500,7 +547,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = parser.parse_args(argv)
         if getattr(args, "launcher", None) == "torchrun" and serve_if_worker():
             return 0
-        handler = {"bench": cmd_bench, "admission-bench": cmd_admission_bench, "knobs": cmd_knobs,
+        handler = {"bench": cmd_bench, "grid": cmd_grid, "admission-bench": cmd_admission_bench, "knobs": cmd_knobs,
                    "dashboard": cmd_dashboard, "check-engine": cmd_check_engine, "calibrate": cmd_calibrate,
                    "calibrate-coordination": cmd_calibrate_coordination, "cost-table": cmd_cost_table}[args.command]
         return handler(args)

@@ -21,7 +21,7 @@ from runtime.hashing import block_hashes
 from runtime.request import Request
 
 KINDS = ("cold", "reuse90", "mixed", "suffix")
-ALIASES = {"suffix4k": "suffix:4096"}
+ALIASES = {"suffix4k": "suffix:4096", "suffix16k": "suffix:16384"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,7 +43,7 @@ def parse_workload(name: str) -> WorkloadSpec:
         n = text.removeprefix("suffix:")
         if n.isdigit() and int(n) > 0:
             return WorkloadSpec("suffix", int(n))
-    raise ValueError(f"unknown workload {name!r} (use cold, reuse90, mixed, suffix:N or suffix4k)")
+    raise ValueError(f"unknown workload {name!r} (use cold, reuse90, mixed, suffix:N, suffix4k or suffix16k)")
 
 
 @dataclass(frozen=True, slots=True)

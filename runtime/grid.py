@@ -1,0 +1,144 @@
+"""``wavepp grid``: a declared grid of settings, every policy on each, one summary.
+
+A setting is (model, workload, concurrency) on one hardware and P; every policy runs it with the
+same seeded requests (:func:`runtime.bench.run_one`). The first policy is the subject, the others
+its baselines: per setting the subject's ratio to the best baseline, and the idle causes of
+whichever lost. Settings run in parallel processes with ``jobs > 1``.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import dataclass, field
+from multiprocessing import get_context
+from typing import Any
+
+from runtime.idle_causes import CAUSES
+
+DEFAULT_MODELS = ("glm-5.2", "minimax-m2.7")
+DEFAULT_WORKLOADS = ("cold", "reuse90", "mixed", "suffix4k", "suffix16k")
+DEFAULT_CONCURRENCY = (8, 32, 64, 128)
+KEPT = ("input_tokens_per_s", "computed_tokens_per_s", "pipeline_efficiency", "prefill_latency_p50_s",
+        "prefill_latency_p95_s", "completed", "failed")
+
+
+@dataclass(frozen=True, slots=True)
+class GridSpec:
+    models: Sequence[str] = DEFAULT_MODELS
+    hardware: str = "b300"
+    pp: int = 4
+    workloads: Sequence[str] = DEFAULT_WORKLOADS
+    concurrencies: Sequence[int] = DEFAULT_CONCURRENCY
+    policies: Sequence[str] = ("wavepp", "trtllm-pp", "trtllm-pp-legacy")
+    requests: int | None = None          # per run; default max(512, 4 x c) as in ``wavepp bench``
+    seed: int = 0
+    perf_dir: str | None = None
+
+    def settings(self) -> list[tuple[str, str, int]]:
+        return list(itertools.product(self.models, self.workloads, self.concurrencies))
+
+
+@dataclass(slots=True)
+class GridRow:
+    model: str
+    workload: str
+    concurrency: int
+    runs: dict[str, dict[str, Any]] = field(default_factory=dict)   # policy -> figures kept (KEPT + idle)
+    subject: str = ""
+    best_baseline: str = ""
+    ratio: float = 0.0                    # subject's input throughput / the best baseline's
+    loser_causes: list[tuple[str, float]] = field(default_factory=list)   # top idle causes of the loser
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"model": self.model, "workload": self.workload, "concurrency": self.concurrency,
+                "subject": self.subject, "best_baseline": self.best_baseline, "ratio": self.ratio,
+                "loser_idle_causes": [{"cause": c, "share": s} for c, s in self.loser_causes], "runs": self.runs}
+
+
+def idle_shares(figures: dict[str, Any]) -> dict[str, float]:
+    """Idle seconds by cause summed over stages, as a share of P x makespan."""
+    total = figures["makespan_s"] * len(figures["idle_causes_s"])
+    return {c: sum(st[c] for st in figures["idle_causes_s"]) / total if total else 0.0 for c in CAUSES}
+
+
+def run_setting(spec: GridSpec, model: str, workload: str, concurrency: int) -> GridRow:
+    """Every policy on one setting (runs in a worker process when ``jobs > 1``)."""
+    from runtime.bench import BenchConfig, run_one
+    from runtime.engines.sim.engine import SimEngine
+    from runtime.workloads import parse_workload
+
+    engine = SimEngine(model, spec.hardware, spec.pp, perf_dir=spec.perf_dir)
+    requests = spec.requests or max(512, 4 * concurrency)
+    cfg = BenchConfig(parse_workload(workload), [concurrency], list(spec.policies), requests, spec.seed,
+                      knobs=engine.default_knobs(), model_name=model, hardware_name=spec.hardware)
+    row = GridRow(model, workload, concurrency, subject=spec.policies[0])
+    for policy in spec.policies:
+        f = run_one(engine, cfg, policy, concurrency).figures.as_dict()
+        row.runs[policy] = {k: f[k] for k in KEPT} | {"idle_shares": idle_shares(f)}
+    rate = {p: r["input_tokens_per_s"] for p, r in row.runs.items()}
+    baselines = list(spec.policies[1:])
+    if baselines:
+        row.best_baseline = max(baselines, key=lambda p: rate[p])
+        best = rate[row.best_baseline]
+        row.ratio = rate[row.subject] / best if best else 0.0
+        loser = row.subject if row.ratio < 1 else row.best_baseline
+        shares = row.runs[loser]["idle_shares"]
+        row.loser_causes = sorted(((c, s) for c, s in shares.items() if s > 0), key=lambda x: -x[1])[:2]
+    return row
+
+
+def run_grid(spec: GridSpec, jobs: int = 1,
+             progress: Callable[[int, int], None] | None = None) -> list[GridRow]:
+    """Every setting of ``spec``, in the grid's order; ``progress(done, total)`` after each."""
+    settings = spec.settings()
+    rows: dict[tuple[str, str, int], GridRow] = {}
+    if jobs <= 1:
+        for i, key in enumerate(settings, 1):
+            rows[key] = run_setting(spec, *key)
+            if progress:
+                progress(i, len(settings))
+    else:
+        with ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("spawn")) as pool:
+            futures = {pool.submit(run_setting, spec, *key): key for key in settings}
+            for i, fut in enumerate(as_completed(futures), 1):
+                rows[futures[fut]] = fut.result()
+                if progress:
+                    progress(i, len(settings))
+    return [rows[key] for key in settings]
+
+
+def summary(rows: Sequence[GridRow]) -> str:
+    """``wins N/M, min ratio R, c=128 suffix4k: glm-5.2 Q1, minimax-m2.7 Q2``."""
+    scored = [r for r in rows if r.best_baseline]
+    if not scored:
+        return "no baseline to compare with"
+    wins = sum(r.ratio >= 1.0 for r in scored)
+    worst = min(scored, key=lambda r: r.ratio)
+    line = (f"wins {wins}/{len(scored)}, min ratio {worst.ratio:.3f} "
+            f"({worst.model} {worst.workload} c={worst.concurrency})")
+    top = max(r.concurrency for r in scored)
+    headline = [r for r in scored if r.concurrency == top and r.workload in ("suffix4k", "suffix:4096")]
+    if headline:
+        line += f", c={top} suffix4k: " + ", ".join(f"{r.model} {r.ratio:.3f}" for r in headline)
+    return line
+
+
+def to_markdown(rows: Sequence[GridRow], spec: GridSpec) -> str:
+    policies = list(spec.policies)
+    head = ["model", "workload", "c"] + [f"{p} in/computed tok/s (eff, p50/p95 s)" for p in policies] + [
+        f"{policies[0]} / best", "loser's top idle causes"]
+    lines = [f"# wavepp grid: {spec.hardware}, PP{spec.pp}", "", summary(rows), "",
+             "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in rows:
+        cells = [r.model, r.workload, str(r.concurrency)]
+        for p in policies:
+            f = r.runs[p]
+            cells.append(f"{f['input_tokens_per_s']:,.0f}/{f['computed_tokens_per_s']:,.0f} "
+                         f"({f['pipeline_efficiency']:.3f}, "
+                         f"{f['prefill_latency_p50_s']:.2f}/{f['prefill_latency_p95_s']:.2f})")
+        cells.append(f"{r.ratio:.3f}" if r.best_baseline else "-")
+        cells.append(", ".join(f"{c} {s:.1%}" for c, s in r.loser_causes) or "-")
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
