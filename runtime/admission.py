@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from runtime.engines.base import LeaseItem, StageHandle, now, on_stages
+from runtime.mechanisms.reserve import Reserve, SuffixBlocks
 from runtime.mechanisms.reuse_lookup import ReuseLookup
 from runtime.request import AdmittedRequest, Request, RequestState
 from store.base import Store
@@ -34,16 +35,18 @@ class RoundResult:
 
 class Admission:
     """Runs admission rounds against the stages in ``admit_stages``, finding boundaries with
-    ``lookup`` (:mod:`runtime.mechanisms.reuse_lookup`)."""
+    ``lookup`` (:mod:`runtime.mechanisms.reuse_lookup`) and escrowing what ``reserve`` says."""
 
     def __init__(self, stages: Sequence[StageHandle], admit_stages: Sequence[int], store: Store,
-                 block_size: int, telemetry: Telemetry, lookup: ReuseLookup) -> None:
+                 block_size: int, telemetry: Telemetry, lookup: ReuseLookup,
+                 reserve: Reserve | None = None) -> None:
         self.stages = list(stages)
         self.admit_stages = list(admit_stages)
         self.store = store
         self.block_size = block_size
         self.tel = telemetry
         self.lookup = lookup
+        self.reserve = reserve or SuffixBlocks()
         self._admitting = [self.stages[s] for s in self.admit_stages]
 
     def _max_blocks(self, r: Request) -> int:
@@ -89,7 +92,7 @@ class Admission:
     async def _escrow(self, requests: Sequence[Request], granted: list[int]) -> tuple[list[AdmittedRequest],
                                                                                        list[Request]]:
         b = self.block_size
-        items = [(r.id, -(-(r.num_tokens - k * b) // b)) for r, k in zip(requests, granted, strict=True)]
+        items = [(r.id, self.reserve.blocks(r.num_tokens, k, b)) for r, k in zip(requests, granted, strict=True)]
         with self.tel.span(N.ESCROW, {N.NUM_REQUESTS: len(requests), N.BLOCKS: sum(n for _, n in items)}):
             fits = await on_stages(self._admitting, lambda h: h.escrow(items))
             n_ok = min(fits) if fits else len(requests)

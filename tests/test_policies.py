@@ -52,10 +52,12 @@ def test_presets_are_compositions_and_the_knob_lists_them() -> None:
     assert set(POLICY_NAMES) == set(POLICIES)
     wavepp, trt, legacy = (POLICIES[n] for n in ("wavepp", "trtllm-pp", "trtllm-pp-legacy"))
     assert wavepp.mechanisms() == {"admission": "async", "lookup": "hint-index", "stage-admission": "every-stage",
-                                   "charge": "suffix", "chunking": "mpu", "ring": "2P", "fill": "on", "relay": "off"}
+                                   "charge": "suffix", "chunking": "mpu", "ring": "2P", "fill": "on", "relay": "off",
+                                   "reserve": "suffix"}
     assert trt.mechanisms() == {"admission": "inline", "lookup": "first-stage", "stage-admission": "first-chunk",
-                                "charge": "suffix", "chunking": "static", "ring": "P", "fill": "off", "relay": "on"}
-    assert legacy.mechanisms() == {**trt.mechanisms(), "charge": "position0"}
+                                "charge": "suffix", "chunking": "static", "ring": "P", "fill": "off", "relay": "on",
+                                "reserve": "suffix"}
+    assert legacy.mechanisms() == {**trt.mechanisms(), "charge": "position0", "reserve": "whole-prompt"}
 
 
 def test_a_spec_swaps_mechanisms_in_order() -> None:
@@ -128,3 +130,31 @@ def test_a_composed_policy_runs_on_the_torch_engine(tmp_path: Path) -> None:
     rec = run_one(engine, cfg, spec, 4)
     assert rec.figures.completed == 12 and rec.figures.failed == 0
     assert rec.meta["mechanisms"]["charge"] == "position0"
+
+
+def test_reserving_for_the_whole_prompt_admits_fewer_when_the_pool_binds(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Prompts of 32 blocks reusing ~28 on a 160-block stage 0: the suffix reservation admits
+    many at once, the whole-prompt one (before TRT-LLM PR #11490) far fewer."""
+    from runtime.kvcache.stage_cache import StageCache
+    from runtime.mechanisms.reserve import SuffixBlocks, WholePrompt
+    assert SuffixBlocks().blocks(2048, 28, 64) == 4
+    assert WholePrompt().blocks(2048, 28, 64) == 32
+    peak = {"now": 0}
+    real = StageCache.escrow_round
+
+    def counting(self: StageCache, items: list[tuple[str, int]]) -> int:
+        n = real(self, items)
+        if self.stage == 0:
+            peak["now"] = max(peak["now"], len(self.tickets))
+        return n
+
+    monkeypatch.setattr(StageCache, "escrow_round", counting)
+    engine = SimEngine("llama-3-8b", "h200", 2, block_size=B, kv_blocks=[160])
+    cfg = BenchConfig(parse_workload("reuse90"), [16], [], 32, 0, prompt_tokens=2048)
+    seen = {}
+    for spec in ("trtllm-pp", "trtllm-pp+reserve=whole-prompt"):
+        peak["now"] = 0
+        rec = run_one(engine, cfg, spec, 16)
+        assert rec.figures.completed == 32
+        seen[spec] = peak["now"]
+    assert seen["trtllm-pp+reserve=whole-prompt"] < seen["trtllm-pp"]

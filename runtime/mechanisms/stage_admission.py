@@ -77,7 +77,7 @@ class OnFirstChunk:
         a.local_stages.add(s)              # released everywhere on failure or fallback, like the rest
         if granted < chunk.reuse_blocks:
             raise LateFallback(granted)
-        need = -(-(req.num_tokens - granted * loop.block_size) // loop.block_size)
+        need = loop.policy.reserve.blocks(req.num_tokens, granted, loop.block_size)
         while not await handle.escrow([(req.id, need)], remote=False):
             if loop.passed[s] - loop.retired <= 0:
                 raise DescriptorMismatch(f"stage {s} lacks KV capacity for stage 0's schedule of request {req.id}")

@@ -15,6 +15,7 @@ from runtime.knobs import Knobs
 from runtime.mechanisms.admission_drive import AdmissionDrive, AsyncRounds, InlineRounds
 from runtime.mechanisms.chunking import CHUNKINGS, Chunking, Mpu, Static
 from runtime.mechanisms.iteration import FillWaves, RequestRelay, Ring
+from runtime.mechanisms.reserve import Reserve, SuffixBlocks, WholePrompt
 from runtime.mechanisms.reuse_lookup import FirstStageTree, HintIndex, ReuseLookup
 from runtime.mechanisms.stage_admission import EveryStage, OnFirstChunk, StageAdmission
 from runtime.mechanisms.token_charge import FromPositionZero, SuffixOnly, TokenCharge
@@ -32,6 +33,7 @@ class Policy:
     ring: Ring
     fill: FillWaves
     relay: RequestRelay
+    reserve: Reserve = SuffixBlocks()
 
     def mechanisms(self) -> dict[str, str]:
         """Kind -> variant name: what this policy runs (saved with every run)."""
@@ -56,7 +58,8 @@ class Policy:
 
 #: mechanism kind (as written in a policy spec) -> Policy field
 KIND_FIELDS = {"admission": "admission", "lookup": "lookup", "stage-admission": "stage_admission",
-               "charge": "charge", "chunking": "chunking", "ring": "ring", "fill": "fill", "relay": "relay"}
+               "charge": "charge", "chunking": "chunking", "ring": "ring", "fill": "fill", "relay": "relay",
+               "reserve": "reserve"}
 
 #: every variant of every kind, by name
 VARIANTS: dict[str, dict[str, object]] = {
@@ -68,4 +71,5 @@ VARIANTS: dict[str, dict[str, object]] = {
     "ring": {v.name: v for v in (Ring(2), Ring(1))},
     "fill": {v.name: v for v in (FillWaves(True), FillWaves(False))},
     "relay": {v.name: v for v in (RequestRelay(True), RequestRelay(False))},
+    "reserve": {v.name: v for v in (SuffixBlocks(), WholePrompt())},
 }

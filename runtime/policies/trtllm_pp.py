@@ -20,6 +20,7 @@ import dataclasses
 from runtime.mechanisms.admission_drive import InlineRounds
 from runtime.mechanisms.chunking import Static
 from runtime.mechanisms.iteration import FillWaves, RequestRelay, Ring
+from runtime.mechanisms.reserve import WholePrompt
 from runtime.mechanisms.reuse_lookup import FirstStageTree
 from runtime.mechanisms.stage_admission import OnFirstChunk
 from runtime.mechanisms.token_charge import FromPositionZero, SuffixOnly
@@ -31,5 +32,7 @@ TRTLLM_PP = Policy("trtllm-pp", admission=InlineRounds(), lookup=FirstStageTree(
                    relay=RequestRelay(True))
 
 #: Releases before the reuse credit of PR #11637 (merged February 2026): a new context request's
-#: budget is charged from position 0, cached prefix included.
-TRTLLM_PP_LEGACY = dataclasses.replace(TRTLLM_PP, name="trtllm-pp-legacy", charge=FromPositionZero())
+#: budget is charged from position 0, cached prefix included; and before PR #11490, whose
+#: capacity scheduler reserved blocks for the whole prompt, reused blocks included.
+TRTLLM_PP_LEGACY = dataclasses.replace(TRTLLM_PP, name="trtllm-pp-legacy", charge=FromPositionZero(),
+                                       reserve=WholePrompt())
