@@ -164,13 +164,13 @@ def _unknown() -> str:
 
 
 def _policy_problem(value: Any) -> str | None:
-    from runtime.policies import get_policy     # policies build on knobs: imported when used
+    from runtime.policies import get_policy  # policies build on knobs: imported when used
     if not isinstance(value, str):
         return f"expected a policy name, got {echo(value)}"
     try:
         get_policy(value)
     except ValueError as exc:
-        return echo(str(exc)) if len(str(exc)) > 200 else str(exc)
+        return str(exc) if len(value) <= ECHO_CHARS else f"{echo(value)} is not a policy"
     return None
 
 
