@@ -127,6 +127,8 @@ def build_parser() -> _Parser:
                    help="write Chrome trace-event JSON here (one lane per stage)")
     b.add_argument("--save-run", type=output_file, default=None,
                    help="save spans, figures, knobs and status of every run (.gz ok)")
+    b.add_argument("--host-scale", type=float, default=1.0,
+                   help="sim: multiply the lockstep host work of a conventional PP loop (sensitivity)")
     b.add_argument("--stall-timeout", type=positive_float, default=60.0,
                    help="end a run that makes no progress this many seconds (of its clock) while work waits")
     b.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -142,6 +144,8 @@ def build_parser() -> _Parser:
                    help="the first is compared with the best of the others")
     g.add_argument("--requests", type=positive_int, default=None, help="per run (default: max(512, 4 x c))")
     g.add_argument("--seed", type=int, default=0)
+    g.add_argument("--host-scale", type=float, default=1.0,
+                   help="multiply the lockstep host work of a conventional PP loop (sensitivity)")
     g.add_argument("--jobs", type=positive_int, default=1, help="settings run in parallel processes")
     g.add_argument("--perf-dir", default=None, help="the kernel tables (default: ../shared/data/perf)")
     g.add_argument("--json", dest="json_path", type=output_file, default=None)
@@ -242,7 +246,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
             engine = SimEngine(args.model, args.hardware, args.pp, args.block_size, args.kv_blocks,
                                args.gpus_per_stage, store_url=args.store, realtime=args.realtime,
                                time_scale=args.time_scale, cost_profile=args.cost_profile,
-                               cost_model="auto" if args.cost_profile else args.cost_model, perf_dir=args.perf_dir)
+                               cost_model="auto" if args.cost_profile else args.cost_model, perf_dir=args.perf_dir,
+                               host_work_scale=args.host_scale)
         sim = None
         if args.sim_profile:
             if args.engine != "torch":
@@ -321,14 +326,14 @@ def cmd_grid(args: argparse.Namespace) -> int:
     from runtime.workloads import parse_workload
 
     spec = GridSpec(args.models, args.hardware, args.pp, args.workloads, args.concurrency, args.policy,
-                    args.requests, args.seed, args.perf_dir)
+                    args.requests, args.seed, args.perf_dir, args.host_scale)
     try:                                   # every value checked before the first run
         for p in spec.policies:
             get_policy(p)
         for w in spec.workloads:
             parse_workload(w)
         for m in spec.models:
-            SimEngine(m, spec.hardware, spec.pp, perf_dir=spec.perf_dir)
+            SimEngine(m, spec.hardware, spec.pp, perf_dir=spec.perf_dir, host_work_scale=spec.host_scale)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     with BenchProgress(disabled=args.quiet) as progress:

@@ -35,6 +35,7 @@ class GridSpec:
     requests: int | None = None          # per run; default max(512, 4 x c) as in ``wavepp bench``
     seed: int = 0
     perf_dir: str | None = None
+    host_scale: float = 1.0              # multiplies the baselines' lockstep host work
 
     def settings(self) -> list[tuple[str, str, int]]:
         return list(itertools.product(self.models, self.workloads, self.concurrencies))
@@ -69,7 +70,7 @@ def run_setting(spec: GridSpec, model: str, workload: str, concurrency: int) -> 
     from runtime.engines.sim.engine import SimEngine
     from runtime.workloads import parse_workload
 
-    engine = SimEngine(model, spec.hardware, spec.pp, perf_dir=spec.perf_dir)
+    engine = SimEngine(model, spec.hardware, spec.pp, perf_dir=spec.perf_dir, host_work_scale=spec.host_scale)
     requests = spec.requests or max(512, 4 * concurrency)
     cfg = BenchConfig(parse_workload(workload), [concurrency], list(spec.policies), requests, spec.seed,
                       knobs=engine.default_knobs(), model_name=model, hardware_name=spec.hardware)

@@ -111,7 +111,11 @@ class PipelineLoop:
         self.changed = Wakeup()                       # arrivals, admissions, retirements
         self.capacity = Wakeup()                      # blocks freed on some stage
         self.index_dirty = Wakeup()
+        # Per stage: the waves planned (the schedule reaches every stage when the wave is planned, as
+        # a plan in the store or a relayed schedule), and the waves whose activations arrived from the
+        # previous stage; ``links[s]``: waves stage s finished, for the link to s + 1.
         self.inbox: list[asyncio.Queue[Wave | None]] = [asyncio.Queue() for _ in range(self.num_stages)]
+        self.arrived: list[asyncio.Queue[Wave]] = [asyncio.Queue() for _ in range(self.num_stages)]
         self.links: list[asyncio.Queue[Wave | None]] = [asyncio.Queue() for _ in range(self.num_stages)]
         # Per stage: the wave prepared (materialized) while the previous one executes, with its block
         # tables; one at most (a stage prepares only once the previous one was taken: Queue.join).
@@ -318,7 +322,8 @@ class PipelineLoop:
                              "reuse_blocks": c.reuse_blocks, "last": c.is_last} for c in wave.chunks]}
                 self.writer.submit(lambda plan=plan: self.store.plan_publish(plan))  # type: ignore[misc]
             self.in_flight += 1
-            await self.inbox[0].put(wave)
+            for inbox in self.inbox:
+                inbox.put_nowait(wave)
 
     def _should_fill(self) -> bool:
         """Wait for a fuller wave while P waves keep every stage busy and more work is on its way

@@ -1,6 +1,7 @@
 """Stage tasks: each stage prepares (stage-local: materializes) and executes every wave, preparing
-the next wave while it executes the current one, and an in-order link moves the wave to the next
-stage.
+the next wave while it executes the current one, and an in-order link moves the wave's activations
+to the next stage. A stage learns of a wave when it is planned (its schedule), so it can prepare
+it before the activations arrive; it runs the wave once both are there.
 
 A chunk whose request failed or fell back meanwhile is skipped ("stale": its attempt is no longer
 live). Before a stage prepares a chunk, the policy's stage admission runs (a stage that was not
@@ -46,13 +47,14 @@ async def prepare_waves(loop: PipelineLoop, s: int) -> None:
         with loop.tel.span(N.MATERIALIZE, {N.STAGE: s, N.WAVE_ID: wave.id}):
             if wave.broadcast_tokens:
                 await handle.receive_requests(wave.broadcast_tokens)
+            await loop.policy.host.per_wave(loop, s, wave)
             ready_chunks = []
             for chunk in wave.chunks:
                 live_req = is_live(loop, chunk)
                 if live_req is None:
                     continue
                 try:
-                    await loop.policy.stage_admission.before_chunk(loop, s, live_req, chunk)
+                    await loop.policy.stage_admission.before_chunk(loop, s, wave.id, live_req, chunk)
                 except DescriptorMismatch as exc:
                     await fail(loop, chunk.request_id, str(exc))
                     continue
@@ -77,6 +79,9 @@ async def execute_waves(loop: PipelineLoop, s: int) -> None:
     last = s == loop.num_stages - 1
     while True:
         wave, tables = await loop.prepared[s].get()
+        if s > 0:
+            arrived = await loop.arrived[s].get()         # links deliver in order
+            assert arrived.id == wave.id, (arrived.id, wave.id)
         loop.prepared[s].task_done()        # prepare the next wave while this one runs
         live = [c for c in wave.chunks if is_live(loop, c) is not None and c.request_id in tables]
         tokens = sum(c.length for c in live)
@@ -102,4 +107,4 @@ async def run_link(loop: PipelineLoop, s: int) -> None:
         assert wave is not None
         with loop.tel.span(N.SEND, {N.STAGE: s, N.WAVE_ID: wave.id, N.TOKENS: wave.num_tokens}):
             await loop.executor.transfer(s, wave)
-        await loop.inbox[s + 1].put(wave)
+        loop.arrived[s + 1].put_nowait(wave)

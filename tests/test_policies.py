@@ -53,10 +53,10 @@ def test_presets_are_compositions_and_the_knob_lists_them() -> None:
     wavepp, trt, legacy = (POLICIES[n] for n in ("wavepp", "trtllm-pp", "trtllm-pp-legacy"))
     assert wavepp.mechanisms() == {"admission": "async", "lookup": "hint-index", "stage-admission": "every-stage",
                                    "charge": "suffix", "chunking": "mpu", "ring": "2P", "fill": "on", "relay": "off",
-                                   "reserve": "suffix"}
+                                   "reserve": "suffix", "host": "none"}
     assert trt.mechanisms() == {"admission": "inline", "lookup": "first-stage", "stage-admission": "first-chunk",
                                 "charge": "suffix", "chunking": "static", "ring": "P", "fill": "off", "relay": "on",
-                                "reserve": "suffix"}
+                                "reserve": "suffix", "host": "lockstep"}
     assert legacy.mechanisms() == {**trt.mechanisms(), "charge": "position0", "reserve": "whole-prompt"}
 
 

@@ -174,6 +174,23 @@ class StageHandle:
         """Baselines only: new requests (with their token ids) relayed to this stage before it runs."""
         await self._charge("broadcast", num_tokens, remote=True)
 
+    async def host_iteration(self, pending: Sequence[list[int]], copied_tokens: int, num_active: int) -> int:
+        """A conventional PP loop's per-iteration host work on this stage (``runtime.mechanisms.host_work``):
+        the schedule arrives from the previous stage (one message), the scheduler re-runs over
+        ``num_active`` requests, each pending prompt's prefix is walked in this stage's tree, and the
+        scheduled prompts (``copied_tokens``) are copied into the step's inputs. Returns blocks walked."""
+        by_hash, walked = self.cache.pool.by_hash, 0
+        for hashes in pending:                     # a radix walk: block by block until a miss
+            for h in hashes:
+                walked += 1
+                if h not in by_hash:
+                    break
+        bytes(4 * copied_tokens)                   # the prompt copy (int32 tokens)
+        await self._charge("walk", walked, remote=True)
+        await self._charge("schedule", num_active, remote=False)
+        await self._charge("copy", copied_tokens, remote=False)
+        return walked
+
 
 
 class StageExecutor(Protocol):

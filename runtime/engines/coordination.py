@@ -35,6 +35,10 @@ class CoordinationCosts:
     per_block_complete_s: float      # attach one block to the reuse tree and unpin it
     per_block_hash_s: float          # hash one block of 64 tokens at arrival
     request_broadcast_per_token_s: float  # baseline: pickle + unpickle of a new request's token ids
+    # Lockstep host work of a conventional PP loop (runtime.mechanisms.host_work), per unit:
+    per_request_schedule_s: float = 0.25e-6   # re-running the scheduler: StaticPlanner.plan per active request
+    per_token_copy_s: float = 9.5e-9          # copying a prompt's token ids into the step's inputs
+    host_work_scale: float = 1.0              # multiplies the three lockstep costs (sensitivity studies)
 
     def as_dict(self) -> dict[str, float]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
@@ -43,7 +47,9 @@ class CoordinationCosts:
 # Measured by `wavepp calibrate-coordination --redis redis://127.0.0.1:6379/0` (see module docstring);
 # redis_rtt_s is one single-prompt hint lookup against a local Redis 7.0; stage_message_s is the
 # hardware profile's p2p latency (aiconfigurator h200_sxm.yaml / b300_sxm.yaml node.p2p_latency,
-# 10 us) and request_broadcast_per_token_s is cited: TensorRT-LLM PR #15134 measured pickle +
+# 10 us); per_request_schedule_s and per_token_copy_s were measured by the same command
+# (2026-11-30: 0.20-0.30 us per active request over 32-512, 9.5 ns per token); and
+# request_broadcast_per_token_s is cited: TensorRT-LLM PR #15134 measured pickle +
 # unpickle of one ~40k-token request at 0.06 ms after its optimisation (1.5 ns a token) - we use
 # the optimised figure so the baseline is not made slower than its source.
 DEFAULT_COSTS = CoordinationCosts(
@@ -73,6 +79,10 @@ class SimCostHook:
             "escrow": c.per_block_escrow_s, "release": 0.0,
             "materialize": c.per_block_materialize_s, "complete": c.per_block_complete_s,
             "broadcast": c.request_broadcast_per_token_s,   # amount in tokens, not blocks
+            # lockstep host work: blocks walked, active requests re-scheduled, prompt tokens copied
+            "walk": c.per_block_lookup_s * c.host_work_scale,
+            "schedule": c.per_request_schedule_s * c.host_work_scale,
+            "copy": c.per_token_copy_s * c.host_work_scale,
         }
 
     async def stage_op(self, op: str, amount: int, remote: bool) -> None:
@@ -219,6 +229,7 @@ def measure(num_blocks: int = 2048, block_size: int = 64, redis_url: str | None 
 
     rtt, per_probe, per_update = asyncio.run(_measure_store(hashes))
     pickled = _per_item(lambda: pickle.loads(pickle.dumps(tokens)), len(tokens))
+    per_schedule, per_copy = _measure_host(tokens, block_size)
     return CoordinationCosts(
         store_rtt_s=rtt, redis_rtt_s=DEFAULT_COSTS.redis_rtt_s if redis_rtt is None else redis_rtt,
         per_probe_s=per_probe, per_index_update_s=per_update,
@@ -226,4 +237,24 @@ def measure(num_blocks: int = 2048, block_size: int = 64, redis_url: str | None 
         per_block_lease_s=per_lease, per_block_escrow_s=per_escrow, per_block_materialize_s=per_mat,
         per_block_complete_s=per_complete, per_block_hash_s=per_hash,
         request_broadcast_per_token_s=min(pickled, DEFAULT_COSTS.request_broadcast_per_token_s),
+        per_request_schedule_s=per_schedule, per_token_copy_s=per_copy,
     )
+
+
+def _measure_host(tokens: list[int], block_size: int, num_active: int = 128) -> tuple[float, float]:
+    """The lockstep host work's per-unit costs: a scheduler pass (our static planner over
+    ``num_active`` admitted requests, per request) and a prompt copy (per token)."""
+    from array import array
+
+    from runtime.planner import StaticPlanner
+    from runtime.request import AdmittedRequest, Request
+
+    prompt = array("i", tokens)
+    active = [AdmittedRequest(Request(f"r{i}", prompt, 0.0, []), 0, 0.0, block_size) for i in range(num_active)]
+    planner = StaticPlanner(8192, block_size)
+    per_schedule = _per_item(lambda: planner.plan(active), num_active)
+
+    def copy() -> None:
+        out: list[int] = []
+        out.extend(prompt.tolist())
+    return per_schedule, _per_item(copy, len(prompt))

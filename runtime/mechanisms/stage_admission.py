@@ -35,8 +35,9 @@ class StageAdmission(Protocol):
         """The stages an admission round leases and escrows on."""
         ...
 
-    async def before_chunk(self, loop: PipelineLoop, s: int, a: AdmittedRequest, chunk: Chunk) -> None:
-        """Stage ``s`` is about to prepare ``chunk``; may raise DescriptorMismatch or LateFallback."""
+    async def before_chunk(self, loop: PipelineLoop, s: int, wave_id: int, a: AdmittedRequest, chunk: Chunk) -> None:
+        """Stage ``s`` is about to prepare ``chunk`` of wave ``wave_id``; may raise DescriptorMismatch
+        or LateFallback. A chunk whose request is no longer live afterwards is skipped by the caller."""
         ...
 
 
@@ -50,7 +51,7 @@ class EveryStage:
     def admit_stages(self, num_stages: int) -> list[int]:
         return list(range(num_stages))
 
-    async def before_chunk(self, loop: PipelineLoop, s: int, a: AdmittedRequest, chunk: Chunk) -> None:
+    async def before_chunk(self, loop: PipelineLoop, s: int, wave_id: int, a: AdmittedRequest, chunk: Chunk) -> None:
         return None
 
 
@@ -68,18 +69,31 @@ class OnFirstChunk:
     def admit_stages(self, num_stages: int) -> list[int]:
         return [0]
 
-    async def before_chunk(self, loop: PipelineLoop, s: int, a: AdmittedRequest, chunk: Chunk) -> None:
+    async def before_chunk(self, loop: PipelineLoop, s: int, wave_id: int, a: AdmittedRequest, chunk: Chunk) -> None:
         if s in a.admit_stages or s in a.local_stages:
             return
         req, handle = a.request, loop.handles[s]
+
+        async def dropped_meanwhile() -> bool:
+            """The request failed or fell back on another stage while this one waited: what it
+            took here is released (the release everywhere may have run before it took it)."""
+            if loop.active.get(req.id) is a:
+                return False
+            await handle.release([req.id], remote=False)
+            return True
+
         [granted] = await handle.lease([LeaseItem(req.id, req.block_hashes, chunk.reuse_blocks, req.num_tokens)],
                                        remote=False)
         a.local_stages.add(s)              # released everywhere on failure or fallback, like the rest
+        if await dropped_meanwhile():
+            return
         if granted < chunk.reuse_blocks:
             raise LateFallback(granted)
         need = loop.policy.reserve.blocks(req.num_tokens, granted, loop.block_size)
         while not await handle.escrow([(req.id, need)], remote=False):
-            if loop.passed[s] - loop.retired <= 0:
+            if wave_id - loop.retired <= 0:      # no wave ahead of this one left to free a block
                 raise DescriptorMismatch(f"stage {s} lacks KV capacity for stage 0's schedule of request {req.id}")
             with loop.tel.span(N.STAGE_WAIT, {N.STAGE: s, N.REQUEST_ID: req.id}):
                 await loop.capacity.wait()
+            if await dropped_meanwhile():
+                return

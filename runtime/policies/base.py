@@ -14,6 +14,7 @@ from typing import Any
 from runtime.knobs import Knobs
 from runtime.mechanisms.admission_drive import AdmissionDrive, AsyncRounds, InlineRounds
 from runtime.mechanisms.chunking import CHUNKINGS, Chunking, Mpu, Static
+from runtime.mechanisms.host_work import HostWork, Lockstep, Overlapped
 from runtime.mechanisms.iteration import FillWaves, RequestRelay, Ring
 from runtime.mechanisms.reserve import Reserve, SuffixBlocks, WholePrompt
 from runtime.mechanisms.reuse_lookup import FirstStageTree, HintIndex, ReuseLookup
@@ -34,6 +35,7 @@ class Policy:
     fill: FillWaves
     relay: RequestRelay
     reserve: Reserve = SuffixBlocks()
+    host: HostWork = Overlapped()
 
     def mechanisms(self) -> dict[str, str]:
         """Kind -> variant name: what this policy runs (saved with every run)."""
@@ -59,7 +61,7 @@ class Policy:
 #: mechanism kind (as written in a policy spec) -> Policy field
 KIND_FIELDS = {"admission": "admission", "lookup": "lookup", "stage-admission": "stage_admission",
                "charge": "charge", "chunking": "chunking", "ring": "ring", "fill": "fill", "relay": "relay",
-               "reserve": "reserve"}
+               "reserve": "reserve", "host": "host"}
 
 #: every variant of every kind, by name
 VARIANTS: dict[str, dict[str, object]] = {
@@ -72,4 +74,5 @@ VARIANTS: dict[str, dict[str, object]] = {
     "fill": {v.name: v for v in (FillWaves(True), FillWaves(False))},
     "relay": {v.name: v for v in (RequestRelay(True), RequestRelay(False))},
     "reserve": {v.name: v for v in (SuffixBlocks(), WholePrompt())},
+    "host": {v.name: v for v in (Overlapped(), Lockstep())},
 }

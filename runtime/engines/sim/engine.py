@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Coroutine, Sequence
 from typing import Any, TypeVar
 
@@ -39,18 +40,21 @@ class SimEngine:
                  kv_blocks: Sequence[int] | None = None, gpus_per_stage: int | None = None,
                  costs: CoordinationCosts = DEFAULT_COSTS, store_url: str = "memory",
                  realtime: bool = False, time_scale: float = 1.0, cost_profile: str | None = None,
-                 cost_model: str = "auto", perf_dir: str | None = None) -> None:
+                 cost_model: str = "auto", perf_dir: str | None = None, host_work_scale: float = 1.0) -> None:
         """``cost_profile``: a calibration file (``wavepp calibrate``) - the fitted model of a real
         engine replaces the analytic roofline, and its measured coordination costs the table.
         ``cost_model``: ``table`` (measured kernel tables under ``perf_dir``), ``analytic`` (roofline), or
         ``auto``: table wherever the tables cover the model and hardware, analytic elsewhere (then
-        ``cost_model_name`` says what the tables lack)."""
+        ``cost_model_name`` says what the tables lack). ``host_work_scale`` multiplies the modelled
+        lockstep host work of a conventional PP loop (``runtime.mechanisms.host_work``)."""
         if pp < 1:
             raise ValueError(f"pp must be >= 1, got {pp}")
         if block_size < 1:
             raise ValueError(f"block size must be >= 1, got {block_size}")
         if time_scale <= 0:
             raise ValueError(f"time scale must be positive, got {time_scale}")
+        if not host_work_scale >= 0:
+            raise ValueError(f"host work scale must be >= 0, got {host_work_scale}")
         self.pp = pp
         self.block_size = block_size
         self.store_url = parse_store_url(store_url)
@@ -87,6 +91,7 @@ class SimEngine:
             default = [analytic.stage_kv_capacity_tokens(s) // block_size for s in range(pp)]
             if min(default) < 1:
                 raise ValueError(f"{m.name} on {pp} x {gps} {hw.name} leaves no room for KV cache")
+        self.costs = dataclasses.replace(self.costs, host_work_scale=host_work_scale)
         if kv_blocks:
             if len(kv_blocks) == 1:
                 kv_blocks = list(kv_blocks) * pp

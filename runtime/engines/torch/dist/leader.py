@@ -182,6 +182,9 @@ class RemoteStageHandle(StageHandle):
     async def check(self) -> None:
         await self._op("check")
 
+    async def host_iteration(self, pending: Sequence[list[int]], copied_tokens: int, num_active: int) -> int:
+        return await self._op("host_iteration", list(pending), copied_tokens, num_active)  # type: ignore[no-any-return]
+
     async def receive_requests(self, num_tokens: int) -> None:
         """Baselines: nothing to relay - a stage-local lease carries the request's block hashes
         to the stage in the lease message itself (its cost is in that message)."""
