@@ -158,3 +158,31 @@ def test_reserving_for_the_whole_prompt_admits_fewer_when_the_pool_binds(monkeyp
         assert rec.figures.completed == 32
         seen[spec] = peak["now"]
     assert seen["trtllm-pp+reserve=whole-prompt"] < seen["trtllm-pp"]
+
+
+def test_lockstep_host_work_walks_pending_prompts_on_the_stage_tree() -> None:
+    """A radix walk per pending prompt, block by block until the first miss (PR #13095)."""
+    import asyncio
+
+    from runtime.engines.base import StageHandle
+    from runtime.hashing import block_hashes, token_array
+    from runtime.kvcache.stage_cache import StageCache
+    cache = StageCache(0, 64, B)
+    cached = block_hashes(token_array(list(range(640))), B)          # 10 blocks
+    assert cache.prime("p", cached, 640)
+    other = block_hashes(token_array([7] * 320), B)                  # 5 blocks, none cached
+    walked = asyncio.run(StageHandle(cache).host_iteration([cached + other, other], 1000, 3))
+    assert walked == 11 + 1          # 10 hits and the miss that ends the walk; then 1 miss
+
+
+def test_host_work_costs_the_baseline_only_when_it_outlasts_the_step() -> None:
+    """Sensitivity: scaled up far enough, the lockstep host work shows as preparation idle."""
+    cfg = BenchConfig(parse_workload("reuse90"), [16], [], 48, 0, prompt_tokens=2048)
+    idle = {}
+    for scale in (1.0, 3000.0):
+        engine = SimEngine("llama-3-8b", "h200", 2, block_size=B, kv_blocks=[2000], host_work_scale=scale)
+        f = run_one(engine, cfg, "trtllm-pp", 16).figures
+        idle[scale] = sum(st["preparation"] for st in f.idle_causes_s) / f.makespan_s
+        wave = run_one(engine, cfg, "wavepp", 16).figures        # wavepp has no lockstep host work
+        assert sum(st["preparation"] for st in wave.idle_causes_s) / wave.makespan_s < 0.01
+    assert idle[3000.0] > idle[1.0] + 0.05
