@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-dev
 
-.PHONY: demo test lint bench bench-torch clean services
+.PHONY: demo test lint bench bench-torch grid ablation clean services
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -25,6 +25,19 @@ bench: $(STAMP)
 	$(VENV)/bin/wavepp bench --engine sim --model glm-5.2 --hardware b300 --pp 4 --workload suffix4k \
 		--concurrency 8,32,128 --policy wavepp,trtllm-pp --json out/bench.json --trace out/bench-trace.json \
 		--save-run out/bench-run.json.gz
+
+# Every policy over the 40-setting grid (GLM-5.2 and MiniMax-M2.7, PP4, B300); about 25 minutes on 2 cores.
+grid: $(STAMP)
+	@mkdir -p out
+	$(VENV)/bin/wavepp grid --jobs 2 --json out/grid.json --markdown out/grid.md
+
+# WavePP's mechanisms off one at a time, and TensorRT-LLM's on one at a time (GLM-5.2, c=128, suffix4k).
+WAVEPP_OFF := wavepp+admission=inline,wavepp+lookup=first-stage,wavepp+stage-admission=first-chunk,wavepp+chunking=static,wavepp+ring=P,wavepp+fill=off
+TRTLLM_ON := wavepp+charge=position0,wavepp+reserve=whole-prompt,wavepp+host=lockstep,wavepp+relay=on
+ablation: $(STAMP)
+	@mkdir -p out
+	$(VENV)/bin/wavepp bench --engine sim --model glm-5.2 --hardware b300 --pp 4 --workload suffix4k \
+		--concurrency 128 --policy wavepp,$(WAVEPP_OFF),$(TRTLLM_ON),trtllm-pp,trtllm-pp-legacy --json out/ablation.json
 
 # Issue 3's figures: the torch engine (threads with the calibrated sim, and spawned processes),
 # wavepp vs trtllm-pp on four workloads; about 25 minutes on a 2-core CPU.
