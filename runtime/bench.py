@@ -20,7 +20,7 @@ from runtime.policies import get_policy
 from runtime.report import RunFigures, compute_figures
 from runtime.runfile import SavedRun
 from runtime.watchdog import DEFAULT_STALL_TIMEOUT_S
-from runtime.workloads import Workload, WorkloadSpec
+from runtime.workloads import WorkloadSpec, make_workload
 from store.base import Store
 from telemetry.setup import Telemetry
 from telemetry.span_codec import encode
@@ -48,7 +48,7 @@ class BenchConfig:
     workload: WorkloadSpec
     concurrencies: Sequence[int]
     policies: Sequence[str]
-    requests: int
+    requests: int | None               # None: every row of a trace workload
     seed: int = 0
     prompt_tokens: int | None = None
     knobs: Knobs = field(default_factory=Knobs)
@@ -85,8 +85,8 @@ def run_one(engine: Engine, cfg: BenchConfig, policy_name: str, concurrency: int
     knobs = cfg.knobs.replace(policy=policy_name)
     parts = engine.build()
     tel = engine.telemetry(f"{policy_name} c={concurrency}")
-    workload = Workload(cfg.workload, cfg.requests, cfg.prompt_tokens or engine.default_prompt_tokens(),
-                        engine.block_size, engine.vocab_size, cfg.seed)
+    workload = make_workload(cfg.workload, cfg.requests, cfg.prompt_tokens or engine.default_prompt_tokens(),
+                             engine.block_size, engine.vocab_size, cfg.seed)
     label = f"{policy_name} c={concurrency}"
 
     async def main() -> LoopResult:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from collections.abc import Sequence
@@ -95,7 +96,12 @@ def build_parser() -> _Parser:
     b.add_argument("--pp", type=positive_int, default=4, help="pipeline stages")
     b.add_argument("--workload", default=None,
                    help="cold | reuse90 | mixed | suffix:N | suffix4k (default: suffix4k on sim, reuse90 on torch)")
-    b.add_argument("--concurrency", type=int_list, default=[8, 32, 128], help="closed-loop concurrency, e.g. 8,32,128")
+    b.add_argument("--concurrency", type=int_list, default=[8, 32, 128],
+                   help="closed-loop concurrency, e.g. 8,32,128 (trace: the most requests outstanding)")
+    b.add_argument("--on-bad-line", choices=["skip", "fail"], default="fail",
+                   help="trace: a malformed line ends the bench before it starts (fail) or is skipped and counted")
+    b.add_argument("--trace-speed", type=positive_float, default=1.0,
+                   help="trace: replay the arrivals this many times faster")
     b.add_argument("--requests", type=positive_int, default=None, help="requests per run (default: max(512, 4 x c))")
     b.add_argument("--policy", type=name_list, default=["wavepp", "trtllm-pp"], help="policies, e.g. wavepp,trtllm-pp")
     b.add_argument("--seed", type=int, default=0)
@@ -226,11 +232,18 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from runtime.engines.sim.engine import SimEngine
     from runtime.knobs import KnobError, check_block_size
     from runtime.policies import get_policy
+    from runtime.traces import load_trace
     from runtime.workloads import parse_workload
     from store.base import StoreError
 
     try:
         spec = parse_workload(args.workload or ("reuse90" if args.engine == "torch" else "suffix4k"))
+        if spec.kind == "trace":
+            spec = dataclasses.replace(spec, on_bad_line=args.on_bad_line, speed=args.trace_speed)
+            trace = load_trace(spec.path, spec.on_bad_line, args.requests)    # every line checked up front
+            if trace.skipped:
+                print(f"wavepp: warning: skipped {trace.skipped} malformed line(s) of the trace, "
+                      f"first: {trace.first_skip}", file=sys.stderr)
         for p in args.policy:
             get_policy(p)
         engine: Any
@@ -270,7 +283,7 @@ def _bench(args: argparse.Namespace, spec: Any, engine: Any, sim: Any, knobs: An
     from runtime.bench import BenchConfig, run_bench
     from runtime.watchdog import Stalled
     from store.base import StoreError
-    requests = args.requests or max(512, 4 * max(args.concurrency))
+    requests = args.requests if spec.kind == "trace" else args.requests or max(512, 4 * max(args.concurrency))
     cfg = BenchConfig(spec, args.concurrency, args.policy, requests, args.seed, args.prompt_tokens, knobs,
                       args.model, args.hardware, args.stall_timeout)
     if cfg.prompt_tokens is not None and cfg.prompt_tokens < 2 * args.block_size:

@@ -37,6 +37,7 @@ from runtime.policies import get_policy
 from runtime.policies.base import Policy
 from runtime.request import AdmittedRequest, Chunk, Completion, Request, Wave
 from runtime.stage_tasks import execute_waves, prepare_waves, run_link
+from runtime.traces import TraceWorkload
 from runtime.wakeup import Wakeup
 from runtime.watchdog import DEFAULT_STALL_TIMEOUT_S, watch
 from runtime.workloads import Workload
@@ -63,7 +64,7 @@ class PipelineLoop:
     """One run of a workload through P stages under one policy."""
 
     def __init__(self, handles: Sequence[StageHandle], executor: StageExecutor, store: Store,
-                 knobs: Knobs, workload: Workload, concurrency: int,
+                 knobs: Knobs, workload: Workload | TraceWorkload, concurrency: int,
                  telemetry: Telemetry, block_size: int, publish_plans: bool = True,
                  stall_timeout_s: float = DEFAULT_STALL_TIMEOUT_S) -> None:
         """``stall_timeout_s``: end the run with :class:`runtime.watchdog.Stalled` when nothing
@@ -189,8 +190,11 @@ class PipelineLoop:
         named |= {f"stage{s}": execute_waves(self, s) for s in range(self.num_stages)}
         named |= {f"link{s}": run_link(self, s) for s in range(self.num_stages - 1)}
         tasks = [asyncio.create_task(coro, name=name) for name, coro in named.items()]
-        for _ in range(min(self.concurrency, self.workload.num_requests)):
-            self._arrive()
+        if isinstance(self.workload, TraceWorkload):
+            tasks.append(asyncio.create_task(self._open_loop_arrivals(self.workload), name="arrivals"))
+        else:
+            for _ in range(min(self.concurrency, self.workload.num_requests)):
+                self._arrive()
         done_wait: asyncio.Task[Any] = asyncio.create_task(self.done.wait())
         finished, _ = await asyncio.wait([done_wait, *tasks], return_when=asyncio.FIRST_COMPLETED)
         for t in tasks:
@@ -250,11 +254,26 @@ class PipelineLoop:
         self.num_finished += 1
         if self.progress is not None:
             self.progress(self.num_finished, self.workload.num_requests)
-        if not self.workload.exhausted:
+        if self.num_finished >= self.workload.num_requests:
+            self.done.set()
+        elif not self.workload.open_loop and not self.workload.exhausted:
             # Drawn now, handled on the next turn: not recursive when many fail at once.
             asyncio.get_running_loop().call_soon(self._arrive, self.workload.next_request(now()))
-        elif self.num_finished >= self.workload.num_requests:
-            self.done.set()
+        else:
+            self.changed.notify()           # open loop: a slot under the concurrency cap is free
+
+    async def _open_loop_arrivals(self, workload: TraceWorkload) -> None:
+        """Requests arrive at the trace's offsets, with at most ``concurrency`` outstanding (a
+        client's max concurrency): one that would exceed it arrives when a request finishes."""
+        start = now()
+        while not workload.exhausted:
+            delay = start + workload.arrival_offset(workload.issued) - now()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            while workload.issued - self.num_finished >= self.concurrency:
+                await self.changed.wait()
+            self._arrive(workload.next_request(now()))
+        await self.done.wait()              # a task of the run: returning would end it
 
     # ---- admission ----------------------------------------------------------------------------
     def _take_batch(self) -> list[Request]:

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from runtime.hashing import block_hashes
 from runtime.request import Request
+from runtime.traces import TraceWorkload, load_trace
 
 KINDS = ("cold", "reuse90", "mixed", "suffix")
 ALIASES = {"suffix4k": "suffix:4096", "suffix16k": "suffix:16384"}
@@ -28,22 +29,43 @@ ALIASES = {"suffix4k": "suffix:4096", "suffix16k": "suffix:16384"}
 class WorkloadSpec:
     kind: str
     suffix_tokens: int = 0
+    path: str = ""                 # trace: the Mooncake-format file
+    on_bad_line: str = "fail"      # trace: skip | fail
+    speed: float = 1.0             # trace: replay this many times faster
 
     @property
     def name(self) -> str:
+        if self.kind == "trace":
+            return f"trace:{self.path}"
         return f"suffix:{self.suffix_tokens}" if self.kind == "suffix" else self.kind
 
 
 def parse_workload(name: str) -> WorkloadSpec:
-    """``cold | reuse90 | mixed | suffix:N | suffix4k`` -> spec; ValueError with the accepted forms."""
+    """``cold | reuse90 | mixed | suffix:N | suffix4k | suffix16k | trace:PATH`` -> spec; ValueError
+    with the accepted forms."""
     text = ALIASES.get(name.strip(), name.strip())
+    if text.startswith("trace:") and text.removeprefix("trace:"):
+        return WorkloadSpec("trace", path=text.removeprefix("trace:"))
     if text in ("cold", "reuse90", "mixed"):
         return WorkloadSpec(text)
     if text.startswith("suffix:"):
         n = text.removeprefix("suffix:")
         if n.isdigit() and int(n) > 0:
             return WorkloadSpec("suffix", int(n))
-    raise ValueError(f"unknown workload {name!r} (use cold, reuse90, mixed, suffix:N, suffix4k or suffix16k)")
+    raise ValueError(f"unknown workload {name!r} "
+                     "(use cold, reuse90, mixed, suffix:N, suffix4k, suffix16k or trace:PATH)")
+
+
+def make_workload(spec: WorkloadSpec, num_requests: int | None, prompt_tokens: int, block_size: int,
+                  vocab_size: int, seed: int) -> Workload | TraceWorkload:
+    """The generator for ``spec``: synthetic prompts for a closed loop, or a trace's requests
+    arriving open-loop (``num_requests`` caps how many of its rows; None: all)."""
+    if spec.kind == "trace":
+        trace = load_trace(spec.path, spec.on_bad_line, num_requests)
+        return TraceWorkload(trace, block_size, vocab_size, speed=spec.speed)
+    if num_requests is None:
+        raise ValueError("a synthetic workload needs a number of requests")
+    return Workload(spec, num_requests, prompt_tokens, block_size, vocab_size, seed)
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +78,7 @@ class Workload:
     """Generates ``num_requests`` requests for a closed loop; deterministic for ``seed``."""
 
     NUM_GROUPS = 8
+    open_loop = False
 
     def __init__(self, spec: WorkloadSpec, num_requests: int, prompt_tokens: int, block_size: int,
                  vocab_size: int, seed: int, extra: bytes = b"") -> None:

@@ -1,0 +1,146 @@
+"""Trace replay: requests from a Mooncake-format trace, arriving open-loop at its timestamps.
+
+One JSON object a line (``../shared/data/traces``)::
+
+    {"timestamp": 0, "input_length": 6755, "output_length": 500, "hash_ids": [0, 1, ...]}
+
+``timestamp`` is in milliseconds; ``hash_ids`` names each 512-token block of the prompt - equal
+ids are the same prefix block. Each block's tokens are derived from its id alone (a generator
+seeded by the id), so equal ids give equal tokens and therefore equal chained block hashes at any
+block size that divides 512. A malformed line is reported with its line number: skipped with a
+count (``on_bad_line="skip"``) or the end of the run before it starts (``"fail"``).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from array import array
+from dataclasses import dataclass
+from pathlib import Path
+
+from runtime.hashing import block_hashes
+from runtime.request import Request
+
+TRACE_BLOCK_TOKENS = 512
+BAD_LINE_MODES = ("skip", "fail")
+
+
+class TraceError(ValueError):
+    """A trace that cannot be replayed: unreadable, a malformed line (with ``on_bad_line=fail``), or empty."""
+
+
+@dataclass(frozen=True, slots=True)
+class TraceRow:
+    line: int
+    arrival_s: float
+    input_length: int
+    hash_ids: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Trace:
+    path: str
+    rows: list[TraceRow]
+    skipped: int = 0
+    first_skip: str = ""          # the first skipped line's reason, for the one-line warning
+
+
+def _row(obj: object, line: int) -> TraceRow:
+    if not isinstance(obj, dict):
+        raise ValueError("not a JSON object")
+    ts, n, ids = obj.get("timestamp"), obj.get("input_length"), obj.get("hash_ids")
+    if isinstance(ts, bool) or not isinstance(ts, int | float) or not ts >= 0 or ts == float("inf"):
+        raise ValueError(f"timestamp must be a number of milliseconds >= 0, got {ts!r:.40}")
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ValueError(f"input_length must be a positive integer, got {n!r:.40}")
+    if not isinstance(ids, list) or not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in ids):
+        raise ValueError("hash_ids must be a list of integers >= 0")
+    if len(ids) != -(-n // TRACE_BLOCK_TOKENS):
+        raise ValueError(f"{len(ids)} hash_ids for {n} tokens (expected one per {TRACE_BLOCK_TOKENS}-token block)")
+    return TraceRow(line, ts / 1000.0, n, tuple(ids))
+
+
+def load_trace(path: str, on_bad_line: str = "fail", limit: int | None = None) -> Trace:
+    """Parse a trace; rows sorted by arrival. TraceError names the file and line."""
+    if on_bad_line not in BAD_LINE_MODES:
+        raise TraceError(f"--on-bad-line must be one of {', '.join(BAD_LINE_MODES)}, got {on_bad_line!r}")
+    try:
+        text = Path(path).read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise TraceError(f"cannot read trace {path!r}: {exc.strerror if isinstance(exc, OSError) else exc}") from None
+    rows: list[TraceRow] = []
+    skipped, first = 0, ""
+    for lineno, raw in enumerate(text.splitlines(), 1):
+        if not raw.strip():
+            continue
+        try:
+            rows.append(_row(json.loads(raw), lineno))
+        except ValueError as exc:          # json.JSONDecodeError is a ValueError
+            why = f"{path}:{lineno}: {str(exc).splitlines()[0][:160]}"
+            if on_bad_line == "fail":
+                raise TraceError(f"{why} (--on-bad-line skip to replay the rest)") from None
+            skipped += 1
+            first = first or why
+        if limit is not None and len(rows) >= limit:
+            break
+    if not rows:
+        note = f" ({skipped} skipped, e.g. {first})" if skipped else ""
+        raise TraceError(f"trace {path!r} has no valid line{note}")
+    rows.sort(key=lambda r: (r.arrival_s, r.line))
+    return Trace(path, rows, skipped, first)
+
+
+class TraceWorkload:
+    """Requests of a trace, in arrival order, with their arrival offsets (open loop).
+
+    ``speed`` replays the trace that many times faster (offsets divided by it)."""
+
+    open_loop = True
+
+    def __init__(self, trace: Trace, block_size: int, vocab_size: int, extra: bytes = b"",
+                 speed: float = 1.0) -> None:
+        if TRACE_BLOCK_TOKENS % block_size:
+            raise TraceError(f"the block size {block_size} must divide the trace's {TRACE_BLOCK_TOKENS}-token blocks")
+        if not speed > 0:
+            raise TraceError(f"trace speed must be > 0, got {speed}")
+        self.trace = trace
+        self.block_size = block_size
+        self.vocab_size = vocab_size
+        self.extra = extra
+        self.speed = speed
+        self.num_requests = len(trace.rows)
+        self.issued = 0
+        self._blocks: dict[int, array] = {}
+
+    @property
+    def exhausted(self) -> bool:
+        return self.issued >= self.num_requests
+
+    def arrival_offset(self, i: int) -> float:
+        """Seconds after the first arrival at which request ``i`` arrives."""
+        rows = self.trace.rows
+        return (rows[i].arrival_s - rows[0].arrival_s) / self.speed
+
+    def primed_prompts(self) -> list[tuple[array, list[int]]]:
+        return []                       # a replay starts from cold caches: reuse builds up as in the trace
+
+    def _block(self, hash_id: int) -> array:
+        block = self._blocks.get(hash_id)
+        if block is None:
+            rng = random.Random(hash_id)
+            v = self.vocab_size
+            raw = array("I", rng.randbytes(4 * TRACE_BLOCK_TOKENS))
+            block = self._blocks[hash_id] = array("I", [t % v for t in raw])
+        return block
+
+    def next_request(self, now: float) -> Request:
+        i = self.issued
+        self.issued += 1
+        row = self.trace.rows[i]
+        tokens = array("I")
+        for h in row.hash_ids:
+            tokens.extend(self._block(h))
+        del tokens[row.input_length:]
+        group = f"h{row.hash_ids[0]}" if row.hash_ids else "cold"
+        return Request(f"t{row.line:06d}", tokens, now, block_hashes(tokens, self.block_size, self.extra), group)

@@ -1,0 +1,84 @@
+"""Trace replay: Mooncake-format lines -> requests with shared prefix blocks, arriving open-loop
+at the trace's timestamps; malformed lines reported with their line numbers."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from runtime.bench import BenchConfig, run_one
+from runtime.cli import main
+from runtime.engines.sim.engine import SimEngine
+from runtime.traces import TraceError, TraceWorkload, load_trace
+from runtime.workloads import parse_workload
+from telemetry import names as N
+
+DATA = Path(__file__).parent / "data" / "traces"
+GOOD, BAD = str(DATA / "good.jsonl"), str(DATA / "bad.jsonl")
+
+
+def test_equal_hash_ids_give_equal_tokens_and_block_hashes() -> None:
+    w = TraceWorkload(load_trace(GOOD), 64, 32000)
+    a, b, c, d = (w.next_request(0.0) for _ in range(4))
+    assert [r.num_tokens for r in (a, b, c, d)] == [1100, 1300, 700, 1536]
+    assert a.block_hashes[:16] == b.block_hashes[:16]          # ids 0, 1: 1024 tokens = 16 blocks of 64
+    assert a.block_hashes[16] != b.block_hashes[16]            # id 2 vs 3
+    assert d.block_hashes[:17] == a.block_hashes[:17]          # same ids, a longer last block
+    assert not set(c.block_hashes) & set(a.block_hashes)
+    assert [w.arrival_offset(i) for i in range(4)] == [0.0, 0.5, 1.0, 1.5]
+
+
+def test_a_bad_line_fails_with_its_number_or_is_skipped_and_counted() -> None:
+    with pytest.raises(TraceError, match=r"bad.jsonl:2: .*\(--on-bad-line skip to replay the rest\)"):
+        load_trace(BAD)
+    trace = load_trace(BAD, "skip")
+    assert [r.line for r in trace.rows] == [1, 5]
+    assert trace.skipped == 4 and trace.first_skip.endswith(":2: Expecting property name enclosed in double "
+                                                            "quotes: line 1 column 2 (char 1)")
+    for bad, why in [(3, "timestamp must be"), (4, "1 hash_ids for 1100 tokens"), (6, "not a JSON object")]:
+        lines = open(BAD).read().splitlines()
+        only = DATA.parent / f"one{bad}.jsonl"
+        only.write_text(lines[bad - 1] + "\n")
+        try:
+            with pytest.raises(TraceError, match=f"one{bad}.jsonl:1: {why}"):
+                load_trace(str(only))
+        finally:
+            only.unlink()
+
+
+def test_requests_arrive_open_loop_at_the_trace_offsets() -> None:
+    engine = SimEngine("llama-3-8b", "h200", 2, block_size=64, kv_blocks=[400])
+    spec = parse_workload(f"trace:{GOOD}")
+    rec = run_one(engine, BenchConfig(spec, [8], ["wavepp"], None, 0), "wavepp", 8)
+    assert rec.figures.completed == 4 and rec.figures.workload == f"trace:{GOOD}"
+    starts = sorted(s.start_time for s in rec.spans if s.name == N.REQUEST)  # type: ignore[type-var]
+    offsets = [(t - starts[0]) / 1e9 for t in starts]                        # type: ignore[operator]
+    assert offsets == pytest.approx([0.0, 0.5, 1.0, 1.5], abs=1e-6)
+    assert rec.figures.good_hit_rate is not None and rec.figures.good_hit_rate > 0   # shared ids were reused
+
+
+def test_concurrency_caps_outstanding_requests_of_a_trace() -> None:
+    """At most one outstanding: the second request arrives when the first finishes, not at 0.5 s
+    (replayed 1000x faster, every offset is under a millisecond)."""
+    import dataclasses
+    engine = SimEngine("llama-3-8b", "h200", 2, block_size=64, kv_blocks=[400])
+    spec = dataclasses.replace(parse_workload(f"trace:{GOOD}"), speed=1000.0)
+    rec = run_one(engine, BenchConfig(spec, [1], ["wavepp"], None, 0), "wavepp", 1)
+    reqs = sorted((s for s in rec.spans if s.name == N.REQUEST), key=lambda s: s.start_time or 0)
+    for before, after in zip(reqs, reqs[1:], strict=False):
+        assert (after.start_time or 0) >= (before.end_time or 0)
+
+
+def test_bench_on_a_bad_trace_is_one_line_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["bench", "--model", "llama-3-8b", "--hardware", "h200", "--pp", "2", "--quiet",
+                 "--workload", f"trace:{BAD}"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("wavepp: error:") and "bad.jsonl:2:" in err[0], err
+    assert main(["bench", "--model", "llama-3-8b", "--hardware", "h200", "--pp", "2", "--quiet",
+                 "--workload", f"trace:{BAD}", "--on-bad-line", "skip", "--concurrency", "2",
+                 "--kv-blocks", "400"]) == 0
+    err = capsys.readouterr().err
+    assert "skipped 4 malformed line(s) of the trace, first: " in err and "bad.jsonl:2:" in err
+    assert main(["bench", "--quiet", "--workload", "trace:/nonexistent/t.jsonl"]) == 2
+    assert "cannot read trace '/nonexistent/t.jsonl'" in capsys.readouterr().err
