@@ -70,7 +70,7 @@ def build(spans: Sequence[Span], num_stages: int | None = None, origin_ns: int |
         elif name == N.ADMISSION_ROUND:
             rounds[s["id"]] = {"t": t(s["t1"]), "round_s": (s["t1"] - s["t0"]) / 1e9,
                                "requests": int(_a(s, N.NUM_REQUESTS)),
-                               "admitted": int(_a(s, N.NUM_REQUESTS + ".admitted"))}
+                               "admitted": int(_a(s, N.NUM_ADMITTED))}
         elif name in PHASES:
             phases.append((s.get("p", ""), PHASES[name], (s["t1"] - s["t0"]) / 1e9))
         elif name == N.WAVE_PLAN:

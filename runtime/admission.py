@@ -59,7 +59,7 @@ class Admission:
             hints = await self._hint(requests)
             granted = await self._lease(requests, hints)
             admitted, deferred = await self._escrow(requests, granted)
-            round_span.set_attribute(N.NUM_REQUESTS + ".admitted", len(admitted))
+            round_span.set_attribute(N.NUM_ADMITTED, len(admitted))
         return RoundResult(admitted, deferred)
 
     async def _hint(self, requests: Sequence[Request]) -> list[int]:

@@ -34,10 +34,15 @@ class BenchProgress:
         self._bar.update(self._tasks[label], completed=done)
 
 
+def _ms(seconds: float | None) -> str:
+    """A figure the run was too short for prints as "-", never as 0.00."""
+    return "-" if seconds is None else f"{seconds * 1e3:.2f}"
+
+
 def print_table(figures: Sequence[RunFigures]) -> None:
     t = Table(title="wavepp bench", show_lines=False)
     for col in ("policy", "c", "input tok/s", "computed tok/s", "vs first", "pipe eff", "max bubble",
-                "adm int p50/p99 ms", "adm lat p99 ms", "prefill p50/p95 s", "good hit", "fallbacks", "failed"):
+                "adm int p50/p99 ms", "req/round", "adm lat p99 ms", "prefill p50/p95 s", "good hit", "fallbacks", "failed"):
         t.add_column(col, justify="right")
     base: dict[int, float] = {}
     for f in figures:
@@ -46,7 +51,8 @@ def print_table(figures: Sequence[RunFigures]) -> None:
         hit = "-" if f.good_hit_rate is None else f"{f.good_hit_rate:.3f}"
         t.add_row(f.policy, str(f.concurrency), f"{f.input_tokens_per_s:,.0f}", f"{f.computed_tokens_per_s:,.0f}",
                   f"{ratio:.3f}x", f"{f.pipeline_efficiency:.3f}", f"{max(f.bubble_fraction, default=0):.3f}",
-                  f"{f.admission_interval_p50_s * 1e3:.2f}/{f.admission_interval_p99_s * 1e3:.2f}",
+                  f"{_ms(f.admission_interval_p50_s)}/{_ms(f.admission_interval_p99_s)}",
+                  "-" if f.requests_per_round_mean is None else f"{f.requests_per_round_mean:.1f}",
                   f"{f.admission_latency_p99_s * 1e3:.2f}",
                   f"{f.prefill_latency_p50_s:.2f}/{f.prefill_latency_p95_s:.2f}", hit, str(f.fallbacks),
                   str(f.failed))

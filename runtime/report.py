@@ -6,8 +6,11 @@
 * makespan            = first arrival -> last completion
 * busy_s              = Σ execute-span time on stage s; bubble fraction = 1 - busy_s / makespan
 * pipeline efficiency = max_s busy_s / makespan
-* admission interval  = gaps between consecutive admission instants (requests admitted by one
-                        round share an instant and count once); admission latency = arrival -> admitted
+* admission cadence   = intervals between the ends of consecutive admission rounds that admitted
+                        something (the rhythm at which the pipeline gets admitted work: the same on
+                        the wall clock and in virtual time for the same schedule); None when fewer
+                        than two rounds admitted anything. Requests per round apart.
+* admission latency   = arrival -> admitted
 * good-hit rate       = reused tokens / tokens a completed request had computed before
 * prefill latency     = arrival -> last chunk done (request span duration)
 * fallbacks           = requests whose reuse boundary was lowered after the first lookup
@@ -52,8 +55,11 @@ class RunFigures:
     makespan_s: float
     pipeline_efficiency: float
     bubble_fraction: list[float]
-    admission_interval_p50_s: float
-    admission_interval_p99_s: float
+    admission_interval_p50_s: float | None   # None: fewer than two admitting rounds (no interval)
+    admission_interval_p99_s: float | None
+    admission_rounds: int                    # rounds that admitted at least one request
+    requests_per_round_mean: float | None    # None: no round admitted anything
+    requests_per_round_max: int
     admission_latency_p50_s: float
     admission_latency_p99_s: float
     prefill_latency_p50_s: float
@@ -90,6 +96,30 @@ def admitted_event(span: Span) -> int | None:
     return times[-1] if times else None
 
 
+@dataclass(frozen=True, slots=True)
+class Cadence:
+    """Admission rounds that admitted something: when each ended (ns, sorted) and how many it admitted."""
+    ends_ns: list[int]
+    admitted: list[int]
+
+    @property
+    def intervals_s(self) -> list[float]:
+        return [(b - a) / 1e9 for a, b in zip(self.ends_ns, self.ends_ns[1:], strict=False)]
+
+
+def admission_cadence(spans: Sequence[Span]) -> Cadence:
+    """The round, not the request, is the unit: a round stamps its requests one by one (microseconds
+    apart on the wall clock, at one instant in virtual time), so per-request instants would measure
+    the stamping loop instead of the pipeline's rhythm."""
+    rounds = sorted((s["t1"], _int(s, N.NUM_ADMITTED)) for s in spans if s["n"] == N.ADMISSION_ROUND)
+    admitting = [(t, n) for t, n in rounds if n > 0]
+    return Cadence([t for t, _ in admitting], [n for _, n in admitting])
+
+
+def _percentile_or_none(values: Sequence[float], q: float) -> float | None:
+    return percentile(values, q) if values else None
+
+
 def compute_figures(spans: Sequence[Span], num_stages: int, meta: dict[str, Any]) -> RunFigures:
     """Figures of one run from its spans in compact form (``telemetry.span_codec.encode``).
 
@@ -112,14 +142,13 @@ def compute_figures(spans: Sequence[Span], num_stages: int, meta: dict[str, Any]
         if stage == 0:
             computed += _int(s, N.TOKENS)
 
-    admitted_at, admission_latency = [], []
+    admission_latency = []
     for s in requests:
         t = admitted_event(s)
         if t is not None:
-            admitted_at.append((t - origin) / 1e9)
             admission_latency.append((t - s["t0"]) / 1e9)
-    instants = sorted(set(admitted_at))
-    intervals = [b - a for a, b in zip(instants, instants[1:], strict=False)]
+    cadence = admission_cadence(rounds)
+    intervals = cadence.intervals_s
 
     input_tokens = sum(_int(s, N.GEN_AI_INPUT_TOKENS) for s in done)
     reused = sum(_int(s, N.REUSED_TOKENS) for s in done)
@@ -142,7 +171,11 @@ def compute_figures(spans: Sequence[Span], num_stages: int, meta: dict[str, Any]
         input_tokens_per_s=rate(input_tokens), computed_tokens_per_s=rate(computed), makespan_s=makespan,
         pipeline_efficiency=rate(max(busy, default=0.0)),
         bubble_fraction=[1 - rate(b) if makespan > 0 else 0.0 for b in busy],
-        admission_interval_p50_s=percentile(intervals, 50), admission_interval_p99_s=percentile(intervals, 99),
+        admission_interval_p50_s=_percentile_or_none(intervals, 50),
+        admission_interval_p99_s=_percentile_or_none(intervals, 99),
+        admission_rounds=len(cadence.admitted),
+        requests_per_round_mean=sum(cadence.admitted) / len(cadence.admitted) if cadence.admitted else None,
+        requests_per_round_max=max(cadence.admitted, default=0),
         admission_latency_p50_s=percentile(admission_latency, 50),
         admission_latency_p99_s=percentile(admission_latency, 99),
         prefill_latency_p50_s=percentile(latencies, 50), prefill_latency_p95_s=percentile(latencies, 95),

@@ -31,6 +31,7 @@ CHUNK_START = "wavepp.chunk.start"
 TOKENS = "wavepp.tokens"                         # tokens run by this step / wave
 BUDGET = "wavepp.budget"                         # wave token budget the planner used
 NUM_REQUESTS = "wavepp.requests"
+NUM_ADMITTED = "wavepp.requests.admitted"        # requests an admission round admitted
 NUM_WAVES_READY = "wavepp.waves.ready"
 NUM_IN_FLIGHT = "wavepp.waves.in_flight"
 RING = "wavepp.waves.ring"                        # waves allowed in flight when the wave was planned

@@ -101,8 +101,8 @@ def hand_run() -> Run:
     run.execute(1, 1.6, 2.8, 2000)
     for start, tokens in ((0.1, 3000), (0.6, 1000), (1.0, 0), (1.6, 1200)):
         run.span(N.WAVE_PLAN, start, start + 0.001, {N.TOKENS: tokens})
-    for t in (0.1, 0.6, 1.2):
-        run.span(N.ADMISSION_ROUND, t - 0.05, t)
+    for t, admitted in ((0.1, 2), (0.6, 2), (0.9, 0), (1.2, 1)):      # the 0.9 round admitted nothing
+        run.span(N.ADMISSION_ROUND, t - 0.05, t, {N.NUM_ADMITTED: admitted})
     return run
 
 
@@ -117,9 +117,10 @@ def test_figures_on_hand_built_run() -> None:
     # busy: stage 0 = 0.5 + 1.0 = 1.5 s, stage 1 = 0.5 + 1.2 = 1.7 s
     assert f.bubble_fraction == approx([1 - 1.5 / 3, 1 - 1.7 / 3], abs=1e-6)
     assert f.pipeline_efficiency == approx(1.7 / 3, abs=1e-6)
-    # admission instants {0.1, 0.6, 1.2}: intervals [0.5, 0.6]
+    # ends of the rounds that admitted something {0.1, 0.6, 1.2}: intervals [0.5, 0.6]
     assert f.admission_interval_p50_s == approx(0.55, abs=1e-6)
     assert f.admission_interval_p99_s == approx(0.599, abs=1e-6)
+    assert (f.admission_rounds, f.requests_per_round_mean, f.requests_per_round_max) == (3, approx(5 / 3), 2)
     # admission latencies 0.1, 0.06, 0.1, 0.1 (+0.1 for the failed one)
     assert f.admission_latency_p50_s == approx(0.1, abs=1e-6)
     assert f.admission_latency_p99_s == approx(0.1, abs=1e-6)
@@ -134,9 +135,9 @@ def test_figures_on_hand_built_run() -> None:
 
 
 def test_inline_admission_is_on_the_critical_path() -> None:
-    """With inline admission the rounds' time (3 x 0.05 s) is charged per completed request (4)."""
+    """With inline admission the rounds' time (4 x 0.05 s) is charged per completed request (4)."""
     f = compute_figures(hand_run().spans, 2, {**META, "inline_admission": True})
-    assert f.admission_critical_path_s_per_request == pytest.approx(0.15 / 4, abs=1e-6)
+    assert f.admission_critical_path_s_per_request == pytest.approx(0.2 / 4, abs=1e-6)
 
 
 def test_meta_and_dict() -> None:
@@ -154,7 +155,7 @@ def test_idle_stage_has_full_bubble() -> None:
     f = compute_figures(run.spans, 3, META)
     assert f.bubble_fraction == pytest.approx([0.25, 1.0, 1.0], abs=1e-6)
     assert f.pipeline_efficiency == pytest.approx(0.75, abs=1e-6)
-    assert f.admission_interval_p50_s == 0.0                          # one instant: no interval
+    assert f.admission_interval_p50_s is None                         # no admitting round: no interval
 
 
 def test_no_reusable_tokens_gives_no_good_hit_rate() -> None:
@@ -180,3 +181,35 @@ def test_microsecond_durations_are_exact_at_the_sim_epoch() -> None:
     assert f.makespan_s == pytest.approx(2e-6, rel=1e-3)
     assert f.prefill_latency_p50_s == pytest.approx(2e-6, rel=1e-3)
     assert f.admission_latency_p50_s == pytest.approx(1e-6, rel=1e-3)
+
+
+def rounds_run(stamp_gap_s: float) -> Run:
+    """Three rounds of four requests, 50 ms apart; a round stamps its requests ``stamp_gap_s`` apart
+    (0 in virtual time; microseconds on the wall clock, where the stamping loop takes real time)."""
+    run = Run()
+    for i, end in enumerate((0.10, 0.15, 0.20)):
+        run.span(N.ADMISSION_ROUND, end - 0.01, end, {N.NUM_ADMITTED: 4})
+        for j in range(4):
+            run.request(0.0, 1.0 + i, 100, admitted=end + j * stamp_gap_s)
+    return run
+
+
+def test_cadence_is_the_same_on_the_wall_clock_and_in_virtual_time() -> None:
+    """Cadence is the rhythm of admitting rounds (50 ms here), not the microseconds between the
+    admission stamps of one round's requests (today's p50 read 0.00 ms on every real-time run)."""
+    virtual = compute_figures(rounds_run(0.0).spans, 1, META)
+    wall = compute_figures(rounds_run(3e-6).spans, 1, META)
+    for f in (virtual, wall):
+        assert f.admission_interval_p50_s == pytest.approx(0.05, abs=1e-9)
+        assert f.admission_interval_p99_s == pytest.approx(0.05, abs=1e-9)
+        assert (f.admission_rounds, f.requests_per_round_mean, f.requests_per_round_max) == (3, 4.0, 4)
+
+
+def test_a_run_too_short_for_a_cadence_says_so() -> None:
+    """One admitting round has no interval: the figures are None (JSON null, "-" in the table), not 0."""
+    run = Run()
+    run.request(0.0, 1.0, 100, admitted=0.1)
+    run.span(N.ADMISSION_ROUND, 0.05, 0.1, {N.NUM_ADMITTED: 1})
+    f = compute_figures(run.spans, 1, META)
+    assert f.admission_interval_p50_s is None and f.admission_interval_p99_s is None
+    assert (f.admission_rounds, f.requests_per_round_mean) == (1, 1.0)
