@@ -2,7 +2,13 @@
 
 The source comes from ``WAVEPP_DASHBOARD``: ``run:FILE`` (a saved run), ``store:URL`` (a live
 deployment on Redis) or ``embedded`` (the runtime started by ``wavepp dashboard`` in this
-process). Live pages refresh themselves every second.
+process).
+
+Live pages are redrawn only when their data changed: a small watcher (``st.fragment``, every
+second) reads the source's position (spans received, status, knobs) and reruns the page when it
+moved; otherwise it only refreshes the runtime's banner and the age of the newest span. Tables
+and figures are computed once per position (:func:`load`), so a finished run costs a poll per
+second and nothing more.
 """
 
 from __future__ import annotations
@@ -13,11 +19,14 @@ from typing import Any
 import streamlit as st
 
 from dashboard.screens import PAGES
+from dashboard.screens.common import runtime_banner, span_age
 from dashboard.screens.knobs import refusal_banner
-from dashboard.sources import EmbeddedSource, RunFileSource, StoreSource
+from dashboard.sources import EmbeddedSource, RunFileSource, Snapshot, StoreSource
 from dashboard.view import View, make_view
 
 REFRESH_S = 1.0
+NEWEST = ""                 # run choice of a live view: follow the newest run until the operator picks one
+VIEWS_KEPT = 16
 
 
 @st.cache_resource(show_spinner=False)
@@ -36,28 +45,62 @@ def get_source(spec: str) -> Any:
     raise ValueError(f"unknown dashboard source {spec!r} (run:FILE, store:URL or embedded)")
 
 
-@st.cache_data(show_spinner=False, max_entries=16)
-def load_saved(spec: str, label: str | None) -> View:
-    """The one loader for saved runs (cached: a file does not change)."""
+@st.cache_resource(show_spinner=False)
+def _views(spec: str) -> dict[str, View]:
+    """The last view computed per run id, shared by every session of this source."""
+    return {}
+
+
+def load(spec: str, run_id: str | None) -> View:
+    """The run's view; tables and figures are recomputed only when the snapshot's position moved."""
     source = get_source(spec)
-    return make_view(source, source.snapshot(label))
+    snap = source.snapshot(run_id or None)
+    views = _views(spec)
+    cached = views.get(snap.run_id)
+    if cached is not None and snap.position and cached.snap.position == snap.position:
+        return View(snap, cached.frames, cached.figures, source)
+    view = make_view(source, snap)
+    views.pop(snap.run_id, None)
+    views[snap.run_id] = view
+    while len(views) > VIEWS_KEPT:
+        del views[next(iter(views))]
+    return view
 
 
-def load(spec: str, label: str | None) -> View:
-    source = get_source(spec)
-    if not source.live:
-        return load_saved(spec, label)
-    return make_view(source, source.snapshot(label))
-
-
-def draw(spec: str, page: str, label: str | None) -> None:
-    view = load(spec, label)
-    if view.snap.error:
-        st.warning(view.snap.error)
+def _watch(spec: str, run_id: str | None, drawn: tuple[Any, ...], rerun: bool) -> None:
+    """Every second: the runtime's banners; the whole page again only when its data moved."""
+    view = load(spec, run_id)
+    if rerun and view.snap.position != drawn:
+        st.rerun()
+    runtime_banner(view.snap)
     if isinstance(view.source, EmbeddedSource) and view.source.stopped:
         st.button("Restart the runtime", key="restart_runtime", on_click=view.source.restart)
     refusal_banner(view)
-    PAGES[page](view)
+    span_age(view.snap)
+
+
+def _pick_run() -> str | None:
+    """The run chosen in the sidebar (None: a live view's newest run, a saved file's first)."""
+    choice = st.session_state.get("run_choice", NEWEST)
+    return None if choice == NEWEST else choice
+
+
+def _run_selector(snap: Snapshot, live: bool) -> None:
+    """Runs by id, each with its label. A live view offers "newest run" first and stays on it (a new
+    run takes over the view) until the operator picks a run; a picked run stays picked."""
+    options = ([NEWEST] if live else []) + (list(reversed(snap.runs)) if live else list(snap.runs))
+    if len(options) > 1:
+        choice = st.session_state.get("run_choice", NEWEST)
+        index = options.index(choice) if choice in options else 0
+
+        def label(run_id: str) -> str:
+            return f"newest run ({snap.runs[snap.run_id]})" if run_id == NEWEST else f"{snap.runs[run_id]} [{run_id}]"
+        key = f"run_pick_{hash(tuple(options))}"      # the options changed: a new widget, the choice kept
+
+        def keep() -> None:
+            st.session_state["run_choice"] = st.session_state[key]
+        st.sidebar.selectbox("Run", options, index=index, format_func=label, key=key, on_change=keep)
+    st.sidebar.caption(f"run: {snap.label}" + (f" [{snap.run_id}]" if snap.run_id else ""))
 
 
 def main() -> None:
@@ -71,12 +114,15 @@ def main() -> None:
         st.error(f"Cannot open the dashboard's source: {exc}")
         return
     st.sidebar.caption(f"source: {spec}")
-    labels = load(spec, None).snap.labels
-    label = st.sidebar.selectbox("Run", labels, key="run_label") if len(labels) > 1 else None
-    if source.live and page != "Knobs":
-        st.fragment(run_every=REFRESH_S)(lambda: draw(spec, page, label))()
-    else:
-        draw(spec, page, label)
+    run_id = _pick_run()
+    view = load(spec, run_id)
+    _run_selector(view.snap, source.live)
+    if source.live:
+        # The Knobs page is not redrawn under the operator's typing; its banner still refreshes.
+        st.fragment(run_every=REFRESH_S)(lambda: _watch(spec, run_id, view.snap.position, page != "Knobs"))()
+    elif view.snap.error:
+        st.warning(view.snap.error)
+    PAGES[page](view)
 
 
 main()

@@ -25,6 +25,7 @@ from typing import Any
 from runtime.engines.sim.engine import SimEngine
 from runtime.knobs import Knobs
 from runtime.loop import PipelineLoop
+from runtime.runfile import RunInfo
 from runtime.workloads import Workload, parse_workload
 from store.base import KnobsRecord, StoreError
 from store.memory import MemoryStore
@@ -46,8 +47,8 @@ class EmbeddedRuntime:
         self.knobs = knobs or Knobs()
         self.seed = seed
         self.requests = requests
-        self.label = f"{self.knobs.policy} c={concurrency} {self.spec.name} (embedded)"
-        self.ring = SpanRing(run=self.label)
+        self.run = RunInfo.new(self.knobs.policy, self.spec.name, concurrency, engine.name, "embedded")
+        self.ring = SpanRing()
         self.store = MemoryStore()
         self.loop: PipelineLoop
         self.error: str | None = None          # why the runtime is not running (finished or crashed)
@@ -90,7 +91,7 @@ class EmbeddedRuntime:
     async def _run(self) -> None:
         self._aio = asyncio.get_running_loop()
         parts = self.engine.build()
-        tel = self.engine.telemetry(self.label, keep=False)     # spans go to the bounded ring only
+        tel = self.engine.telemetry(self.run, keep=False)     # spans go to the bounded ring only
         tel.add_span_processor(self.ring)
         workload = Workload(self.spec, self.requests, self.prompt_tokens, self.engine.block_size,
                             self.engine.vocab_size, self.seed)
@@ -129,8 +130,8 @@ class _Facade:
             return
         self.rt = EmbeddedRuntime(self.rt.engine, **self.runtime_args).start()
 
-    def label(self) -> str:
-        return self.rt.label
+    def run(self) -> tuple[str, str]:
+        return self.rt.run.id, self.rt.run.label
 
     def error(self) -> str | None:
         return self.rt.error
@@ -200,7 +201,7 @@ class RemoteRuntime:
         manager = _Manager(address=address, authkey=authkey)
         manager.connect()
         self._rt = manager.runtime()          # type: ignore[attr-defined]
-        self.label: str = self._rt.label()
+        self.run_id, self.label = self._rt.run()
 
     @property
     def error(self) -> str | None:
@@ -225,6 +226,7 @@ class RemoteRuntime:
     def restart(self) -> None:
         if self.proc.is_alive():
             self._rt.restart()
+            self.run_id, self.label = self._rt.run()          # a new run: a new id
         else:                                  # the child process itself died (killed, crashed)
             self.proc.join(0)
             self._spawn()

@@ -12,6 +12,7 @@ import asyncio
 import json
 import threading
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -20,30 +21,37 @@ import redis
 from runtime.runfile import SavedRun, load_runs
 from store.base import KnobsRecord, StoreError
 from store.urls import StoreUrl, parse_store_url
-from telemetry.redis_stream import read_spans
+from telemetry.redis_stream import read_run_labels, read_spans
 
-LIVE_SPANS_KEPT = 250_000
+LIVE_SPANS_KEPT = 250_000     # per run
+LIVE_STATUS_KEPT = 5_000      # per run
+LIVE_RUNS_KEPT = 8            # a live store source keeps the most recent runs
 
 
 @dataclass(slots=True)
 class Snapshot:
+    run_id: str                                            # the run shown ("" before any run)
     label: str
     spans: list[dict[str, Any]]
     num_stages: int = 0
     capacities: list[int] = field(default_factory=list)
     knobs: KnobsRecord | None = None
     knob_history: list[dict[str, Any]] = field(default_factory=list)
-    status: list[dict[str, Any]] = field(default_factory=list)
+    status: list[dict[str, Any]] = field(default_factory=list)    # this run's status records only
     live: bool = False
     error: str | None = None
-    labels: list[str] = field(default_factory=list)       # runs available (saved file, or the stream)
+    runs: dict[str, str] = field(default_factory=dict)    # id -> label of the runs available, oldest first
+    position: tuple[Any, ...] = ()                        # changes whenever anything a page draws changes
 
 
 class Source(Protocol):
     kind: str
     live: bool
 
-    def snapshot(self, label: str | None = None) -> Snapshot: ...
+    def snapshot(self, run_id: str | None = None) -> Snapshot:
+        """The run ``run_id``; for None (or an id no longer held) a live source's newest run, a
+        saved file's first."""
+        ...
 
     def write_knobs(self, changes: dict[str, Any]) -> KnobsRecord:
         """Validated write; raises KnobError (nothing written) or StoreError."""
@@ -62,6 +70,12 @@ def stages_from(spans: list[dict[str, Any]], status: list[dict[str, Any]]) -> tu
     return (max(stages) + 1 if stages else 0), []
 
 
+def _position(run_id: str, received: int, status: Sequence[dict[str, Any]], knobs: KnobsRecord | None,
+              history: Sequence[dict[str, Any]]) -> tuple[Any, ...]:
+    return (run_id, received, status[-1].get("t") if status else None, len(status),
+            knobs.version if knobs else None, len(history))
+
+
 class RunFileSource:
     """A file written by ``wavepp bench --save-run`` (read-only)."""
 
@@ -75,23 +89,43 @@ class RunFileSource:
     def runs(self) -> list[SavedRun]:
         return self._runs
 
-    def snapshot(self, label: str | None = None) -> Snapshot:
-        run = next((r for r in self._runs if r.label == label), self._runs[0]) if self._runs else None
+    def snapshot(self, run_id: str | None = None) -> Snapshot:
+        run = next((r for r in self._runs if r.id == run_id), self._runs[0]) if self._runs else None
         if run is None:
-            return Snapshot("(empty)", [], labels=[])
+            return Snapshot("", "(empty)", [])
         pp = int(run.meta.get("pp", 0)) or stages_from(run.spans, run.status)[0]
         caps = list(run.meta.get("capacities", [])) or stages_from(run.spans, run.status)[1]
         history = [{"version": i + 1, "time": c["t"] / 1e9, "changes": c["changes"]}
                    for i, c in enumerate(run.knob_changes)]
-        return Snapshot(run.label, run.spans, pp, caps, None, history, run.status, False, None,
-                        [r.label for r in self._runs])
+        return Snapshot(run.id, run.label, run.spans, pp, caps, None, history, run.status, False, None,
+                        {r.id: r.label for r in self._runs}, (run.id,))
 
     def write_knobs(self, changes: dict[str, Any]) -> KnobsRecord:
         raise StoreError("a saved run is read-only: start the dashboard on a live store to change knobs")
 
 
+class _RunLog:
+    """What a live source holds of one run: its latest spans and status records."""
+
+    def __init__(self) -> None:
+        self.spans: deque[dict[str, Any]] = deque(maxlen=LIVE_SPANS_KEPT)
+        self.status: deque[dict[str, Any]] = deque(maxlen=LIVE_STATUS_KEPT)
+        self.received = 0                                  # spans ever received: the stream position
+
+    def add_spans(self, spans: Sequence[dict[str, Any]]) -> None:
+        self.spans.extend(spans)
+        self.received += len(spans)
+
+    def add_status(self, status: dict[str, Any]) -> None:
+        if not self.status or self.status[-1].get("t") != status.get("t"):
+            self.status.append(status)
+
+
 class StoreSource:
-    """A live deployment sharing a Redis store (``wavepp bench --store redis://… --realtime``)."""
+    """A live deployment sharing a Redis store (``wavepp bench --store redis://… --realtime``).
+
+    Spans and status records are kept per run id (the stream and the status key hold every run on
+    this cluster), the most recent ``LIVE_RUNS_KEPT`` runs at most."""
 
     kind = "store"
     live = True
@@ -102,31 +136,43 @@ class StoreSource:
             raise StoreError("the dashboard reads a live deployment from Redis: give --store redis://…")
         self.client = redis.Redis.from_url(self.url.url, socket_connect_timeout=1.0, socket_timeout=2.0)
         self.prefix = f"wavepp:{{{self.url.cluster}}}"
-        self._spans: deque[dict[str, Any]] = deque(maxlen=LIVE_SPANS_KEPT)
+        self._runs: dict[str, _RunLog] = {}                # insertion order = order of first appearance
+        self._labels: dict[str, str] = {}
         self._after = "-"
-        self._status: deque[dict[str, Any]] = deque(maxlen=5_000)
         self._lock = threading.Lock()
 
     def runs(self) -> list[SavedRun]:
         return []
 
+    def _log(self, run_id: str) -> _RunLog:
+        if run_id not in self._runs:
+            self._runs[run_id] = _RunLog()
+            while len(self._runs) > LIVE_RUNS_KEPT:
+                del self._runs[next(iter(self._runs))]
+        return self._runs[run_id]
+
     def _poll(self) -> None:
         while True:
             spans, self._after = read_spans(self.client, self.url, self._after)
-            self._spans.extend(spans)
+            by_run: dict[str, list[dict[str, Any]]] = {}
+            for s in spans:
+                by_run.setdefault(s.get("run", ""), []).append(s)
+            for run_id, mine in by_run.items():
+                self._log(run_id).add_spans(mine)
             if not spans:
                 break
         raw = self.client.get(f"{self.prefix}:status")
         if raw:
             status = json.loads(raw)
-            if not self._status or self._status[-1].get("t") != status.get("t"):
-                self._status.append(status)
+            self._log(status.get("run", "")).add_status(status)
+        if any(r not in self._labels for r in self._runs):
+            self._labels |= read_run_labels(self.client, self.url)
 
     def _knobs(self) -> tuple[KnobsRecord, list[dict[str, Any]]]:
         from store.redis_store import read_knobs
         return read_knobs(self.client, self.prefix, 200)
 
-    def snapshot(self, label: str | None = None) -> Snapshot:
+    def snapshot(self, run_id: str | None = None) -> Snapshot:
         error = None
         knobs: KnobsRecord | None = None
         history: list[dict[str, Any]] = []
@@ -136,13 +182,14 @@ class StoreSource:
                 knobs, history = self._knobs()
             except redis.RedisError as exc:
                 error = f"store unreachable at {self.url.where}: {exc} — showing the last data received"
-            spans = list(self._spans)
-            status = list(self._status)
-        labels = list(dict.fromkeys(s.get("run", "") for s in spans))
-        chosen = label if label in labels else (labels[-1] if labels else "")
-        mine = [s for s in spans if s.get("run", "") == chosen]
-        stages, caps = stages_from(mine, status)
-        return Snapshot(chosen or "(no run yet)", mine, stages, caps, knobs, history, status, True, error, labels)
+            runs = {r: self._labels.get(r) or (f"run {r}" if r else "spans without a run id")
+                    for r, log in self._runs.items() if log.spans}
+            chosen = run_id if run_id in runs else (next(reversed(runs)) if runs else "")
+            log = self._runs.get(chosen, _RunLog())
+            spans, status, received = list(log.spans), list(log.status), log.received
+        stages, caps = stages_from(spans, status)
+        return Snapshot(chosen, runs.get(chosen, "(no run yet)"), spans, stages, caps, knobs, history, status,
+                        True, error, runs, _position(chosen, received, status, knobs, history))
 
     def write_knobs(self, changes: dict[str, Any]) -> KnobsRecord:
         from store.redis_store import RedisStore
@@ -166,6 +213,7 @@ class EmbeddedSource:
         self.runtime = runtime               # dashboard.embedded.RemoteRuntime
         self._spans: deque[dict[str, Any]] = deque(maxlen=LIVE_SPANS_KEPT)
         self._after = 0
+        self._status: list[dict[str, Any]] = []          # the last status records read (kept when it stops answering)
         self._lock = threading.Lock()
         self.stopped = False                 # the runtime finished or crashed, or its process died
 
@@ -174,31 +222,32 @@ class EmbeddedSource:
         with self._lock:
             self.runtime.restart()
             self._spans.clear()
+            self._status = []
             self._after = 0
             self.stopped = False
 
     def runs(self) -> list[SavedRun]:
         return []
 
-    def snapshot(self, label: str | None = None) -> Snapshot:
+    def snapshot(self, run_id: str | None = None) -> Snapshot:
         rt = self.runtime
         error = None
         knobs: KnobsRecord | None = None
         history: list[dict[str, Any]] = []
-        status: list[dict[str, Any]] = []
         with self._lock:
             try:
                 spans, self._after = rt.read(self._after)
                 self._spans.extend(spans)
-                knobs, history, status = rt.knobs(), rt.knob_history(), rt.status()
+                knobs, history, self._status = rt.knobs(), rt.knob_history(), rt.status()
                 error = rt.error
                 self.stopped = error is not None
             except Exception as exc:          # its process died, or a call failed there: a banner
                 error = f"the embedded runtime is not answering: {type(exc).__name__}: {exc}"
                 self.stopped = True
-            mine = list(self._spans)
+            mine, status = list(self._spans), list(self._status)
         stages, caps = stages_from(mine, status)
-        return Snapshot(rt.label, mine, stages, caps, knobs, history, status, True, error, [rt.label])
+        return Snapshot(rt.run_id, rt.label, mine, stages, caps, knobs, history, status, True, error,
+                        {rt.run_id: rt.label}, _position(rt.run_id, self._after, status, knobs, history))
 
     def write_knobs(self, changes: dict[str, Any]) -> KnobsRecord:
         record: KnobsRecord = self.runtime.set_knobs(changes)

@@ -7,6 +7,7 @@ and every block free or cached.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -14,14 +15,16 @@ from typing import Any, Protocol
 from opentelemetry.sdk.trace import ReadableSpan
 
 from runtime.engines.base import EngineParts
+from runtime.engines.common import store_source
 from runtime.knobs import Knobs
 from runtime.loop import LoopResult, PipelineLoop
 from runtime.policies import get_policy
 from runtime.report import RunFigures, compute_figures
-from runtime.runfile import SavedRun
+from runtime.runfile import RunInfo, SavedRun
 from runtime.watchdog import DEFAULT_STALL_TIMEOUT_S
 from runtime.workloads import WorkloadSpec, make_workload
 from store.base import Store
+from store.urls import StoreUrl
 from telemetry.setup import Telemetry
 from telemetry.span_codec import encode
 
@@ -30,6 +33,7 @@ class Engine(Protocol):
     name: str
     pp: int
     block_size: int
+    store_url: StoreUrl
 
     @property
     def vocab_size(self) -> int: ...
@@ -37,7 +41,7 @@ class Engine(Protocol):
     def build(self) -> EngineParts: ...
     def default_knobs(self) -> Knobs: ...
     async def open_store(self) -> Store: ...
-    def telemetry(self, run: str = "", keep: bool = True) -> Telemetry: ...
+    def telemetry(self, run: RunInfo | None = None, keep: bool = True) -> Telemetry: ...
     def run(self, main: Any) -> Any: ...
 
     def close(self) -> None: ...
@@ -65,15 +69,18 @@ class RunRecord:
     loop: LoopResult
     parts: EngineParts
 
+    run: RunInfo
     meta: dict[str, Any] = field(default_factory=dict)
 
     @property
     def label(self) -> str:
+        """Short: the bench's own table and trace already say which bench this is."""
         return f"{self.figures.policy} c={self.figures.concurrency}"
 
     def saved(self) -> SavedRun:
         changes = [{"t": t, "changes": c} for t, c in self.loop.knob_changes]
-        return SavedRun(self.label, self.meta, self.figures.as_dict(), self.encoded, changes, list(self.loop.status))
+        return SavedRun(self.run.label, self.meta, self.figures.as_dict(), self.encoded, changes,
+                        list(self.loop.status), self.run.id)
 
 
 Progress = Callable[[str, int, int], None]    # (run label, finished requests, total)
@@ -84,7 +91,8 @@ def run_one(engine: Engine, cfg: BenchConfig, policy_name: str, concurrency: int
     policy = get_policy(policy_name)
     knobs = cfg.knobs.replace(policy=policy_name)
     parts = engine.build()
-    tel = engine.telemetry(f"{policy_name} c={concurrency}")
+    run = RunInfo.new(policy_name, cfg.workload.name, concurrency, engine.name, store_source(engine.store_url))
+    tel = engine.telemetry(run)
     workload = make_workload(cfg.workload, cfg.requests, cfg.prompt_tokens or engine.default_prompt_tokens(),
                              engine.block_size, engine.vocab_size, cfg.seed)
     label = f"{policy_name} c={concurrency}"
@@ -110,10 +118,38 @@ def run_one(engine: Engine, cfg: BenchConfig, policy_name: str, concurrency: int
             "concurrency": concurrency, "workload": cfg.workload.name, "inline_admission": policy.admission.inline,
             "mechanisms": policy.mechanisms(),
             "pp": engine.pp, "capacities": [h.capacity for h in parts.handles],
-            "block_size": engine.block_size, "knobs": knobs.as_dict()}
+            "block_size": engine.block_size, "knobs": knobs.as_dict(), "run": run.as_dict()}
     figures = compute_figures(encoded, engine.pp, meta)
     tel.shutdown()
-    return RunRecord(figures, spans, encoded, result, parts, meta)
+    return RunRecord(figures, spans, encoded, result, parts, run, meta)
+
+
+def prepare_store(url: StoreUrl, reset: bool) -> str | None:
+    """Before a bench on a shared store: clear what earlier runs left (hint index, leases, wave plans,
+    status) and keep the deployment's knobs with their history, or with ``reset`` clear those and the
+    span stream too. Returns the line that says what was cleared (None for the in-process store,
+    which starts empty). Raises StoreError when the store cannot be reached."""
+    if url.kind != "redis":
+        return None
+    from store.redis_store import RedisStore
+    from telemetry.redis_stream import runs_key, stream_key
+
+    async def clear() -> tuple[int, int]:
+        store = await RedisStore.connect(url)
+        try:
+            n = await store.clear_all(keep_knobs=not reset)
+            if reset:
+                n += int(await store.client.delete(stream_key(url), runs_key(url)))
+            return n, (await store.knobs_get()).version
+        finally:
+            await store.close()
+    n, version = asyncio.run(clear())
+    where = f"store {store_source(url)}"
+    if reset:
+        return f"{where}: --reset-store cleared {n} keys (run state, knobs, knob history and the span stream)"
+    kept = f"kept the knobs (version {version}) and their history" if version else "no knobs were set"
+    return (f"{where}: cleared {n} keys left by earlier runs (hint index, leases, wave plans, status); "
+            f"{kept}; --reset-store clears them too")
 
 
 def run_bench(engine: Engine, cfg: BenchConfig, progress: Progress | None = None) -> list[RunRecord]:

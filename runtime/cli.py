@@ -126,6 +126,8 @@ def build_parser() -> _Parser:
     b.add_argument("--ring", type=positive_int, default=None, help="waves in flight R (default 2P, baselines P)")
     b.add_argument("--store", default="memory",
                    help="memory (default) or redis://host:port/db[?cluster=name]: index, plans, knobs, span stream")
+    b.add_argument("--reset-store", action="store_true",
+                   help="also clear the store's knobs, their history and the span stream (default: kept)")
     b.add_argument("--realtime", action="store_true", help="sim only: run on the wall clock instead of virtual time")
     b.add_argument("--time-scale", type=positive_float, default=1.0, help="real-time sim: multiply modelled step times")
     b.add_argument("--json", dest="json_path", type=output_file, default=None, help="write {\"runs\": [...]} here")
@@ -280,7 +282,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 def _bench(args: argparse.Namespace, spec: Any, engine: Any, sim: Any, knobs: Any) -> int:
-    from runtime.bench import BenchConfig, run_bench
+    from runtime.bench import BenchConfig, prepare_store, run_bench
     from runtime.watchdog import Stalled
     from store.base import StoreError
     requests = args.requests if spec.kind == "trace" else args.requests or max(512, 4 * max(args.concurrency))
@@ -292,6 +294,12 @@ def _bench(args: argparse.Namespace, spec: Any, engine: Any, sim: Any, knobs: An
         print(f"sim cost model: {engine.cost_model_name}")
 
     from runtime.progress import BenchProgress, print_table
+    try:
+        cleared = prepare_store(engine.store_url, args.reset_store)
+    except StoreError as exc:
+        raise UsageError(str(exc)) from None
+    if cleared:
+        print(cleared)
     with BenchProgress(disabled=args.quiet) as progress:
         try:
             records = run_bench(engine, cfg, progress.update)

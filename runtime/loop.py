@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import logging
+import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -45,6 +47,8 @@ from store.base import Store
 from store.resilient import ResilientStore
 from telemetry import names as N
 from telemetry.setup import Telemetry
+
+log = logging.getLogger(__name__)
 
 STATUS_EVERY_S = 0.25          # runtime status snapshots (dashboard: queues, cache state over time)
 STATUS_HISTORY = 20_000
@@ -176,6 +180,25 @@ class PipelineLoop:
         await self.publisher.flush()
 
     async def run(self) -> LoopResult:
+        """Run the workload to the end; the last status record says how the run ended."""
+        try:
+            result = await self._run()
+        except BaseException as exc:
+            await self._final_status(f"failed: {(str(exc) or type(exc).__name__).splitlines()[0][:300]}")
+            raise
+        await self._final_status("finished")
+        return result
+
+    async def _final_status(self, state: str) -> None:
+        """Best effort: a store that is down, or stages that died, must not hide the run's own error."""
+        try:
+            snapshot = await asyncio.wait_for(self.status(state), STATUS_EVERY_S * 4)
+            self.result.status.append(snapshot)
+            await asyncio.wait_for(self.store.status_put(snapshot), STATUS_EVERY_S * 4)
+        except Exception as exc:                 # noqa: BLE001 - reported, never raised over the run's outcome
+            log.warning("could not record the run's final status (%s): %s", state, exc)
+
+    async def _run(self) -> LoopResult:
         await self.prime()
         await self.knob_watcher.publish(self.knobs)
         if isinstance(self.store, ResilientStore):
@@ -377,14 +400,17 @@ class PipelineLoop:
                 N.REQUEST_IDS: [c.request_id for c in plan.chunks]})
         return wave
 
-    async def status(self) -> dict[str, Any]:
-        """A snapshot of queues and per-stage cache state (the dashboard's Cache and Admission pages)."""
+    async def status(self, state: str = "running") -> dict[str, Any]:
+        """A snapshot of queues and per-stage cache state (the dashboard's Cache and Admission pages),
+        with the run's id (runs sharing a store never mix), the wall-clock time it was taken (a viewer
+        tells a silent runtime from a busy one) and the runtime's state: running, finished or failed."""
         stages = []
         for h, st in zip(self.handles, await asyncio.gather(*(h.stats() for h in self.handles)), strict=True):
             stages.append({"stage": h.stage, "capacity": st.num_blocks, "cached": st.num_cached,
                            "free": st.num_free, "leases": st.num_leases, "escrowed": st.num_escrowed_blocks,
                            "evictions": st.num_evictions, "replacements": st.num_victim_replacements})
-        return {"t": self.tel.now_ns(), "policy": self.policy.name, "waiting": len(self.waiting),
+        return {"t": self.tel.now_ns(), "run": self.tel.run_id, "wall": time.time(), "state": state,
+                "policy": self.policy.name, "waiting": len(self.waiting),
                 "active": len(self.active), "in_flight": self.in_flight, "ring": self.ring,
                 "finished": self.num_finished, "failed": len(self.result.failures),
                 "knobs_version": self.knob_watcher.version, "knobs_refused": self.knob_watcher.refused,

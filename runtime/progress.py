@@ -42,7 +42,8 @@ def _ms(seconds: float | None) -> str:
 def print_table(figures: Sequence[RunFigures]) -> None:
     t = Table(title="wavepp bench", show_lines=False)
     for col in ("policy", "c", "input tok/s", "computed tok/s", "vs first", "pipe eff", "max bubble",
-                "adm int p50/p99 ms", "req/round", "adm lat p99 ms", "prefill p50/p95 s", "good hit", "fallbacks", "failed"):
+                "adm int p50/p99 ms", "req/round", "adm lat p99 ms", "prefill p50/p95 s", "good hit", "fallbacks",
+                "failed"):
         t.add_column(col, justify="right")
     base: dict[int, float] = {}
     for f in figures:

@@ -8,25 +8,56 @@ from __future__ import annotations
 
 import gzip
 import json
+import secrets
+import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 FORMAT = "wavepp-run/1"
 
 
+@dataclass(frozen=True, slots=True)
+class RunInfo:
+    """Who a run is: a unique id (on every span and status record, so runs sharing a store, a
+    file or a dashboard never merge) and what a person reads to tell runs apart."""
+
+    id: str
+    policy: str
+    workload: str
+    concurrency: int
+    engine: str
+    source: str             # where it ran: the store ("memory", "redis://host:port/db?cluster=…") or "embedded"
+    started: float          # wall-clock start, epoch seconds (also for virtual-time runs)
+
+    @classmethod
+    def new(cls, policy: str, workload: str, concurrency: int, engine: str, source: str) -> RunInfo:
+        started = time.time()
+        stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(started))
+        return cls(f"{stamp}-{secrets.token_hex(3)}", policy, workload, concurrency, engine, source, started)
+
+    @property
+    def label(self) -> str:
+        at = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(self.started))
+        return f"{self.policy} {self.workload} c={self.concurrency} · {self.engine} · {self.source} · {at}Z"
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
 @dataclass(slots=True)
 class SavedRun:
     label: str
-    meta: dict[str, Any]               # policy, engine, model, hardware, pp, concurrency, workload
+    meta: dict[str, Any]               # policy, engine, model, hardware, pp, concurrency, workload, run (RunInfo)
     figures: dict[str, Any]
     spans: list[dict[str, Any]]        # compact form (telemetry.span_codec)
     knob_changes: list[dict[str, Any]] = field(default_factory=list)   # {"t": ns, "changes": {...}}
     status: list[dict[str, Any]] = field(default_factory=list)         # runtime status snapshots
+    id: str = ""                       # the run's unique id (RunInfo.id)
 
     def as_dict(self) -> dict[str, Any]:
-        return {"label": self.label, "meta": self.meta, "figures": self.figures, "spans": self.spans,
+        return {"id": self.id, "label": self.label, "meta": self.meta, "figures": self.figures, "spans": self.spans,
                 "knob_changes": self.knob_changes, "status": self.status}
 
 
@@ -53,7 +84,8 @@ def load_runs(path: str | Path) -> list[SavedRun]:
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise ValueError(f"{p} is not a saved run (expected format {FORMAT})")
     try:
+        # Files from before run ids: the position in the file stands in for the id.
         return [SavedRun(r["label"], r["meta"], r["figures"], r["spans"], r.get("knob_changes", []),
-                         r.get("status", [])) for r in data["runs"]]
+                         r.get("status", []), r.get("id") or f"{p.name}#{i}") for i, r in enumerate(data["runs"])]
     except (KeyError, TypeError) as exc:
         raise ValueError(f"{p} is not a saved run: missing {exc}") from None

@@ -149,8 +149,10 @@ class Store(Protocol):
 
     async def status_get(self) -> dict[str, Any] | None: ...
 
-    async def clear_all(self) -> int:
-        """Delete everything this store holds for the deployment (tests, fresh benchmark runs)."""
+    async def clear_all(self, keep_knobs: bool = False) -> int:
+        """Delete everything this store holds for the deployment (tests, fresh benchmark runs); with
+        ``keep_knobs`` the knobs and their history stay (a bench on a live deployment's store must
+        not reset the operator's knobs). Returns how many records were deleted."""
         ...
 
     async def close(self) -> None: ...

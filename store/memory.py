@@ -150,10 +150,13 @@ class MemoryStore:
     async def status_get(self) -> dict[str, Any] | None:
         return self._status
 
-    async def clear_all(self) -> int:
-        """Forget everything (the Redis store deletes its keys)."""
+    async def clear_all(self, keep_knobs: bool = False) -> int:
+        """Forget everything, the knobs too unless ``keep_knobs`` (the Redis store deletes its keys)."""
         n = len(self._counts) + len(self._entries) + len(self._plans)
+        knobs, history = self._knobs, self._knob_history
         self.__init__()  # type: ignore[misc]
+        if keep_knobs:
+            self._knobs, self._knob_history = knobs, history
         return n
 
     async def close(self) -> None:

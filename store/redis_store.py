@@ -343,11 +343,15 @@ class RedisStore:
 
     # ---- housekeeping ----------------------------------------------------------------------
     @_translate
-    async def clear_all(self) -> int:
-        """Delete every key of this deployment (tests, fresh benchmark runs) except the span stream,
-        which telemetry owns and whose entries carry their run's label."""
-        spans = f"{self.prefix}:spans".encode()
-        keys = [k async for k in self.client.scan_iter(match=f"{self.prefix}:*", count=1000) if k != spans]
+    async def clear_all(self, keep_knobs: bool = False) -> int:
+        """Delete every key of this deployment (tests, fresh benchmark runs) except the span stream and
+        its run index, which telemetry owns and whose entries carry their run's id; with ``keep_knobs``
+        the knobs and their history stay too."""
+        kept = {self.key("spans"), self.key("runs")}
+        if keep_knobs:
+            kept |= {self.key("knobs"), self.key("knobs", "history")}
+        keys = [k async for k in self.client.scan_iter(match=f"{self.prefix}:*", count=1000)
+                if k.decode() not in kept]
         if keys:
             await self.client.delete(*keys)
         return len(keys)

@@ -22,6 +22,8 @@ EVENT_KNOBS_REFUSED = "wavepp.knobs.refused"     # on the next plan span after t
 
 # ---- attribute keys ----------------------------------------------------------------------------
 POLICY = "wavepp.policy"
+RUN_ID = "wavepp.run.id"                         # resource attribute: the run's unique id (every span)
+RUN_LABEL = "wavepp.run.label"                   # resource attribute: the run's human label
 ENGINE = "wavepp.engine"
 REQUEST_ID = "wavepp.request.id"
 REQUEST_IDS = "wavepp.request.ids"

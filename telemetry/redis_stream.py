@@ -1,5 +1,8 @@
 """Span exporter to a capped Redis stream (``wavepp:{<cluster>}:spans``), which the dashboard reads.
 
+Every span carries its run's id; the hash ``wavepp:{<cluster>}:runs`` maps each id to the run's
+label, so a viewer lists runs by id without reading the whole stream.
+
 Memory stays bounded: ``XADD … MAXLEN ~ cap`` trims the oldest entries. The exporter runs in the
 batch span processor's thread with its own synchronous client; an unreachable Redis drops that
 batch (export returns FAILURE) and never disturbs the runtime.
@@ -17,7 +20,7 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 
 from store.urls import StoreUrl
-from telemetry.span_codec import dumps
+from telemetry.span_codec import dumps, run_of
 
 log = logging.getLogger(__name__)
 
@@ -28,20 +31,30 @@ def stream_key(url: StoreUrl) -> str:
     return f"wavepp:{{{url.cluster}}}:spans"
 
 
+def runs_key(url: StoreUrl) -> str:
+    return f"wavepp:{{{url.cluster}}}:runs"
+
+
 class RedisSpanExporter(SpanExporter):
-    def __init__(self, url: StoreUrl, run: str = "", cap: int = SPAN_STREAM_CAP) -> None:
-        self.run = run                   # label of the run the spans belong to (several runs share a stream)
+    def __init__(self, url: StoreUrl, cap: int = SPAN_STREAM_CAP) -> None:
         self.client = redis.Redis.from_url(url.url, socket_connect_timeout=1.0, socket_timeout=2.0)
         self.key = stream_key(url)
+        self.runs_key = runs_key(url)
         self.cap = cap
         self.dropped = 0
+        self._registered: set[str] = set()        # run ids whose label is in the runs hash
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
         try:
             pipe = self.client.pipeline(transaction=False)
+            new: dict[Any, Any] = {run_id: label for run_id, label in map(run_of, spans)
+                                   if run_id and run_id not in self._registered}
+            if new:
+                pipe.hset(self.runs_key, mapping=new)
             for span in spans:
-                pipe.xadd(self.key, {"s": dumps(span, self.run)}, maxlen=self.cap, approximate=True)
+                pipe.xadd(self.key, {"s": dumps(span)}, maxlen=self.cap, approximate=True)
             pipe.execute()
+            self._registered |= new.keys()
             return SpanExportResult.SUCCESS
         except redis.RedisError as exc:
             self.dropped += len(spans)
@@ -52,10 +65,10 @@ class RedisSpanExporter(SpanExporter):
         self.client.close()
 
 
-def span_stream_processor(url: StoreUrl, run: str = "") -> BatchSpanProcessor:
+def span_stream_processor(url: StoreUrl) -> BatchSpanProcessor:
     """Attach with ``Telemetry.add_span_processor``: spans reach Redis within ~100 ms. The queue is
     large because the virtual-time sim finishes spans far faster than real time."""
-    return BatchSpanProcessor(RedisSpanExporter(url, run), schedule_delay_millis=100, max_queue_size=1 << 18,
+    return BatchSpanProcessor(RedisSpanExporter(url), schedule_delay_millis=100, max_queue_size=1 << 18,
                               max_export_batch_size=4096)
 
 
@@ -67,3 +80,9 @@ def read_spans(client: redis.Redis, url: StoreUrl, after: str = "-",
     spans = [json.loads(fields[b"s"]) for _, fields in rows]
     last = rows[-1][0].decode() if rows else after
     return spans, last
+
+
+def read_run_labels(client: redis.Redis, url: StoreUrl) -> dict[str, str]:
+    """Run id -> label of every run that streamed spans to this cluster."""
+    raw: dict[bytes, bytes] = client.hgetall(runs_key(url)) or {}  # type: ignore[assignment]
+    return {k.decode(): v.decode() for k, v in raw.items()}

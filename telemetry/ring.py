@@ -18,17 +18,16 @@ from telemetry.span_codec import encode
 
 
 class SpanRing(SpanProcessor):
-    def __init__(self, capacity: int = 200_000, run: str = "") -> None:
+    def __init__(self, capacity: int = 200_000) -> None:
         self._spans: deque[tuple[int, dict[str, Any]]] = deque(maxlen=capacity)
         self._lock = threading.Lock()
         self._seq = 0
-        self.run = run
 
     def on_start(self, span: Span, parent_context: Context | None = None) -> None:
         return None
 
     def on_end(self, span: ReadableSpan) -> None:
-        item = encode(span, self.run)
+        item = encode(span)
         with self._lock:
             self._seq += 1
             self._spans.append((self._seq, item))

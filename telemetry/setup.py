@@ -22,6 +22,8 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcess
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import Link, Span, Status, StatusCode
 
+from telemetry import names as N
+
 log = logging.getLogger(__name__)
 
 # Virtual time 0 is this instant (2026-01-01T00:00:00Z): deterministic timestamps for the sim.
@@ -35,13 +37,18 @@ class Telemetry:
     """Tracer provider + in-memory exporter bound to one run's clock."""
 
     def __init__(self, clock: Callable[[], float], epoch_ns: int | None = None,
-                 service_name: str = "wavepp", enabled: bool = True, keep: bool = True) -> None:
+                 service_name: str = "wavepp", enabled: bool = True, keep: bool = True,
+                 run_id: str = "", run_label: str = "") -> None:
         self.enabled = enabled              # False: spans are not recorded (micro-benchmarks of mechanisms)
+        # The run's id is a resource attribute: every span of this provider carries it, whichever
+        # exporter sees it (memory, the Redis stream, the in-process ring, OTLP).
+        self.run_id = run_id
         self._clock = clock
         # Real time (epoch_ns None): map the clock's "now" onto the wall clock's "now" at the
         # first timestamp, which is taken inside the running loop.
         self._epoch_ns = epoch_ns
-        self.provider = TracerProvider(resource=Resource.create({"service.name": service_name}))
+        resource = {"service.name": service_name} | ({N.RUN_ID: run_id, N.RUN_LABEL: run_label} if run_id else {})
+        self.provider = TracerProvider(resource=Resource.create(resource))
         self.memory = InMemorySpanExporter()
         if keep:                             # a long-running live runtime keeps a bounded ring instead
             self.provider.add_span_processor(SimpleSpanProcessor(self.memory))

@@ -1,5 +1,8 @@
 """A compact, JSON-friendly form of a finished span: what the Redis span stream carries and what
-the dashboard reads, whether the spans come from the stream, a saved run or this process."""
+the dashboard reads, whether the spans come from the stream, a saved run or this process.
+
+``run`` is the id of the run the span belongs to (the provider's ``wavepp.run.id`` resource
+attribute), so several runs in one stream, ring or file never mix."""
 
 from __future__ import annotations
 
@@ -9,9 +12,18 @@ from typing import Any
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import StatusCode
 
+from telemetry import names as N
 
-def encode(span: ReadableSpan, run: str = "") -> dict[str, Any]:
+
+def run_of(span: ReadableSpan) -> tuple[str, str]:
+    """(id, label) of the span's run; empty strings for a span recorded outside a run."""
+    attrs = span.resource.attributes if span.resource is not None else {}
+    return str(attrs.get(N.RUN_ID, "")), str(attrs.get(N.RUN_LABEL, ""))
+
+
+def encode(span: ReadableSpan) -> dict[str, Any]:
     ctx = span.context
+    run = run_of(span)[0]
     attrs = {k: list(v) if isinstance(v, tuple) else v for k, v in (span.attributes or {}).items()}
     out: dict[str, Any] = {
         "n": span.name, "t0": span.start_time, "t1": span.end_time, "a": attrs,
@@ -31,5 +43,5 @@ def encode(span: ReadableSpan, run: str = "") -> dict[str, Any]:
     return out
 
 
-def dumps(span: ReadableSpan, run: str = "") -> str:
-    return json.dumps(encode(span, run), separators=(",", ":"))
+def dumps(span: ReadableSpan) -> str:
+    return json.dumps(encode(span), separators=(",", ":"))

@@ -7,7 +7,7 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from dashboard import charts
-from dashboard.screens.common import no_data
+from dashboard.screens.common import metric, no_data
 from dashboard.view import View
 
 
@@ -17,20 +17,25 @@ def render_admission(view: View) -> None:
         return
     fr, f = view.frames, view.figures
     if f is not None:
-        c = st.columns(4)
-        c[0].metric("interval p50", f"{f.admission_interval_p50_s * 1e3:.2f} ms")
-        c[1].metric("interval p99", f"{f.admission_interval_p99_s * 1e3:.2f} ms")
-        c[2].metric("latency p99", f"{f.admission_latency_p99_s * 1e3:.2f} ms")
-        c[3].metric("fallbacks", f"{f.fallbacks}")
-    admitted = fr.requests["admitted"].dropna().drop_duplicates().sort_values()
-    gaps = pd.DataFrame({"t": admitted.iloc[1:].to_numpy(), "interval_ms": admitted.diff().iloc[1:].to_numpy() * 1e3})
-    left, right = st.columns(2)
-    fig = go.Figure(go.Scatter(x=gaps["t"], y=gaps["interval_ms"], mode="markers", marker_size=4))
-    fig.update_layout(title="admission interval over time", xaxis_title="time (s)", yaxis_title="ms", height=300)
-    left.plotly_chart(charts.add_knob_marks(fig, fr.knob_marks), key="interval")
-    hist = go.Figure(go.Histogram(x=gaps["interval_ms"], nbinsx=50))
-    hist.update_layout(title="cadence (interval histogram)", xaxis_title="ms", height=300)
-    right.plotly_chart(hist, key="cadence")
+        c = st.columns(5)
+        for col, key in zip(c, ("admission_interval_p50_s", "admission_interval_p99_s", "requests_per_round_mean",
+                                "admission_latency_p99_s", "fallbacks"), strict=True):
+            metric(col, f, key)
+    admitting = fr.rounds[fr.rounds["admitted"] > 0].sort_values("t")
+    gaps = pd.DataFrame({"t": admitting["t"].iloc[1:].to_numpy(),
+                         "interval_ms": admitting["t"].diff().iloc[1:].to_numpy() * 1e3})
+    if gaps.empty:
+        st.info(f"Cadence needs two admission rounds that admitted something; this run has {len(admitting)}.")
+    else:
+        st.caption("cadence = intervals between admission rounds that admitted something")
+        left, right = st.columns(2)
+        fig = go.Figure(go.Scatter(x=gaps["t"], y=gaps["interval_ms"], mode="markers", marker_size=4))
+        fig.update_layout(title="admission cadence over time (interval between admitting rounds)",
+                          xaxis_title="time (s)", yaxis_title="ms", height=300)
+        left.plotly_chart(charts.add_knob_marks(fig, fr.knob_marks), key="interval")
+        hist = go.Figure(go.Histogram(x=gaps["interval_ms"], nbinsx=50))
+        hist.update_layout(title="cadence histogram", xaxis_title="ms", yaxis_title="intervals", height=300)
+        right.plotly_chart(hist, key="cadence")
 
     split = go.Figure()
     for phase in ("lookup", "lease", "escrow"):

@@ -6,7 +6,7 @@ import pandas as pd
 import streamlit as st
 
 from dashboard import charts
-from dashboard.screens.common import no_data
+from dashboard.screens.common import metric, no_data
 from dashboard.view import View
 
 
@@ -16,7 +16,8 @@ def render_cache(view: View) -> None:
         return
     fr, f = view.frames, view.figures
     c = st.columns(3)
-    c[0].metric("good-hit rate", "-" if f is None or f.good_hit_rate is None else f"{f.good_hit_rate:.3f}")
+    if f is not None:
+        metric(c[0], f, "good_hit_rate")
     done = fr.requests[~fr.requests["failed"]]
     c[1].metric("reused tokens", f"{int(done['reused'].sum()):,}")
     c[2].metric("reusable tokens", f"{int(done['reusable'].sum()):,}")

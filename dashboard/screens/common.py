@@ -3,10 +3,56 @@
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
+from typing import Any
 
 import streamlit as st
 
+from dashboard.sources import Snapshot
 from dashboard.view import View
+
+SILENT_AFTER_S = 5.0        # a running runtime writes a status record every 0.25 s
+
+
+@dataclass(frozen=True, slots=True)
+class Figure:
+    """How a figure of the run reads on every page and in Compare: one name, unit and precision."""
+
+    name: str
+    unit: str = ""
+    scale: float = 1.0
+    digits: int = 3
+
+    def format(self, value: Any) -> str:
+        """"-" for a figure the run has not got (None: too short, nothing reusable)."""
+        if value is None:
+            return "-"
+        text = f"{value * self.scale:,.{self.digits}f}"
+        return f"{text} {self.unit}" if self.unit else text
+
+
+FIGURES: dict[str, Figure] = {
+    "input_tokens_per_s": Figure("input tok/s", digits=0),
+    "computed_tokens_per_s": Figure("computed tok/s", digits=0),
+    "pipeline_efficiency": Figure("pipeline efficiency (run)"),
+    "makespan_s": Figure("makespan", "s"),
+    "admission_interval_p50_s": Figure("cadence p50", "ms", 1e3, 2),
+    "admission_interval_p99_s": Figure("cadence p99", "ms", 1e3, 2),
+    "requests_per_round_mean": Figure("requests per round", digits=1),
+    "admission_latency_p99_s": Figure("admission latency p99", "ms", 1e3, 2),
+    "prefill_latency_p50_s": Figure("prefill p50", "s"),
+    "prefill_latency_p95_s": Figure("prefill p95", "s"),
+    "prefill_latency_p99_s": Figure("prefill p99", "s"),
+    "good_hit_rate": Figure("good-hit rate"),
+    "fallbacks": Figure("fallbacks", digits=0),
+    "waves": Figure("waves", digits=0),
+}
+
+
+def metric(col: Any, figures: Any, key: str, label: str | None = None) -> None:
+    """One tile: the figure's name (or ``label``) and its value as every page shows it."""
+    fig = FIGURES[key]
+    col.metric(label or fig.name, fig.format(getattr(figures, key)))
 
 
 def no_data(view: View, what: str = "spans") -> bool:
@@ -17,10 +63,35 @@ def no_data(view: View, what: str = "spans") -> bool:
     return False
 
 
-def span_age(view: View) -> None:
+def span_age(snap: Snapshot) -> None:
     """Live views: how old the newest span on screen is (span end -> screen)."""
-    if view.snap.live and view.snap.spans:
-        newest = max(s["t1"] for s in view.snap.spans)
+    if snap.live and snap.spans:
+        newest = snap.spans[-1]["t1"]       # spans arrive in the order they end
         age = time.time() - newest / 1e9
         if abs(age) < 3600:                 # wall-clock runs only (virtual-time spans sit on a fixed epoch)
             st.caption(f"newest span ended {age:.2f} s before this render")
+
+
+def _summary(status: dict[str, Any]) -> str:
+    at = time.strftime("%H:%M:%S", time.localtime(status["wall"])) if "wall" in status else "?"
+    return (f"last status at {at}: {status.get('finished', 0)} requests finished, {status.get('failed', 0)} failed, "
+            f"{status.get('waiting', 0)} waiting, {status.get('active', 0)} admitted, "
+            f"{status.get('in_flight', 0)} waves in flight")
+
+
+def runtime_banner(snap: Snapshot) -> None:
+    """Live views: say when the runtime behind the view stopped - finished, failed, unreachable or
+    silent - with its last status, instead of leaving the operator to read a growing span age."""
+    last = snap.status[-1] if snap.status else None
+    tail = f" — {_summary(last)}" if last else ""
+    if snap.error:
+        st.warning(snap.error + tail)
+    elif last is None:
+        return
+    elif last.get("state") == "finished":
+        st.info(f"This run finished{tail}.")
+    elif str(last.get("state", "")).startswith("failed"):
+        st.error(f"The runtime stopped: {last['state']}{tail}.")
+    elif "wall" in last and time.time() - last["wall"] > SILENT_AFTER_S:
+        st.warning(f"The runtime has not reported for {time.time() - last['wall']:.0f} s: it stopped without a word "
+                   f"or lost the store{tail}.")

@@ -6,7 +6,7 @@ import streamlit as st
 
 from dashboard import charts
 from dashboard.frames import Frames, busy_over_time
-from dashboard.screens.common import no_data, span_age
+from dashboard.screens.common import no_data
 from dashboard.view import View
 
 DETAIL_WAVES = 48       # the detail view opens on about this many recent waves (SVG bars stay quick)
@@ -25,7 +25,6 @@ def render_pipeline(view: View) -> None:
     if no_data(view):
         return
     fr = view.frames
-    span_age(view)
     end = fr.end
     window = st.slider("Detail window (s)", min_value=0.001, max_value=max(end, 0.002),
                        value=default_window(fr), key="pipeline_window", format="%.3f")

@@ -7,7 +7,7 @@ import pandas as pd
 import streamlit as st
 
 from dashboard import charts
-from dashboard.screens.common import no_data
+from dashboard.screens.common import metric, no_data
 from dashboard.view import View
 
 BINS = 60
@@ -20,11 +20,9 @@ def render_throughput(view: View) -> None:
     fr, f = view.frames, view.figures
     if f is not None:
         c = st.columns(5)
-        c[0].metric("input tok/s", f"{f.input_tokens_per_s:,.0f}")
-        c[1].metric("computed tok/s", f"{f.computed_tokens_per_s:,.0f}")
-        c[2].metric("prefill p50", f"{f.prefill_latency_p50_s:.3f} s")
-        c[3].metric("prefill p95", f"{f.prefill_latency_p95_s:.3f} s")
-        c[4].metric("prefill p99", f"{f.prefill_latency_p99_s:.3f} s")
+        for col, key in zip(c, ("input_tokens_per_s", "computed_tokens_per_s", "prefill_latency_p50_s",
+                                "prefill_latency_p95_s", "prefill_latency_p99_s"), strict=True):
+            metric(col, f, key)
     done = fr.requests[~fr.requests["failed"]]
     end = max(fr.end, float(done["done"].max()) if len(done) else 0.0)
     if end <= 0:

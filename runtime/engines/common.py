@@ -6,6 +6,7 @@ from typing import Any
 
 from runtime.engines.base import now
 from runtime.engines.coordination import CoordinationCosts, CostedStore
+from runtime.runfile import RunInfo
 from store.base import Store
 from store.memory import MemoryStore
 from store.redis_store import RedisStore
@@ -17,7 +18,8 @@ from telemetry.setup import SIM_EPOCH_NS, Telemetry
 
 
 async def open_run_store(url: StoreUrl, virtual: bool, costs: CoordinationCosts) -> Store:
-    """The run's store, emptied.
+    """The run's store, emptied of earlier runs' state; the knobs stay (``wavepp bench --reset-store``
+    clears them once, before the first run).
 
     Virtual time: every call costs the measured round trip on the virtual clock, and Redis I/O
     blocks the loop (no virtual time passes while a reply is on its way). Real time: calls are
@@ -32,15 +34,22 @@ async def open_run_store(url: StoreUrl, virtual: bool, costs: CoordinationCosts)
     else:
         inner = await RedisStore.connect(url)
         rtt = costs.redis_rtt_s
-    await inner.clear_all()
+    await inner.clear_all(keep_knobs=True)
     if virtual:
         return CostedStore(inner, costs, rtt)  # type: ignore[return-value]
     return ResilientStore(inner)  # type: ignore[return-value]
 
 
-def run_telemetry(url: StoreUrl, virtual: bool, run: str = "", keep: bool = True) -> Telemetry:
-    """Spans on the run's clock (virtual time on a fixed epoch), streamed to Redis when the store is Redis."""
-    tel = Telemetry(now, SIM_EPOCH_NS if virtual else None, keep=keep)
+def run_telemetry(url: StoreUrl, virtual: bool, run: RunInfo | None = None, keep: bool = True) -> Telemetry:
+    """Spans on the run's clock (virtual time on a fixed epoch), each carrying the run's id, streamed to
+    Redis when the store is Redis."""
+    tel = Telemetry(now, SIM_EPOCH_NS if virtual else None, keep=keep,
+                    run_id=run.id if run else "", run_label=run.label if run else "")
     if url.kind == "redis":
-        tel.add_span_processor(span_stream_processor(url, run))
+        tel.add_span_processor(span_stream_processor(url))
     return tel
+
+
+def store_source(url: StoreUrl) -> str:
+    """The store part of a run's label (no password)."""
+    return "memory" if url.kind == "memory" else f"redis://{url.where}?cluster={url.cluster}"

@@ -10,6 +10,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from dashboard.screens import PAGES
+from runtime.runfile import load_runs
 
 from .conftest import APP  # type: ignore[import-not-found]
 
@@ -55,7 +56,10 @@ def test_unreachable_store_is_a_banner_not_a_traceback(dashboard_env: None) -> N
 
 def test_run_selector_switches_between_saved_runs(saved_run: Path, dashboard_env: None) -> None:
     at = run_page(f"run:{saved_run}", "Throughput and latency")
-    assert at.sidebar.selectbox[0].options == ["wavepp c=16", "trtllm-pp c=16"]
+    runs = load_runs(saved_run)
+    box = at.sidebar.selectbox[0]
+    assert box.options == [f"{r.label} [{r.id}]" for r in runs]       # every run by id, with its label
+    assert [r.label.split()[0] for r in runs] == ["wavepp", "trtllm-pp"]
     first = at.metric[0].value
-    at.sidebar.selectbox[0].select("trtllm-pp c=16").run()
+    box.set_value(runs[1].id).run()
     assert at.metric[0].value != first

@@ -311,6 +311,20 @@ def test_knobs_default_at_version_zero(store_factory: Any) -> None:
     store_factory.run(body)
 
 
+def test_clear_all_can_keep_the_knobs(store_factory: Any) -> None:
+    """A bench on a live deployment's store clears the run state but keeps the operator's knobs."""
+    async def body() -> None:
+        store = await store_factory()
+        await store.hint_update(0, H, [])
+        await store.plan_publish({"wave": 1})
+        written = await store.knobs_set({"ring": 2})
+        assert await store.clear_all(keep_knobs=True) > 0
+        assert await store.hint_count(0) == 0 and await store.plans_recent(10) == []
+        assert await store.knobs_get() == written
+        assert [h["changes"] for h in await store.knobs_history(10)] == [{"ring": 2}]
+    store_factory.run(body)
+
+
 def test_knobs_set_increments_version_and_merges(store_factory: Any) -> None:
     async def body() -> None:
         store = await store_factory()

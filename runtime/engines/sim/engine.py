@@ -19,6 +19,7 @@ from runtime.engines.sim.profiles import get_hardware, get_model
 from runtime.engines.sim.table_cost import load_table_cost_model
 from runtime.knobs import CPU_KNOBS, Knobs
 from runtime.kvcache.stage_cache import StageCache
+from runtime.runfile import RunInfo
 from store.base import Store
 from store.memory import MemoryStore
 from store.urls import parse_store_url
@@ -128,7 +129,7 @@ class SimEngine:
     async def open_store(self) -> Store:
         return await open_run_store(self.store_url, not self.realtime, self.costs)
 
-    def telemetry(self, run: str = "", keep: bool = True) -> Telemetry:
+    def telemetry(self, run: RunInfo | None = None, keep: bool = True) -> Telemetry:
         """``keep=False``: no in-memory span list (a long-running live runtime uses a bounded ring)."""
         return run_telemetry(self.store_url, not self.realtime, run, keep)
 

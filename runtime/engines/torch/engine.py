@@ -31,6 +31,7 @@ from runtime.engines.torch.model import build_stages, default_device_dtype, spli
 from runtime.engines.torch.weights import load_hf_dir, random_weights
 from runtime.knobs import CPU_KNOBS, Knobs
 from runtime.kvcache.stage_cache import StageCache
+from runtime.runfile import RunInfo
 from store.base import Store
 from store.memory import MemoryStore
 from store.urls import parse_store_url
@@ -125,7 +126,7 @@ class TorchEngine:
     async def open_store(self) -> Store:
         return await open_run_store(self.store_url, False, DEFAULT_COSTS)
 
-    def telemetry(self, run: str = "", keep: bool = True) -> Telemetry:
+    def telemetry(self, run: RunInfo | None = None, keep: bool = True) -> Telemetry:
         return run_telemetry(self.store_url, False, run, keep)
 
     def run(self, main: Coroutine[Any, Any, T]) -> T:
