@@ -22,11 +22,10 @@ from dashboard.screens import PAGES
 from dashboard.screens.common import runtime_banner, span_age
 from dashboard.screens.knobs import refusal_banner
 from dashboard.sources import EmbeddedSource, RunFileSource, Snapshot, StoreSource
-from dashboard.view import View, make_view
+from dashboard.view import View, ViewCache
 
 REFRESH_S = 1.0
 NEWEST = ""                 # run choice of a live view: follow the newest run until the operator picks one
-VIEWS_KEPT = 16
 
 
 @st.cache_resource(show_spinner=False)
@@ -46,25 +45,15 @@ def get_source(spec: str) -> Any:
 
 
 @st.cache_resource(show_spinner=False)
-def _views(spec: str) -> dict[str, View]:
-    """The last view computed per run id, shared by every session of this source."""
-    return {}
+def _views(spec: str) -> ViewCache:
+    """One cache per source, shared by every session that views it."""
+    return ViewCache()
 
 
 def load(spec: str, run_id: str | None) -> View:
     """The run's view; tables and figures are recomputed only when the snapshot's position moved."""
     source = get_source(spec)
-    snap = source.snapshot(run_id or None)
-    views = _views(spec)
-    cached = views.get(snap.run_id)
-    if cached is not None and snap.position and cached.snap.position == snap.position:
-        return View(snap, cached.frames, cached.figures, source)
-    view = make_view(source, snap)
-    views.pop(snap.run_id, None)
-    views[snap.run_id] = view
-    while len(views) > VIEWS_KEPT:
-        del views[next(iter(views))]
-    return view
+    return _views(spec).view(source, source.snapshot(run_id or None))
 
 
 def _watch(spec: str, run_id: str | None, drawn: tuple[Any, ...], rerun: bool) -> None:

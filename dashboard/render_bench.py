@@ -2,15 +2,20 @@
 
     python -m dashboard.render_bench            # render and live; needs /usr/bin/chromium
     python -m dashboard.render_bench halve      # what halving the wave budget does mid-run
+    python -m dashboard.render_bench cpu        # the dashboard's CPU on a finished 100k-span run
 
 Render: a saved sim run with >= 20,000 execute bars; server side (tables + figures + JSON) timed
 in-process, then the page timed in headless chromium from navigation to the whole-run chart drawn.
 Live: the embedded dashboard in chromium; the page's own "newest span ended X s before this
 render" caption is read every 0.5 s for 15 s (the delay from a span's end to the page showing it).
+CPU: a finished sim run of >= 100,000 spans in a Redis store, `wavepp dashboard --store` on it, the
+server process's CPU share (user + system, /proc) with no viewer and with one headless chromium
+viewer on the Pipeline page.
 """
 
 from __future__ import annotations
 
+import os
 import statistics
 import subprocess
 import sys
@@ -134,18 +139,59 @@ def halve() -> None:
         ex = fr.steps[fr.steps["kind"] == "execute"]
         busy = [float((ex[ex.stage == s].t1.clip(a, b) - ex[ex.stage == s].t0.clip(a, b)).clip(0).sum()) / (b - a)
                 for s in range(4)]
-        times = fr.requests.admitted.dropna()
-        admitted = sorted(set(times[(times >= a) & (times < b)]))
-        gaps = [(y - x) * 1e3 for x, y in zip(admitted, admitted[1:], strict=False)]
+        rounds = fr.rounds[(fr.rounds.admitted > 0) & (fr.rounds.t >= a) & (fr.rounds.t < b)].t.sort_values()
+        gaps = list(rounds.diff().dropna() * 1e3)           # cadence: between rounds that admitted something
         plans = fr.plans[(fr.plans.t >= a) & (fr.plans.t < b)]
         print(f"{name}: stage busy {[round(x, 3) for x in busy]}, admission interval p50 "
               f"{statistics.median(gaps):.2f} ms max {max(gaps):.2f} ms, budget {plans.budget.median():.0f}, "
               f"{plans.tokens.mean():.0f} tokens/wave, {len(plans) / (b - a):.1f} waves/s")
 
 
+def _cpu_share(pid: int, seconds: float) -> float:
+    """Share of one core the process used over ``seconds`` (all its threads)."""
+    def ticks() -> int:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return int(fields[11]) + int(fields[12])          # utime, stime
+    hz = os.sysconf("SC_CLK_TCK")
+    before, t0 = ticks(), time.monotonic()
+    time.sleep(seconds)
+    return (ticks() - before) / hz / (time.monotonic() - t0)
+
+
+def cpu(url: str = "redis://127.0.0.1:6379/13?cluster=render-bench-cpu", port: int = 8592,
+        seconds: float = 30.0) -> None:
+    import redis
+    from playwright.sync_api import sync_playwright
+    subprocess.run([WAVEPP, "bench", "--model", "llama-3-8b", "--hardware", "h200", "--pp", "4", "--workload",
+                    "suffix:512", "--concurrency", "4", "--requests", "19000", "--prompt-tokens", "1024",
+                    "--policy", "wavepp", "--quiet", "--store", url, "--reset-store"], check=True, capture_output=True)
+    cluster = url.split("cluster=")[1]
+    spans = redis.Redis.from_url(url.split("?")[0]).xlen(f"wavepp:{{{cluster}}}:spans")
+    proc = _serve(port, "--store", url)
+    try:
+        idle = _cpu_share(proc.pid, seconds / 2)
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
+            page = browser.new_page(viewport={"width": 1500, "height": 1400})
+            t = time.perf_counter()
+            page.goto(f"http://127.0.0.1:{port}/")
+            page.wait_for_selector(".js-plotly-plot canvas", timeout=300_000)
+            drawn = time.perf_counter() - t
+            time.sleep(5)                                   # the first draw's tail
+            viewed = _cpu_share(proc.pid, seconds)
+            browser.close()
+    finally:
+        proc.terminate()
+        proc.wait(10)
+    print(f"finished run of {spans} spans: Pipeline page drawn in {drawn:.1f} s; dashboard server CPU "
+          f"{idle:.1%} of a core with no viewer, {viewed:.1%} with one viewer (over {seconds:.0f} s)")
+
+
 if __name__ == "__main__":
     if sys.argv[1:] == ["halve"]:
         halve()
+    elif sys.argv[1:] == ["cpu"]:
+        cpu()
     else:
         render()
         live()
