@@ -6,10 +6,12 @@ virtual-time sim all plot on the same kind of axis.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from runtime.report import admitted_event
@@ -35,8 +37,18 @@ class Frames:
         return ((ns or 0) - self.origin_ns) / 1e9
 
     @property
+    def start(self) -> float:
+        """The run's first arrival (the makespan's start; 0 when no request span has arrived)."""
+        return float(self.requests["arrival"].min()) if len(self.requests) else 0.0
+
+    @property
     def end(self) -> float:
-        return float(self.steps["t1"].max()) if len(self.steps) else 0.0
+        """The run's last step or completion, whichever is later (the makespan ends at the last
+        completion, after the last execute step)."""
+        ends = [float(self.steps["t1"].max()) if len(self.steps) else 0.0]
+        if len(self.requests):
+            ends.append(float(self.requests["done"].max()))
+        return max(ends)
 
 
 def _a(span: Span, key: str, default: Any = 0) -> Any:
@@ -118,13 +130,15 @@ def bubbles(steps: pd.DataFrame, num_stages: int, start: float, end: float,
     return out
 
 
-def busy_over_time(steps: pd.DataFrame, num_stages: int, window: float, points: int = 120) -> pd.DataFrame:
+def busy_over_time(steps: pd.DataFrame, num_stages: int, window: float, points: int = 120,
+                   end: float | None = None) -> pd.DataFrame:
     """Per stage, the busy fraction of a sliding window (1 - bubble fraction), and the pipeline
-    efficiency (busiest stage) - the figures of DESIGN §7 over time."""
+    efficiency (busiest stage) - the figures of DESIGN §7 over time, sampled up to ``end`` (the
+    run's end, its last completion; by default the last execute step)."""
     ex = steps[steps["kind"] == "execute"]
     if ex.empty or window <= 0:
         return pd.DataFrame(columns=["t", "stage", "busy"])
-    end = float(ex["t1"].max())
+    end = float(ex["t1"].max()) if end is None else end
     ts = [end * (i + 1) / points for i in range(points)]
     rows = []
     for s in range(num_stages):
@@ -137,3 +151,22 @@ def busy_over_time(steps: pd.DataFrame, num_stages: int, window: float, points: 
     df = pd.DataFrame(rows, columns=["t", "stage", "busy"])
     eff = df.groupby("t")["busy"].max().reset_index().assign(stage="pipeline efficiency")
     return pd.concat([df, eff], ignore_index=True)
+
+
+def min_samples(q: float) -> int:
+    """The fewest samples a p``q`` stands on: one sample beyond it (p50: 2, p95: 20, p99: 100)."""
+    return math.ceil(100 / (100 - q)) if q < 100 else 1
+
+
+def percentiles_by_bin(times: pd.Series, values: pd.Series, edges: Sequence[float],
+                       qs: Sequence[float] = (50, 95, 99)) -> pd.DataFrame:
+    """Per bin ``(lo, hi]`` of ``times``, the percentiles of ``values`` - only where the bin holds
+    ``min_samples(q)`` samples; elsewhere NaN, so a line breaks there instead of joining across
+    empty or thin bins. Columns: t (the bin's end), percentile ("p50" …), value."""
+    rows = []
+    for lo, hi in zip(edges[:-1], edges[1:], strict=True):
+        mine = values[(times > lo) & (times <= hi)].to_numpy()
+        for q in qs:
+            value = float(np.percentile(mine, q)) if len(mine) >= min_samples(q) else math.nan
+            rows.append((hi, f"p{q:g}", value))
+    return pd.DataFrame(rows, columns=["t", "percentile", "value"])

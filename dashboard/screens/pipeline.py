@@ -1,4 +1,4 @@
-"""Pipeline: when each stage is busy and when it waits."""
+"""Pipeline: when each stage is busy and when it waits - over the whole run and over a window."""
 
 from __future__ import annotations
 
@@ -24,21 +24,31 @@ def render_pipeline(view: View) -> None:
     st.header("Pipeline")
     if no_data(view):
         return
-    fr = view.frames
+    fr, f = view.frames, view.figures
     end = fr.end
-    window = st.slider("Detail window (s)", min_value=0.001, max_value=max(end, 0.002),
-                       value=default_window(fr), key="pipeline_window", format="%.3f")
-    recent = busy_over_time(fr.steps[fr.steps["t1"] >= end - window], fr.num_stages, window, points=1)
+    run = max(end - fr.start, 0.002)                      # the whole run: first arrival -> last completion
+    if f is not None:                                     # the bench's own figures (report.compute_figures)
+        cols = st.columns(fr.num_stages + 1)
+        cols[0].metric(f"pipeline efficiency (whole run, {f.makespan_s:.3f} s)", f"{f.pipeline_efficiency:.3f}")
+        for s, b in enumerate(f.bubble_fraction):
+            cols[s + 1].metric(f"stage {s} bubble fraction (whole run)", f"{b:.3f}")
+    window = st.slider("Detail window (s): the last seconds of the run the tiles below, the lanes and the "
+                       "busy-fraction chart show", min_value=0.001, max_value=run, value=min(default_window(fr), run),
+                       step=run / 1000, key="pipeline_window", format="%.4f")
+    recent = busy_over_time(fr.steps[fr.steps["t1"] >= end - window], fr.num_stages, window, points=1, end=end)
     cols = st.columns(fr.num_stages + 1)
     eff = recent[recent["stage"] == "pipeline efficiency"]["busy"]
-    cols[0].metric("pipeline efficiency (window)", f"{float(eff.iloc[-1]) if len(eff) else 0:.3f}")
+    cols[0].metric(f"pipeline efficiency (last {window:.3f} s)", f"{float(eff.iloc[-1]) if len(eff) else 0:.3f}")
     for s in range(fr.num_stages):
         b = recent[recent["stage"] == f"stage {s}"]["busy"]
-        cols[s + 1].metric(f"stage {s} bubble", f"{1 - float(b.iloc[-1]) if len(b) else 1:.3f}")
+        cols[s + 1].metric(f"stage {s} bubble fraction (last {window:.3f} s)",
+                           f"{1 - float(b.iloc[-1]) if len(b) else 1:.3f}")
+    st.caption("bubble fraction = share of the time a stage was not executing; pipeline efficiency = the "
+               "busiest stage's busy share (1.0 = no bubble on it)")
     st.plotly_chart(charts.timeline(fr, max(0.0, end - window), end, live=view.snap.live), key="timeline")
     st.subheader("Whole run")
     st.plotly_chart(charts.history(fr), key="history")
-    st.subheader("Busy fraction over a sliding window")
-    over = busy_over_time(fr.steps, fr.num_stages, window)
+    st.subheader(f"Busy fraction over a sliding window of {window:.3f} s")
+    over = busy_over_time(fr.steps, fr.num_stages, window, end=end)
     st.plotly_chart(charts.lines(over, "t", "busy", "stage", marks=fr.knob_marks, y_title="busy fraction"),
                     key="busy")

@@ -7,6 +7,7 @@ import pandas as pd
 import streamlit as st
 
 from dashboard import charts
+from dashboard.frames import min_samples, percentiles_by_bin
 from dashboard.screens.common import metric, no_data
 from dashboard.view import View
 
@@ -36,12 +37,11 @@ def render_throughput(view: View) -> None:
         "computed tok/s": np.histogram(ex0["t1"], edges, weights=ex0["tokens"])[0] / width,
     }).melt("t", var_name="series", value_name="tokens/s")
     st.plotly_chart(charts.lines(rate, "t", "tokens/s", "series", "throughput", fr.knob_marks), key="rate")
-    rows = []
-    for lo, hi in zip(edges[:-1], edges[1:], strict=True):
-        lat = done[(done["done"] > lo) & (done["done"] <= hi)]["latency"]
-        if len(lat):
-            for q in (50, 95, 99):
-                rows.append({"t": hi, "percentile": f"p{q}", "latency": float(np.percentile(lat, q))})
-    st.plotly_chart(charts.lines(pd.DataFrame(rows, columns=["t", "percentile", "latency"]), "t", "latency",
-                                 "percentile", "prefill latency (by completion time)", fr.knob_marks, "s"),
-                    key="latency")
+    # Fewer, wider bins than the throughput chart: a percentile needs samples (min_samples) to stand on.
+    bins = max(1, min(BINS, len(done) // min_samples(95)))
+    lat = percentiles_by_bin(done["done"], done["latency"], np.linspace(0, end, bins + 1).tolist())
+    st.plotly_chart(charts.lines(lat, "t", "value", "percentile", "prefill latency (by completion time)",
+                                 fr.knob_marks, "s"), key="latency")
+    st.caption(f"{bins} bins of {end / bins:.3f} s; a percentile is drawn only where its bin holds enough "
+               f"completions (p50 {min_samples(50)}, p95 {min_samples(95)}, p99 {min_samples(99)}); lines break "
+               "where a bin holds fewer")

@@ -63,3 +63,43 @@ def test_run_selector_switches_between_saved_runs(saved_run: Path, dashboard_env
     first = at.metric[0].value
     box.set_value(runs[1].id).run()
     assert at.metric[0].value != first
+
+
+def test_pipeline_page_shows_the_whole_run_as_the_bench_does(saved_run: Path, dashboard_env: None) -> None:
+    """Today the tiles followed a window whose slider stopped short of the run and ended at the last
+    execute step (0.275 vs the bench's 0.2536). Now: whole-run tiles equal the bench's figures, the
+    slider reaches the whole run, and at full width the windowed tiles agree with them."""
+    run = load_runs(saved_run)[0]
+    at = run_page(f"run:{saved_run}", "Pipeline")
+    tiles = {m.label: m.value for m in at.metric}
+    makespan = run.figures["makespan_s"]
+    assert tiles[f"pipeline efficiency (whole run, {makespan:.3f} s)"] == f"{run.figures['pipeline_efficiency']:.3f}"
+    for s, b in enumerate(run.figures["bubble_fraction"]):
+        assert tiles[f"stage {s} bubble fraction (whole run)"] == f"{b:.3f}"
+    slider = at.slider(key="pipeline_window")
+    assert slider.max == pytest.approx(makespan, rel=1e-6)
+    slider.set_value(slider.max).run()
+    tiles = {m.label: m.value for m in at.metric}
+    window = f"last {slider.max:.3f} s"
+    assert tiles[f"pipeline efficiency ({window})"] == f"{run.figures['pipeline_efficiency']:.3f}"
+    for s, b in enumerate(run.figures["bubble_fraction"]):
+        assert tiles[f"stage {s} bubble fraction ({window})"] == f"{b:.3f}"
+    assert any(f"window of {slider.max:.3f} s" in h.value for h in at.subheader)   # the chart it drives
+
+
+def test_a_one_request_run_says_it_has_no_cadence(tmp_path: Path, dashboard_env: None) -> None:
+    """Today: "0.00 ms" for p50 and p99 and two blank charts with no note."""
+    from runtime.bench import BenchConfig, run_one
+    from runtime.engines.sim.engine import SimEngine
+    from runtime.runfile import save_runs
+    from runtime.workloads import parse_workload
+
+    engine = SimEngine("llama-3-8b", "h200", 2, kv_blocks=[2000])
+    cfg = BenchConfig(parse_workload("reuse90"), [1], ["wavepp"], 1, prompt_tokens=2048)
+    path = tmp_path / "one.json"
+    save_runs(path, [run_one(engine, cfg, "wavepp", 1).saved()])
+    at = run_page(f"run:{path}", "Admission")
+    tiles = {m.label: m.value for m in at.metric}
+    assert tiles["cadence p50"] == "-" and tiles["cadence p99"] == "-"
+    assert any("Cadence needs two admission rounds" in i.value for i in at.info)
+    assert not [c for c in at.get("plotly_chart") if "cadence" in str(c.proto.spec).lower()]

@@ -52,3 +52,21 @@ def test_busy_fraction_over_a_window() -> None:
     assert got["stage 0"] == pytest.approx(2.0 / 2.5)
     assert got["stage 1"] == pytest.approx(1.0 / 2.5)
     assert got["pipeline efficiency"] == pytest.approx(2.0 / 2.5)
+
+
+def test_latency_percentiles_only_where_a_bin_holds_enough_samples() -> None:
+    """Today p95/p99 came from ~4 samples per bin and lines joined across empty bins."""
+    import math
+
+    import pandas as pd
+
+    from dashboard.frames import min_samples, percentiles_by_bin
+    assert (min_samples(50), min_samples(95), min_samples(99)) == (2, 20, 100)
+    # bin (0, 1]: empty; (1, 2]: 3 samples; (2, 3]: 25 samples
+    times = pd.Series([1.5] * 3 + [2.5] * 25)
+    values = pd.Series([1.0, 2.0, 3.0] + [float(i) for i in range(25)])
+    df = percentiles_by_bin(times, values, [0.0, 1.0, 2.0, 3.0])
+    got = {(t, p): v for t, p, v in df.itertuples(index=False)}
+    assert all(math.isnan(got[(1.0, p)]) for p in ("p50", "p95", "p99"))      # empty: a gap, not a joined line
+    assert got[(2.0, "p50")] == 2.0 and math.isnan(got[(2.0, "p95")])        # 3 samples: a median, no p95
+    assert got[(3.0, "p95")] == pytest.approx(22.8) and math.isnan(got[(3.0, "p99")])
