@@ -3,6 +3,7 @@
     python -m dashboard.render_bench            # render and live; needs /usr/bin/chromium
     python -m dashboard.render_bench halve      # what halving the wave budget does mid-run
     python -m dashboard.render_bench cpu        # the dashboard's CPU on a finished 100k-span run
+    python -m dashboard.render_bench marker     # span -> screen delay of a knob marker at 100k spans (after cpu)
 
 Render: a saved sim run with >= 20,000 execute bars; server side (tables + figures + JSON) timed
 in-process, then the page timed in headless chromium from navigation to the whole-run chart drawn.
@@ -10,7 +11,9 @@ Live: the embedded dashboard in chromium; the page's own "newest span ended X s 
 render" caption is read every 0.5 s for 15 s (the delay from a span's end to the page showing it).
 CPU: a finished sim run of >= 100,000 spans in a Redis store, `wavepp dashboard --store` on it, the
 server process's CPU share (user + system, /proc) with no viewer and with one headless chromium
-viewer on the Pipeline page.
+viewer on the Pipeline page. Marker: on that run, a wave-plan span with a knob change is appended
+to the stream; the time until its marker is drawn on the viewed page (the dashboard's part of a
+knob change's way to the screen; the runtime adds its next wave boundary and ~0.1 s of export).
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import tempfile
 import time
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 from dashboard import charts
 from dashboard.sources import RunFileSource
@@ -187,11 +191,59 @@ def cpu(url: str = "redis://127.0.0.1:6379/13?cluster=render-bench-cpu", port: i
           f"{idle:.1%} of a core with no viewer, {viewed:.1%} with one viewer (over {seconds:.0f} s)")
 
 
+def marker(url: str = "redis://127.0.0.1:6379/13?cluster=render-bench-cpu", port: int = 8593,
+           repeats: int = 3) -> None:
+    import json
+
+    import redis
+    from playwright.sync_api import sync_playwright
+
+    from telemetry import names as N
+    client = redis.Redis.from_url(url.split("?")[0])
+    key = f"wavepp:{{{url.split('cluster=')[1]}}}:spans"
+    rows: list[Any] = client.xrevrange(key, count=5000) or []
+    plan = next(json.loads(f[b"s"]) for _, f in rows if b'"wavepp.wave.plan"' in f[b"s"])
+    spans = client.xlen(key)
+    proc = _serve(port, "--store", url)
+    delays: dict[str, list[float]] = {}
+    try:
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
+            page = browser.new_page(viewport={"width": 1500, "height": 1400})
+            page.goto(f"http://127.0.0.1:{port}/")
+            for name in ("Admission", "Pipeline"):
+                page.get_by_text(name, exact=True).first.click()
+                page.wait_for_selector(".js-plotly-plot", timeout=300_000)
+                time.sleep(3)
+                for i in range(repeats):
+                    value = 9000 + 64 * len(delays.get(name, [])) + (100 if name == "Pipeline" else 0)
+                    t = plan["t1"] + 1_000_000 * (i + 1)
+                    span = {**plan, "id": f"marker{name}{i}", "t0": t, "t1": t,
+                            "ev": [[N.EVENT_KNOBS, t, {N.KNOBS_CHANGED: ["max_wave_tokens"],
+                                                       "wavepp.knobs.max_wave_tokens": value}]]}
+                    plan = span
+                    start = time.monotonic()
+                    client.xadd(key, {"s": json.dumps(span)})
+                    page.wait_for_function(f"document.body.innerHTML.includes('max_wave_tokens={value}')",
+                                           timeout=60_000, polling=50)
+                    delays.setdefault(name, []).append(time.monotonic() - start)
+                    time.sleep(2)
+            browser.close()
+    finally:
+        proc.terminate()
+        proc.wait(10)
+    for name, ds in delays.items():
+        print(f"{spans} spans: knob marker on {name} drawn {statistics.median(ds):.2f} s (median of {len(ds)}, "
+              f"max {max(ds):.2f} s) after its span reached the stream")
+
+
 if __name__ == "__main__":
     if sys.argv[1:] == ["halve"]:
         halve()
     elif sys.argv[1:] == ["cpu"]:
         cpu()
+    elif sys.argv[1:] == ["marker"]:
+        marker()
     else:
         render()
         live()
