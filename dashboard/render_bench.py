@@ -181,7 +181,7 @@ def cpu(url: str = "redis://127.0.0.1:6379/13?cluster=render-bench-cpu", port: i
             page.goto(f"http://127.0.0.1:{port}/")
             page.wait_for_selector(".js-plotly-plot canvas", timeout=300_000)
             drawn = time.perf_counter() - t
-            time.sleep(5)                                   # the first draw's tail
+            time.sleep(20)                                  # the first draw's tail (charts still arriving)
             viewed = _cpu_share(proc.pid, seconds)
             browser.close()
     finally:
