@@ -21,7 +21,7 @@ from runtime.hashing import block_hashes
 from runtime.request import Request
 from runtime.traces import TraceWorkload, load_trace
 
-KINDS = ("cold", "reuse90", "mixed", "suffix")
+KINDS = ("cold", "reuse90", "mixed", "suffix", "sessions", "trace")
 ALIASES = {"suffix4k": "suffix:4096", "suffix16k": "suffix:16384"}
 
 
@@ -29,6 +29,7 @@ ALIASES = {"suffix4k": "suffix:4096", "suffix16k": "suffix:16384"}
 class WorkloadSpec:
     kind: str
     suffix_tokens: int = 0
+    sessions: int = 0              # sessions: concurrent multi-turn conversations
     path: str = ""                 # trace: the Mooncake-format file
     on_bad_line: str = "fail"      # trace: skip | fail
     speed: float = 1.0             # trace: replay this many times faster
@@ -37,6 +38,8 @@ class WorkloadSpec:
     def name(self) -> str:
         if self.kind == "trace":
             return f"trace:{self.path}"
+        if self.kind == "sessions":
+            return f"sessions:{self.sessions}"
         return f"suffix:{self.suffix_tokens}" if self.kind == "suffix" else self.kind
 
 
@@ -48,12 +51,16 @@ def parse_workload(name: str) -> WorkloadSpec:
         return WorkloadSpec("trace", path=text.removeprefix("trace:"))
     if text in ("cold", "reuse90", "mixed"):
         return WorkloadSpec(text)
+    if text.startswith("sessions:"):
+        n = text.removeprefix("sessions:")
+        if n.isdigit() and int(n) > 0:
+            return WorkloadSpec("sessions", sessions=int(n))
     if text.startswith("suffix:"):
         n = text.removeprefix("suffix:")
         if n.isdigit() and int(n) > 0:
             return WorkloadSpec("suffix", int(n))
     raise ValueError(f"unknown workload {name!r} "
-                     "(use cold, reuse90, mixed, suffix:N, suffix4k, suffix16k or trace:PATH)")
+                     "(use cold, reuse90, mixed, suffix:N, suffix4k, suffix16k, sessions:N or trace:PATH)")
 
 
 def make_workload(spec: WorkloadSpec, num_requests: int | None, prompt_tokens: int, block_size: int,
@@ -94,7 +101,9 @@ class Workload:
         self.extra = extra
         self.rng = random.Random(seed)
         self.issued = 0
-        self.prefixes = [self._make_prefix() for _ in range(self.NUM_GROUPS)] if spec.kind != "cold" else []
+        shared = spec.kind in ("reuse90", "mixed", "suffix")
+        self.prefixes = [self._make_prefix() for _ in range(self.NUM_GROUPS)] if shared else []
+        self.histories: list[array] = [array("I") for _ in range(spec.sessions)]
 
     def _tokens(self, n: int) -> array:
         raw = array("I", self.rng.randbytes(4 * n))
@@ -122,6 +131,8 @@ class Workload:
         i = self.issued
         self.issued += 1
         kind = self.spec.kind
+        if kind == "sessions":
+            return self._next_turn(i, now)
         if kind == "mixed":
             kind = "reuse90" if self.rng.random() < 0.75 else "cold"
         if kind == "cold":
@@ -134,3 +145,19 @@ class Workload:
         tokens = prefix.tokens + suffix
         hashes = prefix.hashes + block_hashes(suffix, self.block_size, self.extra, parent=prefix.hashes[-1])
         return Request(f"r{i:06d}", tokens, now, hashes, f"g{g}")
+
+    def _next_turn(self, i: int, now: float) -> Request:
+        """Multi-turn sessions: a random conversation's next prompt is its whole history (earlier
+        prompts and their answers) plus a new user turn. The working set grows with every turn
+        and with the number of sessions, past what the stages can keep, so they evict - each by
+        its own LRU and capacity. A conversation longer than twice the typical prompt starts over."""
+        g = self.rng.randrange(len(self.histories))
+        history = self.histories[g]
+        if len(history) > 2 * self.prompt_tokens:
+            history = self.histories[g] = array("I")
+        first = not history
+        turn = self._tokens(self._jitter(self.prompt_tokens // (4 if first else 8)))
+        tokens = history + turn
+        answer = self._tokens(self._jitter(max(1, self.prompt_tokens // 16)))
+        self.histories[g] = tokens + answer
+        return Request(f"r{i:06d}", tokens, now, block_hashes(tokens, self.block_size, self.extra), f"s{g}")

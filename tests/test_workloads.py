@@ -176,3 +176,33 @@ def test_mixed_is_mostly_warm() -> None:
     assert 0.6 <= len(warm) / len(reqs) <= 0.9
     assert all(_primed_prefix_of(w, r) is not None for r in warm)
     assert all(_primed_prefix_of(w, r) is None for r in reqs if r.group == "cold")
+
+
+def test_a_session_turn_extends_the_previous_prompt_of_its_conversation() -> None:
+    spec = parse_workload("sessions:3")
+    assert spec.name == "sessions:3"
+    w = Workload(spec, 40, 1024, 16, 32000, 0)
+    last: dict[str, list[int]] = {}
+    grew = 0
+    for _ in range(40):
+        r = w.next_request(0.0)
+        prev = last.get(r.group)
+        if prev is not None and len(r.tokens) > len(prev):
+            assert list(r.tokens[:len(prev)]) == prev          # history (prompt + answer) is the prefix
+            assert r.block_hashes[:len(prev) // 16] == block_hashes(prev, 16)[:len(prev) // 16]
+            grew += 1
+        last[r.group] = list(r.tokens)
+    assert grew > 20 and len(last) == 3
+
+
+def test_sessions_outgrow_uneven_pools_and_the_stages_evict_differently() -> None:
+    from runtime.bench import BenchConfig, run_one
+    from runtime.engines.sim.engine import SimEngine
+    engine = SimEngine("llama-3-8b", "h200", 2, block_size=64, kv_blocks=[300, 200])
+    cfg = BenchConfig(parse_workload("sessions:12"), [4], ["wavepp"], 120, 0, prompt_tokens=2048)
+    for policy in ("wavepp", "trtllm-pp"):
+        rec = run_one(engine, cfg, policy, 4)
+        assert rec.figures.completed == 120
+        evictions = [h.cache.pool.num_evictions for h in rec.parts.handles]
+        assert min(evictions) > 0 and evictions[0] != evictions[1]
+        assert rec.figures.good_hit_rate is not None and 0 < rec.figures.good_hit_rate < 1
