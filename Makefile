@@ -33,7 +33,7 @@ grid: $(STAMP)
 
 # WavePP's mechanisms off one at a time, and TensorRT-LLM's on one at a time (GLM-5.2, c=128, suffix4k).
 WAVEPP_OFF := wavepp+admission=inline,wavepp+lookup=first-stage,wavepp+stage-admission=first-chunk,wavepp+chunking=static,wavepp+ring=P,wavepp+fill=off
-TRTLLM_ON := wavepp+charge=position0,wavepp+reserve=whole-prompt,wavepp+host=lockstep,wavepp+relay=on
+TRTLLM_ON := wavepp+charge=position0,wavepp+reserve=whole-prompt,wavepp+host=lockstep,wavepp+relay=on,wavepp+return=ring
 ablation: $(STAMP)
 	@mkdir -p out
 	$(VENV)/bin/wavepp bench --engine sim --model glm-5.2 --hardware b300 --pp 4 --workload suffix4k \

@@ -26,6 +26,8 @@ async def retire(loop: PipelineLoop, wave: Wave, live: list[Chunk]) -> None:
         a.completed += c.length
         if c.is_last:
             done.append(a)
+    if loop.policy.return_path.ring:
+        await loop.handles[-1].return_sample_state()
     if done:
         await complete(loop, done)
     loop.retired += 1

@@ -53,10 +53,10 @@ def test_presets_are_compositions_and_the_knob_lists_them() -> None:
     wavepp, trt, legacy = (POLICIES[n] for n in ("wavepp", "trtllm-pp", "trtllm-pp-legacy"))
     assert wavepp.mechanisms() == {"admission": "async", "lookup": "hint-index", "stage-admission": "every-stage",
                                    "charge": "suffix", "chunking": "mpu", "ring": "2P", "fill": "on", "relay": "off",
-                                   "reserve": "suffix", "host": "none"}
+                                   "reserve": "suffix", "host": "none", "return": "direct"}
     assert trt.mechanisms() == {"admission": "inline", "lookup": "first-stage", "stage-admission": "first-chunk",
                                 "charge": "suffix", "chunking": "static", "ring": "P", "fill": "off", "relay": "on",
-                                "reserve": "suffix", "host": "lockstep"}
+                                "reserve": "suffix", "host": "lockstep", "return": "ring"}
     assert legacy.mechanisms() == {**trt.mechanisms(), "charge": "position0", "reserve": "whole-prompt"}
 
 
@@ -186,3 +186,15 @@ def test_host_work_costs_the_baseline_only_when_it_outlasts_the_step() -> None:
         wave = run_one(engine, cfg, "wavepp", 16).figures        # wavepp has no lockstep host work
         assert sum(st["preparation"] for st in wave.idle_causes_s) / wave.makespan_s < 0.01
     assert idle[3000.0] > idle[1.0] + 0.05
+
+
+def test_the_ring_return_path_adds_one_stage_message_before_a_slot_reopens() -> None:
+    """With R = P and a return hop per wave, stage 0 waits that hop longer for each slot."""
+    engine = SimEngine("llama-3-8b", "h200", 2, block_size=B, kv_blocks=[2000])
+    cfg = BenchConfig(parse_workload("suffix:256"), [16], [], 48, 0, prompt_tokens=2048)
+    direct = run_one(engine, cfg, "trtllm-pp+return=direct", 16).figures
+    ring = run_one(engine, cfg, "trtllm-pp", 16).figures
+    assert ring.completed == direct.completed == 48
+    hop = engine.costs.stage_message_s
+    assert ring.makespan_s > direct.makespan_s
+    assert ring.makespan_s - direct.makespan_s <= 1.5 * hop * ring.waves

@@ -174,6 +174,11 @@ class StageHandle:
         """Baselines only: new requests (with their token ids) relayed to this stage before it runs."""
         await self._charge("broadcast", num_tokens, remote=True)
 
+    async def return_sample_state(self) -> None:
+        """The last stage's sample state relayed back to the first (a conventional PP loop's
+        return path): one stage message."""
+        await self._charge("sample", 0, remote=True)
+
     async def host_iteration(self, pending: Sequence[list[int]], copied_tokens: int, num_active: int) -> int:
         """A conventional PP loop's per-iteration host work on this stage (``runtime.mechanisms.host_work``):
         the schedule arrives from the previous stage (one message), the scheduler re-runs over

@@ -80,6 +80,7 @@ class SimCostHook:
             "materialize": c.per_block_materialize_s, "complete": c.per_block_complete_s,
             "broadcast": c.request_broadcast_per_token_s,   # amount in tokens, not blocks
             # lockstep host work: blocks walked, active requests re-scheduled, prompt tokens copied
+            "sample": 0.0,                                   # the return hop is one message, nothing per item
             "walk": c.per_block_lookup_s * c.host_work_scale,
             "schedule": c.per_request_schedule_s * c.host_work_scale,
             "copy": c.per_token_copy_s * c.host_work_scale,

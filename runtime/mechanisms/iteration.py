@@ -49,3 +49,21 @@ class RequestRelay:
     @property
     def name(self) -> str:
         return "on" if self.on else "off"
+
+
+@dataclass(frozen=True, slots=True)
+class ReturnPath:
+    """How a ring slot reopens after a wave leaves the last stage.
+
+    ``direct`` (WavePP): the leader retires the wave as soon as the last stage has run it.
+    ``ring`` (TensorRT-LLM): the last rank synchronizes its sampler (``sampler_event.synchronize()``)
+    and its sample state travels back to rank 0 over the reverse ring (``_ring_broadcast_sample_state``,
+    (n-1) -> 0 -> ...; ``recv_object`` on rank 0; PRs #3878, #10349, #16170) before rank 0 handles
+    the finished batch and can schedule into the slot: one more stage message per wave."""
+
+    ring: bool
+
+    @property
+    def name(self) -> str:
+        return "ring" if self.ring else "direct"
+

@@ -15,7 +15,7 @@ from runtime.knobs import Knobs
 from runtime.mechanisms.admission_drive import AdmissionDrive, AsyncRounds, InlineRounds
 from runtime.mechanisms.chunking import CHUNKINGS, Chunking, Mpu, Static
 from runtime.mechanisms.host_work import HostWork, Lockstep, Overlapped
-from runtime.mechanisms.iteration import FillWaves, RequestRelay, Ring
+from runtime.mechanisms.iteration import FillWaves, RequestRelay, ReturnPath, Ring
 from runtime.mechanisms.reserve import Reserve, SuffixBlocks, WholePrompt
 from runtime.mechanisms.reuse_lookup import FirstStageTree, HintIndex, ReuseLookup
 from runtime.mechanisms.stage_admission import EveryStage, OnFirstChunk, StageAdmission
@@ -36,6 +36,7 @@ class Policy:
     relay: RequestRelay
     reserve: Reserve = SuffixBlocks()
     host: HostWork = Overlapped()
+    return_path: ReturnPath = ReturnPath(False)
 
     def mechanisms(self) -> dict[str, str]:
         """Kind -> variant name: what this policy runs (saved with every run)."""
@@ -61,7 +62,7 @@ class Policy:
 #: mechanism kind (as written in a policy spec) -> Policy field
 KIND_FIELDS = {"admission": "admission", "lookup": "lookup", "stage-admission": "stage_admission",
                "charge": "charge", "chunking": "chunking", "ring": "ring", "fill": "fill", "relay": "relay",
-               "reserve": "reserve", "host": "host"}
+               "reserve": "reserve", "host": "host", "return": "return_path"}
 
 #: every variant of every kind, by name
 VARIANTS: dict[str, dict[str, object]] = {
@@ -75,4 +76,5 @@ VARIANTS: dict[str, dict[str, object]] = {
     "relay": {v.name: v for v in (RequestRelay(True), RequestRelay(False))},
     "reserve": {v.name: v for v in (SuffixBlocks(), WholePrompt())},
     "host": {v.name: v for v in (Overlapped(), Lockstep())},
+    "return": {v.name: v for v in (ReturnPath(False), ReturnPath(True))},
 }

@@ -9,7 +9,8 @@ each mechanism's own docstring cites what it models:
 * new requests relayed down the chain with their token ids (``RequestRelay``);
 * per-iteration lockstep host work on every rank: schedule relay, scheduler re-run, radix
   walks of pending prompts, prompt copies (``Lockstep``);
-* ``num_micro_batches = pp_size`` (``Ring(1)``);
+* ``num_micro_batches = pp_size`` (``Ring(1)``), a slot reopening only once the last rank's
+  sample state is back on rank 0 (``ReturnPath(ring=True)``);
 * static chunks of ``max_num_tokens`` (default 8192), FCFS (``Static``); the budget charged
   for uncached tokens since the reuse credit (``SuffixOnly``: PRs #11637, #12976, #15066), or
   from position 0 before it (``FromPositionZero``).
@@ -22,7 +23,7 @@ import dataclasses
 from runtime.mechanisms.admission_drive import InlineRounds
 from runtime.mechanisms.chunking import Static
 from runtime.mechanisms.host_work import Lockstep
-from runtime.mechanisms.iteration import FillWaves, RequestRelay, Ring
+from runtime.mechanisms.iteration import FillWaves, RequestRelay, ReturnPath, Ring
 from runtime.mechanisms.reserve import WholePrompt
 from runtime.mechanisms.reuse_lookup import FirstStageTree
 from runtime.mechanisms.stage_admission import OnFirstChunk
@@ -32,7 +33,7 @@ from runtime.policies.base import Policy
 #: The behaviour of TensorRT-LLM main as read from its source (2026): reuse-credited token budget.
 TRTLLM_PP = Policy("trtllm-pp", admission=InlineRounds(), lookup=FirstStageTree(), stage_admission=OnFirstChunk(),
                    charge=SuffixOnly(), chunking=Static(), ring=Ring(1), fill=FillWaves(False),
-                   relay=RequestRelay(True), host=Lockstep())
+                   relay=RequestRelay(True), host=Lockstep(), return_path=ReturnPath(True))
 
 #: Releases before the reuse credit of PR #11637 (merged February 2026): a new context request's
 #: budget is charged from position 0, cached prefix included; and before PR #11490, whose

@@ -182,6 +182,9 @@ class RemoteStageHandle(StageHandle):
     async def check(self) -> None:
         await self._op("check")
 
+    async def return_sample_state(self) -> None:
+        """The last stage's first tokens already came back to rank 0 with the wave: nothing more."""
+
     async def host_iteration(self, pending: Sequence[list[int]], copied_tokens: int, num_active: int) -> int:
         return await self._op("host_iteration", list(pending), copied_tokens, num_active)  # type: ignore[no-any-return]
 
