@@ -16,6 +16,11 @@ each mechanism's own docstring cites what it models:
   from position 0 before it (``FromPositionZero``).
 
 Several chunks of one prompt may be in flight at once (PR #9308), as in WavePP.
+
+Not modelled, by their sources' own gates: the fp8 context-MLA attended-KV cap
+(``_cap_context_by_total_kv_len``, PR #16399) is applied only with block reuse on *and chunked
+prefill off* - this loop chunks; the PP termination vote (``DisaggPPTerminationHandler``, #7455)
+runs only in disaggregated serving with a KV transceiver.
 """
 
 import dataclasses
