@@ -31,7 +31,7 @@ async def retire(loop: PipelineLoop, wave: Wave, live: list[Chunk]) -> None:
     if done:
         await complete(loop, done)
     loop.retired += 1
-    loop.in_flight -= 1
+    del loop.waves_in_flight[wave.id]
     if loop.publish_plans:
         loop.writer.submit(lambda: loop.store.plan_retire(wave.id))
     loop.changed.notify()

@@ -105,7 +105,7 @@ class PipelineLoop:
         self.spans: dict[str, Any] = {}
         self.ever_computed: dict[int, None] = {}       # an insertion-ordered set, capped
         self.result = LoopResult()
-        self.in_flight = 0
+        self.waves_in_flight: dict[int, Wave] = {}      # planned, not yet retired
         self.executing = 0                            # stages inside a step right now
         self.num_admitted = 0
         self.admitting = 0                            # requests inside an admission round right now
@@ -245,6 +245,10 @@ class PipelineLoop:
             for h in list(itertools.islice(self.ever_computed, len(self.ever_computed) - EVER_COMPUTED_CAP)):
                 del self.ever_computed[h]
 
+    @property
+    def in_flight(self) -> int:
+        return len(self.waves_in_flight)
+
     def progress_mark(self) -> tuple[int, int, int, int]:
         """Changes whenever the run moves: admissions, waves planned, waves through a stage,
         requests finished or failed (the deadlock guard compares two of these)."""
@@ -363,7 +367,7 @@ class PipelineLoop:
                             {"request": c.request_id, "start": c.start, "tokens": c.length,
                              "reuse_blocks": c.reuse_blocks, "last": c.is_last} for c in wave.chunks]}
                 self.writer.submit(lambda plan=plan: self.store.plan_publish(plan))  # type: ignore[misc]
-            self.in_flight += 1
+            self.waves_in_flight[wave.id] = wave
             for inbox in self.inbox:
                 inbox.put_nowait(wave)
 

@@ -27,6 +27,12 @@ class LateFallback(Exception):
         self.granted = granted
 
 
+def _completes_ahead(loop: PipelineLoop, wave_id: int) -> bool:
+    """Whether a wave ahead of ``wave_id``, still in flight, finishes a request - the only thing
+    that frees blocks on a stage waiting to prepare ``wave_id`` (waves behind it cannot pass it)."""
+    return any(c.is_last for w in loop.waves_in_flight.values() if w.id < wave_id for c in w.chunks)
+
+
 class StageAdmission(Protocol):
     @property
     def name(self) -> str: ...
@@ -91,9 +97,10 @@ class OnFirstChunk:
             raise LateFallback(granted)
         need = loop.policy.reserve.blocks(req.num_tokens, granted, loop.block_size)
         while not await handle.escrow([(req.id, need)], remote=False):
-            if wave_id - loop.retired <= 0:      # no wave ahead of this one left to free a block
+            if not _completes_ahead(loop, wave_id):
                 raise DescriptorMismatch(f"stage {s} lacks KV capacity for stage 0's schedule of request {req.id}")
             with loop.tel.span(N.STAGE_WAIT, {N.STAGE: s, N.REQUEST_ID: req.id}):
                 await loop.capacity.wait()
             if await dropped_meanwhile():
                 return
+        await dropped_meanwhile()          # the escrow message may have landed after a release
