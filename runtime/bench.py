@@ -8,7 +8,7 @@ and every block free or cached.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -37,10 +37,12 @@ class Engine(Protocol):
 
     @property
     def vocab_size(self) -> int: ...
+    @property
+    def max_context(self) -> int: ...
     def default_prompt_tokens(self) -> int: ...
     def build(self) -> EngineParts: ...
     def default_knobs(self) -> Knobs: ...
-    async def open_store(self) -> Store: ...
+    async def open_store(self, deadline_s: float | None = None) -> Store: ...
     def telemetry(self, run: RunInfo | None = None, keep: bool = True) -> Telemetry: ...
     def run(self, main: Any) -> Any: ...
 
@@ -59,6 +61,7 @@ class BenchConfig:
     model_name: str = ""
     hardware_name: str = ""
     stall_timeout_s: float = DEFAULT_STALL_TIMEOUT_S
+    store_deadline_s: float | None = None   # real time: a store down this long ends the run (None: wait)
 
 
 @dataclass(slots=True)
@@ -98,7 +101,7 @@ def run_one(engine: Engine, cfg: BenchConfig, policy_name: str, concurrency: int
     label = f"{policy_name} c={concurrency}"
 
     async def main() -> LoopResult:
-        parts.store = await engine.open_store()
+        parts.store = await engine.open_store(cfg.store_deadline_s)
         loop = PipelineLoop(parts.handles, parts.executor, parts.store, knobs, workload,
                             concurrency, tel, engine.block_size, stall_timeout_s=cfg.stall_timeout_s)
         if progress is not None:
@@ -152,5 +155,12 @@ def prepare_store(url: StoreUrl, reset: bool) -> str | None:
             f"{kept}; --reset-store clears them too")
 
 
+def iter_bench(engine: Engine, cfg: BenchConfig, progress: Progress | None = None) -> Iterator[RunRecord]:
+    """Each (concurrency, policy) run as it finishes (the CLI keeps what finished when a later run fails)."""
+    for c in cfg.concurrencies:
+        for p in cfg.policies:
+            yield run_one(engine, cfg, p, c, progress)
+
+
 def run_bench(engine: Engine, cfg: BenchConfig, progress: Progress | None = None) -> list[RunRecord]:
-    return [run_one(engine, cfg, p, c, progress) for c in cfg.concurrencies for p in cfg.policies]
+    return list(iter_bench(engine, cfg, progress))

@@ -5,7 +5,11 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
+import os
+import signal
 import sys
+import traceback
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
@@ -14,10 +18,16 @@ from runtime.engines.launchers import LAUNCHER_HELP, LAUNCHERS
 from runtime.engines.sim.perf_tables import PERF_DIR_ENV
 
 EXIT_USAGE = 2
+EXIT_FAILED = 1
 
 
 class UsageError(Exception):
     """A bad flag value: reported as one line, exit code 2."""
+
+
+class RunFailed(Exception):
+    """A failure during the run (a store that never came back, an output that cannot be written,
+    every request failed): reported as one line, exit code 1."""
 
 
 class _Parser(argparse.ArgumentParser):
@@ -52,20 +62,36 @@ def name_list(text: str) -> list[str]:
 
 
 def output_file(text: str) -> str:
-    """A path we will write to: its folder must exist (checked before any work is done)."""
-    parent = Path(text).expanduser().resolve().parent
+    """A path we will write to: checked before any work is done - its folder exists and is writable,
+    and it is not a folder itself (a full disk can only show when writing: see :func:`write_output`)."""
+    path = Path(text).expanduser()
+    parent = path.resolve().parent
     if not parent.is_dir():
         raise argparse.ArgumentTypeError(f"cannot write {text!r}: folder {str(parent)!r} does not exist")
+    if path.is_dir():
+        raise argparse.ArgumentTypeError(f"cannot write {text!r}: it is a folder")
+    if not os.access(path if path.exists() else parent, os.W_OK):
+        where = "it" if path.exists() else f"folder {str(parent)!r}"
+        raise argparse.ArgumentTypeError(f"cannot write {text!r}: {where} is not writable")
     return text
 
 
+def write_output(path: str | Path, write: Any) -> None:
+    """Run ``write(path)``; an OS error (disk full, permissions changed meanwhile) is one line, exit 1."""
+    try:
+        write(path)
+    except OSError as exc:
+        raise RunFailed(f"cannot write {str(path)!r}: {exc.strerror or exc}") from None
+
+
 def positive_float(text: str) -> float:
+    """A finite number > 0 (``inf`` would make work that never ends)."""
     try:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
+    if not (value > 0 and math.isfinite(value)):
+        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text}")
     return value
 
 
@@ -85,6 +111,7 @@ def positive_int(text: str) -> int:
 
 def build_parser() -> _Parser:
     parser = _Parser(prog="wavepp", description="Pipeline-parallel prefill runtime with off-critical-path admission.")
+    parser.add_argument("--verbose", action="store_true", help="print the traceback of an error")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     b = sub.add_parser("bench", help="run a workload under policies and concurrencies, side by side")
@@ -129,7 +156,10 @@ def build_parser() -> _Parser:
     b.add_argument("--reset-store", action="store_true",
                    help="also clear the store's knobs, their history and the span stream (default: kept)")
     b.add_argument("--realtime", action="store_true", help="sim only: run on the wall clock instead of virtual time")
-    b.add_argument("--time-scale", type=positive_float, default=1.0, help="real-time sim: multiply modelled step times")
+    b.add_argument("--time-scale", type=positive_float, default=None,
+                   help="with --realtime: multiply modelled step times (default 1)")
+    b.add_argument("--store-deadline", type=positive_float, default=30.0, metavar="SECONDS",
+                   help="real time: a store unreachable this long ends the bench (default 30)")
     b.add_argument("--json", dest="json_path", type=output_file, default=None, help="write {\"runs\": [...]} here")
     b.add_argument("--trace", type=output_file, default=None,
                    help="write Chrome trace-event JSON here (one lane per stage)")
@@ -227,116 +257,146 @@ def build_parser() -> _Parser:
     c = sub.add_parser("calibrate-coordination", help="measure admission/cache costs on this machine's CPU")
     c.add_argument("--redis", default=None, help="also measure one round trip to this Redis URL")
     c.add_argument("--json", dest="json_path", type=output_file, default=None)
+    for command in sub.choices.values():      # `wavepp bench … --verbose` as well as `wavepp --verbose bench …`
+        command.add_argument("--verbose", action="store_true", default=argparse.SUPPRESS,
+                             help="print the traceback of an error")
     return parser
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
+
     from runtime.engines.sim.engine import SimEngine
     from runtime.knobs import KnobError, check_block_size
     from runtime.policies import get_policy
     from runtime.traces import load_trace
-    from runtime.workloads import parse_workload
+    from runtime.workloads import fit_prompt_tokens, parse_workload
     from store.base import StoreError
 
+    engine: Any = None
     try:
-        spec = parse_workload(args.workload or ("reuse90" if args.engine == "torch" else "suffix4k"))
-        if spec.kind == "trace":
-            spec = dataclasses.replace(spec, on_bad_line=args.on_bad_line, speed=args.trace_speed)
-            trace = load_trace(spec.path, spec.on_bad_line, args.requests)    # every line checked up front
-            if trace.skipped:
-                print(f"wavepp: warning: skipped {trace.skipped} malformed line(s) of the trace, "
-                      f"first: {trace.first_skip}", file=sys.stderr)
-        for p in args.policy:
-            get_policy(p)
-        engine: Any
-        if args.engine == "torch":
-            from runtime.engines.torch.engine import TorchEngine
-            args.model = args.model or "tiny-llama"
-            engine = TorchEngine(args.model, args.pp, args.block_size, args.kv_blocks, args.kv_memory_mb,
-                                 args.seed, store_url=args.store, launcher=args.launcher)
-        else:
-            if (args.cost_model == "fitted") != (args.cost_profile is not None):
-                raise ValueError("--cost-model fitted and --cost-profile FILE go together")
-            args.model = args.model or ("tiny-llama" if args.cost_profile else "glm-5.2")
-            engine = SimEngine(args.model, args.hardware, args.pp, args.block_size, args.kv_blocks,
-                               args.gpus_per_stage, store_url=args.store, realtime=args.realtime,
-                               time_scale=args.time_scale, cost_profile=args.cost_profile,
-                               cost_model="auto" if args.cost_profile else args.cost_model, perf_dir=args.perf_dir,
-                               host_work_scale=args.host_scale)
-        sim = None
-        if args.sim_profile:
-            if args.engine != "torch":
-                raise ValueError("--sim-profile compares the torch engine with its calibrated sim: use --engine torch")
-            sim = SimEngine(args.model, args.hardware, args.pp, args.block_size, args.kv_blocks,
-                            cost_profile=args.sim_profile)
-        changes = {k: v for k, v in (("max_wave_tokens", args.max_wave_tokens),
-                                     ("min_wave_tokens", args.min_wave_tokens),
-                                     ("ring", args.ring)) if v is not None}
-        knobs = check_block_size(engine.default_knobs().replace(**changes), args.block_size)
-    except (ValueError, KnobError, StoreError) as exc:
-        raise UsageError(str(exc)) from None
-    try:
+        try:
+            if args.time_scale is not None and not args.realtime:
+                raise ValueError("--time-scale stretches the wall clock of a real-time run: it needs --realtime")
+            spec = parse_workload(args.workload or ("reuse90" if args.engine == "torch" else "suffix4k"))
+            if spec.kind == "trace":
+                spec = dataclasses.replace(spec, on_bad_line=args.on_bad_line, speed=args.trace_speed)
+                trace = load_trace(spec.path, spec.on_bad_line, args.requests)    # every line checked up front
+                if trace.skipped:
+                    print(f"wavepp: warning: skipped {trace.skipped} malformed line(s) of the trace, "
+                          f"first: {trace.first_skip}", file=sys.stderr)
+            for p in args.policy:
+                get_policy(p)
+            if args.engine == "torch":
+                from runtime.engines.torch.engine import TorchEngine
+                args.model = args.model or "tiny-llama"
+                engine = TorchEngine(args.model, args.pp, args.block_size, args.kv_blocks, args.kv_memory_mb,
+                                     args.seed, store_url=args.store, launcher=args.launcher)
+            else:
+                if (args.cost_model == "fitted") != (args.cost_profile is not None):
+                    raise ValueError("--cost-model fitted and --cost-profile FILE go together")
+                args.model = args.model or ("tiny-llama" if args.cost_profile else "glm-5.2")
+                engine = SimEngine(args.model, args.hardware, args.pp, args.block_size, args.kv_blocks,
+                                   args.gpus_per_stage, store_url=args.store, realtime=args.realtime,
+                                   time_scale=args.time_scale or 1.0, cost_profile=args.cost_profile,
+                                   cost_model="auto" if args.cost_profile else args.cost_model,
+                                   perf_dir=args.perf_dir, host_work_scale=args.host_scale)
+            sim = None
+            if args.sim_profile:
+                if args.engine != "torch":
+                    raise ValueError("--sim-profile compares the torch engine with its calibrated sim: "
+                                     "use --engine torch")
+                sim = SimEngine(args.model, args.hardware, args.pp, args.block_size, args.kv_blocks,
+                                cost_profile=args.sim_profile)
+            changes = {k: v for k, v in (("max_wave_tokens", args.max_wave_tokens),
+                                         ("min_wave_tokens", args.min_wave_tokens),
+                                         ("ring", args.ring)) if v is not None}
+            knobs = check_block_size(engine.default_knobs().replace(**changes), args.block_size)
+            if args.prompt_tokens is not None and args.prompt_tokens < 2 * args.block_size:
+                raise ValueError(f"--prompt-tokens must be at least 2 blocks ({2 * args.block_size})")
+            if spec.kind != "trace":             # a trace's prompts are its own (longer ones fail at arrival)
+                args.prompt_tokens = fit_prompt_tokens(spec, args.prompt_tokens, engine.default_prompt_tokens(),
+                                                       engine.max_context, args.block_size)
+        except (ValueError, KnobError, StoreError) as exc:
+            raise UsageError(str(exc)) from None
         return _bench(args, spec, engine, sim, knobs)
     finally:
-        engine.close()
+        if engine is not None:
+            engine.close()
 
 
 def _bench(args: argparse.Namespace, spec: Any, engine: Any, sim: Any, knobs: Any) -> int:
-    from runtime.bench import BenchConfig, prepare_store, run_bench
+    """Run every (concurrency, policy) pair; the outputs of the runs that finished are written even
+    when a later one fails, then the failure is raised."""
+    from runtime.bench import BenchConfig, RunRecord, iter_bench, prepare_store, run_bench
+    from runtime.progress import BenchProgress, print_table
+    from runtime.report import fmt
     from runtime.watchdog import Stalled
     from store.base import StoreError
     requests = args.requests if spec.kind == "trace" else args.requests or max(512, 4 * max(args.concurrency))
     cfg = BenchConfig(spec, args.concurrency, args.policy, requests, args.seed, args.prompt_tokens, knobs,
-                      args.model, args.hardware, args.stall_timeout)
-    if cfg.prompt_tokens is not None and cfg.prompt_tokens < 2 * args.block_size:
-        raise UsageError(f"--prompt-tokens must be at least 2 blocks ({2 * args.block_size})")
+                      args.model, args.hardware, args.stall_timeout, args.store_deadline)
     if args.engine == "sim" and not args.quiet:
         print(f"sim cost model: {engine.cost_model_name}")
-
-    from runtime.progress import BenchProgress, print_table
     try:
-        cleared = prepare_store(engine.store_url, args.reset_store)
+        cleared = prepare_store(engine.store_url, args.reset_store)   # unreachable, not Redis: before any run
     except StoreError as exc:
         raise UsageError(str(exc)) from None
     if cleared:
         print(cleared)
+    records: list[RunRecord] = []
+    failure: BaseException | None = None
     with BenchProgress(disabled=args.quiet) as progress:
         try:
-            records = run_bench(engine, cfg, progress.update)
-        except StoreError as exc:          # e.g. Redis unreachable or wrong password at start-up
-            raise UsageError(str(exc)) from None
+            for record in iter_bench(engine, cfg, progress.update):
+                records.append(record)
+        except StoreError as exc:          # the store went away mid-run and did not come back in time
+            failure = RunFailed(f"store: {exc}")
         except Stalled as exc:             # the deadlock guard: a failure of the run, not of the input
-            print(f"wavepp: error: {exc}", file=sys.stderr)
-            return 1
-    print_table([r.figures for r in records])
-    if sim is not None:
-        sim_records = run_bench(sim, cfg)
-        for r, s_ in zip(records, sim_records, strict=True):
-            measured = r.figures.input_tokens_per_s
-            err = s_.figures.input_tokens_per_s / measured - 1 if measured else 0.0
-            r.meta["sim_input_tokens_per_s"] = s_.figures.input_tokens_per_s
+            failure = RunFailed(str(exc))
+        except (Exception, KeyboardInterrupt) as exc:
+            failure = exc
+    if records:
+        print_table([r.figures for r in records])
+    if sim is not None and failure is None:
+        for r, s_ in zip(records, run_bench(sim, cfg), strict=True):
+            measured, modelled = r.figures.input_tokens_per_s, s_.figures.input_tokens_per_s
+            err = modelled / measured - 1 if measured and modelled is not None else None
+            r.meta["sim_input_tokens_per_s"] = modelled
             r.meta["sim_throughput_error"] = err
-            print(f"calibrated sim vs torch, {r.label}: {s_.figures.input_tokens_per_s:,.0f} vs "
-                  f"{r.figures.input_tokens_per_s:,.0f} input tok/s ({err:+.1%}); efficiency "
-                  f"{s_.figures.pipeline_efficiency:.3f} vs {r.figures.pipeline_efficiency:.3f}")
+            print(f"calibrated sim vs torch, {r.label}: {fmt(modelled, ',.0f')} vs {fmt(measured, ',.0f')} "
+                  f"input tok/s ({fmt(err, '+.1%')}); efficiency {fmt(s_.figures.pipeline_efficiency, '.3f')} "
+                  f"vs {fmt(r.figures.pipeline_efficiency, '.3f')}")
+    _write_outputs(args, records)
+    if failure is not None:
+        raise failure
+    failed = sum(r.figures.failed for r in records)
+    if not failed:
+        return 0
+    first = next(iter(next(r for r in records if r.loop.failures).loop.failures.values()))
+    dead = [r.label for r in records if r.figures.completed == 0]
+    if dead:
+        raise RunFailed(f"every request failed in {', '.join(dead)} ({failed} in all), e.g.: {first}")
+    print(f"warning: {failed} request(s) failed, e.g.: {first}", file=sys.stderr)
+    return 0
+
+
+def _write_outputs(args: argparse.Namespace, records: Sequence[Any]) -> None:
+    """``--json``, ``--save-run`` and ``--trace`` of the runs that finished."""
+    if not records:
+        return
     if args.json_path:
         runs = [{**r.figures.as_dict(), **{k: v for k, v in r.meta.items() if k.startswith("sim_")},
                  "knobs": r.meta["knobs"], "knob_changes": [c for _, c in r.loop.knob_changes]} for r in records]
-        Path(args.json_path).write_text(json.dumps({"runs": runs}, indent=1))
+        write_output(args.json_path, lambda p: Path(p).write_text(json.dumps({"runs": runs}, indent=1)))
         print(f"wrote {args.json_path}")
     if args.save_run:
         from runtime.runfile import save_runs
-        save_runs(args.save_run, [r.saved() for r in records])
+        write_output(args.save_run, lambda p: save_runs(p, [r.saved() for r in records]))
         print(f"wrote {args.save_run} (wavepp dashboard --run {args.save_run})")
     if args.trace:
         from telemetry.chrome_trace import write_trace
-        write_trace(args.trace, ((r.label, r.encoded, args.pp) for r in records))
+        write_output(args.trace, lambda p: write_trace(p, ((r.label, r.encoded, args.pp) for r in records)))
         print(f"wrote {args.trace} (open in https://ui.perfetto.dev)")
-    failed = sum(r.figures.failed for r in records)
-    if failed:
-        first = next(iter(next(r for r in records if r.loop.failures).loop.failures.values()))
-        print(f"warning: {failed} request(s) failed, e.g.: {first}", file=sys.stderr)
-    return 0
 
 
 def cmd_grid(args: argparse.Namespace) -> int:
@@ -391,7 +451,7 @@ def cmd_admission_bench(args: argparse.Namespace) -> int:
     if args.json_path:
         keys = ("store", "stages", "prompt_tokens", "requests", "latency_p50_s", "latency_p99_s", "hashing_p50_s",
                 "round_trips_per_request")
-        Path(args.json_path).write_text(json.dumps({k: r[k] for k in keys}, indent=1))
+        write_output(args.json_path, lambda p: Path(p).write_text(json.dumps({k: r[k] for k in keys}, indent=1)))
     return 0
 
 
@@ -520,7 +580,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
             profile = calibrate(engine, max_wave_tokens=args.max_wave_tokens)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-    save_profile(args.out, profile)
+    write_output(args.out, lambda p: save_profile(p, profile))
     for s, (f, (med, worst)) in enumerate(zip(profile["stages"], fit_error(profile), strict=True)):
         print(f"stage {s}: t = {f['c'] * 1e3:.3f} ms/wave + {f['c_chunk'] * 1e3:.3f} ms/chunk + "
               f"{f['gamma'] * 1e6:.3f} us*L + {f['beta'] * 1e6:.2f} us*x + {f['alpha_lx'] * 1e9:.3f} ns*Lx + "
@@ -566,14 +626,19 @@ def cmd_calibrate_coordination(args: argparse.Namespace) -> int:
     for k, v in costs.items():
         print(f"{k:34s} {v * 1e6:9.3f} us")
     if args.json_path:
-        Path(args.json_path).write_text(json.dumps(costs, indent=1))
+        write_output(args.json_path, lambda p: Path(p).write_text(json.dumps(costs, indent=1)))
     return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Every error ends in one line on stderr (``wavepp: error: …``): exit 2 for bad input, 1 for a
+    failure during the run, 130/143 for SIGINT/SIGTERM; the traceback only with ``--verbose``."""
     parser = build_parser()
+    verbose = False
+    on_term = _catch_sigterm()
     try:
         args = parser.parse_args(argv)
+        verbose = args.verbose
         if getattr(args, "launcher", None) == "torchrun" and serve_if_worker():
             return 0
         handler = {"bench": cmd_bench, "grid": cmd_grid, "admission-bench": cmd_admission_bench, "knobs": cmd_knobs,
@@ -581,11 +646,40 @@ def main(argv: Sequence[str] | None = None) -> int:
                    "calibrate-coordination": cmd_calibrate_coordination, "cost-table": cmd_cost_table}[args.command]
         return handler(args)
     except UsageError as exc:
-        print(f"wavepp: error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    except KeyboardInterrupt:
-        print("wavepp: interrupted", file=sys.stderr)
-        return 130
+        return _error(str(exc), EXIT_USAGE, verbose)
+    except RunFailed as exc:
+        return _error(str(exc), EXIT_FAILED, verbose)
+    except KeyboardInterrupt as exc:
+        name = str(exc) or "SIGINT"
+        if verbose:
+            traceback.print_exc()
+        print(f"wavepp: interrupted ({name})", file=sys.stderr)
+        return 128 + signal.Signals[name].value
+    except Exception as exc:
+        first = (str(exc).strip().splitlines() or [""])[0]
+        return _error(f"{type(exc).__name__}: {first}" if first else type(exc).__name__, EXIT_FAILED, verbose)
+    finally:
+        on_term()
+
+
+def _error(message: str, code: int, verbose: bool) -> int:
+    if verbose:
+        traceback.print_exc()
+    print(f"wavepp: error: {message}", file=sys.stderr)
+    return code
+
+
+def _catch_sigterm() -> Any:
+    """SIGTERM stops the command the way Ctrl-C does (``finally`` blocks run, stage processes are
+    stopped) instead of killing it on the spot; returns what puts the previous handler back."""
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt(signal.Signals(signum).name)
+
+    try:
+        previous = signal.signal(signal.SIGTERM, interrupt)
+    except ValueError:                    # not the main thread (an embedding): leave signals alone
+        return lambda: None
+    return lambda: signal.signal(signal.SIGTERM, previous)
 
 
 def serve_if_worker() -> bool:

@@ -22,6 +22,7 @@ from runtime.engines.base import StageHandle
 from runtime.knobs import Deployment, KnobError, Knobs, from_dict
 from runtime.request import AdmittedRequest
 from store.base import RegistryEntry, Store
+from store.resilient import StoreGone
 
 log = logging.getLogger(__name__)
 
@@ -46,9 +47,12 @@ class StoreWriter:
             write = await self._queue.get()
             try:
                 await write()
-            except Exception:            # a write that cannot succeed must not stop the others
+            except StoreGone:            # the store is not coming back: the run ends
+                raise
+            except Exception as exc:     # a write that cannot succeed must not stop the others
                 self.failures += 1
-                log.exception("store write failed")
+                if self.failures == 1:   # one line, once: every later write would say the same
+                    log.warning("store write failed (later failures not reported): %s", exc)
             finally:
                 self._queue.task_done()
 

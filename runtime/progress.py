@@ -10,7 +10,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextC
 from rich.table import Table
 
 from runtime.idle_causes import top_causes
-from runtime.report import RunFigures
+from runtime.report import RunFigures, fmt
 
 
 class BenchProgress:
@@ -34,35 +34,31 @@ class BenchProgress:
         self._bar.update(self._tasks[label], completed=done)
 
 
-def _ms(seconds: float | None) -> str:
-    """A figure the run was too short for prints as "-", never as 0.00."""
-    return "-" if seconds is None else f"{seconds * 1e3:.2f}"
-
-
 def print_table(figures: Sequence[RunFigures]) -> None:
     t = Table(title="wavepp bench", show_lines=False)
     for col in ("policy", "c", "input tok/s", "computed tok/s", "vs first", "pipe eff", "max bubble",
                 "adm int p50/p99 ms", "req/round", "adm lat p99 ms", "prefill p50/p95 s", "good hit", "fallbacks",
                 "failed"):
         t.add_column(col, justify="right")
-    base: dict[int, float] = {}
+    base: dict[int, float | None] = {}
     for f in figures:
-        base.setdefault(f.concurrency, f.input_tokens_per_s)
-        ratio = f.input_tokens_per_s / base[f.concurrency] if base[f.concurrency] else 0.0
-        hit = "-" if f.good_hit_rate is None else f"{f.good_hit_rate:.3f}"
-        t.add_row(f.policy, str(f.concurrency), f"{f.input_tokens_per_s:,.0f}", f"{f.computed_tokens_per_s:,.0f}",
-                  f"{ratio:.3f}x", f"{f.pipeline_efficiency:.3f}", f"{max(f.bubble_fraction, default=0):.3f}",
-                  f"{_ms(f.admission_interval_p50_s)}/{_ms(f.admission_interval_p99_s)}",
-                  "-" if f.requests_per_round_mean is None else f"{f.requests_per_round_mean:.1f}",
-                  f"{f.admission_latency_p99_s * 1e3:.2f}",
-                  f"{f.prefill_latency_p50_s:.2f}/{f.prefill_latency_p95_s:.2f}", hit, str(f.fallbacks),
-                  str(f.failed))
+        first = base.setdefault(f.concurrency, f.input_tokens_per_s)
+        ratio = f.input_tokens_per_s / first if f.input_tokens_per_s is not None and first else None
+        t.add_row(f.policy, str(f.concurrency), fmt(f.input_tokens_per_s, ",.0f"), fmt(f.computed_tokens_per_s, ",.0f"),
+                  fmt(ratio, ".3f") + ("x" if ratio is not None else ""), fmt(f.pipeline_efficiency, ".3f"),
+                  fmt(max(f.bubble_fraction, default=0) if f.bubble_fraction is not None else None, ".3f"),
+                  f"{fmt(f.admission_interval_p50_s, '.2f', 1e3)}/{fmt(f.admission_interval_p99_s, '.2f', 1e3)}",
+                  fmt(f.requests_per_round_mean, ".1f"), fmt(f.admission_latency_p99_s, ".2f", 1e3),
+                  f"{fmt(f.prefill_latency_p50_s, '.2f')}/{fmt(f.prefill_latency_p95_s, '.2f')}",
+                  fmt(f.good_hit_rate, ".3f"), str(f.fallbacks), str(f.failed))
     console = Console()
     if not console.is_terminal:
         console = Console(width=220)      # piped or logged: keep the table on one line per run
     console.print(t)
     console.print("where the time went (idle share of the makespan per stage, top causes):")
     for f in figures:
+        if f.bubble_fraction is None or f.makespan_s is None:      # nothing completed: no makespan to share
+            continue
         stages = [f"s{s} {b:.1%}" + (f" ({top_causes(c, f.makespan_s)})" if b > 0.0005 else "")
                   for s, (b, c) in enumerate(zip(f.bubble_fraction, f.idle_causes_s, strict=True))]
         console.print(f"  {f.policy} c={f.concurrency}: " + " · ".join(stages), highlight=False)

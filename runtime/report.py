@@ -28,10 +28,10 @@ from runtime.idle_causes import idle_causes
 from telemetry import names as N
 
 
-def percentile(values: Sequence[float], q: float) -> float:
-    """Linear-interpolated percentile (``q`` in [0, 100]); 0.0 for no values."""
+def percentile(values: Sequence[float], q: float) -> float | None:
+    """Linear-interpolated percentile (``q`` in [0, 100]); None for no values (not a measured 0)."""
     if not values:
-        return 0.0
+        return None
     xs = sorted(values)
     pos = (len(xs) - 1) * q / 100
     lo, hi = math.floor(pos), math.ceil(pos)
@@ -50,26 +50,28 @@ class RunFigures:
     requests: int
     completed: int
     failed: int
-    input_tokens_per_s: float
-    computed_tokens_per_s: float
-    makespan_s: float
-    pipeline_efficiency: float
-    bubble_fraction: list[float]
+    # None (null in JSON) where there is nothing to measure: a run in which no request completed has
+    # no makespan, hence no rates; no admission or completion, no latency.
+    input_tokens_per_s: float | None
+    computed_tokens_per_s: float | None
+    makespan_s: float | None
+    pipeline_efficiency: float | None
+    bubble_fraction: list[float] | None
     admission_interval_p50_s: float | None   # None: fewer than two admitting rounds (no interval)
     admission_interval_p99_s: float | None
     admission_rounds: int                    # rounds that admitted at least one request
     requests_per_round_mean: float | None    # None: no round admitted anything
     requests_per_round_max: int
-    admission_latency_p50_s: float
-    admission_latency_p99_s: float
-    prefill_latency_p50_s: float
-    prefill_latency_p95_s: float
-    prefill_latency_p99_s: float
+    admission_latency_p50_s: float | None
+    admission_latency_p99_s: float | None
+    prefill_latency_p50_s: float | None
+    prefill_latency_p95_s: float | None
+    prefill_latency_p99_s: float | None
     good_hit_rate: float | None    # None when no token was reusable (e.g. a cold workload)
     fallbacks: int
     waves: int
-    mean_wave_tokens: float
-    admission_critical_path_s_per_request: float
+    mean_wave_tokens: float | None
+    admission_critical_path_s_per_request: float | None
     idle_causes_s: list[dict[str, float]]     # per stage: seconds idle by cause (they sum to makespan - busy)
 
     def as_dict(self) -> dict[str, Any]:
@@ -116,10 +118,6 @@ def admission_cadence(spans: Sequence[Span]) -> Cadence:
     return Cadence([t for t, _ in admitting], [n for _, n in admitting])
 
 
-def _percentile_or_none(values: Sequence[float], q: float) -> float | None:
-    return percentile(values, q) if values else None
-
-
 def compute_figures(spans: Sequence[Span], num_stages: int, meta: dict[str, Any]) -> RunFigures:
     """Figures of one run from its spans in compact form (``telemetry.span_codec.encode``).
 
@@ -161,18 +159,20 @@ def compute_figures(spans: Sequence[Span], num_stages: int, meta: dict[str, Any]
     inline = meta.get("inline_admission", False)
     critical = sum(_dur(s) for s in rounds) if inline else 0.0
 
-    def rate(x: float) -> float:
-        return x / makespan if makespan > 0 else 0.0
+    measured = bool(done) and makespan > 0
+
+    def rate(x: float) -> float | None:
+        return x / makespan if measured else None
 
     return RunFigures(
         policy=meta["policy"], engine=meta["engine"], model=meta["model"], hardware=meta["hardware"],
         pp=num_stages, concurrency=meta["concurrency"], workload=meta["workload"],
         requests=len(requests), completed=len(done), failed=len(requests) - len(done),
-        input_tokens_per_s=rate(input_tokens), computed_tokens_per_s=rate(computed), makespan_s=makespan,
+        input_tokens_per_s=rate(input_tokens), computed_tokens_per_s=rate(computed),
+        makespan_s=makespan if measured else None,
         pipeline_efficiency=rate(max(busy, default=0.0)),
-        bubble_fraction=[1 - rate(b) if makespan > 0 else 0.0 for b in busy],
-        admission_interval_p50_s=_percentile_or_none(intervals, 50),
-        admission_interval_p99_s=_percentile_or_none(intervals, 99),
+        bubble_fraction=[1 - b / makespan for b in busy] if measured else None,
+        admission_interval_p50_s=percentile(intervals, 50), admission_interval_p99_s=percentile(intervals, 99),
         admission_rounds=len(cadence.admitted),
         requests_per_round_mean=sum(cadence.admitted) / len(cadence.admitted) if cadence.admitted else None,
         requests_per_round_max=max(cadence.admitted, default=0),
@@ -182,7 +182,12 @@ def compute_figures(spans: Sequence[Span], num_stages: int, meta: dict[str, Any]
         prefill_latency_p99_s=percentile(latencies, 99),
         good_hit_rate=reused / reusable if reusable else None,
         fallbacks=fallbacks, waves=len(wave_tokens),
-        mean_wave_tokens=sum(wave_tokens) / len(wave_tokens) if wave_tokens else 0.0,
-        admission_critical_path_s_per_request=critical / len(done) if done else 0.0,
+        mean_wave_tokens=sum(wave_tokens) / len(wave_tokens) if wave_tokens else None,
+        admission_critical_path_s_per_request=critical / len(done) if done else None,
         idle_causes_s=idle_causes(spans, num_stages, origin, end, inline),
     )
+
+
+def fmt(value: float | None, spec: str, scale: float = 1.0) -> str:
+    """A figure for a table: ``-`` where there was nothing to measure (None)."""
+    return "-" if value is None else format(value * scale, spec)

@@ -75,6 +75,41 @@ def make_workload(spec: WorkloadSpec, num_requests: int | None, prompt_tokens: i
     return Workload(spec, num_requests, prompt_tokens, block_size, vocab_size, seed)
 
 
+JITTER = 0.25          # prompt lengths are drawn in [1 - JITTER, 1 + JITTER] x the typical length
+REUSE_SHARE = 0.9      # reuse90: the shared prefix's share of a prompt
+
+
+def longest_prompt(spec: WorkloadSpec, prompt_tokens: int, block_size: int) -> int:
+    """An upper bound on the tokens of any prompt (primed prefix or request) the workload makes."""
+    top = round(prompt_tokens * (1 + JITTER))
+    if spec.kind == "cold":
+        return top
+    share = 1.0 if spec.kind == "suffix" else REUSE_SHARE
+    prefix = int(top * share) // block_size * block_size
+    if spec.kind == "suffix":
+        return prefix + spec.suffix_tokens
+    reuse = prefix + round((prefix // 9) * (1 + JITTER))
+    return max(reuse, top) if spec.kind == "mixed" else reuse
+
+
+def fit_prompt_tokens(spec: WorkloadSpec, requested: int | None, default: int, context: int, block_size: int) -> int:
+    """The typical prompt length of a run: ``requested`` when its longest prompt fits the model's
+    context (else ValueError naming the limit), or the largest length up to ``default`` that fits."""
+    if requested is not None:
+        longest = longest_prompt(spec, requested, block_size)
+        if longest > context:
+            raise ValueError(f"workload {spec.name} with --prompt-tokens {requested} makes prompts of up to "
+                             f"{longest} tokens; the model's context is {context}")
+        return requested
+    tokens = default
+    while tokens >= 2 * block_size and longest_prompt(spec, tokens, block_size) > context:
+        tokens = int(tokens * 0.95) // block_size * block_size
+    if tokens < 2 * block_size:
+        raise ValueError(f"workload {spec.name} does not fit the model's context of {context} tokens "
+                         f"(even with prompts of {2 * block_size} tokens)")
+    return tokens
+
+
 @dataclass(frozen=True, slots=True)
 class _Prefix:
     tokens: array
@@ -110,11 +145,11 @@ class Workload:
         v = self.vocab_size
         return array("I", [t % v for t in raw])
 
-    def _jitter(self, n: int, spread: float = 0.25) -> int:
+    def _jitter(self, n: int, spread: float = JITTER) -> int:
         return max(1, round(n * self.rng.uniform(1 - spread, 1 + spread)))
 
     def _make_prefix(self) -> _Prefix:
-        share = 1.0 if self.spec.kind == "suffix" else 0.9
+        share = 1.0 if self.spec.kind == "suffix" else REUSE_SHARE
         blocks = max(1, int(self._jitter(self.prompt_tokens) * share) // self.block_size)
         tokens = self._tokens(blocks * self.block_size)
         return _Prefix(tokens, block_hashes(tokens, self.block_size, self.extra))

@@ -6,6 +6,10 @@ the runtime - stages executing in-flight waves - goes on. The first success afte
 the ``on_reconnect`` callbacks in a task of their own (the runtime rebuilds the hint index from
 the stages' own trees, since updates sent during the outage were lost); the call that noticed
 the recovery returns at once, so a callback may take locks that caller holds.
+
+With ``deadline_s``, an outage that lasts that long ends the wait: calls raise
+:class:`StoreGone` (a benchmark must end, with one line saying why); without it (a long-running
+server) they wait for the store to return.
 """
 
 from __future__ import annotations
@@ -24,11 +28,18 @@ class StoreUnavailable(StoreError):
     """The server went away or timed out; the call may succeed later."""
 
 
+class StoreGone(StoreError):
+    """The store stayed unavailable longer than the deadline: the run gives up."""
+
+
 class ResilientStore:
-    def __init__(self, inner: Any, initial_backoff_s: float = 0.05, max_backoff_s: float = 2.0) -> None:
+    def __init__(self, inner: Any, initial_backoff_s: float = 0.05, max_backoff_s: float = 2.0,
+                 deadline_s: float | None = None) -> None:
         self.inner = inner
         self.initial_backoff_s = initial_backoff_s
         self.max_backoff_s = max_backoff_s
+        self.deadline_s = deadline_s
+        self._down_since: float | None = None   # loop time of the first failure of the current outage
         self.on_reconnect: list[Callable[[], Awaitable[None]]] = []
         self.down = False
         self.outages = 0
@@ -55,6 +66,7 @@ class ResilientStore:
                     if not self.down:
                         self.down, self.outages = True, self.outages + 1
                         log.warning("store unavailable, retrying with backoff: %s", exc)
+                    self._check_deadline(exc)
                     await asyncio.sleep(backoff)
                     backoff = min(backoff * 2, self.max_backoff_s)
                     continue
@@ -63,12 +75,21 @@ class ResilientStore:
                     # redis-py may absorb a cancellation that arrives mid-command and finish the
                     # command; hand the cancellation back so shutdown is never lost.
                     raise asyncio.CancelledError
+                self._down_since = None
                 if self.down and not self._rebuilding:
                     self._rebuilding = True
                     self._tasks.add(asyncio.create_task(self._reconnected()))
                 return result
 
         return call
+
+    def _check_deadline(self, exc: StoreUnavailable) -> None:
+        now = asyncio.get_running_loop().time()
+        if self._down_since is None:
+            self._down_since = now
+        if self.deadline_s is not None and now - self._down_since >= self.deadline_s:
+            raise StoreGone(f"unreachable for {now - self._down_since:.0f} s (deadline {self.deadline_s:g} s, "
+                            f"--store-deadline): {exc}") from None
 
     async def _reconnected(self) -> None:
         try:

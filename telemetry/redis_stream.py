@@ -5,7 +5,7 @@ label, so a viewer lists runs by id without reading the whole stream.
 
 Memory stays bounded: ``XADD … MAXLEN ~ cap`` trims the oldest entries. The exporter runs in the
 batch span processor's thread with its own synchronous client; an unreachable Redis drops that
-batch (export returns FAILURE) and never disturbs the runtime.
+batch (export returns FAILURE, reported once) and never disturbs the runtime.
 """
 
 from __future__ import annotations
@@ -57,8 +57,9 @@ class RedisSpanExporter(SpanExporter):
             self._registered |= new.keys()
             return SpanExportResult.SUCCESS
         except redis.RedisError as exc:
+            if not self.dropped:          # once: an outage would repeat it every 100 ms
+                log.warning("span stream: dropping spans while Redis is unreachable: %s", exc)
             self.dropped += len(spans)
-            log.warning("span stream: dropped %d spans: %s", len(spans), exc)
             return SpanExportResult.FAILURE
 
     def shutdown(self) -> None:

@@ -92,14 +92,21 @@ def test_bench_end_to_end(tmp_path: Path) -> None:
         assert lanes[0] == "stage 0" and lanes[1] == "stage 1"
 
 
-def test_requests_flag_is_exact_when_every_request_fails(tmp_path: Path) -> None:
-    """--requests N runs exactly N requests even when all of them fail at arrival (KV pool too small)."""
+def test_requests_flag_is_exact_when_every_request_fails(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """--requests N runs exactly N requests even when all of them fail at arrival (KV pool too small);
+    a run in which every request failed exits 1 with one line, its JSON says so, and its figures are
+    null (nothing was measured), not 0."""
     fig = tmp_path / "f.json"
     rc = main(["bench", "--model", "llama-3-8b", "--hardware", "h200", "--pp", "2", "--concurrency", "2",
                "--requests", "4", "--prompt-tokens", "1024", "--kv-blocks", "20", "--quiet", "--json", str(fig)])
-    assert rc == 0
+    err = capsys.readouterr().err.splitlines()
+    assert rc == 1
+    assert len(err) == 1 and err[0].startswith("wavepp: error: every request failed in wavepp c=2, trtllm-pp c=2")
     for r in json.loads(fig.read_text())["runs"]:
-        assert r["failed"] == 4 and r["requests"] == 4
+        assert r["failed"] == 4 and r["requests"] == 4 and r["completed"] == 0
+        for key in ("input_tokens_per_s", "computed_tokens_per_s", "makespan_s", "pipeline_efficiency",
+                    "bubble_fraction", "prefill_latency_p50_s", "prefill_latency_p99_s", "admission_latency_p99_s"):
+            assert r[key] is None, key
 
 
 def test_min_wave_tokens_below_block_size_is_not_a_crash(tmp_path: Path) -> None:

@@ -22,8 +22,12 @@ META = {"policy": "wavepp", "engine": "sim", "model": "m", "hardware": "h", "con
 
 # ---- percentile --------------------------------------------------------------------------------
 
+def test_percentile_of_nothing_is_none() -> None:
+    """No values: None (null in JSON, "-" in the table), never a measured-looking 0."""
+    assert percentile([], 50) is None
+
+
 @pytest.mark.parametrize(("values", "q", "expected"), [
-    ([], 50, 0.0),
     ([5.0], 0, 5.0), ([5.0], 99, 5.0),
     ([1, 2, 3, 4], 50, 2.5),          # pos 1.5 between 2 and 3
     ([4, 3, 2, 1], 50, 2.5),          # order of input does not matter
@@ -166,10 +170,24 @@ def test_no_reusable_tokens_gives_no_good_hit_rate() -> None:
 
 
 def test_no_spans() -> None:
-    """An empty run gives zeros, not division errors."""
+    """An empty run gives nulls, not zeros nor division errors."""
     f = compute_figures([], 2, META)
-    assert (f.requests, f.makespan_s, f.input_tokens_per_s, f.pipeline_efficiency) == (0, 0.0, 0.0, 0.0)
-    assert f.bubble_fraction == [0.0, 0.0] and f.good_hit_rate is None
+    assert (f.requests, f.makespan_s, f.input_tokens_per_s, f.pipeline_efficiency) == (0, None, None, None)
+    assert f.bubble_fraction is None and f.good_hit_rate is None
+
+
+def test_a_run_with_no_completion_has_null_figures() -> None:
+    """Every request failed: the counts say so, and no rate or latency pretends to be a measured 0."""
+    run = Run()
+    run.request(0.0, 1.0, 100, admitted=0.1, error=True)
+    run.request(0.0, 2.0, 100, error=True)
+    run.execute(0, 0.2, 0.6, 100)
+    f = compute_figures(run.spans, 1, META)
+    assert (f.requests, f.completed, f.failed) == (2, 0, 2)
+    assert all(v is None for v in (f.input_tokens_per_s, f.computed_tokens_per_s, f.makespan_s, f.pipeline_efficiency,
+                                   f.bubble_fraction, f.prefill_latency_p50_s, f.prefill_latency_p99_s,
+                                   f.admission_critical_path_s_per_request))
+    assert f.admission_latency_p50_s == pytest.approx(0.1)        # it was admitted: that was measured
 
 
 def test_microsecond_durations_are_exact_at_the_sim_epoch() -> None:

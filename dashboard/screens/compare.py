@@ -45,7 +45,8 @@ def render_compare(view: View) -> None:
                           "Run A": [_value(ra, k) for k in FIELDS], "Run B": [_value(rb, k) for k in FIELDS]})
     st.dataframe(table, hide_index=True)
     ratio = (ra.figures["input_tokens_per_s"] / rb.figures["input_tokens_per_s"]
-             if rb.figures.get("input_tokens_per_s") else float("nan"))
+             if ra.figures.get("input_tokens_per_s") is not None and rb.figures.get("input_tokens_per_s")
+             else float("nan"))
     st.metric("input throughput, Run A / Run B", f"{ratio:.3f}x")
     st.plotly_chart(_bubbles(ra, rb), key="compare_bubbles")
     for col, run, key in ((left, ra, "a"), (right, rb, "b")):
@@ -62,7 +63,7 @@ def _value(run: SavedRun, key: str) -> str:
 def _bubbles(ra: SavedRun, rb: SavedRun) -> go.Figure:
     fig = go.Figure()
     for which, run in (("Run A", ra), ("Run B", rb)):
-        fracs = run.figures.get("bubble_fraction", [])
+        fracs = run.figures.get("bubble_fraction") or []     # null: the run completed nothing
         fig.add_trace(go.Bar(x=[f"stage {i}" for i in range(len(fracs))], y=fracs, name=which))
     fig.update_layout(title="bubble fraction per stage", barmode="group", height=300, yaxis_title="fraction")
     return fig

@@ -27,7 +27,7 @@ def render_pipeline(view: View) -> None:
     fr, f = view.frames, view.figures
     end = fr.end
     run = max(end - fr.start, 0.002)                      # the whole run: first arrival -> last completion
-    if f is not None:                                     # the bench's own figures (report.compute_figures)
+    if f is not None and f.bubble_fraction is not None:   # the bench's own figures; None: nothing completed yet
         cols = st.columns(fr.num_stages + 1)
         cols[0].metric(f"pipeline efficiency (whole run, {f.makespan_s:.3f} s)", f"{f.pipeline_efficiency:.3f}")
         for s, b in enumerate(f.bubble_fraction):

@@ -17,13 +17,15 @@ from telemetry.redis_stream import span_stream_processor
 from telemetry.setup import SIM_EPOCH_NS, Telemetry
 
 
-async def open_run_store(url: StoreUrl, virtual: bool, costs: CoordinationCosts) -> Store:
+async def open_run_store(url: StoreUrl, virtual: bool, costs: CoordinationCosts,
+                         deadline_s: float | None = None) -> Store:
     """The run's store, emptied of earlier runs' state; the knobs stay (``wavepp bench --reset-store``
     clears them once, before the first run).
 
     Virtual time: every call costs the measured round trip on the virtual clock, and Redis I/O
-    blocks the loop (no virtual time passes while a reply is on its way). Real time: calls are
-    retried through outages and the hint index is rebuilt on reconnect.
+    blocks the loop (no virtual time passes while a reply is on its way); an outage fails the run.
+    Real time: calls are retried through outages and the hint index is rebuilt on reconnect; an
+    outage longer than ``deadline_s`` fails the run (None: a long-running server waits it out).
     """
     if url.kind == "memory":
         inner: Any = MemoryStore()
@@ -37,7 +39,7 @@ async def open_run_store(url: StoreUrl, virtual: bool, costs: CoordinationCosts)
     await inner.clear_all(keep_knobs=True)
     if virtual:
         return CostedStore(inner, costs, rtt)  # type: ignore[return-value]
-    return ResilientStore(inner)  # type: ignore[return-value]
+    return ResilientStore(inner, deadline_s=deadline_s)  # type: ignore[return-value]
 
 
 def run_telemetry(url: StoreUrl, virtual: bool, run: RunInfo | None = None, keep: bool = True) -> Telemetry:

@@ -26,6 +26,9 @@ from store.urls import parse_store_url
 from telemetry.setup import Telemetry
 
 T = TypeVar("T")
+# Every KV block is a Python object in its stage's pool (runtime.kvcache.block_pool): beyond this
+# many in all, building the stages alone takes many GB and minutes (e.g. glm-5.2 on PP64: 189M).
+MAX_SIM_BLOCKS = 1 << 26
 
 
 class SimEngine:
@@ -101,10 +104,18 @@ class SimEngine:
             self.capacities = list(kv_blocks)
         else:
             self.capacities = default
+        if sum(self.capacities) > MAX_SIM_BLOCKS:
+            raise ValueError(f"{pp} stages hold {sum(self.capacities):,} KV blocks of {block_size} tokens in all; the "
+                             f"simulator keeps at most {MAX_SIM_BLOCKS:,}: give --kv-blocks, a smaller --pp or a "
+                             f"larger --block-size")
 
     @property
     def vocab_size(self) -> int:
         return self._vocab
+
+    @property
+    def max_context(self) -> int:
+        return self._context
 
     def default_prompt_tokens(self) -> int:
         """Tens of thousands of tokens for the big profiles (DESIGN §8); a calibrated CPU model's own scale."""
@@ -126,8 +137,8 @@ class SimEngine:
             return CPU_KNOBS
         return Knobs()
 
-    async def open_store(self) -> Store:
-        return await open_run_store(self.store_url, not self.realtime, self.costs)
+    async def open_store(self, deadline_s: float | None = None) -> Store:
+        return await open_run_store(self.store_url, not self.realtime, self.costs, deadline_s)
 
     def telemetry(self, run: RunInfo | None = None, keep: bool = True) -> Telemetry:
         """``keep=False``: no in-memory span list (a long-running live runtime uses a bounded ring)."""

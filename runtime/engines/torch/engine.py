@@ -90,6 +90,10 @@ class TorchEngine:
     def vocab_size(self) -> int:
         return self.cfg.vocab_size
 
+    @property
+    def max_context(self) -> int:
+        return self.cfg.max_position
+
     def default_prompt_tokens(self) -> int:
         """Hundreds to a few thousand tokens on a CPU (DESIGN §8)."""
         return min(1024, self.cfg.max_position // 2)
@@ -123,8 +127,8 @@ class TorchEngine:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    async def open_store(self) -> Store:
-        return await open_run_store(self.store_url, False, DEFAULT_COSTS)
+    async def open_store(self, deadline_s: float | None = None) -> Store:
+        return await open_run_store(self.store_url, False, DEFAULT_COSTS, deadline_s)
 
     def telemetry(self, run: RunInfo | None = None, keep: bool = True) -> Telemetry:
         return run_telemetry(self.store_url, False, run, keep)
