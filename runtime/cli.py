@@ -601,6 +601,8 @@ def cmd_check_engine(args: argparse.Namespace) -> int:
         raise UsageError(str(exc)) from None
     print(f"max relative error: logits {r.max_rel_err_logits:.3e}, stored K/V {r.max_rel_err_kv:.3e} "
           f"(tolerance {r.tol:.0e}) -> {'OK' if r.ok else 'MISMATCH'}")
+    if r.non_finite is not None:
+        raise RunFailed(f"check-engine: NaN or infinity in the {r.non_finite}")
     return 0 if r.ok else 1
 
 

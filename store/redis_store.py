@@ -10,8 +10,10 @@ travel packed as 8-byte words, one argument per prompt, not one per block.
 from __future__ import annotations
 
 import json
+import logging
+import re
 import struct
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from functools import wraps
 from pathlib import Path
 from typing import Any, TypeVar
@@ -25,9 +27,16 @@ from store.base import HintResult, KnobsRecord, RegistryEntry, StoreError
 from store.resilient import StoreUnavailable
 from store.urls import StoreUrl, parse_store_url
 
+log = logging.getLogger(__name__)
+
 PLAN_LOG_CAP = 10_000
 KNOB_HISTORY_CAP = 1_000
 T = TypeVar("T")
+# The Redis type this store keeps under each key (after ``wavepp:{cluster}:``). Knobs and their
+# history are the knob schema's (runtime.knobs); the span stream is telemetry's.
+KEY_TYPES = {"hint:stages": "set", "registry:entries": "hash", "registry:holders": "zset", "plans": "stream",
+             "plans:in_flight": "hash", "status": "string"}
+_HINT_STAGE = re.compile(r"hint:\d+")
 
 
 def pack(hashes: Sequence[int]) -> bytes:
@@ -39,14 +48,27 @@ def _script(name: str) -> str:
 
 
 def _translate(fn: Callable[..., Awaitable[T]]) -> Callable[..., Awaitable[T]]:
-    """Connection trouble becomes StoreUnavailable (retryable); the rest stays what it is."""
+    """Connection trouble becomes StoreUnavailable (retryable). A key of the wrong Redis type
+    (another client wrote it) is healed - deleted, reported once - and the call retried once; any
+    other error reply becomes a one-line StoreError."""
     @wraps(fn)
-    async def wrapper(*args: Any, **kwargs: Any) -> T:
+    async def wrapper(self: RedisStore, *args: Any, **kwargs: Any) -> T:
         try:
-            return await fn(*args, **kwargs)
+            try:
+                return await fn(self, *args, **kwargs)
+            except rex.ResponseError as exc:
+                if "WRONGTYPE" not in str(exc) or not await self.heal():
+                    raise StoreError(f"redis at {self.url.where}: {_first_line(exc)}") from None
+                return await fn(self, *args, **kwargs)
         except (rex.ConnectionError, rex.TimeoutError, ConnectionError, TimeoutError, OSError) as exc:
             raise StoreUnavailable(f"redis unavailable: {exc}") from exc
+        except rex.ResponseError as exc:        # the retry after healing failed too
+            raise StoreError(f"redis at {self.url.where}: {_first_line(exc)}") from None
     return wrapper
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
 
 
 def _entry_text(e: RegistryEntry) -> str:
@@ -56,6 +78,42 @@ def _entry_text(e: RegistryEntry) -> str:
 def _entry(request_id: str, text: str) -> RegistryEntry:
     holder, stages, reuse, escrow = text.split("|")
     return RegistryEntry(request_id, holder, tuple(int(s) for s in stages.split(",") if s), int(reuse), int(escrow))
+
+
+def _entries(pairs: Iterable[tuple[bytes | str, bytes | str]]) -> list[RegistryEntry]:
+    """Registry entries from (request id, text); a malformed one (another client wrote it) is skipped."""
+    out = []
+    for k, v in pairs:
+        try:
+            out.append(_entry(_s(k), _s(v)))
+        except (ValueError, UnicodeDecodeError):
+            _report_once(f"registry entry {_s(k)!r}", "is malformed: ignored")
+    return out
+
+
+def _plans(raw: Iterable[bytes | str | None]) -> list[dict[str, Any]]:
+    """Wave plans from their JSON; an undecodable one (another client wrote it) is skipped."""
+    out = []
+    for text in raw:
+        try:
+            plan = json.loads(text) if text is not None else None
+        except (ValueError, UnicodeDecodeError):
+            plan = None
+        if isinstance(plan, dict):
+            out.append(plan)
+        else:
+            _report_once("a wave plan", "is not a JSON object: ignored")
+    return out
+
+
+_reported: set[str] = set()
+
+
+def _report_once(what: str, problem: str) -> None:
+    """One warning line per corrupted thing: a store entry read every 50 ms would flood the log."""
+    if what not in _reported:
+        _reported.add(what)
+        log.warning("store: %s %s (written by another client?)", what, problem)
 
 
 def _s(value: bytes | str) -> str:
@@ -161,6 +219,9 @@ class RedisStore:
         except (rex.ConnectionError, rex.TimeoutError, OSError) as exc:
             await client.aclose()
             raise StoreError(f"cannot reach redis at {url.where}: {exc}") from None
+        except rex.RedisError as exc:          # e.g. an HTTP server answered: InvalidResponse
+            await client.aclose()
+            raise StoreError(f"{url.where} is not a Redis server (it answered: {_first_line(exc)})") from None
         return cls(client, url)
 
     def key(self, *parts: object) -> str:
@@ -239,7 +300,7 @@ class RedisStore:
     @_translate
     async def registry_entries(self) -> list[RegistryEntry]:
         raw = await self.client.hgetall(self.key("registry", "entries"))
-        entries = [_entry(_s(k), _s(v)) for k, v in raw.items()]
+        entries = _entries(raw.items())
         holders = sorted({e.holder for e in entries})
         alive: set[str] = set()
         if holders:
@@ -251,7 +312,7 @@ class RedisStore:
     async def registry_reap(self) -> list[RegistryEntry]:
         self.round_trips += 1
         flat = await self._reap(keys=[self.key("registry", "entries"), self.key("registry", "holders")])
-        return [_entry(_s(flat[i]), _s(flat[i + 1])) for i in range(0, len(flat), 2)]
+        return _entries((flat[i], flat[i + 1]) for i in range(0, len(flat), 2))
 
     # ---- plans -----------------------------------------------------------------------------
     @_translate
@@ -274,13 +335,13 @@ class RedisStore:
             return []
         self.round_trips += 1
         rows: list[Any] = await self.client.xrevrange(self.key("plans"), count=count) or []
-        return [json.loads(fields[b"plan"]) for _, fields in reversed(rows)]
+        return _plans(fields.get(b"plan") for _, fields in reversed(rows))
 
     @_translate
     async def plans_in_flight(self) -> list[dict[str, Any]]:
         self.round_trips += 1
         raw = await self.client.hgetall(self.key("plans", "in_flight"))
-        return [json.loads(raw[k]) for k in sorted(raw, key=lambda k: int(k))]
+        return _plans(raw[k] for k in sorted(raw, key=lambda k: int(k) if k.isdigit() else -1))
 
     # ---- knobs -----------------------------------------------------------------------------
     def knob_keys(self) -> list[str]:
@@ -342,6 +403,24 @@ class RedisStore:
         return json.loads(raw) if raw else None
 
     # ---- housekeeping ----------------------------------------------------------------------
+    async def heal(self) -> bool:
+        """Delete this deployment's keys that hold the wrong Redis type (another client wrote them),
+        one warning line each: they are then absent - the hint index refills from the stages'
+        attaches, the registry from the next heartbeat and admissions, plans from the next waves.
+        True when a key was deleted."""
+        healed = False
+        async for key in self.client.scan_iter(match=f"{self.prefix}:*", count=1000):
+            name = _s(key).removeprefix(f"{self.prefix}:")
+            expected = "hash" if _HINT_STAGE.fullmatch(name) else KEY_TYPES.get(name)
+            if expected is None:
+                continue
+            found = _s(await self.client.type(key))
+            if found not in (expected, "none"):
+                await self.client.delete(key)
+                _report_once(_s(key), f"held a {found} instead of a {expected}: deleted, treated as absent")
+                healed = True
+        return healed
+
     @_translate
     async def clear_all(self, keep_knobs: bool = False) -> int:
         """Delete every key of this deployment (tests, fresh benchmark runs) except the span stream and

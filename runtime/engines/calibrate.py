@@ -23,19 +23,20 @@ coefficients per stage by least squares on *relative* residuals (a 20 ms wave co
 from __future__ import annotations
 
 import json
+import math
 import statistics
 import threading
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
-from runtime.engines.coordination import measure
+from runtime.engines.coordination import CoordinationCosts, measure
 from runtime.engines.sim.costmodel import ChunkShape
 
 GRID_L = (0, 256, 512, 1024, 1536, 2048, 3072)
@@ -160,16 +161,64 @@ def save_profile(path: str | Path, profile: dict[str, Any]) -> None:
     Path(path).write_text(json.dumps(profile, indent=1))
 
 
+REMAKE = "make a new one with `wavepp calibrate --engine torch --model MODEL --pp N --out FILE`"
+
+
 def load_profile(path: str | Path) -> dict[str, Any]:
+    """A calibration profile, checked field by field: a malformed one is one ``ValueError`` line that
+    names the field and says how to make a new profile (never a KeyError deep in the simulator)."""
     try:
         data = json.loads(Path(path).read_text())
     except FileNotFoundError:
         raise ValueError(f"no such cost profile: {path}") from None
     except (OSError, ValueError) as exc:
         raise ValueError(f"{path} is not a cost profile: {exc}") from None
-    if not isinstance(data, dict) or data.get("format") != FORMAT:
-        raise ValueError(f"{path} is not a cost profile (expected format {FORMAT})")
+    found = data.get("format") if isinstance(data, dict) else None
+    if isinstance(found, str) and found.startswith("wavepp-cost-profile/") and found != FORMAT:
+        raise ValueError(f"{path} is a cost profile of an older format ({found}; this release reads {FORMAT}): "
+                         f"{REMAKE}")
+    if found != FORMAT:
+        raise ValueError(f"{path} is not a cost profile (expected format {FORMAT}): {REMAKE}")
+    problem = _profile_problem(data)
+    if problem:
+        raise ValueError(f"{path} is not a valid cost profile: {problem}; {REMAKE}")
     return data
+
+
+def _profile_problem(data: dict[str, Any]) -> str | None:
+    """What is wrong with a profile's fields, or None."""
+    for key in ("pp", "block_size", "vocab_size", "max_context"):
+        value = data.get(key)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            return f"{key!r} must be a positive integer, got {json.dumps(value)}"
+    pp = data["pp"]
+    capacities, stages = data.get("capacities"), data.get("stages")
+    if not isinstance(capacities, list) or len(capacities) != pp:
+        return f"'capacities' must list {pp} stages"
+    if not all(isinstance(c, int) and not isinstance(c, bool) and c >= 1 for c in capacities):
+        return f"'capacities' must be positive block counts, got {json.dumps(capacities)}"
+    if not isinstance(stages, list) or len(stages) != pp:
+        return f"'stages' must list {pp} fits"
+    fit_keys = [f.name for f in fields(StageFit)]
+    for s, stage in enumerate(stages):
+        problem = _numbers_problem(f"stages[{s}]", stage, fit_keys)
+        if problem:
+            return problem
+    return _numbers_problem("coordination", data.get("coordination"), [f.name for f in fields(CoordinationCosts)])
+
+
+def _numbers_problem(name: str, value: Any, keys: list[str]) -> str | None:
+    if not isinstance(value, dict):
+        return f"{name!r} must be an object with {', '.join(keys)}"
+    missing, extra = [k for k in keys if k not in value], sorted(set(value) - set(keys))
+    if missing or extra:
+        return f"{name!r}: " + "; ".join(([f"missing {', '.join(missing)}"] if missing else [])
+                                         + ([f"unknown {', '.join(extra)}"] if extra else []))
+    for k in keys:
+        v = value[k]
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+            return f"{name}.{k} must be a finite number, got {json.dumps(v)}"
+    return None
 
 
 class FittedCostModel:

@@ -82,7 +82,8 @@ def test_sim_runs_on_a_fitted_profile(tmp_path: Path) -> None:
         load_profile(bad)
     old = tmp_path / "old.json"
     old.write_text(json.dumps({**profile(), "format": "wavepp-cost-profile/1"}))
-    with pytest.raises(ValueError, match="expected format wavepp-cost-profile/2"):
+    with pytest.raises(ValueError, match=r"older format \(wavepp-cost-profile/1; this release reads "
+                                         r"wavepp-cost-profile/2\): make a new one with `wavepp calibrate "):
         load_profile(old)
 
 

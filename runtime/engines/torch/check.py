@@ -41,10 +41,27 @@ AfterA = Callable[[list[StageModel], list[list[list[int]]]], None]
 
 @dataclass(frozen=True, slots=True)
 class CheckResult:
-    max_rel_err_logits: float
+    max_rel_err_logits: float          # over the comparisons with finite values on both sides
     max_rel_err_kv: float
     tol: float
     ok: bool
+    non_finite: str | None = None      # the first comparison with a NaN or an infinity (it fails the check)
+
+
+@dataclass(slots=True)
+class _Worst:
+    """The largest relative error so far. ``max(0.0, nan)`` is 0.0, so NaN would pass silently:
+    a non-finite value is recorded apart, with where it was seen."""
+
+    value: float = 0.0
+    non_finite: str | None = None
+
+    def add(self, ours: Tensor, ref: Tensor, where: str) -> None:
+        if not (torch.isfinite(ours).all() and torch.isfinite(ref).all()):
+            side = "ours" if not torch.isfinite(ours).all() else "reference"
+            self.non_finite = self.non_finite or f"{where} ({side})"
+            return
+        self.value = max(self.value, _rel_err(ours, ref))
 
 
 @dataclass(slots=True)
@@ -118,18 +135,20 @@ def run_check(model_spec: str | Path | DecoderConfig, pp: int, block_size: int, 
         executor.close()
 
     reference = _reference(cfg, hf_dict, weights)
-    err_logits = err_kv = 0.0
+    logits, kv_err = _Worst(), _Worst()
     with torch.no_grad():
         for b, b_kv in zip(requests_b, kv, strict=True):
             out = reference(input_ids=b.tokens[None], use_cache=True, logits_to_keep=1)
             assert b.logits is not None
-            err_logits = max(err_logits, _rel_err(b.logits, out.logits[0, -1]))
+            logits.add(b.logits, out.logits[0, -1], f"logits of request {b.id}")
             for layers, stage_kv in zip(split_layers(cfg.num_layers, pp), b_kv, strict=True):
                 for layer, (k, v) in zip(layers, stage_kv, strict=True):
                     ref = out.cache.layers[layer]
-                    err_kv = max(err_kv, _rel_err(k, ref.keys[0].transpose(0, 1)),
-                                 _rel_err(v, ref.values[0].transpose(0, 1)))
-    return CheckResult(err_logits, err_kv, TOL_FP32, err_logits <= TOL_FP32 and err_kv <= TOL_FP32)
+                    kv_err.add(k, ref.keys[0].transpose(0, 1), f"stored keys of request {b.id}, layer {layer}")
+                    kv_err.add(v, ref.values[0].transpose(0, 1), f"stored values of request {b.id}, layer {layer}")
+    non_finite = logits.non_finite or kv_err.non_finite
+    ok = non_finite is None and logits.value <= TOL_FP32 and kv_err.value <= TOL_FP32
+    return CheckResult(logits.value, kv_err.value, TOL_FP32, ok, non_finite)
 
 
 async def _run(executor: Any, pp: int, block_size: int, requests: list[_Request], chunk: int,

@@ -8,6 +8,7 @@ with a one-line ``ValueError`` naming the problem, never silently approximated.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -43,6 +44,9 @@ class DecoderConfig:
         for name in ("vocab_size", "hidden_size", "num_layers", "num_heads", "num_kv_heads", "max_position"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+        for name in ("rms_norm_eps", "rope_theta"):
+            if not 0 < getattr(self, name) < math.inf:      # NaN fails both comparisons
+                raise ValueError(f"{name} must be a positive finite number, got {getattr(self, name)}")
         if self.model_type not in SUPPORTED_MODEL_TYPES:
             raise ValueError(_unsupported_type(self.model_type))
         if self.num_heads % self.num_kv_heads:
@@ -191,13 +195,16 @@ def _refuse_unsupported(d: dict[str, Any], mt: str) -> None:
         raise ValueError(f"rope_parameters must be an object, got {rp!r}")
     if rp and rp.get("rope_type", "default") != "default":
         raise ValueError(f"rope_type {rp['rope_type']!r} is not supported (only default RoPE)")
-    if float((rp or {}).get("partial_rotary_factor", d.get("partial_rotary_factor", 1.0))) != 1.0:
+    if (rp or {}).get("partial_rotary_factor", d.get("partial_rotary_factor", 1.0)) != 1.0:
         raise ValueError("partial_rotary_factor other than 1.0 is not supported")
     if d.get("hidden_act", "silu") != "silu":
         raise ValueError(f"hidden_act {d['hidden_act']!r} is not supported (only silu)")
     if d.get("use_sliding_window"):
         raise ValueError("sliding window attention (use_sliding_window) is not supported")
-    if any(t != "full_attention" for t in d.get("layer_types") or []):
+    layer_types = d.get("layer_types") or []
+    if not isinstance(layer_types, list):
+        raise ValueError(f"layer_types must be a list, got {json.dumps(layer_types)}")
+    if any(t != "full_attention" for t in layer_types):
         raise ValueError("layer_types other than full_attention are not supported")
     if d.get("quantization_config"):
         raise ValueError("quantized checkpoints (quantization_config) are not supported")
@@ -223,11 +230,11 @@ def _int(d: dict[str, Any], key: str, default: int | None = None) -> int:
 
 
 def _float(d: dict[str, Any], key: str, default: float) -> float:
+    """A positive finite number; absent: ``default``. An explicit null, NaN or Infinity is refused
+    (JSON from Python may carry them: they would run and produce NaN logits, or crash later)."""
     v = d.get(key, default)
-    if v is None:
-        return default
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or v <= 0:
-        raise ValueError(f"config key {key!r} must be a positive number, got {v!r}")
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not (0 < v < math.inf):
+        raise ValueError(f"config key {key!r} must be a positive finite number, got {json.dumps(v)}")
     return float(v)
 
 

@@ -150,3 +150,25 @@ def test_layer_split() -> None:
     for pp in (0, 5):
         with pytest.raises(ValueError, match="pp must be"):
             split_layers(4, pp)
+
+
+def test_nan_in_the_cache_fails_the_check_and_says_where() -> None:
+    """NaN compares as nothing (``max(0.0, nan)`` is 0.0): it must fail the check, naming the comparison."""
+    def poison(stages: list[StageModel], tables: list[list[list[int]]]) -> None:
+        stages[-1].k_cache[0][tables[0][-1][0]] = float("nan")
+
+    r = run_check(small(), pp=2, block_size=4, chunk=5, reuse=12, seed=1, after_a=poison)
+    assert not r.ok
+    assert r.non_finite is not None and "request b0" in r.non_finite, r
+
+
+def test_check_engine_cli_fails_on_non_finite_values(monkeypatch: pytest.MonkeyPatch,
+                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    """The command exits 1 with one line naming where the NaN was, not `… -> OK` and exit 0."""
+    from runtime.cli import main
+    from runtime.engines.torch import check
+    monkeypatch.setattr(check, "run_check", lambda *a, **k: check.CheckResult(
+        0.0, 0.0, 1e-4, False, "logits of request b0 (ours)"))
+    assert main(["check-engine"]) == 1
+    err = capsys.readouterr().err.splitlines()
+    assert err == ["wavepp: error: check-engine: NaN or infinity in the logits of request b0 (ours)"]
