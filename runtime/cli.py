@@ -319,6 +319,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
         except (ValueError, KnobError, StoreError) as exc:
             raise UsageError(str(exc)) from None
         return _bench(args, spec, engine, sim, knobs)
+    except KeyboardInterrupt:
+        if engine is not None:
+            engine.close(orderly=False)
+        raise
     finally:
         if engine is not None:
             engine.close()

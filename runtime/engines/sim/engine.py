@@ -147,5 +147,5 @@ class SimEngine:
     def run(self, main: Coroutine[Any, Any, T]) -> T:
         return asyncio.run(main) if self.realtime else run_virtual(main)
 
-    def close(self) -> None:
+    def close(self, orderly: bool = True) -> None:
         """Nothing to stop (the torch engine may have stage processes)."""

@@ -115,10 +115,11 @@ class TorchEngine:
         handles = [StageHandle(StageCache(s, n, self.block_size)) for s, n in enumerate(self.capacities)]
         return EngineParts(handles, TorchExecutor(stages, self.cfg.max_position), MemoryStore(), self.block_size)
 
-    def close(self) -> None:
-        """Stop the stage processes (process launchers); idempotent."""
+    def close(self, orderly: bool = True) -> None:
+        """Stop the stage processes (process launchers); idempotent. ``orderly=False`` (an interrupt):
+        kill them at once - a wave stuck mid-link would hold an orderly shutdown for seconds."""
         if self._procs is not None:
-            self._procs.close()
+            self._procs.close(orderly)
             self._procs = None
 
     def __enter__(self) -> TorchEngine:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import signal
 import threading
 from array import array
 from collections.abc import Sequence
@@ -31,7 +32,7 @@ from runtime.request import Chunk, Request, Wave
 
 
 class StageDied(RuntimeError):
-    pass
+    """A stage process died or its link broke; the message names the stage and the cause."""
 
 
 class RpcClient:
@@ -91,7 +92,22 @@ class RpcClient:
                 if msg_id == self._closing:
                     return
         except Exception as exc:          # the process died or the link broke: nothing will answer
-            self._die(f"stage {self.stage} process stopped answering: {exc}")
+            self._die(f"stage {self.stage} process {self._exit_cause() or f'stopped answering: {exc}'}")
+
+    def _exit_cause(self) -> str | None:
+        """How a spawned stage process ended ("killed by SIGKILL", "exited with code 1"), if it did."""
+        if self._proc is None:
+            return None
+        self._proc.join(timeout=1.0)            # the link breaks as the process goes: give it a moment
+        code = self._proc.exitcode
+        if code is None:
+            return None
+        if code < 0:
+            try:
+                return f"was killed by {signal.Signals(-code).name}"
+            except ValueError:
+                return f"was killed by signal {-code}"
+        return f"exited with code {code}"
 
     def _die(self, why: str) -> None:
         why = why.splitlines()[0]
@@ -218,11 +234,13 @@ class StageProcesses:
         for f in [rpc.submit("reset") for rpc in self.rpcs.values()]:
             f.result()
 
-    def close(self) -> None:
+    def close(self, orderly: bool = True) -> None:
+        """Stop every stage process: orderly (each drains its links and says goodbye), or - after a
+        stage died, or on an interrupt, when waves may be stuck mid-link - killed at once."""
         if self._closed:
             return
         self._closed = True
-        if all(rpc.alive for rpc in self.rpcs.values()):
+        if orderly and all(rpc.alive for rpc in self.rpcs.values()):
             if 0 in self.world.data:
                 self.world.data[0].close()     # stage 1's inbound thread ends; each stage passes it on
             for rpc in self.rpcs.values():
@@ -282,10 +300,12 @@ class ProcessExecutor(RequestBook):
             return k.float().cpu(), v.float().cpu()
         return self.procs.rpcs[stage].call_sync("gather_kv", layer, table, num_tokens)  # type: ignore[no-any-return]
 
-    def close(self) -> None:
-        """Stop stage 0's threads and every stage process."""
-        self._compute.shutdown()
-        self._send.shutdown()
+    def close(self, orderly: bool = True) -> None:
+        """Stop stage 0's threads and every stage process (``orderly=False``: kill them at once)."""
+        if not orderly:                        # first: a thread blocked on a dead link ends with the link
+            self.procs.close(orderly=False)
+        self._compute.shutdown(wait=orderly)
+        self._send.shutdown(wait=orderly)
         self.procs.close()
 
 

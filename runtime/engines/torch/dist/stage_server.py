@@ -14,7 +14,10 @@ Only the main thread touches the cache; the compute thread touches only the mode
 
 from __future__ import annotations
 
+import os
 import pickle
+import signal
+import sys
 import threading
 from collections import deque
 from collections.abc import Coroutine, Sequence
@@ -97,11 +100,20 @@ def run_now(coro: Coroutine[Any, Any, Any]) -> Any:
 
 
 def serve_stage(rank: int, size: int, init_method: str, cuda: bool) -> None:
-    """Entry point of ranks 1..P-1 (spawned, or started by torchrun)."""
+    """Entry point of ranks 1..P-1 (spawned, or started by torchrun).
+
+    Ctrl-C reaches every process of the terminal's group: a stage ignores it and the leader, which
+    handles it, stops the stages (orderly, or by killing them). A leader that vanished (SIGKILL)
+    breaks the links: the stage ends with one line instead of a gloo traceback, and no orphan is left.
+    """
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     world = World.join(rank, size, init_method, cuda)
     torch.set_num_threads(threads_per_process(size))
     try:
         StageServer(world).serve()
+    except RuntimeError:                        # gloo: the leader's link is gone
+        print(f"wavepp: stage {rank}: the leader is gone (its link closed), stopping", file=sys.stderr)
+        os._exit(1)                             # the stage's own threads may still wait on dead links
     finally:
         world.leave()
 
@@ -225,6 +237,8 @@ class StageServer:
                 with self.arrived:
                     self.packets.append((wave_id, keys, t))
                     self.arrived.notify_all()
+        except RuntimeError:                    # the link broke (a process died): closed, as far as we care
+            return
         finally:
             with self.arrived:
                 self.inbound_open = False
