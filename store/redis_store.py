@@ -235,12 +235,12 @@ class RedisStore:
     @_translate
     async def hint_update_many(self, updates: Sequence[tuple[int, Sequence[int], Sequence[int]]]) -> None:
         """Several stages' events in one pipelined round trip (each stage's script is atomic)."""
-        pipe = self.client.pipeline(transaction=False)
-        for stage, attached, detached in updates:
-            await self._update(keys=[self.key("hint", stage), self.key("hint", "stages")],
-                               args=[stage, pack(attached), pack(detached)], client=pipe)
-        self.round_trips += 1
-        await pipe.execute()
+        async with self.client.pipeline(transaction=False) as pipe:   # reset even when the server is gone
+            for stage, attached, detached in updates:
+                await self._update(keys=[self.key("hint", stage), self.key("hint", "stages")],
+                                   args=[stage, pack(attached), pack(detached)], client=pipe)
+            self.round_trips += 1
+            await pipe.execute()
 
     @_translate
     async def hint_lookup(self, prompts: Sequence[Sequence[int]], stages: Sequence[int]) -> list[HintResult]:
@@ -264,12 +264,12 @@ class RedisStore:
     @_translate
     async def hint_clear(self) -> None:
         stages = await self.client.smembers(self.key("hint", "stages"))
-        pipe = self.client.pipeline(transaction=True)
-        for s in stages:
-            pipe.delete(self.key("hint", _s(s)))
-        pipe.delete(self.key("hint", "stages"))
-        self.round_trips += 2
-        await pipe.execute()
+        async with self.client.pipeline(transaction=True) as pipe:
+            for s in stages:
+                pipe.delete(self.key("hint", _s(s)))
+            pipe.delete(self.key("hint", "stages"))
+            self.round_trips += 2
+            await pipe.execute()
 
     # ---- registry --------------------------------------------------------------------------
     @_translate
@@ -318,11 +318,11 @@ class RedisStore:
     @_translate
     async def plan_publish(self, plan: dict[str, Any]) -> None:
         data = json.dumps(plan, separators=(",", ":"))
-        pipe = self.client.pipeline(transaction=True)
-        pipe.xadd(self.key("plans"), {"plan": data}, maxlen=PLAN_LOG_CAP, approximate=True)
-        pipe.hset(self.key("plans", "in_flight"), str(plan["wave"]), data)
-        self.round_trips += 1
-        await pipe.execute()
+        async with self.client.pipeline(transaction=True) as pipe:
+            pipe.xadd(self.key("plans"), {"plan": data}, maxlen=PLAN_LOG_CAP, approximate=True)
+            pipe.hset(self.key("plans", "in_flight"), str(plan["wave"]), data)
+            self.round_trips += 1
+            await pipe.execute()
 
     @_translate
     async def plan_retire(self, wave_id: int) -> None:

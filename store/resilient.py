@@ -54,7 +54,9 @@ class ResilientStore:
 
         async def call(*args: Any, **kwargs: Any) -> Any:
             backoff = self.initial_backoff_s
+            loop = asyncio.get_running_loop()
             while True:
+                started = loop.time()
                 try:
                     result = await target(*args, **kwargs)
                 except StoreUnavailable as exc:
@@ -75,6 +77,8 @@ class ResilientStore:
                     # redis-py may absorb a cancellation that arrives mid-command and finish the
                     # command; hand the cancellation back so shutdown is never lost.
                     raise asyncio.CancelledError
+                if self._down_since is not None and started < self._down_since:
+                    return result      # sent before the outage began: no sign that the store is back
                 self._down_since = None
                 if self.down and not self._rebuilding:
                     self._rebuilding = True
