@@ -641,7 +641,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     failure during the run, 130/143 for SIGINT/SIGTERM; the traceback only with ``--verbose``."""
     parser = build_parser()
     verbose = False
-    on_term = _catch_sigterm()
+    interrupts = _Interrupts()
     try:
         args = parser.parse_args(argv)
         verbose = args.verbose
@@ -650,22 +650,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         handler = {"bench": cmd_bench, "grid": cmd_grid, "admission-bench": cmd_admission_bench, "knobs": cmd_knobs,
                    "dashboard": cmd_dashboard, "check-engine": cmd_check_engine, "calibrate": cmd_calibrate,
                    "calibrate-coordination": cmd_calibrate_coordination, "cost-table": cmd_cost_table}[args.command]
-        return handler(args)
+        with interrupts:
+            return handler(args)
     except UsageError as exc:
         return _error(str(exc), EXIT_USAGE, verbose)
     except RunFailed as exc:
         return _error(str(exc), EXIT_FAILED, verbose)
-    except KeyboardInterrupt as exc:
-        name = str(exc) or "SIGINT"
+    except KeyboardInterrupt:
         if verbose:
             traceback.print_exc()
-        print(f"wavepp: interrupted ({name})", file=sys.stderr)
-        return 128 + signal.Signals[name].value
+        print(f"wavepp: interrupted ({interrupts.name})", file=sys.stderr)
+        return 128 + signal.Signals[interrupts.name].value
     except Exception as exc:
         first = (str(exc).strip().splitlines() or [""])[0]
         return _error(f"{type(exc).__name__}: {first}" if first else type(exc).__name__, EXIT_FAILED, verbose)
-    finally:
-        on_term()
 
 
 def _error(message: str, code: int, verbose: bool) -> int:
@@ -675,17 +673,35 @@ def _error(message: str, code: int, verbose: bool) -> int:
     return code
 
 
-def _catch_sigterm() -> Any:
-    """SIGTERM stops the command the way Ctrl-C does (``finally`` blocks run, stage processes are
-    stopped) instead of killing it on the spot; returns what puts the previous handler back."""
-    def interrupt(signum: int, frame: object) -> None:
-        raise KeyboardInterrupt(signal.Signals(signum).name)
+class _Interrupts:
+    """SIGTERM stops the command the way Ctrl-C does - inside an asyncio run, through asyncio's own
+    SIGINT handler (the main task is cancelled and every task unwinds; raising from the handler
+    would strike whichever task runs and leave "Task exception was never retrieved"), else as a
+    KeyboardInterrupt - so ``finally`` blocks run and stage processes are stopped. Remembers which
+    signal came, for the message and the exit code."""
 
-    try:
-        previous = signal.signal(signal.SIGTERM, interrupt)
-    except ValueError:                    # not the main thread (an embedding): leave signals alone
-        return lambda: None
-    return lambda: signal.signal(signal.SIGTERM, previous)
+    def __init__(self) -> None:
+        self.name = "SIGINT"
+        self._previous: Any = None
+
+    def __enter__(self) -> _Interrupts:
+        try:
+            self._previous = signal.signal(signal.SIGTERM, self._on_sigterm)
+        except ValueError:                # not the main thread (an embedding): leave signals alone
+            pass
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._previous is not None:
+            signal.signal(signal.SIGTERM, self._previous)
+
+    def _on_sigterm(self, signum: int, frame: Any) -> None:
+        self.name = "SIGTERM"
+        on_sigint = signal.getsignal(signal.SIGINT)
+        if callable(on_sigint) and on_sigint is not signal.default_int_handler:
+            on_sigint(signal.SIGINT, frame)
+        else:
+            raise KeyboardInterrupt
 
 
 def serve_if_worker() -> bool:

@@ -223,6 +223,9 @@ class PipelineLoop:
         for t in tasks:
             t.cancel()
         _, stuck = await asyncio.wait(tasks, timeout=10)
+        for t in tasks:     # one that failed while stopping (its stage died too) is said by the first failure
+            if t.done() and not t.cancelled():
+                t.exception()
         if stuck:
             raise RuntimeError(f"tasks did not stop: {', '.join(sorted(t.get_name() for t in stuck))}")
         for t in finished:

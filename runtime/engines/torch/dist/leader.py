@@ -13,10 +13,10 @@ import itertools
 import signal
 import threading
 from array import array
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from multiprocessing.process import BaseProcess
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 from torch import Tensor
@@ -29,6 +29,8 @@ from runtime.engines.torch.executor import RequestBook
 from runtime.engines.torch.model import StageModel
 from runtime.kvcache.stage_cache import CacheStats, DescriptorMismatch
 from runtime.request import Chunk, Request, Wave
+
+T = TypeVar("T")
 
 
 class StageDied(RuntimeError):
@@ -70,7 +72,7 @@ class RpcClient:
             try:
                 self._commands.send_obj((msg_id, op, args))
             except RuntimeError as exc:        # gloo: the connection is gone
-                self._die(f"stage {self.stage} process is gone: {exc}")
+                self._die(f"stage {self.stage} process {self.exit_cause() or f'is gone: {exc}'}")
         return fut
 
     async def call(self, op: str, *args: Any) -> Any:
@@ -92,13 +94,14 @@ class RpcClient:
                 if msg_id == self._closing:
                     return
         except Exception as exc:          # the process died or the link broke: nothing will answer
-            self._die(f"stage {self.stage} process {self._exit_cause() or f'stopped answering: {exc}'}")
+            self._die(f"stage {self.stage} process {self.exit_cause() or f'stopped answering: {exc}'}")
 
-    def _exit_cause(self) -> str | None:
-        """How a spawned stage process ended ("killed by SIGKILL", "exited with code 1"), if it did."""
+    def exit_cause(self, wait_s: float = 1.0) -> str | None:
+        """How a spawned stage process ended ("was killed by SIGKILL", "exited with code 1"), if it did
+        within ``wait_s`` (a link breaks as its process goes: give it a moment)."""
         if self._proc is None:
             return None
-        self._proc.join(timeout=1.0)            # the link breaks as the process goes: give it a moment
+        self._proc.join(timeout=wait_s)
         code = self._proc.exitcode
         if code is None:
             return None
@@ -234,6 +237,21 @@ class StageProcesses:
         for f in [rpc.submit("reset") for rpc in self.rpcs.values()]:
             f.result()
 
+    async def blame(self, step: Awaitable[T]) -> T:
+        """Await a step that uses a link between stages. A link breaks when the process at its other
+        end died: the error then names that stage and how it ended (StageDied), not gloo's
+        ``Connection closed by peer`` seen from its neighbour."""
+        try:
+            return await step
+        except StageDied:
+            raise
+        except RuntimeError as exc:
+            for rpc in self.rpcs.values():
+                cause = rpc.exit_cause(wait_s=0.5)
+                if cause is not None:
+                    raise StageDied(f"stage {rpc.stage} process {cause}") from exc
+            raise
+
     def close(self, orderly: bool = True) -> None:
         """Stop every stage process: orderly (each drains its links and says goodbye), or - after a
         stage died, or on an interrupt, when waves may be stuck mid-link - killed at once."""
@@ -280,8 +298,8 @@ class ProcessExecutor(RequestBook):
             done = await asyncio.wrap_future(self._compute.submit(
                 run_chunks, self.stage0, self._outputs, wave_id, inputs, chunks, tables, self.keep_logits))
         else:
-            done = await self.procs.rpcs[stage].call(
-                "exec", wave_id, list(chunks), {c.request_id: tables[c.request_id] for c in chunks}, self.keep_logits)
+            done = await self.procs.blame(self.procs.rpcs[stage].call(
+                "exec", wave_id, list(chunks), {c.request_id: tables[c.request_id] for c in chunks}, self.keep_logits))
         for rid, (token, logits) in (done or {}).items():
             self._first[rid] = token
             if logits is not None:
@@ -290,9 +308,10 @@ class ProcessExecutor(RequestBook):
     async def transfer(self, stage: int, wave: Wave) -> None:
         if stage == 0:
             keys, out = self._outputs.pop(wave.id, ([], torch.empty(0, self.stage0.cfg.hidden_size)))
-            await asyncio.wrap_future(self._send.submit(self.procs.world.data[0].send_tensor, (wave.id, keys), out))
+            await self.procs.blame(asyncio.wrap_future(
+                self._send.submit(self.procs.world.data[0].send_tensor, (wave.id, keys), out)))
         else:
-            await self.procs.rpcs[stage].call("transfer", wave.id)
+            await self.procs.blame(self.procs.rpcs[stage].call("transfer", wave.id))
 
     def gather_kv(self, stage: int, layer: int, table: list[int], num_tokens: int) -> tuple[Tensor, Tensor]:
         if stage == 0:
