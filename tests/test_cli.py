@@ -142,3 +142,13 @@ def test_calibrating_with_a_wave_budget_below_every_chunk_is_a_one_line_error(
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "no calibration wave fits 8 tokens" in err[0]
     assert not (tmp_path / "p.json").exists()
+
+
+def test_the_default_workload_on_llama_3_8b_completes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """No --prompt-tokens: the default length fits the model's 8192-token context, nothing fails."""
+    fig = tmp_path / "f.json"
+    assert main(["bench", "--model", "llama-3-8b", "--pp", "2", "--concurrency", "4", "--requests", "24",
+                 "--policy", "wavepp", "--quiet", "--json", str(fig)]) == 0
+    assert capsys.readouterr().err == ""
+    [run] = json.loads(fig.read_text())["runs"]
+    assert (run["completed"], run["failed"]) == (24, 0)

@@ -6,7 +6,7 @@ import pytest
 
 from runtime.hashing import block_hashes
 from runtime.request import Request
-from runtime.workloads import Workload, WorkloadSpec, parse_workload
+from runtime.workloads import Workload, WorkloadSpec, fit_prompt_tokens, longest_prompt, parse_workload
 
 B = 64
 VOCAB = 1000
@@ -206,3 +206,33 @@ def test_sessions_outgrow_uneven_pools_and_the_stages_evict_differently() -> Non
         evictions = [h.cache.pool.num_evictions for h in rec.parts.handles]
         assert min(evictions) > 0 and evictions[0] != evictions[1]
         assert rec.figures.good_hit_rate is not None and 0 < rec.figures.good_hit_rate < 1
+
+
+@pytest.mark.parametrize("name", ["cold", "reuse90", "mixed", "suffix:300", "suffix:4096"])
+@pytest.mark.parametrize("seed", range(4))
+def test_longest_prompt_bounds_every_prompt(name: str, seed: int) -> None:
+    """No primed prefix and no request is longer than ``longest_prompt`` says (the up-front check
+    against the model's context relies on it)."""
+    spec = parse_workload(name)
+    w = Workload(spec, 300, 1000, 16, 1000, seed)
+    lengths = [len(t) for t, _ in w.primed_prompts()] + [w.next_request(0.0).num_tokens for _ in range(300)]
+    assert max(lengths) <= longest_prompt(spec, 1000, 16)
+
+
+def test_the_default_workload_of_every_built_in_model_fits_its_context() -> None:
+    """The default prompt length shrinks so that the default workload fits the context: llama-3-8b
+    (8192) on suffix4k used to fail 47 of 64 requests."""
+    from runtime.engines.sim.profiles import MODELS
+    from runtime.engines.torch.config import PROFILES
+    contexts = {name: (m.max_context, min(32768, m.max_context // 2), "suffix4k") for name, m in MODELS.items()}
+    contexts |= {name: (c.max_position, min(1024, c.max_position // 2), "reuse90") for name, c in PROFILES.items()}
+    for name, (context, default, workload) in contexts.items():
+        spec = parse_workload(workload)
+        tokens = fit_prompt_tokens(spec, None, default, context, 64)
+        assert longest_prompt(spec, tokens, 64) <= context, name
+        assert tokens > 0.5 * default or name == "llama-3-8b", name          # shrunk only where needed
+
+
+def test_a_requested_prompt_length_that_does_not_fit_is_refused() -> None:
+    with pytest.raises(ValueError, match="makes prompts of up to .* the model's context is 8192"):
+        fit_prompt_tokens(parse_workload("suffix4k"), 4096, 4096, 8192, 64)
