@@ -29,7 +29,7 @@ import threading
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, fields
+from dataclasses import MISSING, dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -199,22 +199,25 @@ def _profile_problem(data: dict[str, Any]) -> str | None:
         return f"'capacities' must be positive block counts, got {json.dumps(capacities)}"
     if not isinstance(stages, list) or len(stages) != pp:
         return f"'stages' must list {pp} fits"
-    fit_keys = [f.name for f in fields(StageFit)]
     for s, stage in enumerate(stages):
-        problem = _numbers_problem(f"stages[{s}]", stage, fit_keys)
+        problem = _numbers_problem(f"stages[{s}]", stage, StageFit)
         if problem:
             return problem
-    return _numbers_problem("coordination", data.get("coordination"), [f.name for f in fields(CoordinationCosts)])
+    return _numbers_problem("coordination", data.get("coordination"), CoordinationCosts)
 
 
-def _numbers_problem(name: str, value: Any, keys: list[str]) -> str | None:
+def _numbers_problem(name: str, value: Any, schema: type) -> str | None:
+    """``value`` must hold a finite number for each field of the dataclass ``schema`` (those with a
+    default may be absent: a profile from before they existed) and nothing else."""
+    keys = [f.name for f in fields(schema)]
+    required = [f.name for f in fields(schema) if f.default is MISSING]
     if not isinstance(value, dict):
-        return f"{name!r} must be an object with {', '.join(keys)}"
-    missing, extra = [k for k in keys if k not in value], sorted(set(value) - set(keys))
+        return f"{name!r} must be an object with {', '.join(required)}"
+    missing, extra = [k for k in required if k not in value], sorted(set(value) - set(keys))
     if missing or extra:
         return f"{name!r}: " + "; ".join(([f"missing {', '.join(missing)}"] if missing else [])
                                          + ([f"unknown {', '.join(extra)}"] if extra else []))
-    for k in keys:
+    for k in (k for k in keys if k in value):
         v = value[k]
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
             return f"{name}.{k} must be a finite number, got {json.dumps(v)}"
