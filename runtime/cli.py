@@ -425,11 +425,11 @@ def cmd_grid(args: argparse.Namespace) -> int:
         rows = run_grid(spec, args.jobs, lambda done, total: progress.update("grid settings", done, total))
     print(summary(rows))
     if args.json_path:
-        Path(args.json_path).write_text(json.dumps({"summary": summary(rows), "settings": [r.as_dict() for r in rows]},
-                                                   indent=1))
+        data = json.dumps({"summary": summary(rows), "settings": [r.as_dict() for r in rows]}, indent=1)
+        write_output(args.json_path, lambda p: Path(p).write_text(data))
         print(f"wrote {args.json_path}")
     if args.markdown:
-        Path(args.markdown).write_text(to_markdown(rows, spec))
+        write_output(args.markdown, lambda p: Path(p).write_text(to_markdown(rows, spec)))
         print(f"wrote {args.markdown}")
     return 0
 

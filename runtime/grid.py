@@ -16,6 +16,7 @@ from multiprocessing import get_context
 from typing import Any
 
 from runtime.idle_causes import CAUSES
+from runtime.report import fmt
 
 DEFAULT_MODELS = ("glm-5.2", "minimax-m2.7")
 DEFAULT_WORKLOADS = ("cold", "reuse90", "mixed", "suffix4k", "suffix16k")
@@ -60,7 +61,7 @@ class GridRow:
 
 def idle_shares(figures: dict[str, Any]) -> dict[str, float]:
     """Idle seconds by cause summed over stages, as a share of P x makespan."""
-    total = figures["makespan_s"] * len(figures["idle_causes_s"])
+    total = (figures["makespan_s"] or 0.0) * len(figures["idle_causes_s"])    # None: nothing completed
     return {c: sum(st[c] for st in figures["idle_causes_s"]) / total if total else 0.0 for c in CAUSES}
 
 
@@ -78,7 +79,7 @@ def run_setting(spec: GridSpec, model: str, workload: str, concurrency: int) -> 
     for policy in spec.policies:
         f = run_one(engine, cfg, policy, concurrency).figures.as_dict()
         row.runs[policy] = {k: f[k] for k in KEPT} | {"idle_shares": idle_shares(f)}
-    rate = {p: r["input_tokens_per_s"] for p, r in row.runs.items()}
+    rate = {p: r["input_tokens_per_s"] or 0.0 for p, r in row.runs.items()}    # None: nothing completed
     baselines = list(spec.policies[1:])
     if baselines:
         row.best_baseline = max(baselines, key=lambda p: rate[p])
@@ -136,9 +137,9 @@ def to_markdown(rows: Sequence[GridRow], spec: GridSpec) -> str:
         cells = [r.model, r.workload, str(r.concurrency)]
         for p in policies:
             f = r.runs[p]
-            cells.append(f"{f['input_tokens_per_s']:,.0f}/{f['computed_tokens_per_s']:,.0f} "
-                         f"({f['pipeline_efficiency']:.3f}, "
-                         f"{f['prefill_latency_p50_s']:.2f}/{f['prefill_latency_p95_s']:.2f})")
+            cells.append(f"{fmt(f['input_tokens_per_s'], ',.0f')}/{fmt(f['computed_tokens_per_s'], ',.0f')} "
+                         f"({fmt(f['pipeline_efficiency'], '.3f')}, "
+                         f"{fmt(f['prefill_latency_p50_s'], '.2f')}/{fmt(f['prefill_latency_p95_s'], '.2f')})")
         cells.append(f"{r.ratio:.3f}" if r.best_baseline else "-")
         cells.append(", ".join(f"{c} {s:.1%}" for c, s in r.loser_causes) or "-")
         lines.append("| " + " | ".join(cells) + " |")
