@@ -114,7 +114,11 @@ def run_one(engine: Engine, cfg: BenchConfig, policy_name: str, concurrency: int
             await h.check()
         return result
 
-    result = engine.run(main())
+    try:
+        result = engine.run(main())
+    except BaseException:
+        tel.shutdown()        # flush (or drop) the span stream now, not at exit after the error line
+        raise
     spans = tel.finished_spans()
     encoded = [encode(s) for s in spans]
     meta = {"policy": policy_name, "engine": engine.name, "model": cfg.model_name, "hardware": cfg.hardware_name,

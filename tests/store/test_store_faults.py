@@ -48,16 +48,14 @@ def test_resilient_store_gives_up_after_its_deadline() -> None:
     assert 0.3 <= asyncio.run(asyncio.wait_for(call(), timeout=5)) < 2
 
 
-@pytest.mark.parametrize("policy", ["wavepp", "trtllm-pp"])
-def test_a_store_that_never_returns_ends_a_realtime_bench(policy: str, start_private_redis: StartRedis) -> None:
-    """Redis killed mid-run and never restarted: the bench ends after --store-deadline with one
-    error line (exit 1), for both policies; it used to retry forever."""
+def _bench_losing_its_store(start_private_redis: StartRedis, *flags: str) -> tuple[int, str]:
+    """Start a long bench on a private Redis, kill the server once the run is going and never
+    restart it; the bench's exit code and stderr (it must end within 15 s of the kill)."""
     server, port = start_private_redis()
     env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
     proc = subprocess.Popen([str(WAVEPP), "bench", "--model", "llama-3-8b", "--hardware", "h200", "--pp", "2",
                              "--workload", "reuse90", "--prompt-tokens", "2048", "--concurrency", "4",
-                             "--requests", "100000", "--policy", policy, "--realtime", "--quiet",
-                             "--store", f"redis://127.0.0.1:{port}/0", "--store-deadline", "2"],
+                             "--requests", "100000", "--quiet", "--store", f"redis://127.0.0.1:{port}/0", *flags],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     try:
         client = redis.Redis(port=port, socket_timeout=1)
@@ -72,10 +70,27 @@ def test_a_store_that_never_returns_ends_a_realtime_bench(policy: str, start_pri
     finally:
         proc.kill()
         proc.wait()
+    return proc.returncode, err
+
+
+@pytest.mark.parametrize("policy", ["wavepp", "trtllm-pp"])
+def test_a_store_that_never_returns_ends_a_realtime_bench(policy: str, start_private_redis: StartRedis) -> None:
+    """Redis killed mid-run and never restarted: the bench ends after --store-deadline with one
+    error line (exit 1), for both policies; it used to retry forever."""
+    rc, err = _bench_losing_its_store(start_private_redis, "--policy", policy, "--realtime", "--store-deadline", "2")
     lines = err.splitlines()
-    assert "Traceback" not in err and proc.returncode == 1, err
+    assert "Traceback" not in err and rc == 1, err
     assert lines[-1].startswith("wavepp: error: store: unreachable for 2 s (deadline 2 s, --store-deadline)"), err
     assert len(lines) <= 3, err     # plus at most the outage warning and the span stream's, once each
+
+
+def test_a_store_that_goes_away_ends_a_virtual_time_bench(start_private_redis: StartRedis) -> None:
+    """In virtual time the loop cannot wait out an outage: the run ends at once, the error line last."""
+    rc, err = _bench_losing_its_store(start_private_redis, "--policy", "wavepp")
+    lines = err.splitlines()
+    assert "Traceback" not in err and rc == 1, err
+    assert lines[-1].startswith("wavepp: error: store: redis unavailable"), err
+    assert len(lines) <= 3, err     # plus at most a failed store write and the span stream, once each
 
 
 @pytest.fixture
