@@ -264,7 +264,6 @@ def build_parser() -> _Parser:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-
     from runtime.engines.sim.engine import SimEngine
     from runtime.knobs import KnobError, check_block_size
     from runtime.policies import get_policy

@@ -196,7 +196,10 @@ class PipelineLoop:
             self.result.status.append(snapshot)
             await asyncio.wait_for(self.store.status_put(snapshot), STATUS_EVERY_S * 4)
         except Exception as exc:                 # noqa: BLE001 - reported, never raised over the run's outcome
-            log.warning("could not record the run's final status (%s): %s", state, exc)
+            # After a failure the cause is mostly the same (the store gone, a stage dead) and the run's
+            # own error line says it: not a second line on the terminal then.
+            report = log.warning if state == "finished" else log.debug
+            report("could not record the run's final status (%s): %s", state, exc)
 
     async def _run(self) -> LoopResult:
         await self.prime()
