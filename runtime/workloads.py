@@ -80,10 +80,15 @@ REUSE_SHARE = 0.9      # reuse90: the shared prefix's share of a prompt
 
 
 def longest_prompt(spec: WorkloadSpec, prompt_tokens: int, block_size: int) -> int:
-    """An upper bound on the tokens of any prompt (primed prefix or request) the workload makes."""
+    """An upper bound on the tokens of any prompt (primed prefix or request) the workload makes
+    (a trace's prompts are its own: not bounded here)."""
+    if spec.kind == "trace":
+        raise ValueError("a trace's prompt lengths are in the trace")
     top = round(prompt_tokens * (1 + JITTER))
     if spec.kind == "cold":
         return top
+    if spec.kind == "sessions":     # a history past 2 x the typical prompt starts over; then one more turn
+        return 2 * prompt_tokens + round((prompt_tokens // 8) * (1 + JITTER))
     share = 1.0 if spec.kind == "suffix" else REUSE_SHARE
     prefix = int(top * share) // block_size * block_size
     if spec.kind == "suffix":

@@ -208,7 +208,7 @@ def test_sessions_outgrow_uneven_pools_and_the_stages_evict_differently() -> Non
         assert rec.figures.good_hit_rate is not None and 0 < rec.figures.good_hit_rate < 1
 
 
-@pytest.mark.parametrize("name", ["cold", "reuse90", "mixed", "suffix:300", "suffix:4096"])
+@pytest.mark.parametrize("name", ["cold", "reuse90", "mixed", "suffix:300", "suffix:4096", "sessions:3"])
 @pytest.mark.parametrize("seed", range(4))
 def test_longest_prompt_bounds_every_prompt(name: str, seed: int) -> None:
     """No primed prefix and no request is longer than ``longest_prompt`` says (the up-front check
