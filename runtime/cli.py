@@ -119,8 +119,8 @@ def build_parser() -> _Parser:
     b.add_argument("--model", default=None,
                    help="sim: llama-3-8b, glm-5.2 (default), minimax-m2.7; torch: tiny-llama (default), tiny-moe, "
                         "a config.json or a Hugging Face model directory")
-    b.add_argument("--hardware", default="b300", help="hardware profile (h200, b300)")
-    b.add_argument("--pp", type=positive_int, default=4, help="pipeline stages")
+    b.add_argument("--hardware", default=None, help="sim: hardware profile, h200 or b300 (default b300)")
+    b.add_argument("--pp", type=positive_int, default=4, help="pipeline stages (default 4)")
     b.add_argument("--workload", default=None,
                    help="cold | reuse90 | mixed | suffix:N | suffix4k (default: suffix4k on sim, reuse90 on torch)")
     b.add_argument("--concurrency", type=int_list, default=[8, 32, 128],
@@ -137,7 +137,7 @@ def build_parser() -> _Parser:
     b.add_argument("--kv-blocks", type=int_list, default=None,
                    help="KV blocks per stage: one value, or one per stage (uneven capacities)")
     b.add_argument("--gpus-per-stage", type=positive_int, default=None, help="sim: default GPUs per node / pp")
-    b.add_argument("--kv-memory-mb", type=positive_float, default=256.0,
+    b.add_argument("--kv-memory-mb", type=positive_float, default=None,
                    help="torch: KV pool per stage when no --kv-blocks")
     b.add_argument("--cost-model", choices=["auto", "table", "analytic", "fitted"], default="auto",
                    help="sim: measured kernel tables (--perf-dir), roofline from profiles, or fitted from a "
@@ -165,12 +165,12 @@ def build_parser() -> _Parser:
                    help="write Chrome trace-event JSON here (one lane per stage)")
     b.add_argument("--save-run", type=output_file, default=None,
                    help="save spans, figures, knobs and status of every run (.gz ok)")
-    b.add_argument("--host-scale", type=float, default=1.0,
+    b.add_argument("--host-scale", type=float, default=None,
                    help="sim: multiply the lockstep host work of a conventional PP loop (sensitivity)")
     b.add_argument("--stall-timeout", type=positive_float, default=60.0,
                    help="end a run that makes no progress this many seconds (of its clock) while work waits")
     b.add_argument("--quiet", action="store_true", help="no progress bar")
-    b.add_argument("--launcher", choices=LAUNCHERS, default="threads", help=LAUNCHER_HELP)
+    b.add_argument("--launcher", choices=LAUNCHERS, default=None, help=LAUNCHER_HELP)
 
     g = sub.add_parser("grid", help="every policy over a declared grid of sim settings; JSON + Markdown summary")
     g.add_argument("--models", type=name_list, default=["glm-5.2", "minimax-m2.7"])
@@ -263,6 +263,26 @@ def build_parser() -> _Parser:
     return parser
 
 
+#: bench flags that mean something on one engine only: given for the other, they are refused
+SIM_ONLY = {"hardware": "--hardware", "gpus_per_stage": "--gpus-per-stage", "cost_profile": "--cost-profile",
+            "perf_dir": "--perf-dir", "host_scale": "--host-scale", "time_scale": "--time-scale"}
+TORCH_ONLY = {"kv_memory_mb": "--kv-memory-mb", "launcher": "--launcher", "sim_profile": "--sim-profile"}
+
+
+def refuse_flags_of_other_engine(args: argparse.Namespace) -> None:
+    """A flag that would do nothing on the chosen engine is an error, not silently ignored."""
+    other = SIM_ONLY if args.engine == "torch" else TORCH_ONLY
+    given = [flag for dest, flag in other.items() if getattr(args, dest) is not None]
+    if args.engine == "torch" and args.realtime:
+        given.append("--realtime")
+    if args.engine == "torch" and args.cost_model != "auto":
+        given.append("--cost-model")
+    if given:
+        what = "the torch engine runs real compute" if args.engine == "torch" else "the sim has no torch stages"
+        raise ValueError(f"{', '.join(given)}: only for --engine {'sim' if args.engine == 'torch' else 'torch'} "
+                         f"({what})")
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
     from runtime.engines.sim.engine import SimEngine
     from runtime.knobs import KnobError, check_block_size
@@ -285,20 +305,24 @@ def cmd_bench(args: argparse.Namespace) -> int:
                           f"first: {trace.first_skip}", file=sys.stderr)
             for p in args.policy:
                 get_policy(p)
+            refuse_flags_of_other_engine(args)
             if args.engine == "torch":
                 from runtime.engines.torch.engine import TorchEngine
                 args.model = args.model or "tiny-llama"
-                engine = TorchEngine(args.model, args.pp, args.block_size, args.kv_blocks, args.kv_memory_mb,
-                                     args.seed, store_url=args.store, launcher=args.launcher)
+                engine = TorchEngine(args.model, args.pp, args.block_size, args.kv_blocks, args.kv_memory_mb or 256.0,
+                                     args.seed, store_url=args.store, launcher=args.launcher or "threads")
+                args.hardware = engine.device.type       # a torch run reports its device, no hardware profile
             else:
                 if (args.cost_model == "fitted") != (args.cost_profile is not None):
                     raise ValueError("--cost-model fitted and --cost-profile FILE go together")
                 args.model = args.model or ("tiny-llama" if args.cost_profile else "glm-5.2")
+                args.hardware = args.hardware or "b300"
                 engine = SimEngine(args.model, args.hardware, args.pp, args.block_size, args.kv_blocks,
                                    args.gpus_per_stage, store_url=args.store, realtime=args.realtime,
                                    time_scale=args.time_scale or 1.0, cost_profile=args.cost_profile,
                                    cost_model="auto" if args.cost_profile else args.cost_model,
-                                   perf_dir=args.perf_dir, host_work_scale=args.host_scale)
+                                   perf_dir=args.perf_dir,
+                                   host_work_scale=1.0 if args.host_scale is None else args.host_scale)
             sim = None
             if args.sim_profile:
                 if args.engine != "torch":

@@ -152,3 +152,25 @@ def test_the_default_workload_on_llama_3_8b_completes(tmp_path: Path, capsys: py
     assert capsys.readouterr().err == ""
     [run] = json.loads(fig.read_text())["runs"]
     assert (run["completed"], run["failed"]) == (24, 0)
+
+
+@pytest.mark.parametrize("argv,flags", [
+    (["--engine", "torch", "--hardware", "h200"], "--hardware: only for --engine sim"),
+    (["--engine", "torch", "--realtime", "--host-scale", "2"], "--host-scale, --realtime: only for --engine sim"),
+    (["--engine", "torch", "--cost-model", "table"], "--cost-model: only for --engine sim"),
+    (["--kv-memory-mb", "64"], "--kv-memory-mb: only for --engine torch"),
+    (["--launcher", "spawn"], "--launcher: only for --engine torch"),
+])
+def test_a_flag_of_the_other_engine_is_refused_not_ignored(argv: list[str], flags: str,
+                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["bench", "--quiet", *argv]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"wavepp: error: {flags}"), err
+
+
+def test_a_torch_run_reports_its_device_not_a_hardware_profile(tmp_path: Path) -> None:
+    out = tmp_path / "runs.json"
+    assert main(["bench", "--engine", "torch", "--pp", "2", "--concurrency", "2", "--requests", "4",
+                 "--policy", "wavepp", "--quiet", "--json", str(out)]) == 0
+    [run] = json.loads(out.read_text())["runs"]
+    assert run["hardware"] == "cpu" and run["engine"] == "torch"
