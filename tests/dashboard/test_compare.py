@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
@@ -14,7 +13,7 @@ from runtime.engines.sim.engine import SimEngine
 from runtime.runfile import load_runs, save_runs
 from runtime.workloads import parse_workload
 
-from .conftest import APP  # type: ignore[import-not-found]
+from .test_app import run_page  # type: ignore[import-not-found]
 
 
 @pytest.fixture(scope="module")
@@ -28,15 +27,6 @@ def other_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
-def page(source: str, name: str) -> AppTest:
-    os.environ["WAVEPP_DASHBOARD"] = source
-    at = AppTest.from_file(APP, default_timeout=60)
-    at.session_state["page"] = name
-    at.run()
-    assert not at.exception, [e.value for e in at.exception]
-    return at
-
-
 def rows(at: AppTest) -> dict[str, list[str]]:
     df = at.dataframe[0].value
     return {r["figure"]: [r["Run A"], r["Run B"]] for _, r in df.iterrows()}
@@ -44,7 +34,7 @@ def rows(at: AppTest) -> dict[str, list[str]]:
 
 def test_a_run_from_a_second_file_is_that_run(saved_run: Path, other_file: Path, dashboard_env: None) -> None:
     """Today a second file's "wavepp c=16" showed the first file's run as Run B, ratio 1.000x."""
-    at = page(f"run:{saved_run}", "Compare")
+    at = run_page(f"run:{saved_run}", "Compare")
     at.text_input(key="compare_file").input(str(other_file)).run()
     b = at.selectbox(key="compare_b")
     assert len(b.options) == 3 and str(other_file) in b.options[2]
@@ -58,11 +48,11 @@ def test_a_run_from_a_second_file_is_that_run(saved_run: Path, other_file: Path,
 
 def test_compare_uses_the_pages_names_units_and_precision(saved_run: Path, dashboard_env: None) -> None:
     """Today: raw field names with 4 decimals (admission latency p99 0.0008 vs 0.0007 for 0.78 vs 0.74 ms)."""
-    at = page(f"run:{saved_run}", "Compare")
+    at = run_page(f"run:{saved_run}", "Compare")
     table = rows(at)
     runs = load_runs(saved_run)
     assert table["admission latency p99 (ms)"] == [f"{r.figures['admission_latency_p99_s'] * 1e3:,.2f}" for r in runs]
     assert "admission_latency_p99_s" not in table
-    admission = page(f"run:{saved_run}", "Admission")
+    admission = run_page(f"run:{saved_run}", "Admission")
     tile = next(m.value for m in admission.metric if m.label == "admission latency p99")
     assert tile == table["admission latency p99 (ms)"][0] + " ms"             # the first run, as on its page
