@@ -162,7 +162,7 @@ class PipelineLoop:
                 await h.lease([LeaseItem(req.id, hashes, 0, req.num_tokens)], remote=False)
                 if not await h.escrow([(req.id, need)], remote=False):
                     break
-                [table] = await h.materialize_many([MaterializeItem(req.id, 0, req.num_tokens, 0)])
+                [table] = (await h.materialize_many([MaterializeItem(req.id, 0, req.num_tokens, 0)])).tables
                 assert not isinstance(table, Exception), table
                 tables.append(table)
             if len(tables) == self.num_stages:

@@ -14,6 +14,7 @@
 * good-hit rate       = reused tokens / tokens a completed request had computed before
 * prefill latency     = arrival -> last chunk done (request span duration)
 * fallbacks           = requests whose reuse boundary was lowered after the first lookup
+* evictions           = per stage, cached blocks evicted to prepare waves (materialize spans)
 * idle causes         = each stage's idle time split by cause (:mod:`runtime.idle_causes`)
 """
 
@@ -73,6 +74,7 @@ class RunFigures:
     mean_wave_tokens: float | None
     admission_critical_path_s_per_request: float | None
     idle_causes_s: list[dict[str, float]]     # per stage: seconds idle by cause (they sum to makespan - busy)
+    evictions: list[int]                      # per stage: cached blocks evicted to prepare waves
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -139,6 +141,10 @@ def compute_figures(spans: Sequence[Span], num_stages: int, meta: dict[str, Any]
         busy[stage] += _dur(s)
         if stage == 0:
             computed += _int(s, N.TOKENS)
+    evictions = [0] * num_stages
+    for s in spans:
+        if s["n"] == N.MATERIALIZE:
+            evictions[_int(s, N.STAGE)] += _int(s, N.EVICTIONS)
 
     admission_latency = []
     for s in requests:
@@ -184,7 +190,7 @@ def compute_figures(spans: Sequence[Span], num_stages: int, meta: dict[str, Any]
         fallbacks=fallbacks, waves=len(wave_tokens),
         mean_wave_tokens=sum(wave_tokens) / len(wave_tokens) if wave_tokens else None,
         admission_critical_path_s_per_request=critical / len(done) if done else None,
-        idle_causes_s=idle_causes(spans, num_stages, origin, end, inline),
+        idle_causes_s=idle_causes(spans, num_stages, origin, end, inline), evictions=evictions,
     )
 
 

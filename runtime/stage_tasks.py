@@ -44,7 +44,7 @@ async def prepare_waves(loop: PipelineLoop, s: int) -> None:
         wave = await loop.inbox[s].get()
         assert wave is not None
         tables: dict[str, list[int]] = {}
-        with loop.tel.span(N.MATERIALIZE, {N.STAGE: s, N.WAVE_ID: wave.id}):
+        with loop.tel.span(N.MATERIALIZE, {N.STAGE: s, N.WAVE_ID: wave.id}) as span:
             if wave.broadcast_tokens:
                 await handle.receive_requests(wave.broadcast_tokens)
             await loop.policy.host.per_wave(loop, s, wave)
@@ -65,7 +65,8 @@ async def prepare_waves(loop: PipelineLoop, s: int) -> None:
             ready_chunks = [c for c in ready_chunks if is_live(loop, c) is not None]
             made = await handle.materialize_many(
                 [MaterializeItem(c.request_id, c.start, c.length, c.reuse_blocks) for c in ready_chunks])
-            for chunk, table in zip(ready_chunks, made, strict=True):
+            span.set_attribute(N.EVICTIONS, made.evictions)
+            for chunk, table in zip(ready_chunks, made.tables, strict=True):
                 if is_live(loop, chunk) is None:
                     continue                    # failed on another stage meanwhile (released there)
                 if isinstance(table, DescriptorMismatch):

@@ -36,6 +36,7 @@ NUM_REQUESTS = "wavepp.requests"
 NUM_ADMITTED = "wavepp.requests.admitted"        # requests an admission round admitted
 NUM_WAVES_READY = "wavepp.waves.ready"
 NUM_IN_FLIGHT = "wavepp.waves.in_flight"
+EVICTIONS = "wavepp.stage.evictions"            # cached blocks a stage evicted to prepare a wave
 RING = "wavepp.waves.ring"                        # waves allowed in flight when the wave was planned
 REUSE_BLOCKS = "wavepp.reuse.blocks"
 REUSED_TOKENS = "wavepp.reuse.tokens"            # tokens served from cache (k * B)

@@ -205,6 +205,7 @@ def test_sessions_outgrow_uneven_pools_and_the_stages_evict_differently() -> Non
         assert rec.figures.completed == 120
         evictions = [h.cache.pool.num_evictions for h in rec.parts.handles]
         assert min(evictions) > 0 and evictions[0] != evictions[1]
+        assert rec.figures.evictions == evictions           # nothing primed: the spans saw every eviction
         assert rec.figures.good_hit_rate is not None and 0 < rec.figures.good_hit_rate < 1
 
 

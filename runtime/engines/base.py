@@ -46,6 +46,15 @@ class MaterializeItem:
 
 
 @dataclass(frozen=True, slots=True)
+class Materialized:
+    """What a stage answers for a wave's chunks: per chunk its block table (or the descriptor
+    mismatch that failed it), and how many cached blocks the stage evicted to make room."""
+
+    tables: list[list[int] | DescriptorMismatch]
+    evictions: int
+
+
+@dataclass(frozen=True, slots=True)
 class LeaseItem:
     request_id: str
     hashes: list[int]
@@ -129,16 +138,17 @@ class StageHandle:
         await self._charge("materialize", blocks, remote=False)
         return table
 
-    async def materialize_many(self, items: Sequence[MaterializeItem]) -> list[list[int] | DescriptorMismatch]:
+    async def materialize_many(self, items: Sequence[MaterializeItem]) -> Materialized:
         """Materialize a wave's chunks in order (one message); a chunk whose descriptor does not
         match this stage's cache gets its :class:`DescriptorMismatch` instead of a block table."""
         out: list[list[int] | DescriptorMismatch] = []
+        evicted = self.cache.pool.num_evictions
         for i in items:
             try:
                 out.append(await self.materialize(i.request_id, i.start, i.length, i.reuse_blocks))
             except DescriptorMismatch as exc:
                 out.append(exc)
-        return out
+        return Materialized(out, self.cache.pool.num_evictions - evicted)
 
     async def complete_many(self, items: Sequence[tuple[str, list[int]]]) -> list[list[int]]:
         """Complete a wave's finished requests in order (one message): (request id, block hashes)

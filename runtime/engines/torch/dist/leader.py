@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 import torch
 from torch import Tensor
 
-from runtime.engines.base import LeaseItem, MaterializeItem, StageHandle
+from runtime.engines.base import LeaseItem, Materialized, MaterializeItem, StageHandle
 from runtime.engines.torch.dist.launch import World, join_torchrun, spawn_stages
 from runtime.engines.torch.dist.stage_server import Keys, StageSpec, run_chunks
 from runtime.engines.torch.dist.wire import Link
@@ -180,7 +180,7 @@ class RemoteStageHandle(StageHandle):
     async def release(self, request_ids: Sequence[str], remote: bool = True) -> int:
         return await self._op("release", list(request_ids))  # type: ignore[no-any-return]
 
-    async def materialize_many(self, items: Sequence[MaterializeItem]) -> list[list[int] | DescriptorMismatch]:
+    async def materialize_many(self, items: Sequence[MaterializeItem]) -> Materialized:
         return await self._op("materialize_many", list(items))  # type: ignore[no-any-return]
 
     async def complete_many(self, items: Sequence[tuple[str, list[int]]]) -> list[list[int]]:
