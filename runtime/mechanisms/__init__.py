@@ -9,9 +9,11 @@ kind (module)           hook point                                   variants
 ``stage_admission``     which stages lease + escrow at admission,    ``EveryStage`` | ``OnFirstChunk``
                         and what the others do before a chunk
 ``token_charge``        what a chunk costs against a wave's budget   ``SuffixOnly`` | ``FromPositionZero``
+``reserve``             KV blocks escrowed per admitted request      ``SuffixBlocks`` | ``WholePrompt``
 ``chunking``            the wave budget and how chunks fill it       ``Mpu`` | ``Static``
-``iteration``           ring of waves in flight, waiting to fill,    ``Iteration`` (fields)
-                        the request relay down the chain
+``iteration``           waves in flight, waiting to fill, the        ``Ring``, ``FillWaves``,
+                        request relay, how a ring slot reopens       ``RequestRelay``, ``ReturnPath``
+``host_work``           per-wave host work on every stage            ``Overlapped`` | ``Lockstep``
 ======================  ===========================================  =================================
 
 The loop calls the hooks and never asks which variant it holds; a policy
