@@ -8,6 +8,7 @@ import socket
 import subprocess
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -92,30 +93,48 @@ def _start_redis(port: int, workdir: Path) -> subprocess.Popen[bytes]:
     raise RuntimeError("redis-server did not start")
 
 
+class PrivateRedis:
+    """A redis-server of the test's own on a free port, which a run can see restart empty."""
+
+    def __init__(self, workdir: Path) -> None:
+        self.workdir = workdir
+        self.port = _free_port()
+        self.proc = _start_redis(self.port, workdir)
+        self.restarted = threading.Event()
+
+    def url(self, cluster: str) -> str:
+        return f"redis://127.0.0.1:{self.port}/0?cluster={cluster}"
+
+    def restart_when(self, done_at: int, pause_s: float) -> Callable[[str, int, int], None]:
+        """A bench progress callback: once ``done_at`` requests finished, kill the server, keep it
+        down ``pause_s`` (the runtime runs on without it) and start it again, empty."""
+        def bounce() -> None:
+            self.proc.kill()
+            self.proc.wait()
+            time.sleep(pause_s)
+            self.proc = _start_redis(self.port, self.workdir)
+            self.restarted.set()
+
+        def progress(label: str, done: int, total: int) -> None:
+            if done == done_at and not self.restarted.is_set():
+                threading.Thread(target=bounce, daemon=True).start()
+        return progress
+
+    def stop(self) -> None:
+        self.proc.kill()
+        self.proc.wait()
+
+
 def test_redis_restart_mid_run_loses_no_request_and_the_index_is_rebuilt(tmp_path: Path) -> None:
     """Kill Redis while requests run, start it again (empty): every request completes and the hint
     index equals the stages' own trees afterwards."""
-    port = _free_port()
-    server = {"proc": _start_redis(port, tmp_path)}
-    url = f"redis://127.0.0.1:{port}/0?cluster=restart"
+    server = PrivateRedis(tmp_path)
+    url = server.url("restart")
     engine = SimEngine("llama-3-8b", "h200", 2, kv_blocks=[3000], store_url=url, realtime=True, time_scale=4.0)
     cfg = BenchConfig(parse_workload("reuse90"), [8], ["wavepp"], 96, prompt_tokens=2048)
-    restarted = threading.Event()
-
-    def bounce() -> None:
-        server["proc"].kill()
-        server["proc"].wait()
-        time.sleep(0.4)                                   # the runtime keeps running without Redis
-        server["proc"] = _start_redis(port, tmp_path)
-        restarted.set()
-
-    def progress(label: str, done: int, total: int) -> None:
-        if done == 24 and not restarted.is_set():
-            threading.Thread(target=bounce, daemon=True).start()
-
     try:
-        rec = run_one(engine, cfg, "wavepp", 8, progress)
-        assert restarted.is_set(), "the run ended before Redis was restarted (make it longer)"
+        rec = run_one(engine, cfg, "wavepp", 8, server.restart_when(24, 0.4))
+        assert server.restarted.is_set(), "the run ended before Redis was restarted (make it longer)"
         assert rec.figures.completed == 96 and rec.figures.failed == 0
         assert rec.parts.store.outages >= 1 and rec.parts.store.rebuilds >= 1  # type: ignore[attr-defined]
 
@@ -128,8 +147,7 @@ def test_redis_restart_mid_run_loses_no_request_and_the_index_is_rebuilt(tmp_pat
 
         assert asyncio.run(counts()) == [h.cache.pool.num_cached for h in rec.parts.handles]
     finally:
-        server["proc"].kill()
-        server["proc"].wait()
+        server.stop()
 
 
 @pytest.mark.parametrize("url", ["redis://127.0.0.1:1/0"])
@@ -216,28 +234,14 @@ def test_knobs_survive_a_store_restart(tmp_path: Path) -> None:
     """Issue 17: a trtllm-pp run with its own wave budgets; Redis restarts empty mid-run. The runtime
     keeps its knobs and writes them back (today it silently switched to the defaults: policy wavepp,
     M 16384), and its record lists no knob change."""
-    port = _free_port()
-    server = {"proc": _start_redis(port, tmp_path)}
-    url = f"redis://127.0.0.1:{port}/0?cluster=restart-knobs"
+    server = PrivateRedis(tmp_path)
+    url = server.url("restart-knobs")
     engine = SimEngine("llama-3-8b", "h200", 2, kv_blocks=[3000], store_url=url, realtime=True, time_scale=4.0)
     cfg = BenchConfig(parse_workload("reuse90"), [8], ["trtllm-pp"], 160, prompt_tokens=2048)
     cfg.knobs = cfg.knobs.replace(max_wave_tokens=4096, min_wave_tokens=2048)
-    restarted = threading.Event()
-
-    def bounce() -> None:
-        server["proc"].kill()
-        server["proc"].wait()
-        time.sleep(0.3)
-        server["proc"] = _start_redis(port, tmp_path)
-        restarted.set()
-
-    def progress(label: str, done: int, total: int) -> None:
-        if done == 16 and not restarted.is_set():
-            threading.Thread(target=bounce, daemon=True).start()
-
     try:
-        rec = run_one(engine, cfg, "trtllm-pp", 8, progress)
-        assert restarted.is_set(), "the run ended before Redis was restarted (make it longer)"
+        rec = run_one(engine, cfg, "trtllm-pp", 8, server.restart_when(16, 0.3))
+        assert server.restarted.is_set(), "the run ended before Redis was restarted (make it longer)"
         assert rec.parts.store.outages >= 1                    # type: ignore[attr-defined]
         assert rec.figures.completed == 160
         assert rec.loop.knob_changes == []
@@ -248,5 +252,4 @@ def test_knobs_survive_a_store_restart(tmp_path: Path) -> None:
         assert record.version >= 1 and record.values == expected
         assert record.deployment is not None and record.deployment.block_size == 64
     finally:
-        server["proc"].kill()
-        server["proc"].wait()
+        server.stop()
