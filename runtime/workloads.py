@@ -21,7 +21,6 @@ from runtime.hashing import block_hashes
 from runtime.request import Request
 from runtime.traces import TraceWorkload, load_trace
 
-KINDS = ("cold", "reuse90", "mixed", "suffix", "sessions", "trace")
 ALIASES = {"suffix4k": "suffix:4096", "suffix16k": "suffix:16384"}
 
 
