@@ -91,8 +91,7 @@ class EmbeddedRuntime:
     async def _run(self) -> None:
         self._aio = asyncio.get_running_loop()
         parts = self.engine.build()
-        tel = self.engine.telemetry(self.run, keep=False)     # spans go to the bounded ring only
-        tel.add_span_processor(self.ring)
+        tel = self.engine.telemetry(self.run, keep=False, ring=self.ring)   # spans go to the bounded ring only
         workload = Workload(self.spec, self.requests, self.prompt_tokens, self.engine.block_size,
                             self.engine.vocab_size, self.seed)
         self.loop = PipelineLoop(parts.handles, parts.executor, self.store, self.knobs, workload,

@@ -50,3 +50,30 @@ KNOBS_CHANGED = "wavepp.knobs.changed"           # names of the knobs that chang
 KNOBS_VERSION = "wavepp.knobs.version"           # the knobs record's version (a refused one)
 MEASURED = "wavepp.measured"                     # False for warm-up requests left out of the figures
 GEN_AI_INPUT_TOKENS = "gen_ai.usage.input_tokens"  # OpenTelemetry GenAI semantic convention
+
+# ---- metric names (Prometheus conventions: wavepp_ prefix, unit in the name, _total for counters) --
+M_ADMISSION_INTERVAL = "wavepp_admission_interval_seconds"   # between admission rounds that admitted
+M_ADMISSION_LATENCY = "wavepp_admission_latency_seconds"     # arrival -> admitted
+M_ADMISSION_PART = "wavepp_admission_part_seconds"           # {part=lookup|lease|escrow|round}
+M_STAGE_STEP = "wavepp_stage_step_seconds"                   # {stage, step=materialize|execute|send|wait}
+M_PREFILL_LATENCY = "wavepp_prefill_latency_seconds"         # arrival -> last chunk done
+M_WAVE_TOKENS = "wavepp_wave_tokens"                         # tokens of each planned wave
+M_STAGE_BUSY_FRACTION = "wavepp_stage_busy_ratio"            # {stage}: execute time / sliding window
+M_STAGE_BUSY = "wavepp_stage_busy_seconds"                   # {stage}: counter of execute time
+M_STAGE_IDLE = "wavepp_stage_idle_seconds"                   # {stage, cause}: counter (runtime/idle_causes.py)
+M_REQUESTS_WAITING = "wavepp_requests_waiting"               # gauge: arrived, not admitted
+M_REQUESTS_ACTIVE = "wavepp_requests_active"                 # gauge: admitted, not finished
+M_WAVES_IN_FLIGHT = "wavepp_waves_in_flight"
+M_WAVES_READY = "wavepp_waves_ready"                         # waves the planner had ready to plan
+M_WAVE_BUDGET = "wavepp_wave_budget_tokens"
+M_WAVE_RING = "wavepp_wave_ring"                             # waves allowed in flight
+M_KV_BLOCKS = "wavepp_kv_blocks"                             # {stage, state=cached|free|escrowed}
+M_KV_LEASES = "wavepp_kv_leases"                             # {stage}: requests holding a lease
+M_INPUT_TOKENS = "wavepp_input_tokens"                       # counter: prompt tokens of completed requests
+M_COMPUTED_TOKENS = "wavepp_computed_tokens"                 # counter: tokens run through stage 0
+M_REUSED_TOKENS = "wavepp_reused_tokens"                     # counter: tokens served from cache
+M_REQUESTS = "wavepp_requests"                               # counter {outcome=completed|failed}
+M_FALLBACKS = "wavepp_fallbacks"                             # counter: reuse boundary lowered
+M_EVICTIONS = "wavepp_kv_evictions"                          # counter {stage}: cached blocks evicted
+M_WAVES = "wavepp_waves"                                     # counter: waves planned
+M_SPANS_DROPPED = "wavepp_spans_dropped"                     # counter {exporter}

@@ -4,25 +4,24 @@ Every span carries its run's id; the hash ``wavepp:{<cluster>}:runs`` maps each 
 label, so a viewer lists runs by id without reading the whole stream.
 
 Memory stays bounded: ``XADD … MAXLEN ~ cap`` trims the oldest entries. The exporter runs in the
-batch span processor's thread with its own synchronous client; an unreachable Redis drops that
-batch (export returns FAILURE, reported once) and never disturbs the runtime.
+batch processor's worker thread (``telemetry.batch``) with its own synchronous client; an
+unreachable Redis fails that batch, which the processor counts as dropped and reports once: it
+never disturbs the runtime.
 """
 
 from __future__ import annotations
 
 import json
-import logging
 from collections.abc import Sequence
 from typing import Any
 
 import redis
 from opentelemetry.sdk.trace import ReadableSpan
-from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
+from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from store.urls import StoreUrl
+from telemetry.batch import DropCountingBatchProcessor
 from telemetry.span_codec import dumps, run_of
-
-log = logging.getLogger(__name__)
 
 SPAN_STREAM_CAP = 200_000
 
@@ -41,7 +40,6 @@ class RedisSpanExporter(SpanExporter):
         self.key = stream_key(url)
         self.runs_key = runs_key(url)
         self.cap = cap
-        self.dropped = 0
         self._registered: set[str] = set()        # run ids whose label is in the runs hash
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
@@ -57,20 +55,17 @@ class RedisSpanExporter(SpanExporter):
             self._registered |= new.keys()
             return SpanExportResult.SUCCESS
         except redis.RedisError as exc:
-            if not self.dropped:          # once: an outage would repeat it every 100 ms
-                log.warning("span stream: dropping spans while Redis is unreachable: %s", exc)
-            self.dropped += len(spans)
-            return SpanExportResult.FAILURE
+            raise ConnectionError(f"Redis unreachable: {exc}") from None   # the processor reports it once
 
     def shutdown(self) -> None:
         self.client.close()
 
 
-def span_stream_processor(url: StoreUrl) -> BatchSpanProcessor:
-    """Attach with ``Telemetry.add_span_processor``: spans reach Redis within ~100 ms. The queue is
-    large because the virtual-time sim finishes spans far faster than real time."""
-    return BatchSpanProcessor(RedisSpanExporter(url), schedule_delay_millis=100, max_queue_size=1 << 18,
-                              max_export_batch_size=4096)
+def span_stream_processor(url: StoreUrl) -> DropCountingBatchProcessor:
+    """Every recorded span reaches Redis within ~100 ms (``telemetry.setup`` attaches it). The queue
+    is large because the virtual-time sim finishes spans far faster than real time."""
+    return DropCountingBatchProcessor(RedisSpanExporter(url), "span-stream", "span stream", delay_s=0.1,
+                                      max_queue=1 << 18, batch=4096, backoff_s=1.0)
 
 
 def read_spans(client: redis.Redis, url: StoreUrl, after: str = "-",

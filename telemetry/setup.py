@@ -1,30 +1,50 @@
-"""The one place that sets up tracing. Business code calls :meth:`Telemetry.span` and sets attributes.
+"""The one place that sets up tracing and metrics. Business code calls :meth:`Telemetry.span` (or
+``start`` / ``end``) and sets attributes; nothing else creates a provider, a processor or an exporter.
 
 Spans carry the *runtime's* clock: on the sim engine that is virtual time, mapped onto a fixed
 epoch so traces from two runs line up; on real engines it is the event loop's monotonic clock
-mapped onto wall time at start. Exporters: an in-memory list (always: the figures are computed
-from it), and OTLP when ``OTEL_EXPORTER_OTLP_ENDPOINT`` is set and the exporter is installed.
+mapped onto wall time at start.
+
+Where a run's spans go (``TelemetryConfig``: the ``OTEL_*`` environment and ``--telemetry``):
+
+- the run's own list (``keep``), always: every figure is computed from it;
+- metrics (``telemetry.metrics``), when a metrics endpoint is asked for: exact, every span;
+- with ``--telemetry on|otlp``: the embedded dashboard's ring, the Redis span stream (Redis store),
+  and OTLP over HTTP/protobuf or gRPC (sampled spans only) when an endpoint is configured.
+
+The sampler is parent-based ratio sampling by default (``OTEL_TRACES_SAMPLER[_ARG]``) wrapped so
+a span it does not sample is still *recorded*: local consumers see every span, only export thins.
 """
 
 from __future__ import annotations
 
-import logging
 import os
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any
 
 from opentelemetry import trace
+from opentelemetry.context import Context
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
+from opentelemetry.sdk.trace import Span as SdkSpan
+from opentelemetry.sdk.trace.sampling import (
+    ALWAYS_OFF,
+    ALWAYS_ON,
+    AlwaysRecordSampler,
+    ParentBased,
+    Sampler,
+    TraceIdRatioBased,
+)
 from opentelemetry.trace import Link, Span, Status, StatusCode
 
+from store.urls import StoreUrl
 from telemetry import names as N
-
-log = logging.getLogger(__name__)
+from telemetry.batch import DropCountingBatchProcessor
+from telemetry.config import TelemetryConfig
+from telemetry.metrics import WaveppMetrics, process_metrics
 
 # Virtual time 0 is this instant (2026-01-01T00:00:00Z): deterministic timestamps for the sim.
 SIM_EPOCH_NS = 1_767_225_600_000_000_000
@@ -32,42 +52,97 @@ SIM_EPOCH_NS = 1_767_225_600_000_000_000
 Attributes = dict[str, Any]
 _NOT_RECORDING: AbstractContextManager[Span] = nullcontext(trace.INVALID_SPAN)
 
+_CONFIG: list[TelemetryConfig] = []
+
+
+def configure(cfg: TelemetryConfig) -> None:
+    """Set the process's telemetry settings (the CLI does, once, from the environment and its flags)."""
+    _CONFIG[:] = [cfg]
+
+
+def current_config() -> TelemetryConfig:
+    """What :func:`configure` set, else the environment alone."""
+    return _CONFIG[0] if _CONFIG else TelemetryConfig.from_env()
+
+
+def make_sampler(cfg: TelemetryConfig) -> Sampler:
+    """The configured sampler; what it does not sample is recorded all the same (not exported)."""
+    root: Sampler = {"always_on": ALWAYS_ON, "always_off": ALWAYS_OFF, "parentbased_always_on": ParentBased(ALWAYS_ON),
+                     "parentbased_always_off": ParentBased(ALWAYS_OFF), "traceidratio": TraceIdRatioBased(cfg.ratio),
+                     "parentbased_traceidratio": ParentBased(TraceIdRatioBased(cfg.ratio))}[cfg.sampler]
+    return AlwaysRecordSampler(root)
+
+
+def make_resource(run_id: str = "", run_label: str = "") -> Resource:
+    """``OTEL_SERVICE_NAME`` (default ``wavepp``) and ``OTEL_RESOURCE_ATTRIBUTES``, plus the run's id
+    and label: every span of the run carries them, whichever exporter sees it."""
+    attrs: dict[str, Any] = {"service.name": os.environ.get("OTEL_SERVICE_NAME") or "wavepp"}
+    if run_id:
+        attrs |= {N.RUN_ID: run_id, N.RUN_LABEL: run_label}
+    return Resource.create(attrs)
+
+
+class SpanList(SpanProcessor):
+    """Every recorded span of the run, sampled or not, in end order (the figures' input)."""
+
+    def __init__(self) -> None:
+        self.spans: list[ReadableSpan] = []
+        self._lock = threading.Lock()
+
+    def on_start(self, span: SdkSpan, parent_context: Context | None = None) -> None:
+        return None
+
+    def on_end(self, span: ReadableSpan) -> None:
+        with self._lock:
+            self.spans.append(span)
+
+    def shutdown(self) -> None:
+        return None
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        return True
+
 
 class Telemetry:
-    """Tracer provider + in-memory exporter bound to one run's clock."""
+    """One run's tracer provider, its processors and exporters, bound to the run's clock."""
 
     def __init__(self, clock: Callable[[], float], epoch_ns: int | None = None,
-                 service_name: str = "wavepp", enabled: bool = True, keep: bool = True,
-                 run_id: str = "", run_label: str = "") -> None:
+                 enabled: bool = True, keep: bool = True, run_id: str = "", run_label: str = "",
+                 policy: str = "", config: TelemetryConfig | None = None, stream: StoreUrl | None = None,
+                 ring: SpanProcessor | None = None, metrics: WaveppMetrics | None = None) -> None:
+        """``keep``: hold every span for the figures (a long-running live runtime keeps only the
+        bounded ``ring``); ``stream``: the Redis store whose span stream gets the spans; ``metrics``:
+        the instruments to feed (default: the process's, when a metrics endpoint is configured)."""
         self.enabled = enabled              # False: spans are not recorded (micro-benchmarks of mechanisms)
-        # The run's id is a resource attribute: every span of this provider carries it, whichever
-        # exporter sees it (memory, the Redis stream, the in-process ring, OTLP).
         self.run_id = run_id
+        self.config = cfg = config or current_config()
         self._clock = clock
         # Real time (epoch_ns None): map the clock's "now" onto the wall clock's "now" at the
         # first timestamp, which is taken inside the running loop.
         self._epoch_ns = epoch_ns
-        resource = {"service.name": service_name} | ({N.RUN_ID: run_id, N.RUN_LABEL: run_label} if run_id else {})
-        self.provider = TracerProvider(resource=Resource.create(resource))
-        self.memory = InMemorySpanExporter()
-        if keep:                             # a long-running live runtime keeps a bounded ring instead
-            self.provider.add_span_processor(SimpleSpanProcessor(self.memory))
-        self._add_otlp_if_configured()
+        self.provider = TracerProvider(resource=make_resource(run_id, run_label), sampler=make_sampler(cfg))
+        self._list = SpanList()
+        if keep:
+            self.provider.add_span_processor(self._list)
+        if metrics is None and cfg.metrics_port is not None:
+            metrics = process_metrics()
+        self.metrics = metrics
+        if metrics is not None:
+            self.provider.add_span_processor(metrics.span_processor(policy))
+        self.exporters: list[DropCountingBatchProcessor] = []
+        if cfg.exports:
+            if ring is not None:
+                self.provider.add_span_processor(ring)
+            if stream is not None and stream.kind == "redis":
+                from telemetry.redis_stream import span_stream_processor
+                self.exporters.append(span_stream_processor(stream))
+            if cfg.otlp:
+                from telemetry.otlp import otlp_processor
+                self.exporters.append(otlp_processor(cfg))
+        for p in self.exporters:
+            self.provider.add_span_processor(p)
         self.tracer = self.provider.get_tracer("wavepp")
-
-    def _add_otlp_if_configured(self) -> None:
-        if not os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT"):
-            return
-        try:
-            from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-        except ImportError:
-            log.warning("OTEL_EXPORTER_OTLP_ENDPOINT is set but opentelemetry-exporter-otlp is not installed")
-            return
-        self.provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
-
-    def add_span_processor(self, processor: Any) -> None:
-        """Attach another exporter pipeline (e.g. a Redis stream) to this run's spans."""
-        self.provider.add_span_processor(processor)
+        self._shut = False
 
     def now_ns(self) -> int:
         t = self._clock()
@@ -113,7 +188,18 @@ class Telemetry:
         span.add_event(name, attributes=attributes, timestamp=self.now_ns())
 
     def finished_spans(self) -> Sequence[ReadableSpan]:
-        return self.memory.get_finished_spans()
+        return list(self._list.spans)
+
+    def dropped(self) -> dict[str, int]:
+        """Spans each exporter dropped so far (queue full, endpoint down), by exporter name."""
+        return {p.name: p.dropped for p in self.exporters}
 
     def shutdown(self) -> None:
+        """Flush the exporters (bounded: an unreachable endpoint's spans are dropped and counted)."""
+        if self._shut:
+            return
+        self._shut = True
         self.provider.shutdown()
+        if self.metrics is not None:
+            for p in self.exporters:
+                self.metrics.spans_dropped_by(p.name, p.dropped)

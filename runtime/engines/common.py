@@ -13,7 +13,7 @@ from store.redis_store import RedisStore
 from store.resilient import ResilientStore
 from store.threaded import ThreadedStore
 from store.urls import StoreUrl
-from telemetry.redis_stream import span_stream_processor
+from telemetry.ring import SpanRing
 from telemetry.setup import SIM_EPOCH_NS, Telemetry
 
 
@@ -42,14 +42,13 @@ async def open_run_store(url: StoreUrl, virtual: bool, costs: CoordinationCosts,
     return ResilientStore(inner, deadline_s=deadline_s)  # type: ignore[return-value]
 
 
-def run_telemetry(url: StoreUrl, virtual: bool, run: RunInfo | None = None, keep: bool = True) -> Telemetry:
-    """Spans on the run's clock (virtual time on a fixed epoch), each carrying the run's id, streamed to
-    Redis when the store is Redis."""
-    tel = Telemetry(now, SIM_EPOCH_NS if virtual else None, keep=keep,
-                    run_id=run.id if run else "", run_label=run.label if run else "")
-    if url.kind == "redis":
-        tel.add_span_processor(span_stream_processor(url))
-    return tel
+def run_telemetry(url: StoreUrl, virtual: bool, run: RunInfo | None = None, keep: bool = True,
+                  ring: SpanRing | None = None) -> Telemetry:
+    """Spans on the run's clock (virtual time on a fixed epoch), each carrying the run's id; where they
+    go besides (the ``ring``, the Redis span stream when the store is Redis, OTLP) ``telemetry.setup``
+    decides from the process's telemetry settings."""
+    return Telemetry(now, SIM_EPOCH_NS if virtual else None, keep=keep, run_id=run.id if run else "",
+                     run_label=run.label if run else "", policy=run.policy if run else "", stream=url, ring=ring)
 
 
 def store_source(url: StoreUrl) -> str:

@@ -35,6 +35,7 @@ from runtime.runfile import RunInfo
 from store.base import Store
 from store.memory import MemoryStore
 from store.urls import parse_store_url
+from telemetry.ring import SpanRing
 from telemetry.setup import Telemetry
 
 T = TypeVar("T")
@@ -131,8 +132,9 @@ class TorchEngine:
     async def open_store(self, deadline_s: float | None = None) -> Store:
         return await open_run_store(self.store_url, False, DEFAULT_COSTS, deadline_s)
 
-    def telemetry(self, run: RunInfo | None = None, keep: bool = True) -> Telemetry:
-        return run_telemetry(self.store_url, False, run, keep)
+    def telemetry(self, run: RunInfo | None = None, keep: bool = True,
+                  ring: SpanRing | None = None) -> Telemetry:
+        return run_telemetry(self.store_url, False, run, keep, ring)
 
     def run(self, main: Coroutine[Any, Any, T]) -> T:
         return asyncio.run(main)

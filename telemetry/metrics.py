@@ -1,0 +1,254 @@
+"""WavePP's metrics through the OpenTelemetry metrics SDK, exposed in Prometheus text format.
+
+Public API (framework-free; ``wavepp serve`` mounts :meth:`WaveppMetrics.render` at ``GET /metrics``):
+
+    metrics = process_metrics()              # the process's instruments (telemetry.setup wires runs to it)
+    body, content_type = metrics.render()    # Prometheus exposition text of everything recorded so far
+    port = metrics.serve(9464)               # or a standalone endpoint (``--metrics-port``)
+
+Exact, whatever the span sampler decides: every *recorded* span of a run reaches
+:class:`MetricsSpanProcessor` as it ends (the sampler only decides what is exported), so each step,
+admission round and request is counted once, on the runtime's own clock (virtual time on the sim).
+Idle seconds by cause come from ``runtime/idle_causes.py`` when a run ends (``record_idle``), queue
+depths and KV blocks from the loop's status snapshots (``observe_status``).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from collections.abc import Iterable, Mapping
+from http.server import ThreadingHTTPServer
+from typing import Any
+
+from opentelemetry.context import Context
+from opentelemetry.exporter.prometheus import PrometheusMetricReader
+from opentelemetry.metrics import CallbackOptions, Observation
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
+from opentelemetry.trace import StatusCode
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client.exposition import MetricsHandler
+
+from telemetry import names as N
+
+# Bucket boundaries (seconds) per histogram, from what each measures on the sim and on a CPU torch run.
+INTERVAL_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0)
+ADMISSION_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+PART_BUCKETS = (1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0)
+STEP_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+PREFILL_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 25.0, 50.0, 100.0, 300.0)
+TOKEN_BUCKETS = (64, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536)
+
+BUSY_WINDOW_S = 10.0                       # the sliding window of the busy-fraction gauge (run clock)
+
+_STEPS = {N.MATERIALIZE: "materialize", N.EXECUTE: "execute", N.SEND: "send", N.STAGE_WAIT: "wait",
+          N.COMPLETE: "complete"}
+_PARTS = {N.HINT_LOOKUP: "lookup", N.LEASE: "lease", N.ESCROW: "escrow", N.ADMISSION_ROUND: "round"}
+
+
+class WaveppMetrics:
+    """The instruments of one meter provider and the Prometheus registry that exposes them."""
+
+    def __init__(self, resource: Resource | None = None, busy_window_s: float = BUSY_WINDOW_S) -> None:
+        self.registry = CollectorRegistry(auto_describe=False)
+        self._reader = PrometheusMetricReader(registry=self.registry, scope_info_enabled=False)
+        self.provider = MeterProvider(metric_readers=[self._reader], resource=resource or Resource.create())
+        m = self.provider.get_meter("wavepp")
+        hist = m.create_histogram
+        self.admission_interval = hist(N.M_ADMISSION_INTERVAL, "s", "Time between admission rounds that admitted",
+                                       explicit_bucket_boundaries_advisory=INTERVAL_BUCKETS)
+        self.admission_latency = hist(N.M_ADMISSION_LATENCY, "s", "Request arrival to admission",
+                                      explicit_bucket_boundaries_advisory=ADMISSION_BUCKETS)
+        self.admission_part = hist(N.M_ADMISSION_PART, "s", "Admission round and its lookup, lease, escrow parts",
+                                   explicit_bucket_boundaries_advisory=PART_BUCKETS)
+        self.stage_step = hist(N.M_STAGE_STEP, "s", "Stage step time by step kind",
+                               explicit_bucket_boundaries_advisory=STEP_BUCKETS)
+        self.prefill_latency = hist(N.M_PREFILL_LATENCY, "s", "Request arrival to its last chunk done",
+                                    explicit_bucket_boundaries_advisory=PREFILL_BUCKETS)
+        self.wave_tokens = hist(N.M_WAVE_TOKENS, "{token}", "Tokens per planned wave",
+                                explicit_bucket_boundaries_advisory=TOKEN_BUCKETS)
+        gauge = m.create_gauge
+        self.waves_in_flight = gauge(N.M_WAVES_IN_FLIGHT, "{wave}", "Waves in flight when the last wave was planned")
+        self.waves_ready = gauge(N.M_WAVES_READY, "{wave}", "Waves the planner had ready at the last plan")
+        self.wave_budget = gauge(N.M_WAVE_BUDGET, "{token}", "Token budget of the last planned wave")
+        self.wave_ring = gauge(N.M_WAVE_RING, "{wave}", "Waves allowed in flight")
+        self.requests_waiting = gauge(N.M_REQUESTS_WAITING, "{request}", "Requests arrived, not admitted")
+        self.requests_active = gauge(N.M_REQUESTS_ACTIVE, "{request}", "Requests admitted, not finished")
+        self.kv_blocks = gauge(N.M_KV_BLOCKS, "{block}", "KV blocks per stage by state")
+        self.kv_leases = gauge(N.M_KV_LEASES, "{request}", "Requests holding a lease on the stage")
+        m.create_observable_gauge(N.M_STAGE_BUSY_FRACTION, [self._observe_busy], "1",
+                                  f"Execute time per stage over the last {busy_window_s:g} s of the run clock")
+        counter = m.create_counter
+        self.stage_busy = counter(N.M_STAGE_BUSY, "s", "Execute time per stage")
+        self.stage_idle = counter(N.M_STAGE_IDLE, "s", "Idle time per stage by cause (added when a run ends)")
+        self.input_tokens = counter(N.M_INPUT_TOKENS, "{token}", "Prompt tokens of completed requests")
+        self.computed_tokens = counter(N.M_COMPUTED_TOKENS, "{token}", "Tokens run through the model")
+        self.reused_tokens = counter(N.M_REUSED_TOKENS, "{token}", "Prompt tokens served from the KV cache")
+        self.requests = counter(N.M_REQUESTS, "{request}", "Requests finished by outcome")
+        self.fallbacks = counter(N.M_FALLBACKS, "{fallback}", "Reuse boundaries lowered after admission")
+        self.evictions = counter(N.M_EVICTIONS, "{block}", "Cached KV blocks evicted to prepare waves")
+        self.waves = counter(N.M_WAVES, "{wave}", "Waves planned")
+        self.spans_dropped = counter(N.M_SPANS_DROPPED, "{span}", "Spans an exporter dropped")
+        self.busy_window_ns = int(busy_window_s * 1e9)
+        self._busy: dict[tuple[str, int], deque[tuple[int, int]]] = {}
+        self._busy_now: dict[str, int] = {}
+        self._lock = threading.Lock()
+        self._server: ThreadingHTTPServer | None = None
+
+    # ---- exposition -------------------------------------------------------------------------------
+    def render(self) -> tuple[bytes, str]:
+        """Prometheus text exposition of every instrument, and its Content-Type."""
+        return generate_latest(self.registry), CONTENT_TYPE_LATEST
+
+    def serve(self, port: int, host: str = "127.0.0.1") -> int:
+        """A standalone ``/metrics`` endpoint in a daemon thread; returns the bound port (0 picks one)."""
+        handler = MetricsHandler.factory(self.registry)
+        self._server = ThreadingHTTPServer((host, port), handler)
+        self._server.daemon_threads = True
+        threading.Thread(target=self._server.serve_forever, name="wavepp-metrics", daemon=True).start()
+        return int(self._server.server_address[1])
+
+    def close(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+        self.provider.shutdown()
+
+    # ---- what a run feeds -------------------------------------------------------------------------
+    def span_processor(self, policy: str) -> MetricsSpanProcessor:
+        return MetricsSpanProcessor(self, policy)
+
+    def record_idle(self, policy: str, idle_causes_s: Iterable[Mapping[str, float]]) -> None:
+        """A finished run's idle seconds per stage and cause (``RunFigures.idle_causes_s``)."""
+        for stage, causes in enumerate(idle_causes_s):
+            for cause, seconds in causes.items():
+                if seconds > 0:
+                    self.stage_idle.add(seconds, {"policy": policy, "stage": stage, "cause": cause})
+
+    def observe_status(self, policy: str, snapshot: Mapping[str, Any]) -> None:
+        """Queue depths and per-stage KV blocks from one of the loop's status snapshots."""
+        labels = {"policy": policy}
+        self.requests_waiting.set(snapshot.get("waiting", 0), labels)
+        self.requests_active.set(snapshot.get("active", 0), labels)
+        for st in snapshot.get("stages", ()):
+            stage = {"policy": policy, "stage": st["stage"]}
+            for state in ("cached", "free", "escrowed"):
+                self.kv_blocks.set(st.get(state, 0), stage | {"state": state})
+            self.kv_leases.set(st.get("leases", 0), stage)
+
+    def spans_dropped_by(self, exporter: str, n: int) -> None:
+        if n:
+            self.spans_dropped.add(n, {"exporter": exporter})
+
+    # ---- the busy-fraction gauge ------------------------------------------------------------------
+    def _reset_busy(self, policy: str) -> None:
+        """A new run of this policy starts its own clock (the sim's starts at the same epoch again)."""
+        with self._lock:
+            for key in [k for k in self._busy if k[0] == policy]:
+                del self._busy[key]
+            self._busy_now.pop(policy, None)
+
+    def _note_busy(self, policy: str, stage: int, t0: int, t1: int) -> None:
+        with self._lock:
+            window = self._busy.setdefault((policy, stage), deque())
+            window.append((t0, t1))
+            now = max(self._busy_now.get(policy, 0), t1)
+            self._busy_now[policy] = now
+            while window and window[0][1] < now - self.busy_window_ns:
+                window.popleft()
+
+    def _observe_busy(self, options: CallbackOptions) -> Iterable[Observation]:
+        with self._lock:
+            out = []
+            for (policy, stage), window in self._busy.items():
+                now = self._busy_now[policy]
+                lo = now - self.busy_window_ns
+                busy = sum(min(t1, now) - max(t0, lo) for t0, t1 in window if t1 > lo)
+                out.append(Observation(busy / self.busy_window_ns, {"policy": policy, "stage": stage}))
+            return out
+
+
+class MetricsSpanProcessor(SpanProcessor):
+    """Turns each recorded span of one run into metric points as it ends (on the loop's thread:
+    a few dictionary lookups and instrument updates, no I/O)."""
+
+    def __init__(self, metrics: WaveppMetrics, policy: str) -> None:
+        self.m = metrics
+        self.policy = policy
+        self.labels = {"policy": policy}
+        self._last_admitting_round: int | None = None
+        metrics._reset_busy(policy)
+
+    def on_start(self, span: Span, parent_context: Context | None = None) -> None:
+        return None
+
+    def on_end(self, span: ReadableSpan) -> None:
+        name, attrs = span.name, span.attributes or {}
+        t0, t1 = span.start_time or 0, span.end_time or 0
+        seconds = (t1 - t0) / 1e9
+        m, labels = self.m, self.labels
+        if name in _STEPS:
+            stage = int(attrs.get(N.STAGE, 0))      # type: ignore[arg-type]
+            m.stage_step.record(seconds, {"policy": self.policy, "stage": stage, "step": _STEPS[name]})
+            if name == N.EXECUTE:
+                m.stage_busy.add(seconds, {"policy": self.policy, "stage": stage})
+                m._note_busy(self.policy, stage, t0, t1)
+                if stage == 0:
+                    m.computed_tokens.add(int(attrs.get(N.TOKENS, 0)), labels)     # type: ignore[arg-type]
+            elif name == N.MATERIALIZE and attrs.get(N.EVICTIONS):
+                m.evictions.add(int(attrs[N.EVICTIONS]), {"policy": self.policy, "stage": stage})  # type: ignore[arg-type]
+        elif name in _PARTS:
+            m.admission_part.record(seconds, {"policy": self.policy, "part": _PARTS[name]})
+            if name == N.ADMISSION_ROUND and int(attrs.get(N.NUM_ADMITTED, 0)) > 0:   # type: ignore[arg-type]
+                if self._last_admitting_round is not None:
+                    m.admission_interval.record((t1 - self._last_admitting_round) / 1e9, labels)
+                self._last_admitting_round = t1
+        elif name == N.WAVE_PLAN:
+            tokens = int(attrs.get(N.TOKENS, 0))       # type: ignore[arg-type]
+            if tokens > 0:
+                m.waves.add(1, labels)
+                m.wave_tokens.record(tokens, labels)
+                m.wave_budget.set(int(attrs.get(N.BUDGET, 0)), labels)               # type: ignore[arg-type]
+                m.waves_in_flight.set(int(attrs.get(N.NUM_IN_FLIGHT, 0)), labels)   # type: ignore[arg-type]
+                m.waves_ready.set(int(attrs.get(N.NUM_WAVES_READY, 0)), labels)     # type: ignore[arg-type]
+                m.wave_ring.set(int(attrs.get(N.RING, 0)), labels)                  # type: ignore[arg-type]
+        elif name == N.REQUEST:
+            self._request(span, attrs, seconds)
+
+    def _request(self, span: ReadableSpan, attrs: Mapping[str, Any], seconds: float) -> None:
+        m, labels = self.m, self.labels
+        admitted = [e.timestamp for e in span.events if e.name == N.EVENT_ADMITTED]
+        if admitted and span.start_time is not None:
+            m.admission_latency.record((admitted[-1] - span.start_time) / 1e9, labels)
+        fallbacks = sum(1 for e in span.events if e.name == N.EVENT_FALLBACK)
+        if fallbacks:
+            m.fallbacks.add(fallbacks, labels)
+        if span.status.status_code == StatusCode.ERROR:
+            m.requests.add(1, {"policy": self.policy, "outcome": "failed"})
+            return
+        m.requests.add(1, {"policy": self.policy, "outcome": "completed"})
+        m.prefill_latency.record(seconds, labels)
+        m.input_tokens.add(int(attrs.get(N.GEN_AI_INPUT_TOKENS, 0)), labels)
+        m.reused_tokens.add(int(attrs.get(N.REUSED_TOKENS, 0)), labels)
+
+    def shutdown(self) -> None:
+        return None
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        return True
+
+
+_PROCESS_METRICS: list[WaveppMetrics] = []
+_PROCESS_LOCK = threading.Lock()
+
+
+def process_metrics() -> WaveppMetrics:
+    """The process's one set of instruments (created on first use: a bench that never asks for
+    metrics pays nothing)."""
+    with _PROCESS_LOCK:
+        if not _PROCESS_METRICS:
+            _PROCESS_METRICS.append(WaveppMetrics())
+        return _PROCESS_METRICS[0]
