@@ -25,8 +25,9 @@ from runtime.watchdog import DEFAULT_STALL_TIMEOUT_S
 from runtime.workloads import WorkloadSpec, make_workload
 from store.base import Store
 from store.urls import StoreUrl
-from telemetry.ring import SpanRing
-from telemetry.setup import Telemetry
+from telemetry.config import TelemetryConfig
+from telemetry.metrics import WaveppMetrics
+from telemetry.setup import Telemetry, current_config
 from telemetry.span_codec import encode
 
 
@@ -44,7 +45,7 @@ class Engine(Protocol):
     def build(self) -> EngineParts: ...
     def default_knobs(self) -> Knobs: ...
     async def open_store(self, deadline_s: float | None = None) -> Store: ...
-    def telemetry(self, run: RunInfo | None = None, keep: bool = True, ring: SpanRing | None = None) -> Telemetry: ...
+    def telemetry(self, run: RunInfo | None = None, keep: bool = True, **options: Any) -> Telemetry: ...
     def run(self, main: Any) -> Any: ...
 
     def close(self, orderly: bool = True) -> None: ...
@@ -63,6 +64,8 @@ class BenchConfig:
     hardware_name: str = ""
     stall_timeout_s: float = DEFAULT_STALL_TIMEOUT_S
     store_deadline_s: float | None = None   # real time: a store down this long ends the run (None: wait)
+    telemetry: Sequence[str] = ("on",)      # span export per run, side by side: off, on, otlp (--telemetry)
+    metrics: WaveppMetrics | None = None    # instruments to feed (None: the process's, with --metrics-port)
 
 
 @dataclass(slots=True)
@@ -79,7 +82,8 @@ class RunRecord:
     @property
     def label(self) -> str:
         """Short: the bench's own table and trace already say which bench this is."""
-        return f"{self.figures.policy} c={self.figures.concurrency}"
+        mode = self.meta.get("telemetry", "on")
+        return f"{self.figures.policy} c={self.figures.concurrency}" + (f" telemetry={mode}" if mode != "on" else "")
 
     def saved(self) -> SavedRun:
         changes = [{"t": t, "changes": c} for t, c in self.loop.knob_changes]
@@ -91,12 +95,13 @@ Progress = Callable[[str, int, int], None]    # (run label, finished requests, t
 
 
 def run_one(engine: Engine, cfg: BenchConfig, policy_name: str, concurrency: int,
-            progress: Progress | None = None) -> RunRecord:
+            progress: Progress | None = None, telemetry: str = "on") -> RunRecord:
     policy = get_policy(policy_name)
     knobs = cfg.knobs.replace(policy=policy_name)
     parts = engine.build()
     run = RunInfo.new(policy_name, cfg.workload.name, concurrency, engine.name, store_source(engine.store_url))
-    tel = engine.telemetry(run)
+    tel_cfg: TelemetryConfig = current_config().with_flags(telemetry)
+    tel = engine.telemetry(run, config=tel_cfg, metrics=cfg.metrics)
     workload = make_workload(cfg.workload, cfg.requests, cfg.prompt_tokens or engine.default_prompt_tokens(),
                              engine.block_size, engine.vocab_size, cfg.seed)
     label = f"{policy_name} c={concurrency}"
@@ -126,9 +131,13 @@ def run_one(engine: Engine, cfg: BenchConfig, policy_name: str, concurrency: int
             "concurrency": concurrency, "workload": cfg.workload.name, "inline_admission": policy.admission.inline,
             "mechanisms": policy.mechanisms(),
             "pp": engine.pp, "capacities": [h.capacity for h in parts.handles],
-            "block_size": engine.block_size, "knobs": knobs.as_dict(), "run": run.as_dict()}
+            "block_size": engine.block_size, "knobs": knobs.as_dict(), "run": run.as_dict(), "telemetry": telemetry}
     figures = compute_figures(encoded, engine.pp, meta)
     tel.shutdown()
+    meta["spans"] = len(spans)
+    meta["spans_dropped"] = tel.dropped()
+    if tel.metrics is not None:
+        tel.metrics.record_idle(policy_name, figures.idle_causes_s)
     return RunRecord(figures, spans, encoded, result, parts, run, meta)
 
 
@@ -161,10 +170,12 @@ def prepare_store(url: StoreUrl, reset: bool) -> str | None:
 
 
 def iter_bench(engine: Engine, cfg: BenchConfig, progress: Progress | None = None) -> Iterator[RunRecord]:
-    """Each (concurrency, policy) run as it finishes (the CLI keeps what finished when a later run fails)."""
+    """Each (concurrency, policy, telemetry mode) run as it finishes (the CLI keeps what finished when a
+    later run fails). The modes of one pair run back to back, so their throughputs compare."""
     for c in cfg.concurrencies:
         for p in cfg.policies:
-            yield run_one(engine, cfg, p, c, progress)
+            for mode in cfg.telemetry:
+                yield run_one(engine, cfg, p, c, progress, mode)
 
 
 def run_bench(engine: Engine, cfg: BenchConfig, progress: Progress | None = None) -> list[RunRecord]:

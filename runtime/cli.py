@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
+from runtime import cli_telemetry
 from runtime.engines.launchers import LAUNCHER_HELP, LAUNCHERS
 from runtime.engines.sim.perf_tables import PERF_DIR_ENV
 
@@ -171,6 +172,7 @@ def build_parser() -> _Parser:
                    help="end a run that makes no progress this many seconds (of its clock) while work waits")
     b.add_argument("--quiet", action="store_true", help="no progress bar")
     b.add_argument("--launcher", choices=LAUNCHERS, default=None, help=LAUNCHER_HELP)
+    cli_telemetry.add_bench_flags(b)
 
     g = sub.add_parser("grid", help="every policy over a declared grid of sim settings; JSON + Markdown summary")
     g.add_argument("--models", type=name_list, default=["glm-5.2", "minimax-m2.7"])
@@ -257,6 +259,7 @@ def build_parser() -> _Parser:
     c = sub.add_parser("calibrate-coordination", help="measure admission/cache costs on this machine's CPU")
     c.add_argument("--redis", default=None, help="also measure one round trip to this Redis URL")
     c.add_argument("--json", dest="json_path", type=output_file, default=None)
+    cli_telemetry.add_trace_parser(sub, output_file)
     for command in sub.choices.values():      # `wavepp bench … --verbose` as well as `wavepp --verbose bench …`
         command.add_argument("--verbose", action="store_true", default=argparse.SUPPRESS,
                              help="print the traceback of an error")
@@ -306,6 +309,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
             for p in args.policy:
                 get_policy(p)
             refuse_flags_of_other_engine(args)
+            cli_telemetry.apply(args)
             if args.engine == "torch":
                 from runtime.engines.torch.engine import TorchEngine
                 args.model = args.model or "tiny-llama"
@@ -361,7 +365,7 @@ def _bench(args: argparse.Namespace, spec: Any, engine: Any, sim: Any, knobs: An
     from store.base import StoreError
     requests = args.requests if spec.kind == "trace" else args.requests or max(512, 4 * max(args.concurrency))
     cfg = BenchConfig(spec, args.concurrency, args.policy, requests, args.seed, args.prompt_tokens, knobs,
-                      args.model, args.hardware, args.stall_timeout, args.store_deadline)
+                      args.model, args.hardware, args.stall_timeout, args.store_deadline, args.telemetry)
     if args.engine == "sim" and not args.quiet:
         print(f"sim cost model: {engine.cost_model_name}")
     try:
@@ -384,6 +388,7 @@ def _bench(args: argparse.Namespace, spec: Any, engine: Any, sim: Any, knobs: An
             failure = exc
     if records:
         print_table([r.figures for r in records])
+        cli_telemetry.print_cost(records)
     if sim is not None and failure is None:
         for r, s_ in zip(records, run_bench(sim, cfg), strict=True):
             measured, modelled = r.figures.input_tokens_per_s, s_.figures.input_tokens_per_s
@@ -412,7 +417,8 @@ def _write_outputs(args: argparse.Namespace, records: Sequence[Any]) -> None:
     if not records:
         return
     if args.json_path:
-        runs = [{**r.figures.as_dict(), **{k: v for k, v in r.meta.items() if k.startswith("sim_")},
+        runs = [{**r.figures.as_dict(), **{k: v for k, v in r.meta.items() if k.startswith(("sim_", "spans"))},
+                 "telemetry": r.meta["telemetry"],
                  "knobs": r.meta["knobs"], "knob_changes": [c for _, c in r.loop.knob_changes]} for r in records]
         write_output(args.json_path, lambda p: Path(p).write_text(json.dumps({"runs": runs}, indent=1)))
         print(f"wrote {args.json_path}")
@@ -659,6 +665,13 @@ def cmd_calibrate_coordination(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_trace(args: argparse.Namespace) -> int:
+    try:
+        return cli_telemetry.cmd_trace(args, write_output)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Every error ends in one line on stderr (``wavepp: error: …``): exit 2 for bad input, 1 for a
     failure during the run, 130/143 for SIGINT/SIGTERM; the traceback only with ``--verbose``."""
@@ -672,7 +685,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 0
         handler = {"bench": cmd_bench, "grid": cmd_grid, "admission-bench": cmd_admission_bench, "knobs": cmd_knobs,
                    "dashboard": cmd_dashboard, "check-engine": cmd_check_engine, "calibrate": cmd_calibrate,
-                   "calibrate-coordination": cmd_calibrate_coordination, "cost-table": cmd_cost_table}[args.command]
+                   "calibrate-coordination": cmd_calibrate_coordination, "cost-table": cmd_cost_table,
+                   "trace": cmd_trace}[args.command]
         with interrupts:
             return handler(args)
     except UsageError as exc:

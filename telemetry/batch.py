@@ -27,7 +27,7 @@ log = logging.getLogger(__name__)
 class DropCountingBatchProcessor(SpanProcessor):
     def __init__(self, exporter: SpanExporter, name: str, where: str = "", *, max_queue: int = 1 << 16,
                  batch: int = 2048, delay_s: float = 0.2, backoff_s: float = 5.0, sampled_only: bool = False,
-                 shutdown_timeout_s: float = 5.0) -> None:
+                 shutdown_timeout_s: float = 5.0, stall_s: float = 1.0) -> None:
         self.exporter = exporter
         self.name = name                     # short: "otlp", "span-stream" (the dropped-spans metric's label)
         self.where = where or name           # for the log line: "OTLP http/protobuf http://…"
@@ -43,6 +43,8 @@ class DropCountingBatchProcessor(SpanProcessor):
         self._delay_s = delay_s
         self._backoff_s = backoff_s
         self._shutdown_timeout_s = shutdown_timeout_s
+        self._stall_s = stall_s              # an export this slow is an exporter retrying a dead endpoint
+        self._export_started: float | None = None
         self._down_until = 0.0               # monotonic time until which the endpoint counts as down
         self._logged = False
         self._lock = threading.Lock()
@@ -80,11 +82,14 @@ class DropCountingBatchProcessor(SpanProcessor):
         if time.monotonic() < self._down_until:
             self._dropped_on_worker += len(spans)
             return
+        self._export_started = time.monotonic()
         try:
             ok = self.exporter.export(spans) == SpanExportResult.SUCCESS
             error = "the exporter reported a failure"
         except Exception as exc:  # an exporter bug must not kill the worker (and with it every export)
             ok, error = False, f"{type(exc).__name__}: {exc}"
+        finally:
+            self._export_started = None
         if ok:
             self.exported += len(spans)
             return
@@ -107,11 +112,18 @@ class DropCountingBatchProcessor(SpanProcessor):
                 return
 
     # ---- end of run ---------------------------------------------------------------------------
+    def _stuck(self) -> bool:
+        """The endpoint is known down, or an export has been retrying for longer than a healthy one takes."""
+        now = time.monotonic()
+        started = self._export_started
+        return now < self._down_until or (started is not None and now - started > self._stall_s)
+
     def force_flush(self, timeout_millis: int = 30000) -> bool:
+        """Wait until what is queued is exported; give up at the deadline or when the endpoint is stuck."""
         deadline = time.monotonic() + timeout_millis / 1e3
         self._wake.set()
-        while self._queue and time.monotonic() < deadline:
-            time.sleep(0.01)
+        while (self._queue or self._export_started is not None) and time.monotonic() < deadline and not self._stuck():
+            time.sleep(0.005)
         return not self._queue
 
     def shutdown(self) -> None:
@@ -121,7 +133,7 @@ class DropCountingBatchProcessor(SpanProcessor):
         self.force_flush(int(self._shutdown_timeout_s * 1e3))
         self._stopping = True
         self._wake.set()
-        self.exporter.shutdown()         # cancels an exporter's retry wait
+        self.exporter.shutdown()         # cancels an exporter's retry wait (a stuck export returns now)
         self._worker.join(self._shutdown_timeout_s)
         with self._lock:
             left = len(self._queue)

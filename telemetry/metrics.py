@@ -213,7 +213,7 @@ class MetricsSpanProcessor(SpanProcessor):
                 m.wave_tokens.record(tokens, labels)
                 m.wave_budget.set(int(attrs.get(N.BUDGET, 0)), labels)               # type: ignore[arg-type]
                 m.waves_in_flight.set(int(attrs.get(N.NUM_IN_FLIGHT, 0)), labels)   # type: ignore[arg-type]
-                m.waves_ready.set(int(attrs.get(N.NUM_WAVES_READY, 0)), labels)     # type: ignore[arg-type]
+                m.waves_ready.set(float(attrs.get(N.NUM_WAVES_READY, 0)), labels)   # type: ignore[arg-type]
                 m.wave_ring.set(int(attrs.get(N.RING, 0)), labels)                  # type: ignore[arg-type]
         elif name == N.REQUEST:
             self._request(span, attrs, seconds)

@@ -33,12 +33,15 @@ from opentelemetry.sdk.trace import Span as SdkSpan
 from opentelemetry.sdk.trace.sampling import (
     ALWAYS_OFF,
     ALWAYS_ON,
-    AlwaysRecordSampler,
+    Decision,
     ParentBased,
     Sampler,
+    SamplingResult,
     TraceIdRatioBased,
 )
-from opentelemetry.trace import Link, Span, Status, StatusCode
+from opentelemetry.trace import Link, Span, SpanKind, Status, StatusCode
+from opentelemetry.trace.span import TraceState
+from opentelemetry.util.types import Attributes as OtelAttributes
 
 from store.urls import StoreUrl
 from telemetry import names as N
@@ -55,9 +58,10 @@ _NOT_RECORDING: AbstractContextManager[Span] = nullcontext(trace.INVALID_SPAN)
 _CONFIG: list[TelemetryConfig] = []
 
 
-def configure(cfg: TelemetryConfig) -> None:
-    """Set the process's telemetry settings (the CLI does, once, from the environment and its flags)."""
-    _CONFIG[:] = [cfg]
+def configure(cfg: TelemetryConfig | None) -> None:
+    """Set the process's telemetry settings (the CLI does, once, from the environment and its flags);
+    None goes back to the environment alone."""
+    _CONFIG[:] = [cfg] if cfg is not None else []
 
 
 def current_config() -> TelemetryConfig:
@@ -65,12 +69,32 @@ def current_config() -> TelemetryConfig:
     return _CONFIG[0] if _CONFIG else TelemetryConfig.from_env()
 
 
+class RecordAll(Sampler):
+    """``root`` decides what is *sampled* (exported); a span it drops is recorded all the same, with
+    the attributes it was started with (the SDK's ``AlwaysRecordSampler`` loses those: a dropped
+    result carries none)."""
+
+    def __init__(self, root: Sampler) -> None:
+        self.root = root
+
+    def should_sample(self, parent_context: Context | None, trace_id: int, name: str, kind: SpanKind | None = None,
+                      attributes: OtelAttributes = None, links: Sequence[Link] | None = None,
+                      trace_state: TraceState | None = None) -> SamplingResult:
+        result = self.root.should_sample(parent_context, trace_id, name, kind, attributes, links, trace_state)
+        if result.decision is Decision.DROP:
+            return SamplingResult(Decision.RECORD_ONLY, attributes, result.trace_state)
+        return result
+
+    def get_description(self) -> str:
+        return f"RecordAll{{{self.root.get_description()}}}"
+
+
 def make_sampler(cfg: TelemetryConfig) -> Sampler:
     """The configured sampler; what it does not sample is recorded all the same (not exported)."""
     root: Sampler = {"always_on": ALWAYS_ON, "always_off": ALWAYS_OFF, "parentbased_always_on": ParentBased(ALWAYS_ON),
                      "parentbased_always_off": ParentBased(ALWAYS_OFF), "traceidratio": TraceIdRatioBased(cfg.ratio),
                      "parentbased_traceidratio": ParentBased(TraceIdRatioBased(cfg.ratio))}[cfg.sampler]
-    return AlwaysRecordSampler(root)
+    return RecordAll(root)
 
 
 def make_resource(run_id: str = "", run_label: str = "") -> Resource:

@@ -13,7 +13,6 @@ from store.redis_store import RedisStore
 from store.resilient import ResilientStore
 from store.threaded import ThreadedStore
 from store.urls import StoreUrl
-from telemetry.ring import SpanRing
 from telemetry.setup import SIM_EPOCH_NS, Telemetry
 
 
@@ -43,12 +42,12 @@ async def open_run_store(url: StoreUrl, virtual: bool, costs: CoordinationCosts,
 
 
 def run_telemetry(url: StoreUrl, virtual: bool, run: RunInfo | None = None, keep: bool = True,
-                  ring: SpanRing | None = None) -> Telemetry:
+                  **options: Any) -> Telemetry:
     """Spans on the run's clock (virtual time on a fixed epoch), each carrying the run's id; where they
-    go besides (the ``ring``, the Redis span stream when the store is Redis, OTLP) ``telemetry.setup``
-    decides from the process's telemetry settings."""
+    go besides (the Redis span stream when the store is Redis, OTLP, a ``ring``, ``metrics``) is
+    ``telemetry.setup``'s business (``options``: its ``ring``, ``config``, ``metrics``)."""
     return Telemetry(now, SIM_EPOCH_NS if virtual else None, keep=keep, run_id=run.id if run else "",
-                     run_label=run.label if run else "", policy=run.policy if run else "", stream=url, ring=ring)
+                     run_label=run.label if run else "", policy=run.policy if run else "", stream=url, **options)
 
 
 def store_source(url: StoreUrl) -> str:

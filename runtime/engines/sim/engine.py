@@ -23,7 +23,6 @@ from runtime.runfile import RunInfo
 from store.base import Store
 from store.memory import MemoryStore
 from store.urls import parse_store_url
-from telemetry.ring import SpanRing
 from telemetry.setup import Telemetry
 
 T = TypeVar("T")
@@ -141,10 +140,9 @@ class SimEngine:
     async def open_store(self, deadline_s: float | None = None) -> Store:
         return await open_run_store(self.store_url, not self.realtime, self.costs, deadline_s)
 
-    def telemetry(self, run: RunInfo | None = None, keep: bool = True,
-                  ring: SpanRing | None = None) -> Telemetry:
+    def telemetry(self, run: RunInfo | None = None, keep: bool = True, **options: Any) -> Telemetry:
         """``keep=False``: no in-memory span list (a long-running live runtime uses a bounded ring)."""
-        return run_telemetry(self.store_url, not self.realtime, run, keep, ring)
+        return run_telemetry(self.store_url, not self.realtime, run, keep, **options)
 
     def run(self, main: Coroutine[Any, Any, T]) -> T:
         return asyncio.run(main) if self.realtime else run_virtual(main)

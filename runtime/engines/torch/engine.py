@@ -35,7 +35,6 @@ from runtime.runfile import RunInfo
 from store.base import Store
 from store.memory import MemoryStore
 from store.urls import parse_store_url
-from telemetry.ring import SpanRing
 from telemetry.setup import Telemetry
 
 T = TypeVar("T")
@@ -132,9 +131,8 @@ class TorchEngine:
     async def open_store(self, deadline_s: float | None = None) -> Store:
         return await open_run_store(self.store_url, False, DEFAULT_COSTS, deadline_s)
 
-    def telemetry(self, run: RunInfo | None = None, keep: bool = True,
-                  ring: SpanRing | None = None) -> Telemetry:
-        return run_telemetry(self.store_url, False, run, keep, ring)
+    def telemetry(self, run: RunInfo | None = None, keep: bool = True, **options: Any) -> Telemetry:
+        return run_telemetry(self.store_url, False, run, keep, **options)
 
     def run(self, main: Coroutine[Any, Any, T]) -> T:
         return asyncio.run(main)

@@ -1,0 +1,25 @@
+"""Small sim runs with a chosen telemetry configuration, for the telemetry tests."""
+
+from __future__ import annotations
+
+from runtime.bench import BenchConfig, RunRecord, run_one
+from runtime.engines.sim.engine import SimEngine
+from runtime.workloads import parse_workload
+from telemetry.config import TelemetryConfig
+from telemetry.metrics import WaveppMetrics
+from telemetry.setup import configure
+
+
+def small_run(cfg: TelemetryConfig, metrics: WaveppMetrics | None = None, requests: int = 24,
+              policy: str = "wavepp", realtime: bool = False, pp: int = 2) -> RunRecord:
+    """``llama-3-8b`` on the sim, PP2, ``reuse90`` at concurrency 4 (virtual time unless ``realtime``)."""
+    configure(cfg)
+    engine = SimEngine("llama-3-8b", "h200", pp, kv_blocks=[2000], realtime=realtime,
+                       time_scale=0.05 if realtime else 1.0)
+    bench = BenchConfig(parse_workload("reuse90"), [4], [policy], requests, prompt_tokens=2048, metrics=metrics,
+                        telemetry=[cfg.mode])
+    try:
+        return run_one(engine, bench, policy, 4, telemetry=cfg.mode)
+    finally:
+        engine.close()
+        configure(None)

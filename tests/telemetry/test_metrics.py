@@ -1,0 +1,91 @@
+"""Metrics: the Prometheus endpoint is scraped over HTTP and parsed with prometheus_client's parser;
+every counter agrees with the run's figures, also when span sampling exports nothing."""
+
+from __future__ import annotations
+
+import math
+import urllib.request
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from telemetry.config import TelemetryConfig
+from telemetry.metrics import WaveppMetrics
+from tests.telemetry.helpers import small_run
+
+
+def scrape(port: int) -> dict[str, dict[tuple[tuple[str, str], ...], float]]:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as reply:
+        assert reply.status == 200
+        assert reply.headers["Content-Type"].startswith("text/plain")
+        text = reply.read().decode()
+    out: dict[str, dict[tuple[tuple[str, str], ...], float]] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            out.setdefault(sample.name, {})[tuple(sorted(sample.labels.items()))] = sample.value
+    return out
+
+
+def value(samples: dict[tuple[tuple[str, str], ...], float], **labels: str) -> float:
+    want = {k: str(v) for k, v in labels.items()}
+    return sum(v for k, v in samples.items() if want.items() <= dict(k).items())
+
+
+@pytest.fixture
+def metrics() -> WaveppMetrics:
+    m = WaveppMetrics()
+    yield m
+    m.close()
+
+
+@pytest.mark.parametrize("ratio", [1.0, 0.0])
+def test_scraped_metrics_match_the_figures(metrics: WaveppMetrics, ratio: float) -> None:
+    """Sampling thins export only: at ratio 0 the counters are exactly those of the figures."""
+    record = small_run(TelemetryConfig(sampler="parentbased_traceidratio", ratio=ratio), metrics)
+    f = record.figures
+    port = metrics.serve(0)
+    m = scrape(port)
+    pol = {"policy": "wavepp"}
+    assert f.makespan_s and f.input_tokens_per_s and f.computed_tokens_per_s and f.bubble_fraction
+    assert value(m["wavepp_requests_total"], outcome="completed", **pol) == f.completed == 24
+    assert value(m["wavepp_input_tokens_total"], **pol) == pytest.approx(f.input_tokens_per_s * f.makespan_s)
+    assert value(m["wavepp_computed_tokens_total"], **pol) == pytest.approx(f.computed_tokens_per_s * f.makespan_s)
+    assert value(m["wavepp_prefill_latency_seconds_count"], **pol) == f.completed
+    assert value(m["wavepp_prefill_latency_seconds_bucket"], le="+Inf", **pol) == f.completed
+    assert value(m["wavepp_admission_interval_seconds_count"], **pol) == f.admission_rounds - 1
+    assert value(m["wavepp_waves_total"], **pol) == f.waves
+    for stage, bubble in enumerate(f.bubble_fraction):
+        busy = value(m["wavepp_stage_busy_seconds_total"], stage=str(stage), **pol)
+        assert busy == pytest.approx((1 - bubble) * f.makespan_s)
+        idle = value(m["wavepp_stage_idle_seconds_total"], stage=str(stage), **pol)
+        assert idle == pytest.approx(f.makespan_s - busy, rel=1e-6)          # the causes sum to the idle time
+        assert value(m["wavepp_stage_step_seconds_count"], stage=str(stage), step="execute", **pol) == f.waves
+        assert 0 < value(m["wavepp_stage_busy_ratio"], stage=str(stage), **pol) <= 1
+    assert sum(1 for k in m["wavepp_stage_idle_seconds_total"] if dict(k)["stage"] == "0") >= 2   # by cause
+    assert value(m["wavepp_wave_budget_tokens"], **pol) > 0
+    # Histogram buckets are cumulative and end at the count.
+    buckets = sorted((float(dict(k)["le"]), v) for k, v in m["wavepp_stage_step_seconds_bucket"].items()
+                     if dict(k)["stage"] == "0" and dict(k)["step"] == "execute")
+    assert all(a[1] <= b[1] for a, b in zip(buckets, buckets[1:], strict=False)) and math.isinf(buckets[-1][0])
+
+
+def test_render_is_exposition_text_for_any_http_server(metrics: WaveppMetrics) -> None:
+    """The API another server mounts at GET /metrics: bytes and a content type, nothing served."""
+    small_run(TelemetryConfig(), metrics, requests=8)
+    body, content_type = metrics.render()
+    assert content_type.startswith("text/plain; version=")
+    names = {f.name for f in text_string_to_metric_families(body.decode())}
+    assert {"wavepp_requests", "wavepp_prefill_latency_seconds", "wavepp_stage_step_seconds",
+            "wavepp_stage_idle_seconds"} <= names
+
+
+def test_status_snapshots_become_queue_and_kv_gauges(metrics: WaveppMetrics) -> None:
+    metrics.observe_status("wavepp", {"waiting": 3, "active": 5, "stages": [
+        {"stage": 0, "cached": 10, "free": 80, "escrowed": 6, "leases": 2},
+        {"stage": 1, "cached": 12, "free": 70, "escrowed": 4, "leases": 2}]})
+    m = scrape(metrics.serve(0))
+    assert value(m["wavepp_requests_waiting"], policy="wavepp") == 3
+    assert value(m["wavepp_requests_active"], policy="wavepp") == 5
+    assert value(m["wavepp_kv_blocks"], stage="1", state="free") == 70
+    assert value(m["wavepp_kv_blocks"], stage="0", state="escrowed") == 6
+    assert value(m["wavepp_kv_leases"], stage="0") == 2
