@@ -1,0 +1,137 @@
+"""What telemetry costs (issue 11): throughput with every span exported over OTLP to a local receiver
+vs ``--telemetry off``, side by side in one bench per engine (the torch engine, the real-time sim);
+the cost of one span per configuration; the memory of 100k spans held in the dashboard's ring.
+
+    .venv/bin/python scripts/telemetry_cost.py [--requests N] [--repeats R] [--json out/telemetry-cost.json]
+
+Starts an OTLP/HTTP receiver on 127.0.0.1:4318 (``telemetry.receiver``) and runs ``wavepp bench
+--telemetry off,on,otlp``: ``on`` has no exporter here (memory store, no endpoint), so off vs on is the
+noise floor of the machine, off vs otlp the cost of exporting every span.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import tracemalloc
+from pathlib import Path
+from typing import Any
+
+from telemetry import names as N
+from telemetry.config import TelemetryConfig
+from telemetry.receiver import OtlpReceiver
+from telemetry.ring import SpanRing
+from telemetry.setup import Telemetry
+
+WAVEPP = str(Path(sys.executable).parent / "wavepp")
+BENCHES = {
+    "torch": ["--engine", "torch", "--model", "tiny-llama", "--pp", "2", "--workload", "reuse90",
+              "--concurrency", "16", "--policy", "wavepp"],
+    "sim-realtime": ["--engine", "sim", "--model", "llama-3-8b", "--hardware", "h200", "--pp", "4", "--realtime",
+                     "--workload", "reuse90", "--prompt-tokens", "4096", "--concurrency", "32", "--policy", "wavepp"],
+}
+
+
+def per_span_cost(n: int = 50_000) -> dict[str, float]:
+    """Microseconds per span (start, three attributes, end) on a wall clock, per configuration."""
+    receiver = OtlpReceiver()
+    configs = {"off (run's list only)": TelemetryConfig(mode="off"),
+               "otlp (list + OTLP batch queue)": TelemetryConfig(mode="otlp", otlp_endpoint=receiver.endpoint)}
+    out = {}
+    for name, cfg in configs.items():
+        tel = Telemetry(time.monotonic, None, config=cfg)
+        for _ in range(1000):                      # warm-up
+            with tel.span(N.EXECUTE, {N.STAGE: 0, N.WAVE_ID: 1, N.TOKENS: 512}):
+                pass
+        t = time.perf_counter()
+        for i in range(n):
+            with tel.span(N.EXECUTE, {N.STAGE: i % 4, N.WAVE_ID: i, N.TOKENS: 512}):
+                pass
+        out[name] = (time.perf_counter() - t) / n * 1e6
+        tel.shutdown()
+    receiver.close()
+    return out
+
+
+def ring_memory(n: int = 100_000) -> float:
+    """MB that ``n`` typical spans (a mix of stage steps, plans and requests) take in the ring."""
+    tel = Telemetry(time.monotonic, None, config=TelemetryConfig(mode="off"))
+    spans = []
+    for i in range(n // 10):
+        for stage in range(3):
+            with tel.span(N.EXECUTE, {N.STAGE: stage, N.WAVE_ID: i, N.TOKENS: 1024, N.NUM_REQUESTS: 4}):
+                pass
+            with tel.span(N.MATERIALIZE, {N.STAGE: stage, N.WAVE_ID: i, N.EVICTIONS: 0}):
+                pass
+            with tel.span(N.SEND, {N.STAGE: stage, N.WAVE_ID: i, N.TOKENS: 1024}):
+                pass
+        with tel.span(N.WAVE_PLAN, {N.WAVE_ID: i, N.BUDGET: 8192, N.TOKENS: 1024,
+                                    N.REQUEST_IDS: [f"req-{4 * i + k}" for k in range(4)]}):
+            pass
+    spans = list(tel.finished_spans())
+    tel.shutdown()
+    ring = SpanRing(capacity=n)
+    tracemalloc.start()
+    before = tracemalloc.get_traced_memory()[0]
+    for s in spans:
+        ring.on_end(s)
+    used = tracemalloc.get_traced_memory()[0] - before
+    tracemalloc.stop()
+    return used / 1e6 * n / len(spans)
+
+
+def throughput(engine: str, requests: int, repeats: int) -> dict[str, Any]:
+    receiver = OtlpReceiver(4318)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    ratios: dict[str, list[float]] = {"on": [], "otlp": []}
+    tput: dict[str, list[float]] = {"off": [], "on": [], "otlp": []}
+    spans = 0
+    try:
+        for _ in range(repeats):
+            with tempfile.TemporaryDirectory() as tmp:
+                out = Path(tmp) / "r.json"
+                cmd = [WAVEPP, "bench", *BENCHES[engine], "--requests", str(requests), "--quiet",
+                       "--telemetry", "off,on,otlp", "--json", str(out)]
+                subprocess.run(cmd, check=True, env=env, stdout=subprocess.DEVNULL)
+                runs = {r["telemetry"]: r for r in json.loads(out.read_text())["runs"]}
+            for mode, r in runs.items():
+                tput[mode].append(r["input_tokens_per_s"])
+            for mode in ("on", "otlp"):
+                ratios[mode].append(runs[mode]["input_tokens_per_s"] / runs["off"]["input_tokens_per_s"])
+            spans = runs["otlp"]["spans"]
+            assert not sum(runs["otlp"]["spans_dropped"].values()), runs["otlp"]["spans_dropped"]
+    finally:
+        received = receiver.num_spans
+        receiver.close()
+    return {"engine": engine, "requests": requests, "repeats": repeats, "spans_per_run": spans,
+            "spans_received": received, "input_tokens_per_s": {m: statistics.median(v) for m, v in tput.items()},
+            "ratio_to_off_median": {m: statistics.median(v) for m, v in ratios.items()},
+            "ratio_to_off_each": ratios}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--requests", type=int, default=256)
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--engines", default="torch,sim-realtime")
+    p.add_argument("--json", default=None)
+    args = p.parse_args()
+    result: dict[str, Any] = {"per_span_us": per_span_cost(), "ring_mb_per_100k_spans": ring_memory()}
+    print(json.dumps(result, indent=1), flush=True)
+    result["throughput"] = []
+    for engine in args.engines.split(","):
+        r = throughput(engine, args.requests, args.repeats)
+        result["throughput"].append(r)
+        print(json.dumps(r, indent=1), flush=True)
+    if args.json:
+        Path(args.json).write_text(json.dumps(result, indent=1))
+
+
+if __name__ == "__main__":
+    main()
