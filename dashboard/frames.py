@@ -43,11 +43,13 @@ class Frames:
 
     @property
     def end(self) -> float:
-        """The run's last step or completion, whichever is later (the makespan ends at the last
-        completion, after the last execute step)."""
+        """The run's newest moment: its last step, completion or knob change (the makespan ends at
+        the last completion, after the last execute step; a knob change just made on a live run
+        belongs in the detail window, which ends here)."""
         ends = [float(self.steps["t1"].max()) if len(self.steps) else 0.0]
         if len(self.requests):
             ends.append(float(self.requests["done"].max()))
+        ends += [t for t, _ in self.knob_marks]
         return max(ends)
 
 
@@ -55,60 +57,124 @@ def _a(span: Span, key: str, default: Any = 0) -> Any:
     return span["a"].get(key, default)
 
 
+# Column -> dtype of each table, fixed so that tables extended chunk by chunk equal one built at
+# once (pandas would infer a column of Nones in one chunk as object, in another as float).
+STEP_COLUMNS = {"stage": "int64", "kind": "object", "t0": "float64", "t1": "float64", "wave": "int64",
+                "tokens": "int64"}
+REQUEST_COLUMNS = {"id": "object", "arrival": "float64", "admitted": "float64", "done": "float64",
+                   "latency": "float64", "input_tokens": "int64", "reused": "int64", "reusable": "int64",
+                   "fallbacks": "int64", "failed": "bool"}
+ROUND_COLUMNS = {"t": "float64", "round_s": "float64", "lookup_s": "float64", "lease_s": "float64",
+                 "escrow_s": "float64", "requests": "int64", "admitted": "int64"}
+PLAN_COLUMNS = {"t": "float64", "wave": "int64", "budget": "int64", "tokens": "int64", "ready": "float64",
+                "in_flight": "int64"}
+FALLBACK_COLUMNS = {"t": "float64", "request": "object", "stage": "float64"}   # NaN: an early fallback
+
+
+def _frame(rows: Sequence[Any], dtypes: dict[str, str]) -> pd.DataFrame:
+    return pd.DataFrame(rows, columns=list(dtypes)).astype(dtypes)
+
+
+class _Table:
+    """Rows appended over time; the DataFrame is extended by the new rows only (never rebuilt)."""
+
+    def __init__(self, dtypes: dict[str, str]) -> None:
+        self.dtypes = dtypes
+        self.rows: list[tuple[Any, ...]] = []
+        self._frame = _frame([], dtypes)
+        self._framed = 0                                   # rows already in _frame
+
+    def frame(self) -> pd.DataFrame:
+        if self._framed < len(self.rows):
+            new = _frame(self.rows[self._framed:], self.dtypes)
+            self._frame = new if self._framed == 0 else pd.concat([self._frame, new], ignore_index=True)
+            self._framed = len(self.rows)
+        return self._frame
+
+
+class FrameBuilder:
+    """The tables of one run, derived span by span: :meth:`add` appends what new spans say to what
+    is already derived, so a live view that moved by a few spans costs those spans, not the run.
+
+    The origin (t = 0) is fixed when the builder is made; a span that starts before it cannot be
+    appended (:meth:`can_add` says so) and the caller builds afresh. Knob changes come from the
+    ``wavepp.knobs.changed`` events the runtime puts on the plan span of the first wave under new
+    knobs, so markers sit on the run's own clock."""
+
+    def __init__(self, origin_ns: int, num_stages: int | None = None) -> None:
+        self.origin_ns = origin_ns
+        self.num_stages = num_stages
+        self.steps = _Table(STEP_COLUMNS)
+        self.requests = _Table(REQUEST_COLUMNS)
+        self.plans = _Table(PLAN_COLUMNS)
+        self.fallbacks = _Table(FALLBACK_COLUMNS)
+        self.marks: list[tuple[float, str]] = []
+        self._rounds: dict[str, dict[str, Any]] = {}      # round span id -> its row (span order)
+        self._phases: dict[str, dict[str, float]] = {}    # round span id -> phase -> seconds (last wins)
+        self._rounds_frame: pd.DataFrame | None = None    # None: rounds or phases changed since it was made
+        self._max_stage = -1
+        self.count = 0                                     # spans added
+
+    def can_add(self, spans: Sequence[Span]) -> bool:
+        return all(s["t0"] >= self.origin_ns for s in spans)
+
+    def _t(self, ns: int | None) -> float:
+        return ((ns or 0) - self.origin_ns) / 1e9
+
+    def add(self, spans: Sequence[Span]) -> FrameBuilder:
+        t = self._t
+        for s in spans:
+            name = s["n"]
+            if name in STEP_KINDS:
+                stage = int(_a(s, N.STAGE))
+                self._max_stage = max(self._max_stage, stage)
+                self.steps.rows.append((stage, STEP_KINDS[name], t(s["t0"]), t(s["t1"]), int(_a(s, N.WAVE_ID, -1)),
+                                        int(_a(s, N.TOKENS))))
+            elif name == N.REQUEST:
+                admitted = admitted_event(s)
+                self.requests.rows.append((
+                    _a(s, N.REQUEST_ID, ""), t(s["t0"]), t(admitted) if admitted else None, t(s["t1"]),
+                    (s["t1"] - s["t0"]) / 1e9, int(_a(s, N.GEN_AI_INPUT_TOKENS)), int(_a(s, N.REUSED_TOKENS)),
+                    int(_a(s, N.REUSABLE_TOKENS)), int(_a(s, N.FALLBACKS)), "err" in s))
+                for ev in s.get("ev", ()):
+                    if ev[0] == N.EVENT_FALLBACK:
+                        self.fallbacks.rows.append((t(ev[1]), _a(s, N.REQUEST_ID, ""), ev[2].get(N.STAGE)))
+            elif name == N.ADMISSION_ROUND:
+                self._rounds[s["id"]] = {"t": t(s["t1"]), "round_s": (s["t1"] - s["t0"]) / 1e9,
+                                         "requests": int(_a(s, N.NUM_REQUESTS)), "admitted": int(_a(s, N.NUM_ADMITTED))}
+                self._rounds_frame = None
+            elif name in PHASES:
+                self._phases.setdefault(s.get("p", ""), {})[f"{PHASES[name]}_s"] = (s["t1"] - s["t0"]) / 1e9
+                self._rounds_frame = None
+            elif name == N.WAVE_PLAN:
+                for ev in s.get("ev", ()):
+                    if ev[0] == N.EVENT_KNOBS:
+                        changed = {k.removeprefix("wavepp.knobs."): v for k, v in ev[2].items()
+                                   if k != N.KNOBS_CHANGED}
+                        self.marks.append((t(ev[1]), ", ".join(f"{k}={v}" for k, v in changed.items())))
+                if _a(s, N.TOKENS) > 0:
+                    self.plans.rows.append((t(s["t0"]), int(_a(s, N.WAVE_ID, -1)), int(_a(s, N.BUDGET)),
+                                            int(_a(s, N.TOKENS)), float(_a(s, N.NUM_WAVES_READY, 0.0)),
+                                            int(_a(s, N.NUM_IN_FLIGHT))))
+        self.count += len(spans)
+        return self
+
+    def _rounds_table(self) -> pd.DataFrame:
+        if self._rounds_frame is None:
+            rows = [row | self._phases.get(rid, {}) for rid, row in self._rounds.items()]
+            self._rounds_frame = _frame(rows, ROUND_COLUMNS).fillna(0.0)
+        return self._rounds_frame
+
+    def frames(self) -> Frames:
+        stages = self.num_stages if self.num_stages is not None else self._max_stage + 1
+        return Frames(self.origin_ns, stages, self.steps.frame(), self.requests.frame(), self._rounds_table(),
+                      self.plans.frame(), self.fallbacks.frame(), list(self.marks))
+
+
 def build(spans: Sequence[Span], num_stages: int | None = None, origin_ns: int | None = None) -> Frames:
-    """Tables of one run. Knob changes come from the ``wavepp.knobs.changed`` events the runtime
-    puts on the plan span of the first wave under new knobs, so markers sit on the run's own clock."""
+    """Tables of one run (origin: the first span's start unless given)."""
     origin = origin_ns if origin_ns is not None else min((s["t0"] for s in spans), default=0)
-
-    def t(ns: int | None) -> float:
-        return ((ns or 0) - origin) / 1e9
-
-    steps, reqs, plans, fallbacks, marks = [], [], [], [], []
-    rounds: dict[str, dict[str, Any]] = {}
-    phases: list[tuple[str, str, float]] = []
-    for s in spans:
-        name = s["n"]
-        if name in STEP_KINDS:
-            steps.append((int(_a(s, N.STAGE)), STEP_KINDS[name], t(s["t0"]), t(s["t1"]), int(_a(s, N.WAVE_ID, -1)),
-                          int(_a(s, N.TOKENS))))
-        elif name == N.REQUEST:
-            admitted = admitted_event(s)
-            reqs.append((_a(s, N.REQUEST_ID, ""), t(s["t0"]), t(admitted) if admitted else None, t(s["t1"]),
-                         (s["t1"] - s["t0"]) / 1e9, int(_a(s, N.GEN_AI_INPUT_TOKENS)), int(_a(s, N.REUSED_TOKENS)),
-                         int(_a(s, N.REUSABLE_TOKENS)), int(_a(s, N.FALLBACKS)), "err" in s))
-            for ev in s.get("ev", ()):
-                if ev[0] == N.EVENT_FALLBACK:
-                    fallbacks.append((t(ev[1]), _a(s, N.REQUEST_ID, ""), ev[2].get(N.STAGE)))
-        elif name == N.ADMISSION_ROUND:
-            rounds[s["id"]] = {"t": t(s["t1"]), "round_s": (s["t1"] - s["t0"]) / 1e9,
-                               "requests": int(_a(s, N.NUM_REQUESTS)),
-                               "admitted": int(_a(s, N.NUM_ADMITTED))}
-        elif name in PHASES:
-            phases.append((s.get("p", ""), PHASES[name], (s["t1"] - s["t0"]) / 1e9))
-        elif name == N.WAVE_PLAN:
-            for ev in s.get("ev", ()):
-                if ev[0] == N.EVENT_KNOBS:
-                    changed = {k.removeprefix("wavepp.knobs."): v for k, v in ev[2].items() if k != N.KNOBS_CHANGED}
-                    marks.append((t(ev[1]), ", ".join(f"{k}={v}" for k, v in changed.items())))
-            if _a(s, N.TOKENS) <= 0:
-                continue
-            plans.append((t(s["t0"]), int(_a(s, N.WAVE_ID, -1)), int(_a(s, N.BUDGET)), int(_a(s, N.TOKENS)),
-                          float(_a(s, N.NUM_WAVES_READY, 0.0)), int(_a(s, N.NUM_IN_FLIGHT))))
-    for parent, phase, dur in phases:
-        if parent in rounds:
-            rounds[parent][f"{phase}_s"] = dur
-    stages = num_stages if num_stages is not None else (max((st[0] for st in steps), default=-1) + 1)
-    return Frames(
-        origin, stages,
-        pd.DataFrame(steps, columns=["stage", "kind", "t0", "t1", "wave", "tokens"]),
-        pd.DataFrame(reqs, columns=["id", "arrival", "admitted", "done", "latency", "input_tokens", "reused",
-                                    "reusable", "fallbacks", "failed"]),
-        pd.DataFrame(list(rounds.values()), columns=["t", "round_s", "lookup_s", "lease_s", "escrow_s", "requests",
-                                                     "admitted"]).fillna(0.0),
-        pd.DataFrame(plans, columns=["t", "wave", "budget", "tokens", "ready", "in_flight"]),
-        pd.DataFrame(fallbacks, columns=["t", "request", "stage"]),
-        marks,
-    )
+    return FrameBuilder(origin, num_stages).add(spans).frames()
 
 
 def bubbles(steps: pd.DataFrame, num_stages: int, start: float, end: float,

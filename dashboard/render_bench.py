@@ -216,7 +216,8 @@ def marker(url: str = "redis://127.0.0.1:6379/13?cluster=render-bench-cpu", port
                 page.wait_for_selector(".js-plotly-plot", timeout=300_000)
                 time.sleep(3)
                 for i in range(repeats):
-                    value = 9000 + 64 * len(delays.get(name, [])) + (100 if name == "Pipeline" else 0)
+                    # A value no earlier invocation wrote (their markers stay in the stream).
+                    value = 64 * (int(time.time() * 10) % 10**7) + i
                     t = plan["t1"] + 1_000_000 * (i + 1)
                     span = {**plan, "id": f"marker{name}{i}", "t0": t, "t1": t,
                             "ev": [[N.EVENT_KNOBS, t, {N.KNOBS_CHANGED: ["max_wave_tokens"],

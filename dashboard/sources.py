@@ -42,6 +42,7 @@ class Snapshot:
     error: str | None = None
     runs: dict[str, str] = field(default_factory=dict)    # id -> label of the runs available, oldest first
     position: tuple[Any, ...] = ()                        # changes whenever anything a page draws changes
+    received: int = 0       # spans of this run ever received: grows by the spans appended, unless some were dropped
 
 
 class Source(Protocol):
@@ -98,7 +99,7 @@ class RunFileSource:
         history = [{"version": i + 1, "time": c["t"] / 1e9, "changes": c["changes"]}
                    for i, c in enumerate(run.knob_changes)]
         return Snapshot(run.id, run.label, run.spans, pp, caps, None, history, run.status, False, None,
-                        {r.id: r.label for r in self._runs}, (run.id,))
+                        {r.id: r.label for r in self._runs}, (run.id,), len(run.spans))
 
     def write_knobs(self, changes: dict[str, Any]) -> KnobsRecord:
         raise StoreError("a saved run is read-only: start the dashboard on a live store to change knobs")
@@ -189,7 +190,7 @@ class StoreSource:
             spans, status, received = list(log.spans), list(log.status), log.received
         stages, caps = stages_from(spans, status)
         return Snapshot(chosen, runs.get(chosen, "(no run yet)"), spans, stages, caps, knobs, history, status,
-                        True, error, runs, _position(chosen, received, status, knobs, history))
+                        True, error, runs, _position(chosen, received, status, knobs, history), received)
 
     def write_knobs(self, changes: dict[str, Any]) -> KnobsRecord:
         from store.redis_store import RedisStore
@@ -247,7 +248,7 @@ class EmbeddedSource:
             mine, status = list(self._spans), list(self._status)
         stages, caps = stages_from(mine, status)
         return Snapshot(rt.run_id, rt.label, mine, stages, caps, knobs, history, status, True, error,
-                        {rt.run_id: rt.label}, _position(rt.run_id, self._after, status, knobs, history))
+                        {rt.run_id: rt.label}, _position(rt.run_id, self._after, status, knobs, history), self._after)
 
     def write_knobs(self, changes: dict[str, Any]) -> KnobsRecord:
         record: KnobsRecord = self.runtime.set_knobs(changes)

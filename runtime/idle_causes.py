@@ -15,14 +15,21 @@ order, whose interval covers it (the gap before the stage's wave ``w``)::
                     the planner waiting for a fuller wave)
     other           whatever none of these covers (event-loop turns between two spans)
 
-The causes of one stage sum to its idle time, ``makespan - busy_s``.
+The result is a list of :class:`IdleInterval` (stage, start, end, cause, the wave waited for):
+the one place idle time is split, for the bench's sums (:func:`idle_causes`) and the dashboard's
+coloured bubbles alike. The intervals of one stage tile its idle time, ``makespan - busy_s``.
+
+:class:`IdleTracker` takes spans as they arrive and keeps the gaps it already split: a gap is
+split again only when spans that could cover it arrived since (a live view that moved by a few
+spans pays for the recent gaps, not the run).
 """
 
 from __future__ import annotations
 
+import bisect
 from collections import defaultdict
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from telemetry import names as N
 
@@ -33,30 +40,64 @@ Span = dict[str, Any]
 Interval = tuple[int, int]
 
 
-def _overlap(a: int, b: int, intervals: Sequence[Interval]) -> list[Interval]:
-    return [(max(a, x), min(b, y)) for x, y in intervals if x < b and y > a]
+class IdleInterval(NamedTuple):
+    stage: int
+    t0: int             # ns, on the spans' clock
+    t1: int
+    cause: str          # one of CAUSES
+    wave: int           # the wave the stage waited for (-1: none, e.g. drain)
 
 
-def _paint(a: int, b: int, layers: Sequence[tuple[str, Sequence[Interval]]], out: dict[str, int]) -> None:
-    """Give every instant of ``[a, b)`` to the first layer that covers it; the rest to ``other``."""
+class Cover:
+    """The union of some intervals, as sorted disjoint intervals (a cause covers an instant or not)."""
+
+    def __init__(self, intervals: Sequence[Interval]) -> None:
+        merged: list[list[int]] = []
+        for x, y in sorted(intervals):
+            if y <= x:
+                continue
+            if merged and x <= merged[-1][1]:
+                merged[-1][1] = max(merged[-1][1], y)
+            else:
+                merged.append([x, y])
+        self.starts = [x for x, _ in merged]
+        self.ends = [y for _, y in merged]
+
+    def within(self, a: int, b: int) -> list[Interval]:
+        """The covered parts of ``[a, b)``, in order."""
+        out = []
+        i = bisect.bisect_right(self.ends, a)
+        while i < len(self.starts) and self.starts[i] < b:
+            out.append((max(a, self.starts[i]), min(b, self.ends[i])))
+            i += 1
+        return out
+
+
+NONE = Cover(())
+
+
+def _paint(a: int, b: int, layers: Sequence[tuple[str, Cover]]) -> list[tuple[str, int, int]]:
+    """Give every instant of ``[a, b)`` to the first layer that covers it; the rest to ``other``.
+    Returns (cause, t0, t1) pieces in time order."""
+    pieces: list[tuple[str, int, int]] = []
     free = [(a, b)]
-    for cause, intervals in layers:
+    for cause, cover in layers:
         rest: list[Interval] = []
         for x, y in free:
-            cuts = sorted(_overlap(x, y, intervals))
             cursor = x
-            for c0, c1 in cuts:
-                if c1 <= cursor:
-                    continue
-                c0 = max(c0, cursor)
+            for c0, c1 in cover.within(x, y):
                 if c0 > cursor:
                     rest.append((cursor, c0))
-                out[cause] += c1 - c0
+                pieces.append((cause, c0, c1))
                 cursor = c1
             if cursor < y:
                 rest.append((cursor, y))
         free = rest
-    out["other"] += sum(y - x for x, y in free)
+        if not free:
+            break
+    pieces += [("other", x, y) for x, y in free]
+    pieces.sort(key=lambda p: p[1])
+    return pieces
 
 
 def _ring_full(plans: Sequence[tuple[int, int, int]], retired: Sequence[int]) -> list[Interval]:
@@ -80,75 +121,141 @@ def _ring_full(plans: Sequence[tuple[int, int, int]], retired: Sequence[int]) ->
     return out
 
 
-def idle_causes(spans: Sequence[Span], num_stages: int, origin: int, end: int,
-                inline_admission: bool) -> list[dict[str, float]]:
-    """Per stage, seconds of idle time by cause (keys: :data:`CAUSES`) over ``[origin, end]`` (ns)."""
-    executes: dict[int, list[tuple[int, int, int]]] = defaultdict(list)   # stage -> (t0, t1, wave or -1)
-    prepare: dict[tuple[int, int], Interval] = {}
-    sends: dict[tuple[int, int], Interval] = {}
-    waits: dict[int, list[Interval]] = defaultdict(list)
-    plans: list[tuple[int, int, int]] = []
-    rounds: list[Interval] = []
-    for sp in spans:
-        n, a = sp["n"], sp["a"]
-        t0, t1 = sp["t0"] or 0, sp["t1"] or 0
-        if n == N.EXECUTE:
-            executes[int(a[N.STAGE])].append((t0, t1, int(a.get(N.WAVE_ID, -1))))
-        elif n == N.MATERIALIZE and N.WAVE_ID in a:
-            prepare[int(a[N.STAGE]), int(a[N.WAVE_ID])] = (t0, t1)
-        elif n == N.SEND and N.WAVE_ID in a:
-            sends[int(a[N.STAGE]), int(a[N.WAVE_ID])] = (t0, t1)
-        elif n == N.STAGE_WAIT:
-            waits[int(a[N.STAGE])].append((t0, t1))
-        elif n == N.WAVE_PLAN and N.WAVE_ID in a:
-            plans.append((t1, int(a[N.WAVE_ID]), int(a.get(N.RING, 0))))
-        elif n == N.ADMISSION_ROUND and inline_admission:
-            rounds.append((t0, t1))
-    plans.sort()
-    planned_at = {w: t for t, w, _ in plans}
-    last = num_stages - 1
-    retired = sorted(t1 for _, t1, _ in executes.get(last, []))
-    ring_full = _ring_full(plans, retired)
+class _Layers:
+    """What can cover a gap, built once per :meth:`IdleTracker.intervals` call."""
 
-    out = []
-    for s in range(num_stages):
-        steps = sorted(e for e in executes.get(s, []) if e[1] > origin)
-        counts = dict.fromkeys(CAUSES, 0)
-        if not steps:
-            counts["fill"] = max(end - origin, 0)
-        else:
-            counts["fill"] += max(steps[0][0] - origin, 0)
-            counts["drain"] += max(end - max(t1 for _, t1, _ in steps), 0)
+    def __init__(self, tracker: IdleTracker, num_stages: int, inline_admission: bool) -> None:
+        plans = sorted(tracker.plans)
+        self.planned_at = {w: t for t, w, _ in plans}
+        retired = sorted(t1 for _, t1, _ in tracker.executes.get(num_stages - 1, []))
+        self.ring_full = Cover(_ring_full(plans, retired))
+        self.rounds = Cover(tracker.rounds) if inline_admission else NONE
+        self.waits = {s: Cover(w) for s, w in tracker.waits.items()}
+        self.prepare, self.sends = tracker.prepare, tracker.sends
+
+    def of(self, s: int, w: int) -> list[tuple[str, Cover]]:
+        """The causes that can cover a gap of stage ``s`` before wave ``w``, in priority order."""
+        prep = self.prepare.get((s, w))
+        layers = [("kv_capacity", self.waits.get(s, NONE)), ("preparation", Cover([prep]) if prep else NONE)]
+        if s > 0:
+            send = self.sends.get((s - 1, w))
+            if send is not None:
+                layers += [("transfer", Cover([send])), ("previous_stage", Cover([(0, send[0])]))]
+            return layers
+        layers += [("admission", self.rounds), ("ring_full", self.ring_full)]
+        if w in self.planned_at:
+            layers.append(("no_work", Cover([(0, self.planned_at[w])])))
+        return layers
+
+
+class IdleTracker:
+    """Idle intervals of a run whose spans arrive over time (:meth:`add`, then :meth:`intervals`).
+
+    A gap between two execute steps is split once and kept; it is split again only when a span
+    that could cover it (one starting before the gap's end, or the plan of its wave) arrived
+    since, so :meth:`intervals` after a few new spans costs the recent gaps."""
+
+    def __init__(self) -> None:
+        self.executes: dict[int, list[tuple[int, int, int]]] = defaultdict(list)   # stage -> (t0, t1, wave)
+        self.prepare: dict[tuple[int, int], Interval] = {}
+        self.sends: dict[tuple[int, int], Interval] = {}
+        self.waits: dict[int, list[Interval]] = defaultdict(list)
+        self.plans: list[tuple[int, int, int]] = []
+        self.rounds: list[Interval] = []
+        self._split: dict[tuple[int, int, int, int], list[IdleInterval]] = {}   # (s, a, b, w) -> its pieces
+        self._split_for: tuple[int, bool] | None = None    # (num_stages, inline) the kept splits assumed
+        self._dirty_from: float = float("inf")             # kept gaps ending after this are split again
+        self._dirty_waves: set[int] = set()
+
+    def _touch(self, t: int) -> None:
+        self._dirty_from = min(self._dirty_from, t)
+
+    def add(self, spans: Sequence[Span]) -> IdleTracker:
+        for sp in spans:
+            n, a = sp["n"], sp["a"]
+            t0, t1 = sp["t0"] or 0, sp["t1"] or 0
+            if n == N.EXECUTE:
+                self.executes[int(a[N.STAGE])].append((t0, t1, int(a.get(N.WAVE_ID, -1))))
+            elif n == N.MATERIALIZE and N.WAVE_ID in a:
+                key = int(a[N.STAGE]), int(a[N.WAVE_ID])
+                self._touch(self.prepare.get(key, (t0, t1))[0])     # a replaced interval uncovers its gaps too
+                self.prepare[key] = (t0, t1)
+            elif n == N.SEND and N.WAVE_ID in a:
+                key = int(a[N.STAGE]), int(a[N.WAVE_ID])
+                self._touch(self.sends.get(key, (t0, t1))[0])
+                self.sends[key] = (t0, t1)
+            elif n == N.STAGE_WAIT:
+                self.waits[int(a[N.STAGE])].append((t0, t1))
+            elif n == N.WAVE_PLAN and N.WAVE_ID in a:
+                self.plans.append((t1, int(a[N.WAVE_ID]), int(a.get(N.RING, 0))))
+                self._dirty_waves.add(int(a[N.WAVE_ID]))
+            elif n == N.ADMISSION_ROUND:
+                self.rounds.append((t0, t1))
+            else:
+                continue
+            self._touch(t0)
+        return self
+
+    def intervals(self, num_stages: int, origin: int, end: int, inline_admission: bool) -> list[IdleInterval]:
+        """Every idle interval of every stage over ``[origin, end]`` (ns), stage by stage in time order."""
+        if self._split_for != (num_stages, inline_admission):
+            self._split.clear()
+            self._split_for = (num_stages, inline_admission)
+        dirty_from, dirty_waves = self._dirty_from, self._dirty_waves
+        self._dirty_from, self._dirty_waves = float("inf"), set()
+        layers: _Layers | None = None
+        kept: dict[tuple[int, int, int, int], list[IdleInterval]] = {}
+        out: list[IdleInterval] = []
+        for s in range(num_stages):
+            mine = self.executes.get(s, [])
+            mine.sort()
+            steps = [e for e in mine if e[1] > origin]
+            if not steps:
+                if end > origin:
+                    out.append(IdleInterval(s, origin, end, "fill", -1))
+                continue
+            if steps[0][0] > origin:
+                out.append(IdleInterval(s, origin, steps[0][0], "fill", steps[0][2]))
             busy_until = steps[0][1]
             for t0, t1, w in steps[1:]:
                 if t0 > busy_until:
-                    _paint(busy_until, t0, _layers(s, w, prepare, sends, waits, rounds, ring_full,
-                                                   planned_at), counts)
+                    key = (s, busy_until, t0, w)
+                    pieces = self._split.get(key)
+                    if pieces is None or t0 > dirty_from or w in dirty_waves:
+                        layers = layers or _Layers(self, num_stages, inline_admission)
+                        pieces = [IdleInterval(s, x, y, cause, w) for cause, x, y in _paint(busy_until, t0,
+                                                                                           layers.of(s, w))]
+                    kept[key] = pieces
+                    out += pieces
                 busy_until = max(busy_until, t1)
-        out.append({c: v / 1e9 for c, v in counts.items()})
-    return out
+            last = max(t1 for _, t1, _ in steps)
+            if end > last:
+                out.append(IdleInterval(s, last, end, "drain", -1))
+        self._split = kept
+        return out
 
 
-def _layers(s: int, w: int, prepare: dict[tuple[int, int], Interval], sends: dict[tuple[int, int], Interval],
-            waits: dict[int, list[Interval]], rounds: list[Interval], ring_full: list[Interval],
-            planned_at: dict[int, int]) -> list[tuple[str, Sequence[Interval]]]:
-    """The causes that can cover a gap of stage ``s`` before wave ``w``, in priority order."""
-    layers: list[tuple[str, Sequence[Interval]]] = [("kv_capacity", waits.get(s, [])),
-                                                    ("preparation", [prepare[s, w]] if (s, w) in prepare else [])]
-    if s > 0:
-        send = sends.get((s - 1, w))
-        if send is not None:
-            layers += [("transfer", [send]), ("previous_stage", [(0, send[0])])]
-        return layers
-    layers += [("admission", rounds), ("ring_full", ring_full)]
-    if w in planned_at:
-        layers.append(("no_work", [(0, planned_at[w])]))
-    return layers
+def sums(intervals: Sequence[IdleInterval], num_stages: int) -> list[dict[str, float]]:
+    """Per stage, seconds of idle time by cause (keys: :data:`CAUSES`)."""
+    counts = [dict.fromkeys(CAUSES, 0) for _ in range(num_stages)]
+    for iv in intervals:
+        counts[iv.stage][iv.cause] += iv.t1 - iv.t0
+    return [{c: v / 1e9 for c, v in stage.items()} for stage in counts]
+
+
+def idle_intervals(spans: Sequence[Span], num_stages: int, origin: int, end: int,
+                   inline_admission: bool) -> list[IdleInterval]:
+    """Every idle interval of every stage over ``[origin, end]`` (ns), each with its cause."""
+    return IdleTracker().add(spans).intervals(num_stages, origin, end, inline_admission)
+
+
+def idle_causes(spans: Sequence[Span], num_stages: int, origin: int, end: int,
+                inline_admission: bool) -> list[dict[str, float]]:
+    """Per stage, seconds of idle time by cause (keys: :data:`CAUSES`) over ``[origin, end]`` (ns)."""
+    return sums(idle_intervals(spans, num_stages, origin, end, inline_admission), num_stages)
 
 
 def top_causes(causes: dict[str, float], makespan_s: float, k: int = 2) -> str:
     """``"no_work 4.2%, fill 1.9%"``: the largest causes as a share of the makespan."""
     ranked = sorted(((v, c) for c, v in causes.items() if v > 0), reverse=True)[:k]
     return ", ".join(f"{c} {v / makespan_s:.1%}" for v, c in ranked) if makespan_s > 0 else ""
-
-

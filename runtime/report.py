@@ -21,11 +21,12 @@
 from __future__ import annotations
 
 import math
+from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from runtime.idle_causes import idle_causes
+from runtime.idle_causes import IdleInterval, IdleTracker, sums
 from telemetry import names as N
 
 
@@ -115,9 +116,123 @@ def admission_cadence(spans: Sequence[Span]) -> Cadence:
     """The round, not the request, is the unit: a round stamps its requests one by one (microseconds
     apart on the wall clock, at one instant in virtual time), so per-request instants would measure
     the stamping loop instead of the pipeline's rhythm."""
-    rounds = sorted((s["t1"], _int(s, N.NUM_ADMITTED)) for s in spans if s["n"] == N.ADMISSION_ROUND)
-    admitting = [(t, n) for t, n in rounds if n > 0]
+    return _cadence([(s["t1"], _int(s, N.NUM_ADMITTED)) for s in spans if s["n"] == N.ADMISSION_ROUND])
+
+
+def _cadence(rounds: Sequence[tuple[int, int]]) -> Cadence:
+    """``rounds``: (end ns, requests admitted) of every admission round, in any order."""
+    admitting = [(t, n) for t, n in sorted(rounds) if n > 0]
     return Cadence([t for t, _ in admitting], [n for _, n in admitting])
+
+
+class FigureAccumulator:
+    """The inputs of :func:`compute_figures`, gathered span by span (:meth:`add`), so a live view
+    can extend them with the spans that arrived instead of reading the whole run again;
+    :meth:`figures` gives exactly what ``compute_figures`` of all the spans added gives."""
+
+    def __init__(self) -> None:
+        self.requests: list[Span] = []
+        self.admission_latency: list[float] = []            # seconds, of every admitted request
+        self.latencies: list[float] = []                    # prefill latency of every completed request
+        self.tokens = [0, 0, 0]                             # completed: input, reused, reusable tokens
+        self.fallbacks = 0                                  # requests whose reuse boundary was lowered
+        self.busy: dict[int, float] = defaultdict(float)   # stage -> execute seconds (summed in span order)
+        self.computed = 0                                   # tokens executed on stage 0
+        self.evictions: dict[int, int] = defaultdict(int)
+        self.rounds: list[tuple[int, int]] = []             # (end ns, requests admitted)
+        self.round_s = 0.0                                  # Σ round durations (inline admission's cost)
+        self.wave_tokens: list[int] = []                    # tokens of each wave planned (0: no wave)
+        self.idle = IdleTracker()
+
+    def add(self, spans: Sequence[Span]) -> FigureAccumulator:
+        for s in spans:
+            n = s["n"]
+            if n == N.REQUEST:
+                self._request(s)
+            elif n == N.EXECUTE:
+                stage = _int(s, N.STAGE)
+                self.busy[stage] += _dur(s)
+                if stage == 0:
+                    self.computed += _int(s, N.TOKENS)
+            elif n == N.MATERIALIZE:
+                self.evictions[_int(s, N.STAGE)] += _int(s, N.EVICTIONS)
+            elif n == N.ADMISSION_ROUND:
+                self.rounds.append((s["t1"], _int(s, N.NUM_ADMITTED)))
+                self.round_s += _dur(s)
+            elif n == N.WAVE_PLAN:
+                self.wave_tokens.append(_int(s, N.TOKENS))
+        self.idle.add(spans)
+        return self
+
+    def _request(self, s: Span) -> None:
+        self.requests.append(s)
+        t = admitted_event(s)
+        if t is not None:
+            self.admission_latency.append((t - s["t0"]) / 1e9)
+        self.fallbacks += _int(s, N.FALLBACKS) > 0
+        if "err" not in s:
+            self.latencies.append(_dur(s))
+            for i, key in enumerate((N.GEN_AI_INPUT_TOKENS, N.REUSED_TOKENS, N.REUSABLE_TOKENS)):
+                self.tokens[i] += _int(s, key)
+
+    def window(self) -> tuple[int, int]:
+        """The makespan's ends (ns): first arrival, last completion."""
+        origin = min((s["t0"] for s in self.requests), default=0)
+        return origin, max((s["t1"] for s in self.requests), default=origin)
+
+    def idle_intervals(self, num_stages: int, inline_admission: bool) -> list[IdleInterval]:
+        origin, end = self.window()
+        return self.idle.intervals(num_stages, origin, end, inline_admission)
+
+    def figures(self, num_stages: int, meta: dict[str, Any],
+                intervals: Sequence[IdleInterval] | None = None) -> RunFigures:
+        """``intervals``: this run's idle intervals when the caller already has them."""
+        requests, latencies = self.requests, self.latencies
+        origin, end = self.window()
+        makespan = max(end - origin, 0) / 1e9
+        busy = [self.busy.get(stage, 0.0) for stage in range(num_stages)]
+        evictions = [self.evictions.get(stage, 0) for stage in range(num_stages)]
+
+        admission_latency = self.admission_latency
+        cadence = _cadence(self.rounds)
+        intervals_s = cadence.intervals_s
+
+        input_tokens, reused, reusable = self.tokens
+        wave_tokens = [t for t in self.wave_tokens if t > 0]
+        # Admission on the loop's critical path: rounds the dispatcher ran itself (policy flag in meta).
+        inline = meta.get("inline_admission", False)
+        critical = self.round_s if inline else 0.0
+        if intervals is None:
+            intervals = self.idle.intervals(num_stages, origin, end, inline)
+
+        measured = bool(latencies) and makespan > 0
+
+        def rate(x: float) -> float | None:
+            return x / makespan if measured else None
+
+        return RunFigures(
+            policy=meta["policy"], engine=meta["engine"], model=meta["model"], hardware=meta["hardware"],
+            pp=num_stages, concurrency=meta["concurrency"], workload=meta["workload"],
+            requests=len(requests), completed=len(latencies), failed=len(requests) - len(latencies),
+            input_tokens_per_s=rate(input_tokens), computed_tokens_per_s=rate(self.computed),
+            makespan_s=makespan if measured else None,
+            pipeline_efficiency=rate(max(busy, default=0.0)),
+            bubble_fraction=[1 - b / makespan for b in busy] if measured else None,
+            admission_interval_p50_s=percentile(intervals_s, 50),
+            admission_interval_p99_s=percentile(intervals_s, 99),
+            admission_rounds=len(cadence.admitted),
+            requests_per_round_mean=sum(cadence.admitted) / len(cadence.admitted) if cadence.admitted else None,
+            requests_per_round_max=max(cadence.admitted, default=0),
+            admission_latency_p50_s=percentile(admission_latency, 50),
+            admission_latency_p99_s=percentile(admission_latency, 99),
+            prefill_latency_p50_s=percentile(latencies, 50), prefill_latency_p95_s=percentile(latencies, 95),
+            prefill_latency_p99_s=percentile(latencies, 99),
+            good_hit_rate=reused / reusable if reusable else None,
+            fallbacks=self.fallbacks, waves=len(wave_tokens),
+            mean_wave_tokens=sum(wave_tokens) / len(wave_tokens) if wave_tokens else None,
+            admission_critical_path_s_per_request=critical / len(latencies) if latencies else None,
+            idle_causes_s=sums(intervals, num_stages), evictions=evictions,
+        )
 
 
 def compute_figures(spans: Sequence[Span], num_stages: int, meta: dict[str, Any]) -> RunFigures:
@@ -125,73 +240,7 @@ def compute_figures(spans: Sequence[Span], num_stages: int, meta: dict[str, Any]
 
     ``meta`` carries policy, engine, model, hardware, concurrency, workload and inline_admission.
     """
-    requests = [s for s in spans if s["n"] == N.REQUEST]
-    done = [s for s in requests if "err" not in s]
-    executes = [s for s in spans if s["n"] == N.EXECUTE]
-    rounds = [s for s in spans if s["n"] == N.ADMISSION_ROUND]
-
-    origin = min((s["t0"] for s in requests), default=0)
-    end = max((s["t1"] for s in requests), default=origin)
-    makespan = max(end - origin, 0) / 1e9
-
-    busy = [0.0] * num_stages
-    computed = 0
-    for s in executes:
-        stage = _int(s, N.STAGE)
-        busy[stage] += _dur(s)
-        if stage == 0:
-            computed += _int(s, N.TOKENS)
-    evictions = [0] * num_stages
-    for s in spans:
-        if s["n"] == N.MATERIALIZE:
-            evictions[_int(s, N.STAGE)] += _int(s, N.EVICTIONS)
-
-    admission_latency = []
-    for s in requests:
-        t = admitted_event(s)
-        if t is not None:
-            admission_latency.append((t - s["t0"]) / 1e9)
-    cadence = admission_cadence(rounds)
-    intervals = cadence.intervals_s
-
-    input_tokens = sum(_int(s, N.GEN_AI_INPUT_TOKENS) for s in done)
-    reused = sum(_int(s, N.REUSED_TOKENS) for s in done)
-    reusable = sum(_int(s, N.REUSABLE_TOKENS) for s in done)
-    latencies = [_dur(s) for s in done]
-    fallbacks = sum(1 for s in requests if _int(s, N.FALLBACKS) > 0)
-    planned = [_int(s, N.TOKENS) for s in spans if s["n"] == N.WAVE_PLAN]
-    wave_tokens = [t for t in planned if t > 0]
-    # Admission on the loop's critical path: rounds the dispatcher ran itself (policy flag in meta).
-    inline = meta.get("inline_admission", False)
-    critical = sum(_dur(s) for s in rounds) if inline else 0.0
-
-    measured = bool(done) and makespan > 0
-
-    def rate(x: float) -> float | None:
-        return x / makespan if measured else None
-
-    return RunFigures(
-        policy=meta["policy"], engine=meta["engine"], model=meta["model"], hardware=meta["hardware"],
-        pp=num_stages, concurrency=meta["concurrency"], workload=meta["workload"],
-        requests=len(requests), completed=len(done), failed=len(requests) - len(done),
-        input_tokens_per_s=rate(input_tokens), computed_tokens_per_s=rate(computed),
-        makespan_s=makespan if measured else None,
-        pipeline_efficiency=rate(max(busy, default=0.0)),
-        bubble_fraction=[1 - b / makespan for b in busy] if measured else None,
-        admission_interval_p50_s=percentile(intervals, 50), admission_interval_p99_s=percentile(intervals, 99),
-        admission_rounds=len(cadence.admitted),
-        requests_per_round_mean=sum(cadence.admitted) / len(cadence.admitted) if cadence.admitted else None,
-        requests_per_round_max=max(cadence.admitted, default=0),
-        admission_latency_p50_s=percentile(admission_latency, 50),
-        admission_latency_p99_s=percentile(admission_latency, 99),
-        prefill_latency_p50_s=percentile(latencies, 50), prefill_latency_p95_s=percentile(latencies, 95),
-        prefill_latency_p99_s=percentile(latencies, 99),
-        good_hit_rate=reused / reusable if reusable else None,
-        fallbacks=fallbacks, waves=len(wave_tokens),
-        mean_wave_tokens=sum(wave_tokens) / len(wave_tokens) if wave_tokens else None,
-        admission_critical_path_s_per_request=critical / len(done) if done else None,
-        idle_causes_s=idle_causes(spans, num_stages, origin, end, inline), evictions=evictions,
-    )
+    return FigureAccumulator().add(spans).figures(num_stages, meta)
 
 
 def fmt(value: float | None, spec: str, scale: float = 1.0) -> str:

@@ -9,7 +9,7 @@ import pytest
 
 from runtime.bench import BenchConfig, run_one
 from runtime.engines.sim.engine import SimEngine
-from runtime.idle_causes import CAUSES, idle_causes, top_causes
+from runtime.idle_causes import CAUSES, idle_causes, idle_intervals, sums, top_causes
 from runtime.workloads import parse_workload
 from telemetry import names as N
 
@@ -73,3 +73,23 @@ def test_causes_sum_to_each_stages_idle_time(policy: str) -> None:
     assert f.idle_causes_s[0]["previous_stage"] == 0 and f.idle_causes_s[0]["transfer"] == 0
     if policy == "wavepp":
         assert all(c["admission"] == 0 for c in f.idle_causes_s)
+
+
+def test_intervals_tile_each_stages_idle_time_and_sum_to_the_causes() -> None:
+    """The one split: its intervals are what the dashboard colours and what the bench sums."""
+    engine = SimEngine("llama-3-8b", "h200", 4, block_size=64, kv_blocks=[1000, 200, 1000, 1000])
+    cfg = BenchConfig(parse_workload("reuse90"), [8], ["trtllm-pp"], 48, 0, prompt_tokens=2048)
+    rec = run_one(engine, cfg, "trtllm-pp", 8)
+    spans = rec.saved().spans
+    requests = [s for s in spans if s["n"] == N.REQUEST]
+    origin, end = min(s["t0"] for s in requests), max(s["t1"] for s in requests)
+    intervals = idle_intervals(spans, 4, origin, end, inline_admission=True)
+    assert sums(intervals, 4) == rec.figures.idle_causes_s
+    for s in range(4):
+        mine = [iv for iv in intervals if iv.stage == s]
+        busy = sorted((x["t0"], x["t1"]) for x in spans if x["n"] == N.EXECUTE and x["a"][N.STAGE] == s)
+        cover = sorted([(iv.t0, iv.t1) for iv in mine] + busy)      # idle and busy tile the makespan
+        assert cover[0][0] == origin and cover[-1][1] == end
+        assert all(a[1] == b[0] for a, b in zip(cover, cover[1:], strict=False))
+        assert all(iv.t1 > iv.t0 and iv.cause in CAUSES for iv in mine)
+        assert {iv.wave for iv in mine if iv.cause in ("transfer", "previous_stage", "no_work")} - {-1}
