@@ -8,11 +8,29 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from dashboard.frames import Frames, bubbles
+from dashboard.frames import Frames
+from runtime.idle_causes import CAUSES, MEANING
 
-PALETTE = ["#4C78A8", "#F58518", "#54A24B", "#B279A2", "#72B7B2", "#EECA3B", "#9D755D", "#FF9DA6"]
+PALETTE = ["#4C78A8", "#F58518", "#54A24B", "#B279A2", "#72B7B2", "#EECA3B", "#9D755D", "#FF9DA6"]   # waves
 KIND_WIDTH = {"execute": 0.62, "materialize": 0.22, "send": 0.12, "wait": 0.62}
-BUBBLE = "rgba(214, 39, 40, 0.18)"
+# Idle time by cause: colours no wave uses, drawn hatched (a bubble never reads as a wave).
+CAUSE_COLOURS = {"fill": "#BDBDBD", "drain": "#8C8C8C", "kv_capacity": "#A50F15", "preparation": "#17BECF",
+                 "transfer": "#BCBD22", "previous_stage": "#6A51A3", "admission": "#E7298A", "ring_full": "#252525",
+                 "no_work": "#D62728", "other": "#E0E0E0"}
+EXTRA_COLOURS = ["#00441B", "#7F2704", "#08306B"]      # causes added after these were picked
+KIND_COLOURS = {"materialize": "#888888", "send": "#888888", "wait": CAUSE_COLOURS["kv_capacity"]}
+
+
+def cause_colour(cause: str) -> str:
+    if cause in CAUSE_COLOURS:
+        return CAUSE_COLOURS[cause]
+    extra = [c for c in CAUSES if c not in CAUSE_COLOURS]
+    return EXTRA_COLOURS[extra.index(cause) % len(EXTRA_COLOURS)] if cause in extra else "#E0E0E0"
+
+
+def cause_name(cause: str) -> str:
+    """The legend entry of a cause: "idle: waiting for admitted work"."""
+    return f"idle: {MEANING.get(cause, cause.replace('_', ' '))}"
 
 
 def lane(stage: int) -> str:
@@ -29,32 +47,56 @@ def add_knob_marks(fig: go.Figure, marks: Sequence[tuple[float, str]], start: fl
     return fig
 
 
-def timeline(fr: Frames, start: float, end: float, live: bool = False) -> go.Figure:
+def timeline(fr: Frames, start: float, end: float, idle: pd.DataFrame | None = None) -> go.Figure:
     """Detailed recent window: one lane per stage; execute bars coloured by wave, materialize and
-    send as thin bars beside them, idle time shaded as bubbles."""
+    send as thin bars beside them, every idle interval hatched in its cause's colour (``idle``:
+    :func:`dashboard.frames.idle_window`; hover names the cause and the wave it waited for)."""
     fig = go.Figure()
     lanes = [lane(s) for s in range(fr.num_stages)]
-    gaps = bubbles(fr.steps, fr.num_stages, start, end, trailing=not live)
-    if gaps:
-        fig.add_trace(go.Bar(
-            name="bubble (idle)", orientation="h", y=[lane(s) for s, _, _ in gaps],
-            base=[a for _, a, _ in gaps], x=[b - a for _, a, b in gaps], width=0.75,
-            marker_color=BUBBLE, hovertemplate="idle %{x:.4f} s<extra></extra>"))
+    if idle is not None and len(idle):
+        carried = dict(zip(fr.plans["wave"], fr.plans["requests"], strict=True))
+        for cause, rows in idle.groupby("cause", sort=False):
+            waited = [f"wave {w} (requests {carried[w]})" if w in carried else (f"wave {w}" if w >= 0 else "-")
+                      for w in rows["wave"]]
+            fig.add_trace(go.Bar(
+                name=cause_name(str(cause)), orientation="h", y=[lane(s) for s in rows["stage"]], base=rows["t0"],
+                x=rows["t1"] - rows["t0"], width=0.75,
+                marker=dict(color="rgba(255,255,255,0)", line_width=0,
+                            pattern=dict(shape="/", fgcolor=cause_colour(str(cause)), fgopacity=0.9, solidity=0.45)),
+                customdata=np.array([[MEANING.get(str(cause), str(cause)), w] for w in waited], dtype=object),
+                hovertemplate="idle: %{customdata[0]}<br>waited for %{customdata[1]}<br>"
+                              "%{base:.4f} s + %{x:.4f} s<extra></extra>"))
     win = fr.steps[(fr.steps["t1"] >= start) & (fr.steps["t0"] <= end)]
     for kind, rows in win.groupby("kind", sort=False):
         colours = [PALETTE[w % len(PALETTE)] for w in rows["wave"]] if kind == "execute" else None
         fig.add_trace(go.Bar(
             name=str(kind), orientation="h", y=[lane(s) for s in rows["stage"]], base=rows["t0"],
             x=rows["t1"] - rows["t0"], width=KIND_WIDTH.get(str(kind), 0.3),
-            marker_color=colours or ("#888" if kind != "wait" else "#d62728"),
+            marker_color=colours or KIND_COLOURS.get(str(kind), "#888888"),
             customdata=np.stack([rows["wave"], rows["tokens"]], axis=-1),
             hovertemplate=f"{kind}<br>wave %{{customdata[0]}}<br>%{{customdata[1]}} tokens<br>"
                           "%{base:.4f} s + %{x:.4f} s<extra></extra>"))
-    fig.update_layout(barmode="overlay", height=110 + 60 * fr.num_stages, margin=dict(l=10, r=10, t=30, b=30),
-                      xaxis_title="time (s)", legend_orientation="h", legend_y=1.12)
+    fig.update_layout(barmode="overlay", height=140 + 60 * fr.num_stages, margin=dict(l=10, r=10, t=30, b=30),
+                      xaxis_title="time (s)", legend_orientation="h", legend_y=-0.25)
     fig.update_yaxes(categoryorder="array", categoryarray=lanes[::-1], type="category")
     fig.update_xaxes(range=[start, end])
     return add_knob_marks(fig, fr.knob_marks, start, end)
+
+
+def idle_bars(shares: pd.DataFrame, num_stages: int, length: float) -> go.Figure:
+    """Per stage, the share of the window idle, stacked by cause (``shares``:
+    :func:`dashboard.frames.idle_shares`)."""
+    fig = go.Figure()
+    lanes = [lane(s) for s in range(num_stages)]
+    for cause in [c for c in CAUSES if c in set(shares["cause"])] + sorted(set(shares["cause"]) - set(CAUSES)):
+        mine = shares[shares["cause"] == cause].set_index("stage")["share"]
+        fig.add_trace(go.Bar(name=cause_name(cause), x=lanes, y=[float(mine.get(s, 0.0)) for s in range(num_stages)],
+                             marker=dict(color=cause_colour(cause), pattern=dict(shape="/", fgcolor="white",
+                                                                                solidity=0.2)),
+                             hovertemplate=f"{MEANING.get(cause, cause)}: %{{y:.1%}}<extra>%{{x}}</extra>"))
+    fig.update_layout(barmode="stack", title=f"idle time by cause over the last {length:.3f} s (share of the window)",
+                      height=300, margin=dict(l=10, r=10, t=40, b=30), yaxis_tickformat=".0%", legend_orientation="h")
+    return fig
 
 
 def history(fr: Frames) -> go.Figure:

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from runtime.idle_causes import IdleInterval
 from runtime.report import admitted_event
 from telemetry import names as N
 
@@ -57,6 +58,10 @@ def _a(span: Span, key: str, default: Any = 0) -> Any:
     return span["a"].get(key, default)
 
 
+def _ids(ids: Sequence[str], shown: int = 4) -> str:
+    return ", ".join(ids[:shown]) + (f" … ({len(ids)} in all)" if len(ids) > shown else "")
+
+
 # Column -> dtype of each table, fixed so that tables extended chunk by chunk equal one built at
 # once (pandas would infer a column of Nones in one chunk as object, in another as float).
 STEP_COLUMNS = {"stage": "int64", "kind": "object", "t0": "float64", "t1": "float64", "wave": "int64",
@@ -67,7 +72,7 @@ REQUEST_COLUMNS = {"id": "object", "arrival": "float64", "admitted": "float64", 
 ROUND_COLUMNS = {"t": "float64", "round_s": "float64", "lookup_s": "float64", "lease_s": "float64",
                  "escrow_s": "float64", "requests": "int64", "admitted": "int64"}
 PLAN_COLUMNS = {"t": "float64", "wave": "int64", "budget": "int64", "tokens": "int64", "ready": "float64",
-                "in_flight": "int64"}
+                "in_flight": "int64", "requests": "object"}          # requests: the ids the wave carries
 FALLBACK_COLUMNS = {"t": "float64", "request": "object", "stage": "float64"}   # NaN: an early fallback
 
 
@@ -155,7 +160,7 @@ class FrameBuilder:
                 if _a(s, N.TOKENS) > 0:
                     self.plans.rows.append((t(s["t0"]), int(_a(s, N.WAVE_ID, -1)), int(_a(s, N.BUDGET)),
                                             int(_a(s, N.TOKENS)), float(_a(s, N.NUM_WAVES_READY, 0.0)),
-                                            int(_a(s, N.NUM_IN_FLIGHT))))
+                                            int(_a(s, N.NUM_IN_FLIGHT)), _ids(_a(s, N.REQUEST_IDS, ()))))
         self.count += len(spans)
         return self
 
@@ -177,23 +182,38 @@ def build(spans: Sequence[Span], num_stages: int | None = None, origin_ns: int |
     return FrameBuilder(origin, num_stages).add(spans).frames()
 
 
-def bubbles(steps: pd.DataFrame, num_stages: int, start: float, end: float,
-            trailing: bool = True) -> list[tuple[int, float, float]]:
-    """Idle gaps (stage, t0, t1) between execute steps inside [start, end].
+def idle_window(intervals: Sequence[IdleInterval], origin_ns: int, start: float, end: float,
+                live: bool = False) -> pd.DataFrame:
+    """The run's idle intervals (:mod:`runtime.idle_causes`, the one split) inside ``[start, end]``
+    (seconds since ``origin_ns``), clipped to it. Columns: stage, t0, t1, cause, wave.
 
-    ``trailing=False`` (live views): after a stage's last *finished* step the stage may well be
-    computing - its span has not ended yet - so that stretch is not drawn as idle."""
-    out = []
-    ex = steps[(steps["kind"] == "execute") & (steps["t1"] >= start) & (steps["t0"] <= end)]
-    for s in range(num_stages):
-        cursor = start
-        for t0, t1 in ex[ex["stage"] == s][["t0", "t1"]].sort_values("t0").itertuples(index=False):
-            if t0 > cursor:
-                out.append((s, cursor, t0))
-            cursor = max(cursor, t1)
-        if trailing and cursor < end:
-            out.append((s, cursor, end))
-    return out
+    ``live``: after a stage's last *finished* step the stage may well be computing - its span has
+    not ended yet - so that stretch (``drain``) is not idle time to show."""
+    lo, hi = origin_ns + int(start * 1e9), origin_ns + int(end * 1e9)
+    rows = [(iv.stage, (max(iv.t0, lo) - origin_ns) / 1e9, (min(iv.t1, hi) - origin_ns) / 1e9, iv.cause, iv.wave)
+            for iv in intervals if iv.t1 > lo and iv.t0 < hi and not (live and iv.cause == "drain")]
+    return _frame(rows, {"stage": "int64", "t0": "float64", "t1": "float64", "cause": "object", "wave": "int64"})
+
+
+def idle_shares(idle: pd.DataFrame, num_stages: int, length: float) -> pd.DataFrame:
+    """Per stage and cause, the share of a window of ``length`` seconds the stage was idle for it."""
+    if idle.empty or length <= 0:
+        return pd.DataFrame(columns=["stage", "cause", "share"])
+    df = idle.assign(share=(idle["t1"] - idle["t0"]) / length).groupby(["stage", "cause"], as_index=False)["share"].sum()
+    return df[df["stage"] < num_stages]
+
+
+def reading(shares: pd.DataFrame, length: float, meaning: dict[str, str], k: int = 3) -> str:
+    """One line: the idlest stage of the window and its largest causes, e.g. "stage 0 idle 6.1%:
+    4.2% waiting for admitted work, 1.9% pipeline filling"."""
+    if shares.empty:
+        return f"No stage was idle in the last {length:.3f} s."
+    per_stage = shares.groupby("stage")["share"].sum()
+    stage = int(per_stage.idxmax())
+    mine = shares[shares["stage"] == stage].sort_values("share", ascending=False).head(k)
+    causes = ", ".join(f"{share:.1%} {meaning.get(cause, cause)}" for cause, share in zip(mine["cause"], mine["share"],
+                                                                                            strict=True))
+    return f"In the last {length:.3f} s, stage {stage} was idle {per_stage[stage]:.1%}: {causes}"
 
 
 def busy_over_time(steps: pd.DataFrame, num_stages: int, window: float, points: int = 120,

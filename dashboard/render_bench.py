@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from dashboard import charts
+from dashboard.frames import idle_window
 from dashboard.sources import RunFileSource
 from dashboard.view import make_view
 
@@ -63,7 +64,8 @@ def render(port: int = 8590) -> None:
     t1 = time.perf_counter()
     fig_h = charts.history(view.frames).to_json()
     end = view.frames.end
-    fig_t = charts.timeline(view.frames, max(0.0, end - end / 20), end).to_json()
+    idle = idle_window(view.idle, view.frames.origin_ns, max(0.0, end - end / 20), end)
+    fig_t = charts.timeline(view.frames, max(0.0, end - end / 20), end, idle).to_json()
     t2 = time.perf_counter()
     bars = int((view.frames.steps["kind"] == "execute").sum())
     print(f"execute bars: {bars}; tables {t1 - t0:.3f} s; figures+JSON {t2 - t1:.3f} s "

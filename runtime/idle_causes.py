@@ -36,6 +36,20 @@ from telemetry import names as N
 CAUSES = ("fill", "drain", "kv_capacity", "preparation", "transfer", "previous_stage", "admission",
           "ring_full", "no_work", "other")
 
+# What each cause means, in an operator's words (the dashboard's legend, hover and reading).
+MEANING = {
+    "fill": "pipeline filling",
+    "drain": "pipeline draining",
+    "kv_capacity": "waiting for KV capacity",
+    "preparation": "preparing the wave (on the critical path)",
+    "transfer": "the wave crossing the link",
+    "previous_stage": "waiting for the previous stage",
+    "admission": "admission on the critical path",
+    "ring_full": "ring full (no wave slot)",
+    "no_work": "waiting for admitted work",
+    "other": "unexplained (event-loop turns)",
+}
+
 Span = dict[str, Any]
 Interval = tuple[int, int]
 

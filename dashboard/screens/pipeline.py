@@ -5,9 +5,10 @@ from __future__ import annotations
 import streamlit as st
 
 from dashboard import charts
-from dashboard.frames import Frames, busy_over_time
+from dashboard.frames import Frames, busy_over_time, idle_shares, idle_window, reading
 from dashboard.screens.common import no_data
 from dashboard.view import View
+from runtime.idle_causes import MEANING
 
 DETAIL_WAVES = 48       # the detail view opens on about this many recent waves (SVG bars stay quick)
 
@@ -27,14 +28,19 @@ def render_pipeline(view: View) -> None:
     fr, f = view.frames, view.figures
     end = fr.end
     run = max(end - fr.start, 0.002)                      # the whole run: first arrival -> last completion
+    # The window is picked by the slider below; the reading at the top follows it.
+    window = min(float(st.session_state.get("pipeline_window", default_window(fr))), run)
+    idle = idle_window(view.idle, fr.origin_ns, max(0.0, end - window), end, live=view.snap.live)
+    shares = idle_shares(idle, fr.num_stages, window)
+    st.markdown(f"**Why the bubbles:** {reading(shares, window, MEANING)}")
     if f is not None and f.bubble_fraction is not None:   # the bench's own figures; None: nothing completed yet
         cols = st.columns(fr.num_stages + 1)
         cols[0].metric(f"pipeline efficiency (whole run, {f.makespan_s:.3f} s)", f"{f.pipeline_efficiency:.3f}")
         for s, b in enumerate(f.bubble_fraction):
             cols[s + 1].metric(f"stage {s} bubble fraction (whole run)", f"{b:.3f}")
-    window = st.slider("Detail window (s): the last seconds of the run the tiles below, the lanes and the "
-                       "busy-fraction chart show", min_value=0.001, max_value=run, value=min(default_window(fr), run),
-                       step=run / 1000, key="pipeline_window", format="%.4f")
+    st.slider("Detail window (s): the last seconds of the run the reading above, the tiles below, the lanes, the "
+              "idle causes and the busy-fraction chart show", min_value=0.001, max_value=run,
+              value=min(default_window(fr), run), step=run / 1000, key="pipeline_window", format="%.4f")
     recent = busy_over_time(fr.steps[fr.steps["t1"] >= end - window], fr.num_stages, window, points=1, end=end)
     cols = st.columns(fr.num_stages + 1)
     eff = recent[recent["stage"] == "pipeline efficiency"]["busy"]
@@ -45,7 +51,8 @@ def render_pipeline(view: View) -> None:
                            f"{1 - float(b.iloc[-1]) if len(b) else 1:.3f}")
     st.caption("bubble fraction = share of the time a stage was not executing; pipeline efficiency = the "
                "busiest stage's busy share (1.0 = no bubble on it)")
-    st.plotly_chart(charts.timeline(fr, max(0.0, end - window), end, live=view.snap.live), key="timeline")
+    st.plotly_chart(charts.timeline(fr, max(0.0, end - window), end, idle), key="timeline")
+    st.plotly_chart(charts.idle_bars(shares, fr.num_stages, window), key="idle_causes")
     st.subheader("Whole run")
     st.plotly_chart(charts.history(fr), key="history")
     st.subheader(f"Busy fraction over a sliding window of {window:.3f} s")

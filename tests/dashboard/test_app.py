@@ -103,3 +103,35 @@ def test_a_one_request_run_says_it_has_no_cadence(tmp_path: Path, dashboard_env:
     assert tiles["cadence p50"] == "-" and tiles["cadence p99"] == "-"
     assert any("Cadence needs two admission rounds" in i.value for i in at.info)
     assert not [c for c in at.get("plotly_chart") if "cadence" in str(c.proto.spec).lower()]
+
+
+def test_pipeline_page_colours_every_bubble_by_its_cause(saved_run: Path, dashboard_env: None) -> None:
+    """Issue 13: every idle interval coloured by cause in the lanes and as a stacked bar per stage,
+    a one-line reading at the top, hover naming the cause and the wave waited for. Over the whole
+    run the bars are the bench's idle causes (the same split)."""
+    import json
+
+    from dashboard.charts import PALETTE, cause_name
+    from runtime.idle_causes import MEANING
+
+    run = load_runs(saved_run)[0]
+    at = run_page(f"run:{saved_run}", "Pipeline")
+    slider = at.slider(key="pipeline_window")
+    slider.set_value(slider.max).run()
+    makespan, causes = run.figures["makespan_s"], run.figures["idle_causes_s"]
+    charts = {c.proto.id: json.loads(c.proto.spec) for c in at.get("plotly_chart")}
+    bars = next(f for f in charts.values() if "idle time by cause" in str(f["layout"].get("title")))
+    for trace in bars["data"]:
+        cause = next(c for c in MEANING if cause_name(c) == trace["name"])
+        assert trace["y"] == pytest.approx([st[cause] / makespan for st in causes], abs=1e-6)
+    assert {t["name"] for t in bars["data"]} == {cause_name(c) for st in causes for c, v in st.items() if v > 0}
+    lanes = next(f for f in charts.values() if any(t.get("name") == "execute" for t in f["data"]))
+    bubbles = [t for t in lanes["data"] if t["name"].startswith("idle: ")]
+    assert {t["name"] for t in bubbles} == {t["name"] for t in bars["data"]}
+    colours = [t["marker"]["pattern"]["fgcolor"] for t in bubbles]
+    assert len(set(colours)) == len(colours) and not set(colours) & set(PALETTE)   # no wave colour
+    assert all("waited for %{customdata[1]}" in t["hovertemplate"] for t in bubbles)
+    assert any(str(w).startswith("wave ") for t in bubbles for _, w in t["customdata"])
+    line = next(m.value for m in at.markdown if m.value.startswith("**Why the bubbles:**"))
+    idlest = max(range(len(causes)), key=lambda s: sum(causes[s].values()))
+    assert f"stage {idlest} was idle {sum(causes[idlest].values()) / makespan:.1%}" in line, line

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from dashboard.frames import bubbles, build, busy_over_time
+from dashboard.frames import build, busy_over_time, idle_shares, idle_window, reading
+from runtime.idle_causes import MEANING, idle_intervals
 from telemetry import names as N
 
 S = 1_000_000_000   # ns per second
@@ -37,12 +38,29 @@ def test_tables_hold_what_the_spans_say() -> None:
     assert fr.knob_marks == [(pytest.approx(1.2), "max_wave_tokens=4096")]
 
 
-def test_bubbles_are_the_gaps_between_executes() -> None:
-    fr = build(run())
-    gaps = bubbles(fr.steps, 2, 0.0, 2.5)
-    assert gaps == [(0, 1.0, 1.5), (1, 0.0, 1.0), (1, 2.0, 2.5)]
+def test_bubbles_are_the_idle_intervals_of_the_one_split_clipped_to_the_window() -> None:
+    spans = run()
+    fr = build(spans)
+    intervals = idle_intervals(spans, 2, 0, int(2.5 * S), inline_admission=False)
+    df = idle_window(intervals, fr.origin_ns, 0.0, 2.5)
+    got = [(s, round(a, 6), round(b, 6), c) for s, a, b, c in df[["stage", "t0", "t1", "cause"]].itertuples(index=False)]
+    assert got == [(0, 1.0, 1.2, "no_work"), (0, 1.2, 1.4, "other"), (0, 1.4, 1.5, "preparation"),
+                   (1, 0.0, 1.0, "fill"), (1, 2.0, 2.5, "drain")]
     # Live: stage 1 may still be computing after its last finished step - not drawn as idle.
-    assert bubbles(fr.steps, 2, 0.0, 2.5, trailing=False) == [(0, 1.0, 1.5), (1, 0.0, 1.0)]
+    assert "drain" not in set(idle_window(intervals, fr.origin_ns, 0.0, 2.5, live=True)["cause"])
+    window = idle_window(intervals, fr.origin_ns, 1.1, 2.5)            # clipped to the window
+    assert window["t0"].min() == pytest.approx(1.1)
+    shares = idle_shares(window, 2, 1.4)
+    assert shares[shares["stage"] == 0]["share"].sum() == pytest.approx(0.4 / 1.4)
+    line = reading(shares, 1.4, MEANING)
+    assert line.startswith("In the last 1.400 s, stage 1 was idle 35.7%: 35.7% pipeline draining"), line
+
+
+def test_the_window_ends_at_a_knob_change_after_the_last_step() -> None:
+    """A knob change just made on a live run belongs in the detail window."""
+    late = {**span(N.WAVE_PLAN, 3.0, 3.0, **{N.WAVE_ID: 2, N.TOKENS: 0}),
+            "ev": [[N.EVENT_KNOBS, int(3.0 * S), {N.KNOBS_CHANGED: ["ring"], "wavepp.knobs.ring": 2}]]}
+    assert build(run() + [late]).end == pytest.approx(3.0)
 
 
 def test_busy_fraction_over_a_window() -> None:
