@@ -254,3 +254,71 @@ def from_dict(values: Mapping[str, Any], deployment: Deployment | None = None) -
 
 _NAMES = frozenset(f.name for f in fields(Knobs))
 _BOOLS = frozenset(f.name for f in fields(Knobs) if f.type in ("bool", bool))
+
+
+@dataclass(frozen=True, slots=True)
+class KnobHelp:
+    """What one knob is, for an operator: its unit, meaning and what a change does to bubbles.
+    The default and the range come from :class:`Knobs` and the validation schema (:func:`describe`)."""
+
+    unit: str
+    meaning: str
+    bubbles: str
+
+
+HELP: dict[str, KnobHelp] = {
+    "max_wave_tokens": KnobHelp(
+        "tokens (whole blocks)", "M: the largest wave budget the planner (MPU) may choose.",
+        "Higher: fewer, longer waves (less per-wave transfer and preparation between steps), but a wave waits "
+        "longer to fill, so with little admitted work stage 0 idles 'waiting for admitted work'."),
+    "min_wave_tokens": KnobHelp(
+        "tokens (whole blocks)", "b_min: the smallest wave budget; MPU falls back to it when work is scarce.",
+        "Lower: waves go out sooner at low load (less 'waiting for admitted work') but small waves leave "
+        "later stages idle on transfer and preparation; higher: the reverse."),
+    "ring": KnobHelp(
+        "waves in flight", "R: how many waves may be in the pipeline at once; 0 = the policy's default "
+                           "(2P for wavepp, P for the TensorRT-LLM presets).",
+        "Too small: stage 0 idles with the ring full until the last stage retires a wave; larger keeps "
+        "every stage fed at the cost of KV held by waves in flight."),
+    "fill_factor": KnobHelp(
+        "x P (stages)", "F: MPU aims for S = R + (F-1)·P ready waves when it picks a budget.",
+        "Higher: smaller budgets so more waves are ready (fewer 'previous stage' and 'no work' gaps at "
+        "moderate load) at more per-wave overhead; lower: bigger waves, longer fill."),
+    "hysteresis": KnobHelp(
+        "on/off", "MPU raises the budget only after R/2 agreeing decisions and lowers it after P.",
+        "On: a steady budget (no wave-size oscillation that opens gaps); off: reacts at once to bursts."),
+    "max_leases": KnobHelp(
+        "requests", "How many requests may be admitted and unfinished at once (leases held).",
+        "Too low: admission stops while work is waiting, stage 0 idles 'waiting for admitted work'; higher "
+        "holds more KV."),
+    "max_round_requests": KnobHelp(
+        "requests per round", "How many requests one admission round may batch (lookups, leases, escrows).",
+        "Higher: fewer, larger rounds (cheaper per request, but a longer round before the first admits); "
+        "admission on the critical path (baselines) shows as 'admission' gaps at stage 0."),
+    "static_chunk_tokens": KnobHelp(
+        "tokens (whole blocks)", "The static planner's chunk (TensorRT-LLM's max_num_tokens, default 8192).",
+        "Used by the baselines' static planner only: smaller chunks pipeline earlier but each carries "
+        "per-wave overhead."),
+    "policy": KnobHelp(
+        "name", "Which mechanisms run (wavepp, trtllm-pp, trtllm-pp-legacy or an ablation NAME+KIND=VARIANT); "
+                "switches at a wave boundary.",
+        "The baselines run admission inline and size waves statically: expect 'admission' and 'ring full' gaps."),
+    "planner": KnobHelp(
+        "name", "Which wave planner: auto (the policy's own), mpu, or static.",
+        "mpu sizes waves to keep S waves ready (fewer gaps under changing load); static uses fixed chunks."),
+}
+
+
+def describe(name: str) -> str:
+    """One knob's help: meaning, unit, default, range and what a change does to bubbles."""
+    info = HELP[name]
+    default = next(f.default for f in fields(Knobs) if f.name == name)
+    if name in _RANGES:
+        lo, hi = _RANGES[name]
+        allowed = f"{lo:,} to {hi:,}" + (", a multiple of the block size" if name in _BLOCK_BUDGETS else "")
+    elif name in _CHOICES:
+        allowed = " | ".join(_CHOICES[name]) + (" (or an ablation)" if name == "policy" else "")
+    else:
+        allowed = "true | false"
+    return (f"{info.meaning} Unit: {info.unit}. Default: {default}. Allowed: {allowed}. "
+            f"Effect on bubbles: {info.bubbles}")

@@ -9,7 +9,7 @@ import streamlit as st
 
 from dashboard.knob_form import field_types, parse, stored
 from dashboard.view import View
-from runtime.knobs import Deployment, KnobError, Knobs, choices
+from runtime.knobs import HELP, Deployment, KnobError, Knobs, choices, describe
 from store.base import StoreError
 
 
@@ -32,6 +32,7 @@ def render_knobs(view: View) -> None:
                  "changes": ", ".join(f"{k}={v}" for k, v in h["changes"].items())} for h in view.snap.knob_history]
         st.subheader("History")
         st.dataframe(pd.DataFrame(rows), hide_index=True)
+    _help_table()
 
 
 def refusal_banner(view: View) -> None:
@@ -44,6 +45,13 @@ def refusal_banner(view: View) -> None:
                  f"It keeps running with version {refused['running']}.")
 
 
+def _help_table() -> None:
+    """Every knob's unit, meaning, default, range and effect on bubbles (the schema's help)."""
+    with st.expander("What each knob does"):
+        st.dataframe(pd.DataFrame([{"knob": name, "unit": info.unit, "help": describe(name)}
+                                   for name, info in HELP.items()]), hide_index=True)
+
+
 def _form(view: View, current: Knobs, deployment: Deployment | None) -> None:
     types = field_types()
     values: dict[str, object] = {}
@@ -53,14 +61,15 @@ def _form(view: View, current: Knobs, deployment: Deployment | None) -> None:
         for i, (name, kind) in enumerate(types.items()):
             col = cols[i % 2]
             value = getattr(current, name)
+            help_ = describe(name)                       # the schema's help: unit, meaning, default, range, bubbles
             if kind == "bool":
-                values[name] = col.checkbox(name, value=value, key=f"knob_{name}")
+                values[name] = col.checkbox(name, value=value, key=f"knob_{name}", help=help_)
             elif kind == "choice":
                 options = list(choices(name))
                 values[name] = col.selectbox(name, options, index=options.index(value) if value in options else 0,
-                                             key=f"knob_{name}")
+                                             key=f"knob_{name}", help=help_)
             else:
-                values[name] = col.text_input(name, value=str(value), key=f"knob_{name}")
+                values[name] = col.text_input(name, value=str(value), key=f"knob_{name}", help=help_)
             slots[name] = col.empty()                    # this field's error goes right under it
         submitted = st.form_submit_button("Apply")
     if not submitted:

@@ -109,3 +109,22 @@ def test_a_change_from_the_dashboard_reaches_the_next_wave() -> None:
     # MPU ran at b_min = 8192 before (not enough work for larger waves); the new floor halves it.
     assert {s["a"].get(N.BUDGET) for s in before if N.BUDGET in s["a"]} == {8192}
     assert {s["a"].get(N.BUDGET) for s in plans if s["t0"] >= marked[0]["t0"] and N.BUDGET in s["a"]} == {4096}
+
+
+def test_every_knob_carries_its_help_from_the_schema(dashboard_env: None) -> None:
+    """Issue 13: the form listed raw names with no unit, meaning or range."""
+    from dataclasses import fields
+
+    from runtime.knobs import HELP, _RANGES, describe
+    names = [f.name for f in fields(Knobs)]
+    assert set(HELP) == set(names)                             # a knob added without help fails here
+    text = describe("max_wave_tokens")
+    assert all(part in text for part in ("Unit: tokens", "Default: 16384", f"{_RANGES['max_wave_tokens'][1]:,}",
+                                         "multiple of the block size", "Effect on bubbles"))
+    assert "Default: 0" in describe("ring") and "2P" in describe("ring")
+    at = knobs_page(fresh_url())
+    widgets = {w.label: w for w in [*at.text_input, *at.selectbox, *at.checkbox] if w.key and w.key.startswith("knob_")}
+    assert set(widgets) == set(names)
+    assert all(widgets[n].help == describe(n) for n in names)
+    table = next(d.value for d in at.dataframe if "unit" in d.value.columns)
+    assert list(table["knob"]) == list(HELP) and table["unit"].str.len().min() > 0
