@@ -562,6 +562,7 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
     flags = {"server_port": args.port, "server_address": args.host, "server_headless": True,
              "browser_gatherUsageStats": False, "server_fileWatcherType": "none", "global_developmentMode": False,
              "server_runOnSave": False,
+             "client_toolbarMode": "viewer",      # an operator's view: no Deploy button, no developer menu
              # Streamlit runs a full gc.collect(2) after every script run, the watcher's included: over
              # the ~10 containers per span a 100k-span run keeps, that alone was ~0.3 s of CPU per second.
              "runner_postScriptGC": False}
