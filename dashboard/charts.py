@@ -91,11 +91,11 @@ def idle_bars(shares: pd.DataFrame, num_stages: int, length: float) -> go.Figure
     for cause in [c for c in CAUSES if c in set(shares["cause"])] + sorted(set(shares["cause"]) - set(CAUSES)):
         mine = shares[shares["cause"] == cause].set_index("stage")["share"]
         fig.add_trace(go.Bar(name=cause_name(cause), x=lanes, y=[float(mine.get(s, 0.0)) for s in range(num_stages)],
-                             marker=dict(color=cause_colour(cause), pattern=dict(shape="/", fgcolor="white",
-                                                                                solidity=0.2)),
+                             marker_color=cause_colour(cause),
                              hovertemplate=f"{MEANING.get(cause, cause)}: %{{y:.1%}}<extra>%{{x}}</extra>"))
     fig.update_layout(barmode="stack", title=f"idle time by cause over the last {length:.3f} s (share of the window)",
-                      height=300, margin=dict(l=10, r=10, t=40, b=30), yaxis_tickformat=".0%", legend_orientation="h")
+                      height=320, margin=dict(l=10, r=10, t=40, b=30), yaxis_tickformat=".0%", legend_orientation="h",
+                      legend_y=-0.2)
     return fig
 
 

@@ -70,6 +70,20 @@ def lanes_with_data(page: Page, num_stages: int, timeout_s: float = 90) -> set[s
     return labels
 
 
+def hover_a_bubble(page: Page) -> str:
+    """Hover the widest bubble (an idle interval) of the Pipeline lanes; the hover label's text."""
+    lanes = page.locator(".js-plotly-plot").first
+    bubbles = lanes.locator(".barlayer .trace").first.locator(".point path")   # idle traces are drawn first
+    widest = max(bubbles.all(), key=lambda p: (p.bounding_box() or {"width": 0})["width"])
+    widest.scroll_into_view_if_needed()
+    box = widest.bounding_box()
+    assert box is not None
+    page.mouse.move(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
+    label = lanes.locator(".hoverlayer .hovertext")
+    label.first.wait_for(timeout=10_000)
+    return " ".join(t.text_content() or "" for t in label.first.locator("text").all())
+
+
 def test_pipeline_page_shows_one_lane_per_stage_with_data(page: Page, saved_run: Path) -> None:
     proc, url = serve("--run", str(saved_run))
     try:
@@ -81,6 +95,11 @@ def test_pipeline_page_shows_one_lane_per_stage_with_data(page: Page, saved_run:
         ARTIFACTS.mkdir(exist_ok=True)
         page.screenshot(path=str(ARTIFACTS / "pipeline.png"), full_page=True)
         assert (ARTIFACTS / "pipeline.png").stat().st_size > 10_000
+        assert page.get_by_text("Why the bubbles:").count() == 1
+        assert page.get_by_role("button", name="Deploy").count() == 0            # viewer toolbar
+        cause = hover_a_bubble(page)
+        assert cause.startswith("idle: ") and "waited for" in cause, cause
+        page.screenshot(path=str(ARTIFACTS / "pipeline-bubble-hover.png"))
     finally:
         proc.terminate()
         proc.wait(10)
