@@ -199,7 +199,8 @@ def idle_shares(idle: pd.DataFrame, num_stages: int, length: float) -> pd.DataFr
     """Per stage and cause, the share of a window of ``length`` seconds the stage was idle for it."""
     if idle.empty or length <= 0:
         return pd.DataFrame(columns=["stage", "cause", "share"])
-    df = idle.assign(share=(idle["t1"] - idle["t0"]) / length).groupby(["stage", "cause"], as_index=False)["share"].sum()
+    shares = idle.assign(share=(idle["t1"] - idle["t0"]) / length)
+    df = shares.groupby(["stage", "cause"], as_index=False)["share"].sum()
     return df[df["stage"] < num_stages]
 
 

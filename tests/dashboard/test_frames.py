@@ -43,7 +43,8 @@ def test_bubbles_are_the_idle_intervals_of_the_one_split_clipped_to_the_window()
     fr = build(spans)
     intervals = idle_intervals(spans, 2, 0, int(2.5 * S), inline_admission=False)
     df = idle_window(intervals, fr.origin_ns, 0.0, 2.5)
-    got = [(s, round(a, 6), round(b, 6), c) for s, a, b, c in df[["stage", "t0", "t1", "cause"]].itertuples(index=False)]
+    got = [(s, round(a, 6), round(b, 6), c)
+           for s, a, b, c in df[["stage", "t0", "t1", "cause"]].itertuples(index=False)]
     assert got == [(0, 1.0, 1.2, "no_work"), (0, 1.2, 1.4, "other"), (0, 1.4, 1.5, "preparation"),
                    (1, 0.0, 1.0, "fill"), (1, 2.0, 2.5, "drain")]
     # Live: stage 1 may still be computing after its last finished step - not drawn as idle.

@@ -115,7 +115,7 @@ def test_every_knob_carries_its_help_from_the_schema(dashboard_env: None) -> Non
     """Issue 13: the form listed raw names with no unit, meaning or range."""
     from dataclasses import fields
 
-    from runtime.knobs import HELP, _RANGES, describe
+    from runtime.knobs import _RANGES, HELP, describe
     names = [f.name for f in fields(Knobs)]
     assert set(HELP) == set(names)                             # a knob added without help fails here
     text = describe("max_wave_tokens")
