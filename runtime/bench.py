@@ -22,7 +22,8 @@ from runtime.policies import get_policy
 from runtime.report import RunFigures, compute_figures
 from runtime.runfile import RunInfo, SavedRun
 from runtime.watchdog import DEFAULT_STALL_TIMEOUT_S
-from runtime.workloads import WorkloadSpec, make_workload
+from runtime.traces import TraceWorkload
+from runtime.workloads import Workload, WorkloadSpec, make_workload
 from store.base import Store
 from store.urls import StoreUrl
 from telemetry.config import TelemetryConfig
@@ -95,15 +96,18 @@ Progress = Callable[[str, int, int], None]    # (run label, finished requests, t
 
 
 def run_one(engine: Engine, cfg: BenchConfig, policy_name: str, concurrency: int,
-            progress: Progress | None = None, telemetry: str = "on") -> RunRecord:
+            progress: Progress | None = None, telemetry: str = "on",
+            workload: Workload | TraceWorkload | None = None) -> RunRecord:
+    """One run; ``workload`` replaces the one ``cfg`` names (a what-if replay brings its own)."""
     policy = get_policy(policy_name)
     knobs = cfg.knobs.replace(policy=policy_name)
     parts = engine.build()
     run = RunInfo.new(policy_name, cfg.workload.name, concurrency, engine.name, store_source(engine.store_url))
     tel_cfg: TelemetryConfig = current_config().with_flags(telemetry)
     tel = engine.telemetry(run, config=tel_cfg, metrics=cfg.metrics)
-    workload = make_workload(cfg.workload, cfg.requests, cfg.prompt_tokens or engine.default_prompt_tokens(),
-                             engine.block_size, engine.vocab_size, cfg.seed)
+    if workload is None:
+        workload = make_workload(cfg.workload, cfg.requests, cfg.prompt_tokens or engine.default_prompt_tokens(),
+                                 engine.block_size, engine.vocab_size, cfg.seed)
     label = f"{policy_name} c={concurrency}"
 
     async def main() -> LoopResult:
@@ -132,6 +136,8 @@ def run_one(engine: Engine, cfg: BenchConfig, policy_name: str, concurrency: int
             "mechanisms": policy.mechanisms(),
             "pp": engine.pp, "capacities": [h.capacity for h in parts.handles],
             "block_size": engine.block_size, "knobs": knobs.as_dict(), "run": run.as_dict(), "telemetry": telemetry}
+    if hasattr(engine, "replay_args"):            # the sim: what rebuilds it for a what-if replay
+        meta["sim"] = engine.replay_args
     figures = compute_figures(encoded, engine.pp, meta)
     tel.shutdown()
     meta["spans"] = len(spans)

@@ -256,6 +256,27 @@ def build_parser() -> _Parser:
     t.add_argument("--perf-dir", default=None,
                    help=f"kernel tables folder (default ${PERF_DIR_ENV} or ../shared/data/perf)")
 
+    for name, text in (("preview", "replay a saved run's arrivals in the sim under its knobs and changed ones"),
+                       ("suggest", "search wave budget, its floor and the ring in the sim on a saved run's arrivals")):
+        w = sub.add_parser(name, help=text)
+        w.add_argument("runfile", help="a file saved by `wavepp bench --save-run`")
+        w.add_argument("--run-id", default=None, help="which run of the file (default: the first)")
+        if name == "preview":
+            w.add_argument("--set", dest="changes", action="append", default=[], metavar="NAME=VALUE",
+                           help="a proposed knob value (repeatable)")
+        else:
+            w.add_argument("--goal", choices=["throughput", "latency"], default="throughput",
+                           help="highest input throughput, or lowest p95 prefill latency above --floor")
+            w.add_argument("--floor", type=positive_float, default=None, metavar="TOKENS_PER_S",
+                           help="latency goal: the least input throughput (default: the current knobs' predicted)")
+        w.add_argument("--cost-profile", default=None,
+                       help="the `wavepp calibrate` profile a torch run is replayed with (a sim run uses its own model)")
+        w.add_argument("--window", type=positive_float, default=None, metavar="SECONDS",
+                       help="replay the arrivals of the run's last SECONDS (default: the whole run)")
+        w.add_argument("--time-limit", type=positive_float, default=60.0, metavar="SECONDS",
+                       help="stop the replays after this long (default 60)")
+        w.add_argument("--json", dest="json_path", type=output_file, default=None)
+
     c = sub.add_parser("calibrate-coordination", help="measure admission/cache costs on this machine's CPU")
     c.add_argument("--redis", default=None, help="also measure one round trip to this Redis URL")
     c.add_argument("--json", dest="json_path", type=output_file, default=None)
@@ -606,6 +627,92 @@ def _start_embedded(args: argparse.Namespace) -> None:
         raise UsageError(remote.error)
 
 
+def _whatif_inputs(args: argparse.Namespace) -> tuple[Any, Any, Any]:
+    """(replay, sim, current knobs) of the saved run ``args`` names; UsageError says what is wrong."""
+    from runtime import whatif
+    from runtime.runfile import load_runs
+    try:
+        runs = load_runs(args.runfile)
+        run = next((r for r in runs if r.id == args.run_id), None) if args.run_id else (runs[0] if runs else None)
+        if run is None:
+            raise ValueError(f"no run {args.run_id!r} in {args.runfile} (runs: {', '.join(r.id for r in runs)})")
+        spec = whatif.sim_spec(run.meta, args.cost_profile)
+        replay = whatif.replay_of(run.spans, run.meta, args.window)
+        whatif.check_replay(replay)
+        return replay, spec, whatif.knobs_at_end(run.meta, run.knob_changes)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _whatif_progress() -> Any:
+    """A progress line on a terminal (rewritten in place; the caller ends it)."""
+    if not sys.stderr.isatty():
+        return None
+    return lambda fraction, label: print(f"\r{fraction:5.0%} {label:24s}", end="", file=sys.stderr, flush=True)
+
+
+def cmd_preview(args: argparse.Namespace) -> int:
+    from runtime import whatif
+    from runtime.knobs import Deployment, KnobError, from_changes, parse_texts
+    from runtime.whatif_report import compare_rows, preview_dict, table
+    replay, spec, current = _whatif_inputs(args)
+    raw = {}
+    for item in args.changes:
+        name, sep, value = item.partition("=")
+        if not sep or not name.strip():
+            raise UsageError(f"--set takes NAME=VALUE, got {item!r}")
+        raw[name.strip()] = value
+    if not raw:
+        raise UsageError("give the proposed knobs with --set NAME=VALUE (e.g. --set ring=8)")
+    changes, problems = parse_texts(raw)
+    try:
+        if problems:
+            raise KnobError(problems)
+        proposed = from_changes(current.as_dict(), changes, Deployment(spec.block_size, spec.pp))
+    except KnobError as exc:
+        raise UsageError(str(exc)) from None
+    try:
+        result = whatif.preview(replay, spec, current, proposed, args.time_limit, _whatif_progress())
+    except whatif.TimeLimit as exc:
+        raise RunFailed(str(exc)) from None
+    except whatif.WhatIfError as exc:
+        raise UsageError(str(exc)) from None
+    finally:
+        if sys.stderr.isatty():
+            print(file=sys.stderr)
+    print(f"preview: {', '.join(f'{k}={v}' for k, v in result.changes.items()) or 'no knob changed'}; "
+          f"replayed {result.replay_note} in the {result.sim}")
+    print(table(compare_rows(result.current.figures, result.proposed.figures),
+                ("figure", "current", "proposed", "change")))
+    if args.json_path:
+        data = json.dumps(preview_dict(result), indent=1)
+        write_output(args.json_path, lambda p: Path(p).write_text(data))
+    return 0
+
+
+def cmd_suggest(args: argparse.Namespace) -> int:
+    from runtime import whatif
+    from runtime.whatif_report import compare_rows, suggestion_dict, suggestion_line, table
+    replay, spec, current = _whatif_inputs(args)
+    try:
+        goal = whatif.Goal(args.goal, args.floor)
+        result = whatif.suggest(replay, spec, current, goal, args.time_limit, _whatif_progress())
+    except whatif.TimeLimit as exc:
+        raise RunFailed(str(exc)) from None
+    except whatif.WhatIfError as exc:
+        raise UsageError(str(exc)) from None
+    finally:
+        if sys.stderr.isatty():
+            print(file=sys.stderr)
+    print(suggestion_line(result))
+    print(f"(replayed {result.replay_note} in the {result.sim}; nothing was applied)")
+    print(table(compare_rows(result.current.figures, result.best.figures), ("figure", "current", "suggested", "change")))
+    if args.json_path:
+        data = json.dumps(suggestion_dict(result), indent=1)
+        write_output(args.json_path, lambda p: Path(p).write_text(data))
+    return 0
+
+
 def cmd_calibrate(args: argparse.Namespace) -> int:
     from runtime.engines.calibrate import calibrate, fit_error, save_profile
     from runtime.engines.torch.engine import TorchEngine
@@ -687,7 +794,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         handler = {"bench": cmd_bench, "grid": cmd_grid, "admission-bench": cmd_admission_bench, "knobs": cmd_knobs,
                    "dashboard": cmd_dashboard, "check-engine": cmd_check_engine, "calibrate": cmd_calibrate,
                    "calibrate-coordination": cmd_calibrate_coordination, "cost-table": cmd_cost_table,
-                   "trace": cmd_trace}[args.command]
+                   "trace": cmd_trace, "preview": cmd_preview, "suggest": cmd_suggest}[args.command]
         with interrupts:
             return handler(args)
     except UsageError as exc:

@@ -44,6 +44,8 @@ class Trace:
     rows: list[TraceRow]
     skipped: int = 0
     first_skip: str = ""          # the first skipped line's reason, for the one-line warning
+    block_tokens: int = TRACE_BLOCK_TOKENS   # tokens each hash id names (a file trace: 512)
+    primed: tuple[tuple[int, ...], ...] = ()  # hash-id chains already cached when the replay starts
 
 
 def _row(obj: object, line: int) -> TraceRow:
@@ -94,14 +96,16 @@ def load_trace(path: str, on_bad_line: str = "fail", limit: int | None = None) -
 class TraceWorkload:
     """Requests of a trace, in arrival order, with their arrival offsets (open loop).
 
-    ``speed`` replays the trace that many times faster (offsets divided by it)."""
+    ``speed`` replays the trace that many times faster (offsets divided by it). A trace built in
+    memory (a what-if replay of a run's arrivals, :mod:`runtime.whatif`) may name its hash ids per
+    KV block (``block_tokens``) and prefixes to compute before the first arrival (``primed``)."""
 
     open_loop = True
 
     def __init__(self, trace: Trace, block_size: int, vocab_size: int, extra: bytes = b"",
                  speed: float = 1.0) -> None:
-        if TRACE_BLOCK_TOKENS % block_size:
-            raise TraceError(f"the block size {block_size} must divide the trace's {TRACE_BLOCK_TOKENS}-token blocks")
+        if trace.block_tokens % block_size:
+            raise TraceError(f"the block size {block_size} must divide the trace's {trace.block_tokens}-token blocks")
         if not speed > 0:
             raise TraceError(f"trace speed must be > 0, got {speed}")
         self.trace = trace
@@ -123,24 +127,34 @@ class TraceWorkload:
         return (rows[i].arrival_s - rows[0].arrival_s) / self.speed
 
     def primed_prompts(self) -> list[tuple[array, list[int]]]:
-        return []                       # a replay starts from cold caches: reuse builds up as in the trace
+        """A file trace starts from cold caches (reuse builds up as in the trace); an in-memory one
+        may name prefixes that were cached before its first arrival."""
+        out = []
+        for ids in self.trace.primed:
+            tokens = self._tokens(ids, len(ids) * self.trace.block_tokens)
+            out.append((tokens, block_hashes(tokens, self.block_size, self.extra)))
+        return out
 
     def _block(self, hash_id: int) -> array:
         block = self._blocks.get(hash_id)
         if block is None:
             rng = random.Random(hash_id)
             v = self.vocab_size
-            raw = array("I", rng.randbytes(4 * TRACE_BLOCK_TOKENS))
+            raw = array("I", rng.randbytes(4 * self.trace.block_tokens))
             block = self._blocks[hash_id] = array("I", [t % v for t in raw])
         return block
+
+    def _tokens(self, hash_ids: tuple[int, ...], length: int) -> array:
+        tokens = array("I")
+        for h in hash_ids:
+            tokens.extend(self._block(h))
+        del tokens[length:]
+        return tokens
 
     def next_request(self, now: float) -> Request:
         i = self.issued
         self.issued += 1
         row = self.trace.rows[i]
-        tokens = array("I")
-        for h in row.hash_ids:
-            tokens.extend(self._block(h))
-        del tokens[row.input_length:]
+        tokens = self._tokens(row.hash_ids, row.input_length)
         group = f"h{row.hash_ids[0]}" if row.hash_ids else "cold"
         return Request(f"t{row.line:06d}", tokens, now, block_hashes(tokens, self.block_size, self.extra), group)

@@ -1,0 +1,412 @@
+"""What-if: replay a run's recent arrivals in the simulator under two knob sets (preview), or a
+small grid of them (suggest), before a knob change is applied.
+
+The replay runs the SAME loop (:class:`runtime.loop.PipelineLoop`, through
+:func:`runtime.bench.run_one`) on the sim engine in virtual time, with the cost model of the
+engine that ran: the sim's own (model, hardware, tables or roofline), or for the torch engine a
+``wavepp calibrate`` profile. Without one, a torch run cannot be previewed, and says so.
+
+What a run's spans keep of a request is its arrival, its prompt length and how much of its prefix
+had been computed before it arrived (``reusable``); the token ids are gone. The replay rebuilds
+prompts with the same shape (:func:`rebuild_trace`): a request whose first ``r`` blocks were
+reusable shares them with earlier requests that had the same reusable prefix (the same document,
+``reuse90``'s groups), else with an earlier request of exactly ``r`` full blocks (the previous turn
+of a conversation), else with a prefix primed before the replay starts (computed before the
+window, as the workload's primed prefixes are); everything after ``r`` is new. Arrivals replay
+through :class:`runtime.traces.TraceWorkload`: at their own offsets for a trace (open loop), or -
+for a closed-loop run, whose arrivals were paced by its own completions - as fast as the run's
+concurrency allows (every offset 0 under the same cap), so a faster setting can show its gain.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from runtime.bench import BenchConfig, run_one
+from runtime.engines.sim.engine import SimEngine
+from runtime.knobs import Knobs
+from runtime.report import RunFigures, compute_figures
+from runtime.traces import Trace, TraceRow, TraceWorkload
+from runtime.workloads import WorkloadSpec
+from telemetry import names as N
+
+MIN_ARRIVALS = 16            # fewer requests than this say too little about a setting
+MAX_ARRIVALS = 400           # the most recent ones are replayed (a preview takes seconds, not minutes)
+DEFAULT_WINDOW_S = 60.0
+DEFAULT_TIME_LIMIT_S = 60.0
+GOALS = ("throughput", "latency")
+
+Span = dict[str, Any]
+Progress = Callable[[float, str], None]       # (fraction done, what runs now)
+
+
+class WhatIfError(ValueError):
+    """A preview that cannot run, with the reason in one line (no calibration, too few arrivals …)."""
+
+
+class TimeLimit(WhatIfError):
+    """The replay ran past its time limit."""
+
+
+# ---- what is replayed -----------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class Arrival:
+    offset_s: float               # after the window's first arrival
+    tokens: int                   # prompt length
+    reusable_tokens: int          # prefix computed before it arrived (whole blocks)
+    done_s: float | None          # when it finished in the observed run (None: failed)
+
+
+@dataclass(frozen=True, slots=True)
+class Replay:
+    arrivals: tuple[Arrival, ...]
+    concurrency: int              # the most requests outstanding (a closed loop's c)
+    open_loop: bool               # True: at the arrivals' own offsets (a trace); False: as fast as c allows
+    note: str = ""                # which arrivals: "the 212 requests of the last 60 s"
+
+
+def arrivals_from_spans(spans: Sequence[Span], window_s: float | None = DEFAULT_WINDOW_S,
+                        limit: int = MAX_ARRIVALS) -> tuple[list[Arrival], str]:
+    """The requests that arrived in the last ``window_s`` seconds of the spans (None: all), the most
+    recent ``limit`` of them, and a note saying which. Requests still in flight have no span yet."""
+    reqs = sorted((s for s in spans if s["n"] == N.REQUEST), key=lambda s: s["t0"])
+    if not reqs:
+        return [], "no request has finished yet"
+    end = max(s["t1"] for s in reqs)
+    if window_s is not None:
+        reqs = [s for s in reqs if s["t0"] >= end - window_s * 1e9]
+    note = f"the {len(reqs)} requests of the last {window_s:g} s" if window_s is not None else \
+        f"all {len(reqs)} requests"
+    if len(reqs) > limit:
+        reqs = reqs[-limit:]
+        note = f"the {limit} most recent of {note.removeprefix('the ').removeprefix('all ')}"
+    origin = reqs[0]["t0"] if reqs else 0
+    out = [Arrival((s["t0"] - origin) / 1e9, int(s["a"].get(N.GEN_AI_INPUT_TOKENS, 0)),
+                   int(s["a"].get(N.REUSABLE_TOKENS, 0)), None if "err" in s else (s["t1"] - origin) / 1e9)
+           for s in reqs]
+    return [a for a in out if a.tokens > 0], note
+
+
+def max_outstanding(arrivals: Sequence[Arrival]) -> int:
+    """The most requests in flight at once (a closed loop's concurrency, when the run does not say)."""
+    events = sorted([(a.offset_s, 1) for a in arrivals] + [(a.done_s, -1) for a in arrivals if a.done_s is not None])
+    most = current = 0
+    for _, step in events:
+        current += step
+        most = max(most, current)
+    return max(most, 1)
+
+
+def rebuild_trace(arrivals: Sequence[Arrival], block_size: int, open_loop: bool) -> Trace:
+    """Prompts of the arrivals' lengths and reusable prefixes, as a trace of block ids (module doc)."""
+    next_id = 0
+
+    def fresh(n: int) -> tuple[int, ...]:
+        nonlocal next_id
+        next_id += n
+        return tuple(range(next_id - n, next_id))
+
+    by_reusable: dict[int, tuple[int, ...]] = {}          # reusable blocks -> the shared prefix
+    finished: dict[int, tuple[int, ...]] = {}             # full blocks -> a finished request's first blocks
+    pending: list[tuple[float, int, tuple[int, ...]]] = []   # (done, full blocks, ids) not yet finished
+    primed: list[tuple[int, ...]] = []
+    rows = []
+    for i, a in enumerate(arrivals):
+        for done, full, ids in [p for p in pending if p[0] <= a.offset_s]:
+            finished[full] = ids[:full]
+        pending = [p for p in pending if p[0] > a.offset_s]
+        blocks = -(-a.tokens // block_size)
+        r = min(a.reusable_tokens // block_size, (a.tokens - 1) // block_size)
+        prefix: tuple[int, ...] = ()
+        if r > 0:
+            prefix = by_reusable.get(r) or finished.get(r) or ()
+            if not prefix:
+                prefix = fresh(r)
+                primed.append(prefix)
+            by_reusable[r] = prefix
+        ids = prefix + fresh(blocks - len(prefix))
+        if a.done_s is not None:
+            pending.append((a.done_s, a.tokens // block_size, ids))
+        rows.append(TraceRow(i + 1, a.offset_s if open_loop else 0.0, a.tokens, ids))
+    return Trace("(replay)", rows, block_tokens=block_size, primed=tuple(primed))
+
+
+# ---- the simulator that replays -------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class SimSpec:
+    """How to build the sim that stands in for the engine that ran."""
+
+    engine: str                   # the engine observed: sim or torch
+    model: str
+    hardware: str
+    pp: int
+    block_size: int
+    capacities: tuple[int, ...]
+    gpus_per_stage: int | None = None
+    cost_model: str = "auto"
+    cost_profile: str | None = None
+    perf_dir: str | None = None
+    host_work_scale: float = 1.0
+
+    def build(self) -> SimEngine:
+        return SimEngine(self.model, self.hardware, self.pp, self.block_size, list(self.capacities),
+                         self.gpus_per_stage, cost_profile=self.cost_profile,
+                         cost_model="auto" if self.cost_profile else self.cost_model, perf_dir=self.perf_dir,
+                         host_work_scale=self.host_work_scale)
+
+    @property
+    def describe(self) -> str:
+        if self.cost_profile:
+            return f"sim calibrated on the torch engine ({self.cost_profile})"
+        return f"sim: {self.model} on {self.hardware}, PP{self.pp}"
+
+
+NO_CALIBRATION = ("no calibration: a torch run is previewed in the sim calibrated to it; make a profile with "
+                  "`wavepp calibrate --engine torch --model {model} --pp {pp} --out FILE` and give it")
+
+
+def sim_spec(meta: Mapping[str, Any], cost_profile: str | None = None) -> SimSpec:
+    """The sim for a run described by ``meta`` (engine, model, hardware, pp, block_size, capacities;
+    a sim run's ``sim`` arguments). A torch run needs ``cost_profile``; WhatIfError says why not."""
+    from runtime.engines.calibrate import load_profile
+    engine, pp, block = str(meta.get("engine", "")), int(meta.get("pp") or 0), int(meta.get("block_size") or 64)
+    capacities = tuple(int(c) for c in meta.get("capacities") or ())
+    if pp < 1 or len(capacities) != pp:
+        raise WhatIfError("the run does not say its stages and their KV capacities: it cannot be replayed")
+    sim_args = dict(meta.get("sim") or {})
+    profile_path = cost_profile or sim_args.get("cost_profile")
+    if engine == "torch" and not profile_path:
+        raise WhatIfError(NO_CALIBRATION.format(model=meta.get("model") or "MODEL", pp=pp))
+    if engine not in ("sim", "torch"):
+        raise WhatIfError(f"cannot replay a run of engine {engine!r} (sim or torch)")
+    if profile_path:
+        try:
+            profile = load_profile(profile_path)
+        except ValueError as exc:
+            raise WhatIfError(str(exc)) from None
+        if profile["pp"] != pp:
+            raise WhatIfError(f"the cost profile {profile_path} was measured with pp={profile['pp']}; the run has {pp}")
+        if engine == "torch" and meta.get("model") and profile.get("model") != meta.get("model"):
+            raise WhatIfError(f"the cost profile {profile_path} was measured on {profile.get('model')}; "
+                              f"the run is {meta.get('model')}")
+        return SimSpec(engine, str(profile.get("model", "")), "", pp, block, capacities, cost_profile=profile_path)
+    model, hardware = sim_args.get("model") or meta.get("model"), sim_args.get("hardware") or meta.get("hardware")
+    if not model or not hardware:
+        raise WhatIfError("the run does not say which model and hardware the sim ran: it cannot be replayed")
+    return SimSpec(engine, str(model), str(hardware), pp, block, capacities, sim_args.get("gpus_per_stage"),
+                   sim_args.get("cost_model") or "auto", None, sim_args.get("perf_dir"),
+                   float(sim_args.get("host_work_scale", 1.0)))
+
+
+# ---- predictions ----------------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class Prediction:
+    knobs: dict[str, Any]
+    figures: RunFigures
+    seconds: float                # wall time the replay took
+
+    def idle_shares(self) -> dict[str, float]:
+        """Idle time by cause, summed over stages, as a share of P x makespan."""
+        return idle_shares(self.figures)
+
+
+def idle_shares(figures: RunFigures) -> dict[str, float]:
+    span = (figures.makespan_s or 0.0) * figures.pp
+    out: dict[str, float] = {}
+    for stage in figures.idle_causes_s:
+        for cause, s in stage.items():
+            out[cause] = out.get(cause, 0.0) + s
+    return {c: s / span for c, s in sorted(out.items(), key=lambda kv: -kv[1]) if span > 0 and s > 0}
+
+
+@dataclass(frozen=True, slots=True)
+class PreviewResult:
+    current: Prediction
+    proposed: Prediction
+    changes: dict[str, Any]
+    replay_note: str
+    sim: str
+
+    @property
+    def throughput_gain(self) -> float | None:
+        return gain(self.current.figures.input_tokens_per_s, self.proposed.figures.input_tokens_per_s)
+
+
+def gain(before: float | None, after: float | None) -> float | None:
+    return after / before - 1 if before and after is not None else None
+
+
+class _Deadline:
+    """Progress of several replays, and the time limit over all of them (checked per finished request)."""
+
+    def __init__(self, time_limit_s: float, runs: int, progress: Progress | None) -> None:
+        self.end = time.monotonic() + time_limit_s
+        self.limit = time_limit_s
+        self.runs = runs
+        self.index = 0
+        self.progress = progress
+
+    def __call__(self, label: str, done: int, total: int) -> None:
+        if time.monotonic() > self.end:
+            raise TimeLimit(f"the replay ran past its time limit of {self.limit:g} s")
+        if self.progress is not None:
+            self.progress(min(1.0, (self.index + done / max(total, 1)) / self.runs), label)
+
+
+def predict(replay: Replay, spec: SimSpec, knobs: Knobs, deadline: _Deadline, label: str) -> Prediction:
+    """One replay of ``replay`` under ``knobs`` (the same loop, the sim, virtual time)."""
+    engine = spec.build()
+    trace = rebuild_trace(replay.arrivals, spec.block_size, replay.open_loop)
+    workload = TraceWorkload(trace, spec.block_size, engine.vocab_size)
+    too_long = [a.tokens for a in replay.arrivals if a.tokens > engine.max_context]
+    if too_long:
+        raise WhatIfError(f"{len(too_long)} prompt(s) of up to {max(too_long)} tokens are longer than the "
+                          f"simulated model's context ({engine.max_context})")
+    cfg = BenchConfig(WorkloadSpec("trace", path="(replay)"), [replay.concurrency], [knobs.policy], None,
+                      knobs=knobs)
+    started = time.monotonic()
+    try:
+        # telemetry "off": the replay's spans stay in the process (figures only), never exported
+        record = run_one(engine, cfg, knobs.policy, replay.concurrency,
+                         lambda _label, done, total: deadline(label, done, total), "off", workload)
+    finally:
+        engine.close()
+    deadline.index += 1
+    return Prediction(knobs.as_dict(), record.figures, time.monotonic() - started)
+
+
+def check_replay(replay: Replay) -> None:
+    if len(replay.arrivals) < MIN_ARRIVALS:
+        raise WhatIfError(f"too few arrivals to replay: {replay.note or f'{len(replay.arrivals)} requests'}; "
+                          f"a preview needs at least {MIN_ARRIVALS} (widen the window or wait for more)")
+
+
+def preview(replay: Replay, spec: SimSpec, current: Knobs, proposed: Knobs,
+            time_limit_s: float = DEFAULT_TIME_LIMIT_S, progress: Progress | None = None) -> PreviewResult:
+    """The replay under the current and the proposed knobs, side by side."""
+    check_replay(replay)
+    deadline = _Deadline(time_limit_s, 2, progress)
+    now = predict(replay, spec, current, deadline, "current knobs")
+    then = predict(replay, spec, proposed, deadline, "proposed knobs")
+    old = current.as_dict()
+    changes = {k: v for k, v in proposed.as_dict().items() if old[k] != v}
+    return PreviewResult(now, then, changes, replay.note, spec.describe)
+
+
+# ---- suggest --------------------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class Goal:
+    """``throughput`` (highest input tokens/s) or ``latency`` (lowest p95 prefill latency among the
+    settings whose throughput stays at or above ``floor`` tokens/s; None: the current setting's)."""
+
+    kind: str = "throughput"
+    floor: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.kind not in GOALS:
+            raise WhatIfError(f"unknown goal {self.kind!r} (throughput or latency)")
+        if self.floor is not None and not (self.floor >= 0 and math.isfinite(self.floor)):
+            raise WhatIfError(f"the throughput floor must be a finite number >= 0, got {self.floor}")
+
+    def score(self, figures: RunFigures, floor: float) -> float | None:
+        """Higher is better; None: the setting does not qualify."""
+        tput, p95 = figures.input_tokens_per_s, figures.prefill_latency_p95_s
+        if tput is None:
+            return None
+        if self.kind == "throughput":
+            return tput
+        return -p95 if p95 is not None and tput >= floor else None
+
+    def describe(self, floor: float) -> str:
+        return "highest input throughput" if self.kind == "throughput" else \
+            f"lowest p95 prefill latency at >= {floor:,.0f} input tok/s"
+
+
+def suggest_grid(current: Knobs, num_stages: int, block_size: int) -> list[Knobs]:
+    """Wave budget M at half, the same and twice the current one; its floor b_min at a quarter and
+    half of M; the ring at P, 2P and 4P - the current setting first."""
+    def align(n: int) -> int:
+        return max(block_size, n // block_size * block_size)
+    out = [current]
+    for m in dict.fromkeys(align(current.max_wave_tokens * f) for f in (0.5, 1, 2)):
+        for b in dict.fromkeys(align(m // d) for d in (4, 2)):
+            for ring in (num_stages, 2 * num_stages, 4 * num_stages):
+                k = current.replace(max_wave_tokens=int(m), min_wave_tokens=int(b), ring=ring)
+                if k not in out:
+                    out.append(k)
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class Suggestion:
+    goal: str                     # what was optimised, in words
+    current: Prediction
+    best: Prediction
+    tried: list[Prediction] = field(default_factory=list)
+    planned: int = 0              # settings in the grid (more than tried: the time limit cut the search)
+    replay_note: str = ""
+    sim: str = ""
+
+    @property
+    def changes(self) -> dict[str, Any]:
+        return {k: v for k, v in self.best.knobs.items() if self.current.knobs[k] != v}
+
+    @property
+    def complete(self) -> bool:
+        return len(self.tried) >= self.planned
+
+
+def suggest(replay: Replay, spec: SimSpec, current: Knobs, goal: Goal,
+            time_limit_s: float = DEFAULT_TIME_LIMIT_S, progress: Progress | None = None) -> Suggestion:
+    """Search :func:`suggest_grid` on the replay for ``goal``; the best setting found within the time
+    limit (at least the current one, which must finish in time)."""
+    check_replay(replay)
+    grid = suggest_grid(current, spec.pp, spec.block_size)
+    deadline = _Deadline(time_limit_s, len(grid), progress)
+    base = predict(replay, spec, current, deadline, "current knobs")
+    floor = goal.floor if goal.floor is not None else (base.figures.input_tokens_per_s or 0.0)
+    tried = [base]
+    for i, knobs in enumerate(grid[1:], 2):
+        try:
+            tried.append(predict(replay, spec, knobs, deadline, f"setting {i}/{len(grid)}"))
+        except TimeLimit:
+            break
+    scored = [(goal.score(p.figures, floor), -n, p) for n, p in enumerate(tried)]
+    ranked = sorted(((s, n, p) for s, n, p in scored if s is not None), key=lambda x: (x[0], x[1]), reverse=True)
+    best = ranked[0][2] if ranked else base
+    return Suggestion(goal.describe(floor), base, best, tried, len(grid), replay.note, spec.describe)
+
+
+# ---- after Apply ----------------------------------------------------------------------------------
+def observed_since(spans: Sequence[Span], since_ns: int, num_stages: int,
+                   meta: Mapping[str, Any] | None = None) -> RunFigures:
+    """The run's figures over the requests that arrived at or after ``since_ns`` (a knob change)."""
+    after = [s for s in spans if s["t0"] >= since_ns]
+    base = {"policy": "", "engine": "", "model": "", "hardware": "", "concurrency": 0, "workload": "",
+            "inline_admission": False}
+    return compute_figures(after, num_stages, {**base, **(meta or {})})
+
+
+# ---- from a run's record ----------------------------------------------------------------------------
+def replay_of(spans: Sequence[Span], meta: Mapping[str, Any], window_s: float | None = DEFAULT_WINDOW_S) -> Replay:
+    """The arrivals to replay from a run's spans; its concurrency and loop kind from ``meta`` (a
+    saved run's, or what a live source knows), else estimated from the spans."""
+    arrivals, note = arrivals_from_spans(spans, window_s)
+    concurrency = int(meta.get("concurrency") or 0) or max_outstanding(arrivals)
+    return Replay(tuple(arrivals), concurrency, str(meta.get("workload", "")).startswith("trace:"), note)
+
+
+def knobs_at_end(meta: Mapping[str, Any], knob_changes: Sequence[Mapping[str, Any]]) -> Knobs:
+    """The knobs a saved run ended with: its starting knobs and every change it recorded."""
+    from runtime.knobs import KnobError, from_changes
+    values = dict(meta.get("knobs") or {})
+    for change in knob_changes:
+        values.update(change.get("changes") or {})
+    try:
+        return from_changes(values, {})
+    except KnobError as exc:
+        raise WhatIfError(f"the run's knobs are not valid: {exc}") from None

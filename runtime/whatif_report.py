@@ -1,0 +1,85 @@
+"""What-if results as rows: the side-by-side table the CLI prints and the Knobs page draws, and JSON."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from runtime.report import RunFigures, fmt
+from runtime.whatif import PreviewResult, Suggestion, gain, idle_shares
+
+Row = tuple[str, str, str, str]          # figure, current, proposed (or observed), change
+
+# (label, value of the figures, format, scale, True: relative change else absolute)
+_FIGURES: list[tuple[str, Callable[[RunFigures], float | None], str, float, bool]] = [
+    ("input tok/s", lambda f: f.input_tokens_per_s, ",.0f", 1.0, True),
+    ("pipeline efficiency", lambda f: f.pipeline_efficiency, ".3f", 1.0, False),
+    ("prefill p50 (ms)", lambda f: f.prefill_latency_p50_s, ",.1f", 1e3, True),
+    ("prefill p95 (ms)", lambda f: f.prefill_latency_p95_s, ",.1f", 1e3, True),
+]
+TOP_CAUSES = 4
+
+
+def _change(a: float | None, b: float | None, relative: bool) -> str:
+    if a is None or b is None:
+        return "-"
+    if relative:
+        return fmt(gain(a, b), "+.1%")
+    return f"{b - a:+.3f}"
+
+
+def compare_rows(a: RunFigures, b: RunFigures) -> list[Row]:
+    """Figure by figure, ``a`` then ``b`` and the change; then the idle causes (share of P x makespan)
+    that weigh most in either."""
+    rows: list[Row] = []
+    for label, get, spec, scale, relative in _FIGURES:
+        va, vb = get(a), get(b)
+        rows.append((label, fmt(va, spec, scale), fmt(vb, spec, scale), _change(va, vb, relative)))
+    rows.append(("requests completed", str(a.completed), str(b.completed), f"{b.completed - a.completed:+d}"))
+    ia, ib = idle_shares(a), idle_shares(b)
+    causes = sorted(set(list(ia)[:TOP_CAUSES]) | set(list(ib)[:TOP_CAUSES]),
+                    key=lambda c: -max(ia.get(c, 0.0), ib.get(c, 0.0)))
+    for cause in causes:
+        va, vb = ia.get(cause, 0.0), ib.get(cause, 0.0)
+        rows.append((f"idle: {cause}", f"{va:.1%}", f"{vb:.1%}", f"{(vb - va) * 100:+.1f} pt"))
+    return rows
+
+
+def table(rows: list[Row], headers: tuple[str, str, str, str]) -> str:
+    """Plain text, columns aligned."""
+    widths = [max(len(r[i]) for r in [headers, *rows]) for i in range(4)]
+    lines = ["  ".join(h.ljust(w) if i == 0 else h.rjust(w) for i, (h, w) in enumerate(zip(r, widths, strict=True)))
+             for r in [headers, *rows]]
+    return "\n".join(lines)
+
+
+def preview_dict(result: PreviewResult) -> dict[str, Any]:
+    return {"changes": result.changes, "replay": result.replay_note, "sim": result.sim,
+            "current": {"knobs": result.current.knobs, "figures": result.current.figures.as_dict(),
+                        "seconds": result.current.seconds},
+            "proposed": {"knobs": result.proposed.knobs, "figures": result.proposed.figures.as_dict(),
+                         "seconds": result.proposed.seconds},
+            "throughput_gain": result.throughput_gain}
+
+
+def suggestion_dict(s: Suggestion) -> dict[str, Any]:
+    return {"goal": s.goal, "changes": s.changes, "replay": s.replay_note, "sim": s.sim,
+            "tried": len(s.tried), "planned": s.planned,
+            "throughput_gain": gain(s.current.figures.input_tokens_per_s, s.best.figures.input_tokens_per_s),
+            "current": s.current.figures.as_dict(), "best": s.best.figures.as_dict(),
+            "settings": [{"knobs": {k: p.knobs[k] for k in ("max_wave_tokens", "min_wave_tokens", "ring")},
+                          "input_tokens_per_s": p.figures.input_tokens_per_s,
+                          "prefill_latency_p95_s": p.figures.prefill_latency_p95_s,
+                          "pipeline_efficiency": p.figures.pipeline_efficiency} for p in s.tried]}
+
+
+def suggestion_line(s: Suggestion) -> str:
+    """One line: what it proposes and the predicted gain (or that the current setting is best)."""
+    searched = f"{len(s.tried)} of {s.planned} settings" + ("" if s.complete else " (time limit)")
+    if not s.changes:
+        return f"goal {s.goal}: the current knobs are the best of {searched}"
+    change = ", ".join(f"{k}={v}" for k, v in s.changes.items())
+    tput = gain(s.current.figures.input_tokens_per_s, s.best.figures.input_tokens_per_s)
+    p95a, p95b = s.current.figures.prefill_latency_p95_s, s.best.figures.prefill_latency_p95_s
+    return (f"goal {s.goal}: set {change} - predicted input throughput {fmt(tput, '+.1%')}, "
+            f"p95 prefill {fmt(gain(p95a, p95b), '+.1%')} (best of {searched})")
