@@ -21,8 +21,8 @@ from runtime.loop import LoopResult, PipelineLoop
 from runtime.policies import get_policy
 from runtime.report import RunFigures, compute_figures
 from runtime.runfile import RunInfo, SavedRun
-from runtime.watchdog import DEFAULT_STALL_TIMEOUT_S
 from runtime.traces import TraceWorkload
+from runtime.watchdog import DEFAULT_STALL_TIMEOUT_S
 from runtime.workloads import Workload, WorkloadSpec, make_workload
 from store.base import Store
 from store.urls import StoreUrl

@@ -270,7 +270,7 @@ def build_parser() -> _Parser:
             w.add_argument("--floor", type=positive_float, default=None, metavar="TOKENS_PER_S",
                            help="latency goal: the least input throughput (default: the current knobs' predicted)")
         w.add_argument("--cost-profile", default=None,
-                       help="the `wavepp calibrate` profile a torch run is replayed with (a sim run uses its own model)")
+                       help="the `wavepp calibrate` profile a torch run is replayed with (a sim run: its own model)")
         w.add_argument("--window", type=positive_float, default=None, metavar="SECONDS",
                        help="replay the arrivals of the run's last SECONDS (default: the whole run)")
         w.add_argument("--time-limit", type=positive_float, default=60.0, metavar="SECONDS",
@@ -706,7 +706,8 @@ def cmd_suggest(args: argparse.Namespace) -> int:
             print(file=sys.stderr)
     print(suggestion_line(result))
     print(f"(replayed {result.replay_note} in the {result.sim}; nothing was applied)")
-    print(table(compare_rows(result.current.figures, result.best.figures), ("figure", "current", "suggested", "change")))
+    rows = compare_rows(result.current.figures, result.best.figures)
+    print(table(rows, ("figure", "current", "suggested", "change")))
     if args.json_path:
         data = json.dumps(suggestion_dict(result), indent=1)
         write_output(args.json_path, lambda p: Path(p).write_text(data))

@@ -116,7 +116,7 @@ def rebuild_trace(arrivals: Sequence[Arrival], block_size: int, open_loop: bool)
     primed: list[tuple[int, ...]] = []
     rows = []
     for i, a in enumerate(arrivals):
-        for done, full, ids in [p for p in pending if p[0] <= a.offset_s]:
+        for _, full, ids in sorted(p for p in pending if p[0] <= a.offset_s):   # the latest wins
             finished[full] = ids[:full]
         pending = [p for p in pending if p[0] > a.offset_s]
         blocks = -(-a.tokens // block_size)
@@ -332,7 +332,7 @@ def suggest_grid(current: Knobs, num_stages: int, block_size: int) -> list[Knobs
     def align(n: int) -> int:
         return max(block_size, n // block_size * block_size)
     out = [current]
-    for m in dict.fromkeys(align(current.max_wave_tokens * f) for f in (0.5, 1, 2)):
+    for m in dict.fromkeys(align(int(current.max_wave_tokens * f)) for f in (0.5, 1, 2)):
         for b in dict.fromkeys(align(m // d) for d in (4, 2)):
             for ring in (num_stages, 2 * num_stages, 4 * num_stages):
                 k = current.replace(max_wave_tokens=int(m), min_wave_tokens=int(b), ring=ring)
