@@ -184,6 +184,15 @@ class RemoteRuntime:
         self._args = (engine_args, runtime_args, timeout_s)
         self._spawn()
 
+    @property
+    def engine_args(self) -> dict[str, Any]:
+        """What the runtime's engine was built from (``make_engine``): a what-if replay rebuilds its sim."""
+        return dict(self._args[0])
+
+    @property
+    def runtime_args(self) -> dict[str, Any]:
+        return dict(self._args[1])
+
     def _spawn(self) -> None:
         engine_args, runtime_args, timeout_s = self._args
         ctx = multiprocessing.get_context("spawn")

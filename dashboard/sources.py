@@ -62,6 +62,11 @@ class Source(Protocol):
         """Saved runs this source can offer to the Compare page."""
         ...
 
+    def run_meta(self, snap: Snapshot) -> dict[str, Any]:
+        """What a what-if replay needs to know of the run shown (:func:`runtime.whatif.sim_spec`):
+        engine, model, hardware, pp, block size, capacities, concurrency, workload - what the source knows."""
+        ...
+
 
 def stages_from(spans: list[dict[str, Any]], status: list[dict[str, Any]]) -> tuple[int, list[int]]:
     if status and status[-1].get("stages"):
@@ -103,6 +108,14 @@ class RunFileSource:
 
     def write_knobs(self, changes: dict[str, Any]) -> KnobsRecord:
         raise StoreError("a saved run is read-only: start the dashboard on a live store to change knobs")
+
+    def run_meta(self, snap: Snapshot) -> dict[str, Any]:
+        run = next((r for r in self._runs if r.id == snap.run_id), None)
+        if run is None:
+            return {}
+        meta = dict(run.meta)
+        meta["knob_changes"] = run.knob_changes
+        return meta
 
 
 class _RunLog:
@@ -192,6 +205,11 @@ class StoreSource:
         return Snapshot(chosen, runs.get(chosen, "(no run yet)"), spans, stages, caps, knobs, history, status,
                         True, error, runs, _position(chosen, received, status, knobs, history), received)
 
+    def run_meta(self, snap: Snapshot) -> dict[str, Any]:
+        """The store holds no engine description: only the stages the status records show."""
+        return {"pp": snap.num_stages, "capacities": snap.capacities,
+                "block_size": snap.knobs.deployment.block_size if snap.knobs and snap.knobs.deployment else 64}
+
     def write_knobs(self, changes: dict[str, Any]) -> KnobsRecord:
         from store.redis_store import RedisStore
 
@@ -253,3 +271,19 @@ class EmbeddedSource:
     def write_knobs(self, changes: dict[str, Any]) -> KnobsRecord:
         record: KnobsRecord = self.runtime.set_knobs(changes)
         return record
+
+    def run_meta(self, snap: Snapshot) -> dict[str, Any]:
+        """From the arguments the runtime was started with, and its stages as its status shows them."""
+        engine_args, runtime_args = getattr(self.runtime, "engine_args", {}), getattr(self.runtime, "runtime_args", {})
+        kind = engine_args.get("kind", "")
+        deployment = snap.knobs.deployment if snap.knobs else None
+        meta: dict[str, Any] = {
+            "engine": kind, "model": engine_args.get("model"), "hardware": engine_args.get("hardware"),
+            "pp": snap.num_stages, "capacities": snap.capacities,
+            "block_size": deployment.block_size if deployment else engine_args.get("block_size", 64),
+            "concurrency": runtime_args.get("concurrency"), "workload": runtime_args.get("workload", "")}
+        if kind == "sim":
+            meta["sim"] = {k: engine_args.get(k) for k in ("model", "hardware", "gpus_per_stage", "cost_model",
+                                                            "cost_profile", "perf_dir", "time_scale")
+                           if engine_args.get(k) is not None}
+        return meta

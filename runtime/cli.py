@@ -219,6 +219,8 @@ def build_parser() -> _Parser:
                    help="embedded runtime: prompt length (torch 1024, sim 8192)")
     d.add_argument("--policy", default="wavepp", help="embedded runtime: starting policy (a knob)")
     d.add_argument("--time-scale", type=positive_float, default=1.0, help="embedded sim: stretch modelled step times")
+    d.add_argument("--cost-profile", default=None,
+                   help="the `wavepp calibrate` profile the Knobs page's Preview and Suggest replay a torch run with")
 
     k = sub.add_parser("knobs", help="show the scheduling knobs in a store, or change them (validated)")
     k.add_argument("--store", required=True, help="redis://host:port/db[?cluster=name]")
@@ -557,6 +559,13 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
     import os
 
     from store.base import StoreError
+    if args.cost_profile:
+        from runtime.engines.calibrate import load_profile
+        try:
+            load_profile(args.cost_profile)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+        os.environ["WAVEPP_COST_PROFILE"] = os.path.abspath(args.cost_profile)   # dashboard.screens.whatif
     if args.run:
         from runtime.runfile import load_runs
         try:

@@ -151,12 +151,14 @@ class SimSpec:
     cost_profile: str | None = None
     perf_dir: str | None = None
     host_work_scale: float = 1.0
+    time_scale: float = 1.0       # a real-time sim's stretch of its modelled step times
 
     def build(self) -> SimEngine:
+        """The sim in virtual time (the time scale still stretches its modelled step times)."""
         return SimEngine(self.model, self.hardware, self.pp, self.block_size, list(self.capacities),
                          self.gpus_per_stage, cost_profile=self.cost_profile,
                          cost_model="auto" if self.cost_profile else self.cost_model, perf_dir=self.perf_dir,
-                         host_work_scale=self.host_work_scale)
+                         host_work_scale=self.host_work_scale, time_scale=self.time_scale)
 
     @property
     def describe(self) -> str:
@@ -193,13 +195,14 @@ def sim_spec(meta: Mapping[str, Any], cost_profile: str | None = None) -> SimSpe
         if engine == "torch" and meta.get("model") and profile.get("model") != meta.get("model"):
             raise WhatIfError(f"the cost profile {profile_path} was measured on {profile.get('model')}; "
                               f"the run is {meta.get('model')}")
-        return SimSpec(engine, str(profile.get("model", "")), "", pp, block, capacities, cost_profile=profile_path)
+        return SimSpec(engine, str(profile.get("model", "")), "", pp, block, capacities, cost_profile=profile_path,
+                       time_scale=float(sim_args.get("time_scale", 1.0)))
     model, hardware = sim_args.get("model") or meta.get("model"), sim_args.get("hardware") or meta.get("hardware")
     if not model or not hardware:
         raise WhatIfError("the run does not say which model and hardware the sim ran: it cannot be replayed")
     return SimSpec(engine, str(model), str(hardware), pp, block, capacities, sim_args.get("gpus_per_stage"),
                    sim_args.get("cost_model") or "auto", None, sim_args.get("perf_dir"),
-                   float(sim_args.get("host_work_scale", 1.0)))
+                   float(sim_args.get("host_work_scale", 1.0)), float(sim_args.get("time_scale", 1.0)))
 
 
 # ---- predictions ----------------------------------------------------------------------------------

@@ -1,31 +1,49 @@
-"""Knobs: the scheduling knobs now, a form that validates before writing, and their history."""
+"""Knobs: the scheduling knobs now, a form that validates before writing (or previews the change in the
+simulator first: :mod:`dashboard.screens.whatif`), and their history."""
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import datetime
+from typing import Any
 
 import pandas as pd
 import streamlit as st
 
 from dashboard.knob_form import field_types, parse, stored
+from dashboard.screens import whatif
 from dashboard.view import View
+from dashboard.whatif_jobs import saved_knobs
 from runtime.knobs import HELP, Deployment, KnobError, Knobs, choices, describe
+from runtime.whatif import WhatIfError
 from store.base import StoreError
 
 
 def render_knobs(view: View) -> None:
     st.header("Knobs")
     record = view.snap.knobs
+    meta = view.source.run_meta(view.snap)
+    opts = whatif.settings(view, meta)
     if record is None:
         changed = "Its knob changes are listed below." if view.snap.knob_history else "No knob changed during it."
-        st.info(f"This source has no live knobs (a saved run). {changed}")
+        st.info(f"This source has no live knobs (a saved run). {changed} Preview a change of the knobs it ended "
+                f"with below.")
+        try:
+            current = saved_knobs(meta)
+        except WhatIfError:
+            current = Knobs()
+        deployment = Deployment(int(meta.get("block_size") or 64), view.snap.num_stages) if meta else None
+        _form(view, current, deployment, meta, opts)
     else:
         if record.note:
             st.warning(f"Knobs in the store: {record.note}")
         where = (f"; checked against the running deployment (block size {record.deployment.block_size}, "
                  f"{record.deployment.num_stages} stages)" if record.deployment else "")
         st.caption(f"version {record.version} — the runtime applies a new version at its next wave boundary{where}")
-        _form(view, stored(record.values), record.deployment)
+        current = stored(record.values)
+        _form(view, current, record.deployment, meta, opts)
+    whatif.results(view)
+    whatif.suggest_controls(view, meta, opts, current)
     if view.snap.knob_history:
         rows = [{"version": h["version"], "time": datetime.fromtimestamp(h["time"]).isoformat(timespec="seconds")
                  if h["time"] > 1e9 else f"{h['time']:.3f}",
@@ -52,7 +70,9 @@ def _help_table() -> None:
                                    for name, info in HELP.items()]), hide_index=True)
 
 
-def _form(view: View, current: Knobs, deployment: Deployment | None) -> None:
+def _form(view: View, current: Knobs, deployment: Deployment | None, meta: dict[str, Any],
+          opts: dict[str, Any]) -> None:
+    """The knobs; Apply writes them (a live source), Preview replays the recent arrivals under them first."""
     types = field_types()
     values: dict[str, object] = {}
     slots = {}
@@ -71,17 +91,22 @@ def _form(view: View, current: Knobs, deployment: Deployment | None) -> None:
             else:
                 values[name] = col.text_input(name, value=str(value), key=f"knob_{name}", help=help_)
             slots[name] = col.empty()                    # this field's error goes right under it
-        submitted = st.form_submit_button("Apply")
-    if not submitted:
+        buttons = st.columns([1, 1, 6])
+        submitted = view.snap.live and buttons[0].form_submit_button("Apply")
+        previewed = buttons[1].form_submit_button("Preview", disabled=whatif.running())
+    if not submitted and not previewed:
         return
     changes, errors = parse(values, current, deployment)
     for name, message in errors.items():
         (slots.get(name) or st).error(message)
     if errors:
-        st.warning("Nothing was written: fix the fields marked above.")
+        st.warning(f"Nothing was {'previewed' if previewed else 'written'}: fix the fields marked above.")
         return
     if not changes:
         st.info("No knob changed.")
+        return
+    if previewed:
+        whatif.start_preview(view, meta, opts, current, dataclasses.replace(current, **changes))
         return
     try:
         record = view.source.write_knobs(changes)
@@ -93,3 +118,4 @@ def _form(view: View, current: Knobs, deployment: Deployment | None) -> None:
         st.error(str(exc))
         return
     st.success(f"Wrote version {record.version}: " + ", ".join(f"{k}={v}" for k, v in changes.items()))
+    whatif.remember_applied(changes, record.version)

@@ -64,7 +64,8 @@ class SimEngine:
         # What rebuilds this sim in virtual time (a what-if replay of one of its runs: runtime.whatif).
         self.replay_args: dict[str, Any] = {
             "model": model, "hardware": hardware, "gpus_per_stage": gpus_per_stage, "cost_model": cost_model,
-            "cost_profile": cost_profile, "perf_dir": perf_dir, "host_work_scale": host_work_scale}
+            "cost_profile": cost_profile, "perf_dir": perf_dir, "host_work_scale": host_work_scale,
+            "time_scale": time_scale}
         self.store_url = parse_store_url(store_url)
         self.realtime = realtime
         self.time_scale = time_scale

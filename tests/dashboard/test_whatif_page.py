@@ -1,0 +1,145 @@
+"""The Knobs page's Preview and Suggest: they run off the render path and show their result side by
+side; a preview that cannot run says why; bad input starts nothing."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from runtime.bench import BenchConfig, run_one
+from runtime.engines.calibrate import FORMAT
+from runtime.engines.coordination import DEFAULT_COSTS
+from runtime.engines.sim.engine import SimEngine
+from runtime.knobs import Knobs
+from runtime.runfile import save_runs
+from runtime.workloads import parse_workload
+
+from .conftest import APP  # type: ignore[import-not-found]
+
+
+@pytest.fixture(scope="module")
+def ring1_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A sim run with one wave in flight on four stages (a change of the ring must help)."""
+    engine = SimEngine("llama-3-8b", "h200", 4, kv_blocks=[3000])
+    knobs = Knobs(max_wave_tokens=8192, min_wave_tokens=4096, ring=1)
+    cfg = BenchConfig(parse_workload("reuse90"), [16], ["wavepp"], 64, prompt_tokens=4096, knobs=knobs)
+    path = tmp_path_factory.mktemp("whatif") / "ring1.json"
+    save_runs(path, [run_one(engine, cfg, "wavepp", 16).saved()])
+    return path
+
+
+def knobs_page(source: str) -> AppTest:
+    os.environ["WAVEPP_DASHBOARD"] = source
+    at = AppTest.from_file(APP, default_timeout=60)
+    at.session_state["page"] = "Knobs"
+    at.run()
+    assert not at.exception
+    return at
+
+
+def button(at: AppTest, label: str):  # type: ignore[no-untyped-def]
+    return next(b for b in at.button if b.label == label)
+
+
+def field(at: AppTest, label: str):  # type: ignore[no-untyped-def]
+    return next(w for w in at.text_input if w.label == label)
+
+
+def wait_for_result(at: AppTest, timeout_s: float = 90) -> AppTest:
+    """Rerun the page until the job's result (or its error) is drawn instead of its progress."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        job = at.session_state["whatif_job"] if "whatif_job" in at.session_state else None
+        if job is not None and not job.running:
+            at.run()
+            assert not at.exception
+            return at
+        time.sleep(0.2)
+    raise AssertionError("the what-if job did not finish")
+
+
+def table(at: AppTest, first_column: str) -> dict[str, list[str]]:
+    frame = next(d.value for d in at.dataframe if d.value.columns[0] == "figure" and first_column in d.value.columns)
+    return {row["figure"]: list(row)[1:] for _, row in frame.iterrows()}
+
+
+def test_preview_of_a_saved_sim_run_shows_both_settings_side_by_side(ring1_run: Path, dashboard_env: None) -> None:
+    at = knobs_page(f"run:{ring1_run}")
+    assert [b.label for b in at.button if b.label in ("Apply", "Preview")] == ["Preview"]   # read-only: no Apply
+    field(at, "ring").input("8")
+    button(at, "Preview").click().run()
+    assert "whatif_job" in at.session_state
+    wait_for_result(at)
+    assert not at.error, [e.value for e in at.error]
+    assert any("ring=8: replayed the 64 requests of the last 60 s" in c.value for c in at.caption)
+    rows = table(at, "proposed")
+    current, proposed, change = rows["input tok/s"]
+    assert float(proposed.replace(",", "")) > 1.5 * float(current.replace(",", ""))
+    assert change.startswith("+")
+    assert any(k.startswith("idle: ring_full") for k in rows)
+
+
+def profile_file(tmp_path: Path) -> Path:
+    coef = {"c": 2e-3, "c_chunk": 1e-4, "gamma": 1e-7, "beta": 2e-5, "alpha_lx": 1e-9, "alpha_xx": 2e-9}
+    path = tmp_path / "profile.json"
+    path.write_text(json.dumps({
+        "format": FORMAT, "engine": "torch", "model": "tiny-llama", "pp": 4, "block_size": 64, "vocab_size": 32000,
+        "max_context": 8192, "capacities": [3000] * 4, "threads": 1, "stages": [coef] * 4, "samples": [[]] * 4,
+        "coordination": DEFAULT_COSTS.as_dict()}))
+    return path
+
+
+def test_preview_of_a_torch_run_without_and_with_calibration(ring1_run: Path, tmp_path: Path,
+                                                             dashboard_env: None) -> None:
+    data = json.loads(ring1_run.read_text())
+    data["runs"][0]["meta"] |= {"engine": "torch", "model": "tiny-llama", "hardware": "cpu", "sim": None}
+    torch_run = tmp_path / "torch.json"
+    torch_run.write_text(json.dumps(data))
+    at = knobs_page(f"run:{torch_run}")
+    field(at, "ring").input("8")
+    button(at, "Preview").click().run()
+    errors = [e.value for e in at.error]
+    assert any("Cannot preview: no calibration" in e and "wavepp calibrate --engine torch" in e for e in errors), errors
+    assert "whatif_job" not in at.session_state
+    field(at, "calibration profile (wavepp calibrate)").input(str(profile_file(tmp_path)))
+    button(at, "Preview").click().run()
+    wait_for_result(at)
+    assert not at.error, [e.value for e in at.error]
+    assert any("in the sim calibrated on the torch engine" in c.value for c in at.caption)
+    assert "input tok/s" in table(at, "proposed")
+
+
+def test_suggest_proposes_a_setting_and_applies_nothing(ring1_run: Path, dashboard_env: None) -> None:
+    at = knobs_page(f"run:{ring1_run}")
+    button(at, "Suggest").click().run()
+    wait_for_result(at, 180)
+    assert not at.error, [e.value for e in at.error]
+    line = at.success[0].value
+    assert line.startswith("goal highest input throughput: set ") and "predicted input throughput +" in line
+    assert "ring=" in line
+    assert "input tok/s" in table(at, "suggested")
+    assert not any(b.label == "Apply suggested knobs" for b in at.button)     # a saved run: read-only
+
+
+def test_bad_input_in_the_form_starts_no_preview(ring1_run: Path, dashboard_env: None) -> None:
+    at = knobs_page(f"run:{ring1_run}")
+    field(at, "ring").input("eight")
+    field(at, "min_wave_tokens").input("65536")
+    button(at, "Preview").click().run()
+    errors = [e.value for e in at.error]
+    assert any("expected an integer" in e for e in errors) and any("b_min 65536 > M 8192" in e for e in errors)
+    assert "Nothing was previewed: fix the fields marked above" in at.warning[0].value
+    assert "whatif_job" not in at.session_state
+
+
+def test_a_store_source_says_why_it_cannot_preview(dashboard_env: None) -> None:
+    import uuid
+    at = knobs_page(f"store:redis://127.0.0.1:6379/13?cluster=whatif-{uuid.uuid4().hex[:8]}")
+    field(at, "ring").input("8")
+    button(at, "Preview").click().run()
+    assert any("Cannot preview: this source does not say which engine" in e.value for e in at.error)
