@@ -23,9 +23,11 @@ class Job:
     """One what-if computation in a daemon thread: its progress while it runs, then its result or the
     one-line reason it could not run."""
 
-    def __init__(self, kind: str, work: Callable[[Callable[[float, str], None]], Any], time_limit_s: float) -> None:
+    def __init__(self, kind: str, work: Callable[[Callable[[float, str], None]], Any], time_limit_s: float,
+                 replay: Replay | None = None) -> None:
         self.kind = kind                      # "preview" | "suggest"
         self.time_limit_s = time_limit_s
+        self.replay = replay                  # what it replays (the page checks the current knobs against the run)
         self.started = time.monotonic()
         self.fraction = 0.0
         self.label = "starting"

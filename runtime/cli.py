@@ -636,8 +636,9 @@ def _start_embedded(args: argparse.Namespace) -> None:
         raise UsageError(remote.error)
 
 
-def _whatif_inputs(args: argparse.Namespace) -> tuple[Any, Any, Any]:
-    """(replay, sim, current knobs) of the saved run ``args`` names; UsageError says what is wrong."""
+def _whatif_inputs(args: argparse.Namespace) -> tuple[Any, Any, Any, Any]:
+    """(replay, sim, current knobs, the run's own figures over the replayed arrivals) of the saved run
+    ``args`` names; UsageError says what is wrong."""
     from runtime import whatif
     from runtime.runfile import load_runs
     try:
@@ -648,7 +649,8 @@ def _whatif_inputs(args: argparse.Namespace) -> tuple[Any, Any, Any]:
         spec = whatif.sim_spec(run.meta, args.cost_profile)
         replay = whatif.replay_of(run.spans, run.meta, args.window)
         whatif.check_replay(replay)
-        return replay, spec, whatif.knobs_at_end(run.meta, run.knob_changes)
+        observed = whatif.observed_over(run.spans, replay, spec.pp)
+        return replay, spec, whatif.knobs_at_end(run.meta, run.knob_changes), observed
     except ValueError as exc:
         raise UsageError(str(exc)) from None
 
@@ -663,8 +665,8 @@ def _whatif_progress() -> Any:
 def cmd_preview(args: argparse.Namespace) -> int:
     from runtime import whatif
     from runtime.knobs import Deployment, KnobError, from_changes, parse_texts
-    from runtime.whatif_report import compare_rows, preview_dict, table
-    replay, spec, current = _whatif_inputs(args)
+    from runtime.whatif_report import compare_rows, preview_dict, replay_check, table
+    replay, spec, current, observed = _whatif_inputs(args)
     raw = {}
     for item in args.changes:
         name, sep, value = item.partition("=")
@@ -693,6 +695,7 @@ def cmd_preview(args: argparse.Namespace) -> int:
           f"replayed {result.replay_note} in the {result.sim}")
     print(table(compare_rows(result.current.figures, result.proposed.figures),
                 ("figure", "current", "proposed", "change")))
+    print(replay_check(result.current.figures, observed))
     if args.json_path:
         data = json.dumps(preview_dict(result), indent=1)
         write_output(args.json_path, lambda p: Path(p).write_text(data))
@@ -701,8 +704,8 @@ def cmd_preview(args: argparse.Namespace) -> int:
 
 def cmd_suggest(args: argparse.Namespace) -> int:
     from runtime import whatif
-    from runtime.whatif_report import compare_rows, suggestion_dict, suggestion_line, table
-    replay, spec, current = _whatif_inputs(args)
+    from runtime.whatif_report import compare_rows, replay_check, suggestion_dict, suggestion_line, table
+    replay, spec, current, observed = _whatif_inputs(args)
     try:
         goal = whatif.Goal(args.goal, args.floor)
         result = whatif.suggest(replay, spec, current, goal, args.time_limit, _whatif_progress())
@@ -717,6 +720,7 @@ def cmd_suggest(args: argparse.Namespace) -> int:
     print(f"(replayed {result.replay_note} in the {result.sim}; nothing was applied)")
     rows = compare_rows(result.current.figures, result.best.figures)
     print(table(rows, ("figure", "current", "suggested", "change")))
+    print(replay_check(result.current.figures, observed))
     if args.json_path:
         data = json.dumps(suggestion_dict(result), indent=1)
         write_output(args.json_path, lambda p: Path(p).write_text(data))

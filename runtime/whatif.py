@@ -67,15 +67,18 @@ class Replay:
     concurrency: int              # the most requests outstanding (a closed loop's c)
     open_loop: bool               # True: at the arrivals' own offsets (a trace); False: as fast as c allows
     note: str = ""                # which arrivals: "the 212 requests of the last 60 s"
+    start_ns: int = 0             # the first and the last one's arrival on the run's span clock
+    end_ns: int = 0
 
 
 def arrivals_from_spans(spans: Sequence[Span], window_s: float | None = DEFAULT_WINDOW_S,
-                        limit: int = MAX_ARRIVALS) -> tuple[list[Arrival], str]:
+                        limit: int = MAX_ARRIVALS) -> tuple[list[Arrival], str, int]:
     """The requests that arrived in the last ``window_s`` seconds of the spans (None: all), the most
-    recent ``limit`` of them, and a note saying which. Requests still in flight have no span yet."""
+    recent ``limit`` of them, a note saying which, and the first one's arrival (ns). Requests still
+    in flight have no span yet."""
     reqs = sorted((s for s in spans if s["n"] == N.REQUEST), key=lambda s: s["t0"])
     if not reqs:
-        return [], "no request has finished yet"
+        return [], "no request has finished yet", 0
     end = max(s["t1"] for s in reqs)
     if window_s is not None:
         reqs = [s for s in reqs if s["t0"] >= end - window_s * 1e9]
@@ -88,7 +91,7 @@ def arrivals_from_spans(spans: Sequence[Span], window_s: float | None = DEFAULT_
     out = [Arrival((s["t0"] - origin) / 1e9, int(s["a"].get(N.GEN_AI_INPUT_TOKENS, 0)),
                    int(s["a"].get(N.REUSABLE_TOKENS, 0)), None if "err" in s else (s["t1"] - origin) / 1e9)
            for s in reqs]
-    return [a for a in out if a.tokens > 0], note
+    return [a for a in out if a.tokens > 0], note, origin
 
 
 def max_outstanding(arrivals: Sequence[Arrival]) -> int:
@@ -282,6 +285,12 @@ def predict(replay: Replay, spec: SimSpec, knobs: Knobs, deadline: _Deadline, la
     return Prediction(knobs.as_dict(), record.figures, time.monotonic() - started)
 
 
+def observed_over(spans: Sequence[Span], replay: Replay, num_stages: int) -> RunFigures:
+    """What the run itself did over the replayed arrivals (the replay of its current knobs is checked
+    against it)."""
+    return observed_since(spans, replay.start_ns, num_stages, replay.end_ns)
+
+
 def check_replay(replay: Replay) -> None:
     if len(replay.arrivals) < MIN_ARRIVALS:
         raise WhatIfError(f"too few arrivals to replay: {replay.note or f'{len(replay.arrivals)} requests'}; "
@@ -385,10 +394,14 @@ def suggest(replay: Replay, spec: SimSpec, current: Knobs, goal: Goal,
 
 
 # ---- after Apply ----------------------------------------------------------------------------------
-def observed_since(spans: Sequence[Span], since_ns: int, num_stages: int,
+def observed_since(spans: Sequence[Span], since_ns: int, num_stages: int, until_ns: int | None = None,
                    meta: Mapping[str, Any] | None = None) -> RunFigures:
-    """The run's figures over the requests that arrived at or after ``since_ns`` (a knob change)."""
-    after = [s for s in spans if s["t0"] >= since_ns]
+    """The run's figures over the requests that arrived at or after ``since_ns`` (a knob change), up to
+    ``until_ns`` (None: all since), and every step that started from then until the last of them ended."""
+    until = until_ns if until_ns is not None else max((s["t0"] for s in spans), default=0)
+    reqs = [s for s in spans if s["n"] == N.REQUEST and since_ns <= s["t0"] <= until]
+    end = max((s["t1"] for s in reqs), default=since_ns)
+    after = reqs + [s for s in spans if s["n"] != N.REQUEST and since_ns <= s["t0"] <= end]
     base = {"policy": "", "engine": "", "model": "", "hardware": "", "concurrency": 0, "workload": "",
             "inline_admission": False}
     return compute_figures(after, num_stages, {**base, **(meta or {})})
@@ -398,9 +411,10 @@ def observed_since(spans: Sequence[Span], since_ns: int, num_stages: int,
 def replay_of(spans: Sequence[Span], meta: Mapping[str, Any], window_s: float | None = DEFAULT_WINDOW_S) -> Replay:
     """The arrivals to replay from a run's spans; its concurrency and loop kind from ``meta`` (a
     saved run's, or what a live source knows), else estimated from the spans."""
-    arrivals, note = arrivals_from_spans(spans, window_s)
+    arrivals, note, start = arrivals_from_spans(spans, window_s)
     concurrency = int(meta.get("concurrency") or 0) or max_outstanding(arrivals)
-    return Replay(tuple(arrivals), concurrency, str(meta.get("workload", "")).startswith("trace:"), note)
+    end = start + round(arrivals[-1].offset_s * 1e9) if arrivals else start
+    return Replay(tuple(arrivals), concurrency, str(meta.get("workload", "")).startswith("trace:"), note, start, end)
 
 
 def knobs_at_end(meta: Mapping[str, Any], knob_changes: Sequence[Mapping[str, Any]]) -> Knobs:

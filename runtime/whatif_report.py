@@ -53,6 +53,18 @@ def table(rows: list[Row], headers: tuple[str, str, str, str]) -> str:
     return "\n".join(lines)
 
 
+def replay_check(predicted: RunFigures, observed: RunFigures) -> str:
+    """How the replay under the current knobs compares with what the run did over the same arrivals."""
+    return (f"the run itself over the same arrivals: {fmt(observed.input_tokens_per_s, ',.0f')} input tok/s, "
+            f"pipeline efficiency {fmt(observed.pipeline_efficiency, '.3f')} (the replay of the current knobs: "
+            f"{fmt(gain(observed.input_tokens_per_s, predicted.input_tokens_per_s), '+.1%')}, "
+            f"{fmt(_diff(observed.pipeline_efficiency, predicted.pipeline_efficiency), '+.3f')})")
+
+
+def _diff(a: float | None, b: float | None) -> float | None:
+    return b - a if a is not None and b is not None else None
+
+
 def preview_dict(result: PreviewResult) -> dict[str, Any]:
     return {"changes": result.changes, "replay": result.replay_note, "sim": result.sim,
             "current": {"knobs": result.current.knobs, "figures": result.current.figures.as_dict(),

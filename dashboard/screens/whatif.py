@@ -17,6 +17,7 @@ import streamlit as st
 from dashboard.view import View
 from dashboard.whatif_jobs import Inputs, Job, change_time_ns, inputs
 from runtime.knobs import KnobError, Knobs
+from runtime.report import RunFigures
 from runtime.whatif import (
     DEFAULT_TIME_LIMIT_S,
     DEFAULT_WINDOW_S,
@@ -26,11 +27,12 @@ from runtime.whatif import (
     PreviewResult,
     Suggestion,
     WhatIfError,
+    observed_over,
     observed_since,
     preview,
     suggest,
 )
-from runtime.whatif_report import Row, compare_rows, suggestion_line
+from runtime.whatif_report import Row, compare_rows, replay_check, suggestion_line
 from store.base import StoreError
 
 PROFILE_ENV = "WAVEPP_COST_PROFILE"       # `wavepp dashboard --cost-profile FILE`
@@ -66,7 +68,7 @@ def start_preview(view: View, meta: dict[str, Any], opts: dict[str, Any], curren
     got = _inputs(view, meta, opts)
     if got is not None:
         st.session_state[JOB] = Job("preview", lambda progress: preview(
-            got.replay, got.sim, current, proposed, opts["limit"], progress), opts["limit"])
+            got.replay, got.sim, current, proposed, opts["limit"], progress), opts["limit"], got.replay)
 
 
 def suggest_controls(view: View, meta: dict[str, Any], opts: dict[str, Any], current: Knobs) -> None:
@@ -83,7 +85,7 @@ def suggest_controls(view: View, meta: dict[str, Any], opts: dict[str, Any], cur
         if got is not None:
             target = Goal(goal, float(floor) or None)
             st.session_state[JOB] = Job("suggest", lambda progress: suggest(
-                got.replay, got.sim, current, target, opts["limit"], progress), opts["limit"])
+                got.replay, got.sim, current, target, opts["limit"], progress), opts["limit"], got.replay)
     st.caption("Searches the wave budget (M), its floor (b_min) and the ring (R) on the same replay; "
                "nothing is applied until you click Apply.")
 
@@ -129,6 +131,7 @@ def _preview_result(view: View, job: Job) -> None:
     change = ", ".join(f"{k}={v}" for k, v in r.changes.items()) or "no knob changed"
     st.caption(f"{change}: replayed {r.replay_note} in the {r.sim} ({job.elapsed_s:.1f} s)")
     _table(compare_rows(r.current.figures, r.proposed.figures), ("figure", "current", "proposed", "change"))
+    _check(view, job, r.current.figures)
     if r.changes:
         _apply_button(view, r.changes, r.proposed, "Apply these knobs", "whatif_apply_preview")
 
@@ -139,6 +142,7 @@ def _suggestion_result(view: View, job: Job) -> None:
     st.success(suggestion_line(s))
     st.caption(f"replayed {s.replay_note} in the {s.sim} ({job.elapsed_s:.1f} s)")
     _table(compare_rows(s.current.figures, s.best.figures), ("figure", "current", "suggested", "change"))
+    _check(view, job, s.current.figures)
     with st.expander(f"every setting tried ({len(s.tried)})"):
         st.dataframe(pd.DataFrame([{"M": p.knobs["max_wave_tokens"], "b_min": p.knobs["min_wave_tokens"],
                                     "ring": p.knobs["ring"], "input tok/s": p.figures.input_tokens_per_s,
@@ -147,6 +151,12 @@ def _suggestion_result(view: View, job: Job) -> None:
                      hide_index=True)
     if s.changes:
         _apply_button(view, s.changes, s.best, "Apply suggested knobs", "whatif_apply_suggestion")
+
+
+def _check(view: View, job: Job, predicted: RunFigures) -> None:
+    """The replay of the current knobs next to what the run did over the same arrivals."""
+    if job.replay is not None:
+        st.caption(replay_check(predicted, observed_over(view.snap.spans, job.replay, view.snap.num_stages)))
 
 
 def _apply_button(view: View, changes: dict[str, Any], predicted: Prediction, label: str, key: str) -> None:

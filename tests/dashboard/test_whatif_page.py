@@ -82,6 +82,8 @@ def test_preview_of_a_saved_sim_run_shows_both_settings_side_by_side(ring1_run: 
     assert float(proposed.replace(",", "")) > 1.5 * float(current.replace(",", ""))
     assert change.startswith("+")
     assert any(k.startswith("idle: ring_full") for k in rows)
+    check = next(c.value for c in at.caption if c.value.startswith("the run itself over the same arrivals"))
+    assert f"{current} input tok/s" in check or "(the replay of the current knobs: +0.0%" in check, check
 
 
 def profile_file(tmp_path: Path) -> Path:
