@@ -141,7 +141,7 @@ def test_cli_preview_and_suggest(ring1: RunRecord, tmp_path: Path, capsys: pytes
     assert main(["preview", str(path), "--set", "ring=8", "--json", str(out)]) == 0
     text = capsys.readouterr().out
     assert "preview: ring=8; replayed all 96 requests" in text and "input tok/s" in text
-    assert "the run itself over the same arrivals: " in text and "(the replay of the current knobs: +" in text
+    assert "the run itself over the same arrivals: " in text and "(the replay of the current knobs: " in text
     data = json.loads(out.read_text())
     assert data["proposed"]["knobs"]["ring"] == 8 and data["throughput_gain"] > 0.5
     assert main(["suggest", str(path), "--time-limit", "120"]) == 0
