@@ -9,19 +9,24 @@ One round admits a batch of waiting requests with one message per stage per step
 3. **escrow**: every admitting stage reserves room for the suffix. Requests are taken in order;
    the first one a stage cannot fit, and all after it, wait for the next round (backpressure).
 
-The result is :class:`AdmittedRequest` objects. Whether rounds run beside the pipeline loop or
-inside it is the policy's choice, not this module's.
+The result is :class:`AdmittedRequest` objects. :class:`AdmissionQueue` feeds rounds from the
+run's waiting line; whether rounds run beside the pipeline loop or inside it is the policy's
+admission drive (:mod:`runtime.mechanisms.admission_drive`), not this module's.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
+from runtime.control_plane import LeaseRegistry
 from runtime.engines.base import LeaseItem, StageHandle, now, on_stages
+from runtime.knobs import Knobs
 from runtime.mechanisms.reserve import Reserve, SuffixBlocks
 from runtime.mechanisms.reuse_lookup import ReuseLookup
 from runtime.request import AdmittedRequest, Request, RequestState
+from runtime.run_state import RunState
 from store.base import Store
 from telemetry import names as N
 from telemetry.setup import Telemetry
@@ -107,3 +112,43 @@ class Admission:
             r.attempts += 1
             admitted.append(AdmittedRequest(r, k, t, b, attempt=r.attempts, admit_stages=tuple(self.admit_stages)))
         return admitted, list(requests[n_ok:])
+
+
+class AdmissionQueue:
+    """The line in front of admission: each round takes the head of the run's waiting requests
+    (at most ``max_round_requests``, and no more than ``max_leases`` admitted at once), runs it
+    and hands the outcome to the run state. ``configure`` swaps the round and the knobs at a wave
+    boundary (new knobs, or a new policy)."""
+
+    def __init__(self, run: RunState, admission: Admission, knobs: Knobs, registry: LeaseRegistry,
+                 tel: Telemetry, spans: dict[str, Any]) -> None:
+        self.run = run
+        self.registry = registry
+        self.tel = tel
+        self.spans = spans
+        self.configure(admission, knobs)
+
+    def configure(self, admission: Admission, knobs: Knobs) -> None:
+        self.admission = admission
+        self.knobs = knobs
+
+    def can_admit(self) -> bool:
+        """Requests wait and the lease cap leaves room for some."""
+        return self.run.num_waiting > 0 and self.run.num_active < self.knobs.max_leases
+
+    async def admit_once(self) -> list[AdmittedRequest]:
+        """One round over the head of the line; answers what it admitted (empty: nothing fit)."""
+        room = min(self.knobs.max_round_requests, self.knobs.max_leases - self.run.num_active)
+        batch = self.run.take(room)
+        if not batch:
+            return []
+        self.run.admitting = len(batch)
+        try:
+            result = await self.admission.round(batch)
+        finally:
+            self.run.admitting = 0
+        for a in result.admitted:
+            self.tel.event(self.spans[a.id], N.EVENT_ADMITTED, {N.REUSE_BLOCKS: a.reuse_blocks})
+        self.registry.admitted(result.admitted, self.run.num_stages, self.admission.block_size)
+        self.run.admitted(result.admitted, result.deferred)
+        return result.admitted

@@ -9,88 +9,129 @@ boundary and sends it back to admission.
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
-from runtime.engines.base import now
+from runtime.control_plane import LeaseRegistry
+from runtime.engines.base import StageExecutor, StageHandle, now
 from runtime.request import AdmittedRequest, Chunk, Completion, Request, RequestState, Wave
+from runtime.run_state import RunState
 from telemetry import names as N
+from telemetry.setup import Telemetry
 
 if TYPE_CHECKING:
-    from runtime.loop import PipelineLoop
+    from runtime.policies.base import Policy
+
+COMPLETIONS_KEPT = 100_000     # a long-running (live) loop keeps the most recent ones
+STATUS_HISTORY = 20_000
 
 
-async def retire(loop: PipelineLoop, wave: Wave, live: list[Chunk]) -> None:
-    done = []
-    for c in live:
-        a = loop.active[c.request_id]
-        a.completed += c.length
-        if c.is_last:
-            done.append(a)
-    if loop.policy.return_path.ring:
-        await loop.handles[-1].return_sample_state()
-    if done:
-        await complete(loop, done)
-    loop.retired += 1
-    del loop.waves_in_flight[wave.id]
-    if loop.publish_plans:
-        loop.writer.submit(lambda: loop.store.plan_retire(wave.id))
-    loop.changed.notify()
+@dataclass(slots=True)
+class LoopResult:
+    completions: deque[Completion] = field(default_factory=lambda: deque(maxlen=COMPLETIONS_KEPT))
+    failures: dict[str, str] = field(default_factory=dict)     # request id -> one-line error
+    knob_changes: list[tuple[int, dict[str, Any]]] = field(default_factory=list)   # (span-clock ns, changes)
+    status: deque[dict[str, Any]] = field(default_factory=lambda: deque(maxlen=STATUS_HISTORY))
 
-async def complete(loop: PipelineLoop, done: list[AdmittedRequest]) -> None:
-    """The requests whose last chunk left the last stage in one wave: one message per stage."""
-    items = [(a.request.id, a.request.block_hashes) for a in done]
-    per_stage = await asyncio.gather(*(h.complete_many(items) for h in loop.handles))
-    for i, a in enumerate(done):
-        finish(loop, a, tuple(tuple(tables[i]) for tables in per_stage))
-    loop.capacity.notify()
-    loop.index_dirty.notify()
 
-def finish(loop: PipelineLoop, a: AdmittedRequest, tables: tuple[tuple[int, ...], ...]) -> None:
-    req = a.request
-    del loop.active[req.id]
-    loop.registry.released(req.id)
-    req.state = RequestState.DONE
-    loop.remember_computed(req.block_hashes)
-    span = loop.spans.pop(req.id)
-    span.set_attributes({N.REUSED_TOKENS: a.reused_tokens, N.REUSE_BLOCKS: a.reuse_blocks,
-                         N.FALLBACKS: req.fallbacks})
-    loop.tel.end(span)
-    loop.result.completions.append(Completion(
-        req.id, loop.executor.first_token(req.id), tables, a.reused_tokens, now() - req.arrival))
-    loop.executor.forget(req.id)
-    loop.next_arrival()
+class RequestEnds:
+    """Where requests leave the pipeline: retired waves, completions, failures and fallbacks.
 
-async def release_everywhere(loop: PipelineLoop, rid: str) -> None:
-    await asyncio.gather(*(h.release([rid]) for h in loop.handles))
-    loop.registry.released(rid)
-    loop.capacity.notify()
-    loop.index_dirty.notify()
+    ``spans`` holds each request's open span (opened at arrival); ``policy`` answers the policy in
+    force (its return path); ``on_end`` runs once per request that finished or failed (the
+    closed loop's next arrival); ``on_computed`` remembers a finished request's block hashes;
+    ``on_retired`` runs once per retired wave (the plan leaves the store)."""
 
-async def fail(loop: PipelineLoop, rid: str, error: str) -> None:
-    a = loop.active.pop(rid)
-    await release_everywhere(loop, rid)
-    finish_failed(loop, a.request, error)
-    loop.changed.notify()
+    def __init__(self, run: RunState, handles: Sequence[StageHandle], executor: StageExecutor,
+                 tel: Telemetry, spans: dict[str, Any], registry: LeaseRegistry, result: LoopResult,
+                 policy: Callable[[], Policy], on_end: Callable[[], None],
+                 on_computed: Callable[[Sequence[int]], None], on_retired: Callable[[Wave], None]) -> None:
+        self.run = run
+        self.handles = list(handles)
+        self.executor = executor
+        self.tel = tel
+        self.spans = spans
+        self.registry = registry
+        self.result = result
+        self.policy = policy
+        self.on_end = on_end
+        self.on_computed = on_computed
+        self.on_retired = on_retired
 
-def finish_failed(loop: PipelineLoop, req: Request, error: str) -> None:
-    req.state = RequestState.FAILED
-    loop.executor.forget(req.id)
-    loop.result.failures[req.id] = error
-    span = loop.spans.pop(req.id)
-    loop.tel.event(span, N.EVENT_FAILED, {N.ERROR: error})
-    span.set_attribute(N.FALLBACKS, req.fallbacks)
-    loop.tel.end(span, error=error)
-    loop.next_arrival()
+    async def retire(self, wave: Wave, live: list[Chunk]) -> None:
+        """The last stage ran ``wave`` (its ``live`` chunks): finish the requests it completes,
+        then free its ring slot (after the sample state's trip back, where the policy has one)."""
+        done = self.run.computed(live)
+        if self.policy().return_path.ring:
+            await self.handles[-1].return_sample_state()
+        if done:
+            await self.complete(done)
+        self.run.retired(wave)
+        self.on_retired(wave)
 
-async def late_fallback(loop: PipelineLoop, rid: str, granted: int, stage: int) -> None:
-    """A stage lacked part of the planned prefix: lower the boundary and start the request over."""
-    a = loop.active.pop(rid)
-    req = a.request
-    req.fallbacks += 1
-    req.max_reuse_blocks = granted
-    req.state = RequestState.WAITING
-    loop.tel.event(loop.spans[rid], N.EVENT_FALLBACK, {N.STAGE: stage, N.FROM_BLOCKS: a.reuse_blocks,
-                                                       N.REUSE_BLOCKS: granted})
-    await release_everywhere(loop, rid)
-    loop.waiting.appendleft(req)
-    loop.changed.notify()
+    async def complete(self, done: list[AdmittedRequest]) -> None:
+        """The requests whose last chunk left the last stage in one wave: one message per stage."""
+        items = [(a.request.id, a.request.block_hashes) for a in done]
+        per_stage = await asyncio.gather(*(h.complete_many(items) for h in self.handles))
+        for i, a in enumerate(done):
+            self._finish(a, tuple(tuple(tables[i]) for tables in per_stage))
+        self.run.capacity.notify()
+        self.run.index_dirty.notify()
+
+    def _finish(self, a: AdmittedRequest, tables: tuple[tuple[int, ...], ...]) -> None:
+        req = a.request
+        self.run.drop(req.id)
+        self.registry.released(req.id)
+        req.state = RequestState.DONE
+        self.on_computed(req.block_hashes)
+        span = self.spans.pop(req.id)
+        span.set_attributes({N.REUSED_TOKENS: a.reused_tokens, N.REUSE_BLOCKS: a.reuse_blocks,
+                             N.FALLBACKS: req.fallbacks})
+        self.tel.end(span)
+        self.result.completions.append(Completion(
+            req.id, self.executor.first_token(req.id), tables, a.reused_tokens, now() - req.arrival))
+        self.executor.forget(req.id)
+        self._ended()
+
+    def _ended(self) -> None:
+        self.run.ended()
+        self.on_end()
+
+    async def release_everywhere(self, rid: str) -> None:
+        await asyncio.gather(*(h.release([rid]) for h in self.handles))
+        self.registry.released(rid)
+        self.run.capacity.notify()
+        self.run.index_dirty.notify()
+
+    async def fail(self, rid: str, error: str) -> None:
+        """An admitted request failed: release it on every stage and end it with ``error``."""
+        a = self.run.drop(rid)
+        await self.release_everywhere(rid)
+        self.fail_unadmitted(a.request, error)
+        self.run.changed.notify()
+
+    def fail_unadmitted(self, req: Request, error: str) -> None:
+        """End a request that holds nothing on any stage with ``error``."""
+        req.state = RequestState.FAILED
+        self.executor.forget(req.id)
+        self.result.failures[req.id] = error
+        span = self.spans.pop(req.id)
+        self.tel.event(span, N.EVENT_FAILED, {N.ERROR: error})
+        span.set_attribute(N.FALLBACKS, req.fallbacks)
+        self.tel.end(span, error=error)
+        self._ended()
+
+    async def late_fallback(self, rid: str, granted: int, stage: int) -> None:
+        """A stage lacked part of the planned prefix: lower the boundary and start the request over."""
+        a = self.run.drop(rid)
+        req = a.request
+        req.fallbacks += 1
+        req.max_reuse_blocks = granted
+        req.state = RequestState.WAITING
+        self.tel.event(self.spans[rid], N.EVENT_FALLBACK, {
+            N.STAGE: stage, N.FROM_BLOCKS: a.reuse_blocks, N.REUSE_BLOCKS: granted,
+            N.FROM_TOKENS: a.reused_tokens, N.TO_TOKENS: granted * a.block_size})
+        await self.release_everywhere(rid)
+        self.run.requeue(req)

@@ -1,10 +1,15 @@
 """The pipeline loop: plan a wave -> dispatch it through the stages -> retire completions.
 
-The stage side is in :mod:`runtime.stage_tasks`, the end of a request's path in
-:mod:`runtime.completion`; this module owns the state and the tasks that tie them together.
+A request's path, module by module::
 
-The same code runs on every engine; an engine supplies stage handles, a stage executor, a
-store and an event loop (virtual time on the sim). Tasks::
+    arrival (here) ─► waiting ─► admission rounds (runtime.admission) ─► admitted
+      ─► wave plan (here, runtime.planner) ─► stages (runtime.stage_tasks) ─► retire (runtime.completion)
+
+The run's requests and waves live in one :class:`runtime.run_state.RunState`; the stage tasks,
+completion and the policy's mechanisms see that state and their own ports, never this object.
+This module owns the configuration (knobs, policy, planner, ring), arrivals, the dispatcher and
+the tasks that tie the parts together. The same code runs on every engine; an engine supplies
+stage handles, a stage executor, a store and an event loop (virtual time on the sim). Tasks::
 
     arrivals ─► waiting ─► [admission task] ─► active ─► dispatcher ─► stage 0 ─► link ─► stage 1 … ─► retire
                    ▲                                         ▲                                          │
@@ -13,7 +18,8 @@ store and an event loop (virtual time on the sim). Tasks::
 The policy's mechanisms plug into fixed hook points (:mod:`runtime.mechanisms`): its admission
 drive runs rounds in the admission task or in the dispatcher before each plan; its chunking and
 token charge make the planner; its ring bounds the waves in flight; its stage admission runs
-before a stage prepares a chunk. Each stage prepares a chunk locally (materialize) right before
+before a stage prepares a chunk; its host work runs on each stage for each wave; its return path
+decides when a ring slot reopens. Each stage prepares a chunk locally (materialize) right before
 it executes the wave; a chunk whose request failed or fell back meanwhile is skipped ("stale":
 its attempt is no longer live).
 """
@@ -24,23 +30,21 @@ import asyncio
 import itertools
 import logging
 import time
-from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
-from runtime.admission import Admission
-from runtime.completion import finish_failed
+from runtime.admission import Admission, AdmissionQueue
+from runtime.completion import LoopResult, RequestEnds
 from runtime.control_plane import KnobWatcher, LeaseRegistry, StoreWriter
 from runtime.engines.base import LeaseItem, MaterializeItem, StageExecutor, StageHandle, now
 from runtime.index_publisher import IndexPublisher
 from runtime.knobs import Deployment, Knobs, check_block_size
 from runtime.policies import get_policy
 from runtime.policies.base import Policy
-from runtime.request import AdmittedRequest, Chunk, Completion, Request, Wave
-from runtime.stage_tasks import execute_waves, prepare_waves, run_link
+from runtime.request import Chunk, Request, Wave
+from runtime.run_state import RunState
+from runtime.stage_tasks import StageWorker, run_link
 from runtime.traces import TraceWorkload
-from runtime.wakeup import Wakeup
 from runtime.watchdog import DEFAULT_STALL_TIMEOUT_S, watch
 from runtime.workloads import Workload
 from store.base import Store
@@ -51,17 +55,9 @@ from telemetry.setup import Telemetry
 log = logging.getLogger(__name__)
 
 STATUS_EVERY_S = 0.25          # runtime status snapshots (dashboard: queues, cache state over time)
-STATUS_HISTORY = 20_000
-COMPLETIONS_KEPT = 100_000     # a long-running (live) loop keeps the most recent ones
 EVER_COMPUTED_CAP = 4_000_000  # block hashes remembered for the good-hit rate (oldest forgotten first)
 
-
-@dataclass(slots=True)
-class LoopResult:
-    completions: deque[Completion] = field(default_factory=lambda: deque(maxlen=COMPLETIONS_KEPT))
-    failures: dict[str, str] = field(default_factory=dict)     # request id -> one-line error
-    knob_changes: list[tuple[int, dict[str, Any]]] = field(default_factory=list)   # (span-clock ns, changes)
-    status: deque[dict[str, Any]] = field(default_factory=lambda: deque(maxlen=STATUS_HISTORY))
+__all__ = ["LoopResult", "PipelineLoop"]
 
 
 class PipelineLoop:
@@ -89,43 +85,26 @@ class PipelineLoop:
         self.publish_plans = publish_plans
         self.stall_timeout_s = stall_timeout_s
         self.knobs = knobs
-        self._configure(knobs)
+        self.run_state = RunState(self.num_stages)
+        self.spans: dict[str, Any] = {}               # request id -> its open span
+        self.result = LoopResult()
         self.publisher = IndexPublisher(self.handles, store)
         self.writer = StoreWriter()
         self.registry = LeaseRegistry(store, self.writer)
+        self._configure(knobs)
+        self.queue = AdmissionQueue(self.run_state, self.admission, knobs, self.registry, telemetry, self.spans)
+        self.ends = RequestEnds(self.run_state, self.handles, executor, telemetry, self.spans, self.registry,
+                                self.result, lambda: self.policy, self.next_arrival, self.remember_computed,
+                                self._plan_retired)
+        self.stages = [StageWorker(s, h, executor, telemetry, self.run_state, self.ends, lambda: self.policy,
+                                   block_size) for s, h in enumerate(self.handles)]
         self.knob_watcher = KnobWatcher(store, Deployment(block_size, self.num_stages),
                                         lambda knobs, version: self.set_knobs(knobs), self._knobs_refused)
         self.min_capacity = min(h.capacity for h in self.handles)
         self._pending_knobs: Knobs | None = None
         self._plan_events: list[tuple[str, dict[str, Any]]] = []  # knob changes and refusals: on the next wave plan
         self.progress: Callable[[int, int], None] | None = None   # (finished, total) after each request
-
-        self.waiting: deque[Request] = deque()
-        self.active: dict[str, AdmittedRequest] = {}
-        self.spans: dict[str, Any] = {}
         self.ever_computed: dict[int, None] = {}       # an insertion-ordered set, capped
-        self.result = LoopResult()
-        self.waves_in_flight: dict[int, Wave] = {}      # planned, not yet retired
-        self.executing = 0                            # stages inside a step right now
-        self.num_admitted = 0
-        self.admitting = 0                            # requests inside an admission round right now
-        self.next_wave_id = 0
-        self.num_finished = 0
-        self.passed = [0] * self.num_stages          # waves that finished stage s
-        self.retired = 0
-        self.changed = Wakeup()                       # arrivals, admissions, retirements
-        self.capacity = Wakeup()                      # blocks freed on some stage
-        self.index_dirty = Wakeup()
-        # Per stage: the waves planned (the schedule reaches every stage when the wave is planned, as
-        # a plan in the store or a relayed schedule), and the waves whose activations arrived from the
-        # previous stage; ``links[s]``: waves stage s finished, for the link to s + 1.
-        self.inbox: list[asyncio.Queue[Wave | None]] = [asyncio.Queue() for _ in range(self.num_stages)]
-        self.arrived: list[asyncio.Queue[Wave]] = [asyncio.Queue() for _ in range(self.num_stages)]
-        self.links: list[asyncio.Queue[Wave | None]] = [asyncio.Queue() for _ in range(self.num_stages)]
-        # Per stage: the wave prepared (materialized) while the previous one executes, with its block
-        # tables; one at most (a stage prepares only once the previous one was taken: Queue.join).
-        self.prepared: list[asyncio.Queue[tuple[Wave, dict[str, list[int]]]]] = [
-            asyncio.Queue() for _ in range(self.num_stages)]
         self.done = asyncio.Event()
 
     def _configure(self, knobs: Knobs) -> None:
@@ -209,12 +188,12 @@ class PipelineLoop:
         named = {"dispatcher": self._dispatcher(), "admission": self._admission_task(),
                  "publisher": self._publisher(), "store-writer": self.writer.run(),
                  "heartbeat": self.registry.heartbeat(), "knobs": self.knob_watcher.run(),
-                 "reaper": self.registry.reaper(self.handles, self.capacity.notify),
+                 "reaper": self.registry.reaper(self.handles, self.run_state.capacity.notify),
                  "status": self._status_task(),
-                 "watchdog": watch(self, self.stall_timeout_s)}
-        named |= {f"prepare{s}": prepare_waves(self, s) for s in range(self.num_stages)}
-        named |= {f"stage{s}": execute_waves(self, s) for s in range(self.num_stages)}
-        named |= {f"link{s}": run_link(self, s) for s in range(self.num_stages - 1)}
+                 "watchdog": watch(self.run_state, self.handles, self.block_size, self.stall_timeout_s)}
+        named |= {f"prepare{w.stage}": w.prepare_waves() for w in self.stages}
+        named |= {f"stage{w.stage}": w.execute_waves() for w in self.stages}
+        named |= {f"link{s}": run_link(self.stages[s], self.stages[s + 1]) for s in range(self.num_stages - 1)}
         tasks = [asyncio.create_task(coro, name=name) for name, coro in named.items()]
         if isinstance(self.workload, TraceWorkload):
             tasks.append(asyncio.create_task(self._open_loop_arrivals(self.workload), name="arrivals"))
@@ -252,13 +231,13 @@ class PipelineLoop:
                 del self.ever_computed[h]
 
     @property
-    def in_flight(self) -> int:
-        return len(self.waves_in_flight)
+    def num_finished(self) -> int:
+        """Requests that finished or failed so far."""
+        return self.run_state.num_ended
 
-    def progress_mark(self) -> tuple[int, int, int, int]:
-        """Changes whenever the run moves: admissions, waves planned, waves through a stage,
-        requests finished or failed (the deadlock guard compares two of these)."""
-        return self.num_admitted, self.next_wave_id, sum(self.passed), self.num_finished
+    @property
+    def next_wave_id(self) -> int:
+        return self.run_state.num_planned
 
     # ---- arrival ------------------------------------------------------------------------------
     def _arrive(self, req: Request | None = None) -> None:
@@ -273,18 +252,17 @@ class PipelineLoop:
             N.REUSABLE_TOKENS: reusable * self.block_size}, root=True)
         self.executor.register(req)
         if req.num_tokens > self.executor.max_context:
-            finish_failed(self, req, f"prompt of {req.num_tokens} tokens is longer than the model's context "
+            self.ends.fail_unadmitted(req, f"prompt of {req.num_tokens} tokens is longer than the model's context "
                                      f"({self.executor.max_context})")
             return
         if -(-req.num_tokens // self.block_size) > self.min_capacity:
-            finish_failed(self, req, f"prompt of {req.num_tokens} tokens needs more KV blocks than a stage "
+            self.ends.fail_unadmitted(req, f"prompt of {req.num_tokens} tokens needs more KV blocks than a stage "
                                      f"has ({self.min_capacity} x {self.block_size} tokens)")
             return
-        self.waiting.append(req)
-        self.changed.notify()
+        self.run_state.arrive(req)
 
     def next_arrival(self) -> None:
-        self.num_finished += 1
+        """A request finished or failed: report progress, end the run or bring the next arrival."""
         if self.progress is not None:
             self.progress(self.num_finished, self.workload.num_requests)
         if self.num_finished >= self.workload.num_requests:
@@ -293,7 +271,7 @@ class PipelineLoop:
             # Drawn now, handled on the next turn: not recursive when many fail at once.
             asyncio.get_running_loop().call_soon(self._arrive, self.workload.next_request(now()))
         else:
-            self.changed.notify()           # open loop: a slot under the concurrency cap is free
+            self.run_state.changed.notify()     # open loop: a slot under the concurrency cap is free
 
     async def _open_loop_arrivals(self, workload: TraceWorkload) -> None:
         """Requests arrive at the trace's offsets, with at most ``concurrency`` outstanding (a
@@ -304,38 +282,14 @@ class PipelineLoop:
             if delay > 0:
                 await asyncio.sleep(delay)
             while workload.issued - self.num_finished >= self.concurrency:
-                await self.changed.wait()
+                await self.run_state.changed.wait()
             self._arrive(workload.next_request(now()))
         await self.done.wait()              # a task of the run: returning would end it
 
     # ---- admission ----------------------------------------------------------------------------
-    def _take_batch(self) -> list[Request]:
-        room = min(self.knobs.max_round_requests, self.knobs.max_leases - len(self.active))
-        return [self.waiting.popleft() for _ in range(min(room, len(self.waiting)))]
-
-    async def admit_once(self) -> bool:
-        """One round over the head of the waiting queue; False when nothing could be admitted."""
-        batch = self._take_batch()
-        if not batch:
-            return False
-        self.admitting = len(batch)
-        try:
-            result = await self.admission.round(batch)
-        finally:
-            self.admitting = 0
-        self.num_admitted += len(result.admitted)
-        for a in result.admitted:
-            self.active[a.id] = a
-            self.tel.event(self.spans[a.id], N.EVENT_ADMITTED, {N.REUSE_BLOCKS: a.reuse_blocks})
-        self.registry.admitted(result.admitted, self.num_stages, self.block_size)
-        self.waiting.extendleft(reversed(result.deferred))
-        if result.admitted:
-            self.changed.notify()
-        return bool(result.admitted)
-
     async def _admission_task(self) -> None:
         while True:
-            await self.policy.admission.background(self)
+            await self.policy.admission.background(self.queue)
 
     # ---- planning and dispatch --------------------------------------------------------------
     def _apply_pending_knobs(self) -> None:
@@ -346,24 +300,26 @@ class PipelineLoop:
         changed = {k: v for k, v in knobs.as_dict().items() if old[k] != v}
         self.knobs = knobs
         self._configure(knobs)
+        self.queue.configure(self.admission, knobs)
         self.result.knob_changes.append((self.tel.now_ns(), changed))
         self._plan_events.append((N.EVENT_KNOBS, {N.KNOBS_CHANGED: sorted(changed),
                                                   **{f"wavepp.knobs.{k}": v for k, v in changed.items()}}))
-        self.changed.notify()
+        self.run_state.changed.notify()
 
     async def _dispatcher(self) -> None:
+        run = self.run_state
         while True:
             self._apply_pending_knobs()
-            if self.in_flight >= self.ring:
-                await self.changed.wait()
+            if run.in_flight >= self.ring:
+                await run.changed.wait()
                 continue
-            admitted_tokens = await self.policy.admission.before_plan(self)
+            admitted_tokens = await self.policy.admission.before_plan(self.queue)
             if self._should_fill():
-                await self.changed.wait()
+                await run.changed.wait()
                 continue
             wave = self._plan()
             if wave is None:
-                await self.changed.wait()
+                await run.changed.wait()
                 continue
             if self.policy.relay.on:
                 wave.broadcast_tokens = admitted_tokens
@@ -373,40 +329,38 @@ class PipelineLoop:
                             {"request": c.request_id, "start": c.start, "tokens": c.length,
                              "reuse_blocks": c.reuse_blocks, "last": c.is_last} for c in wave.chunks]}
                 self.writer.submit(lambda plan=plan: self.store.plan_publish(plan))  # type: ignore[misc]
-            self.waves_in_flight[wave.id] = wave
-            for inbox in self.inbox:
-                inbox.put_nowait(wave)
+            for stage in self.stages:
+                stage.inbox.put_nowait(wave)
 
     def _should_fill(self) -> bool:
         """Wait for a fuller wave while P waves keep every stage busy and more work is on its way
         (arrived or being admitted): a wave costs a fixed overhead per stage, so many small waves
         would waste it. The dispatcher wakes again on every admission and retirement, and sends
         what it has once fewer than P are in flight."""
-        if not self.policy.fill.on or self.in_flight < self.num_stages:
+        run = self.run_state
+        if not self.policy.fill.on or run.in_flight < self.num_stages:
             return False
-        if not self.waiting and not self.admitting:
+        if not run.num_waiting and not run.admitting:
             return False                    # no more work is on its way: waiting would only idle stage 0
-        unscheduled = sum(a.remaining for a in self.active.values())
-        return 0 < unscheduled < self.knobs.min_wave_tokens
+        return 0 < run.unscheduled_tokens() < self.knobs.min_wave_tokens
 
     def _plan(self) -> Wave | None:
-        active = list(self.active.values())
+        run = self.run_state
         with self.tel.span(N.WAVE_PLAN) as span:
-            plan = self.planner.plan(active)
+            plan = self.planner.plan(run.active())
             if plan is None:
                 span.set_attribute(N.TOKENS, 0)
                 return None
             for name, attributes in self._plan_events:   # e.g. marks the first wave under new knobs
                 self.tel.event(span, name, attributes)
             self._plan_events.clear()
-            wave = Wave(self.next_wave_id, plan.chunks, plan.budget, now())
-            self.next_wave_id += 1
+            wave = Wave(run.num_planned, plan.chunks, plan.budget, now())
+            run.planned(wave)
             for c in plan.chunks:
-                self.active[c.request_id].scheduled += c.length
                 span.add_link(self.spans[c.request_id].get_span_context())   # the wave carries these requests
             span.set_attributes({
                 N.WAVE_ID: wave.id, N.BUDGET: plan.budget, N.TOKENS: wave.num_tokens,
-                N.NUM_WAVES_READY: plan.ready_waves, N.NUM_IN_FLIGHT: self.in_flight + 1, N.RING: self.ring,
+                N.NUM_WAVES_READY: plan.ready_waves, N.NUM_IN_FLIGHT: run.in_flight, N.RING: self.ring,
                 N.REQUEST_IDS: [c.request_id for c in plan.chunks]})
         return wave
 
@@ -420,8 +374,8 @@ class PipelineLoop:
                            "free": st.num_free, "leases": st.num_leases, "escrowed": st.num_escrowed_blocks,
                            "evictions": st.num_evictions, "replacements": st.num_victim_replacements})
         return {"t": self.tel.now_ns(), "run": self.tel.run_id, "wall": time.time(), "state": state,
-                "policy": self.policy.name, "waiting": len(self.waiting),
-                "active": len(self.active), "in_flight": self.in_flight, "ring": self.ring,
+                "policy": self.policy.name, "waiting": self.run_state.num_waiting,
+                "active": self.run_state.num_active, "in_flight": self.run_state.in_flight, "ring": self.ring,
                 "finished": self.num_finished, "failed": len(self.result.failures),
                 "knobs_version": self.knob_watcher.version, "knobs_refused": self.knob_watcher.refused,
                 "stages": stages}
@@ -433,8 +387,12 @@ class PipelineLoop:
             self.writer.submit(lambda snapshot=snapshot: self.store.status_put(snapshot))  # type: ignore[misc]
             await asyncio.sleep(STATUS_EVERY_S)
 
+    def _plan_retired(self, wave: Wave) -> None:
+        if self.publish_plans:
+            self.writer.submit(lambda: self.store.plan_retire(wave.id))
+
     async def _publisher(self) -> None:
         """Stages publish attach/detach events to the hint index off the critical path."""
         while True:
-            await self.index_dirty.wait()
+            await self.run_state.index_dirty.wait()
             await self.publisher.flush()

@@ -12,12 +12,10 @@ which stage, and for what, instead of spinning silently.
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING
+from collections.abc import Sequence
 
-from runtime.engines.base import now
-
-if TYPE_CHECKING:
-    from runtime.loop import PipelineLoop
+from runtime.engines.base import StageHandle, now
+from runtime.run_state import RunState
 
 DEFAULT_STALL_TIMEOUT_S = 60.0
 
@@ -26,30 +24,30 @@ class Stalled(RuntimeError):
     """The run made no progress for the watchdog's timeout while work was waiting."""
 
 
-async def watch(loop: PipelineLoop, timeout_s: float) -> None:
-    """Raise :class:`Stalled` once ``loop`` has had work and no progress for ``timeout_s``."""
-    last, since = loop.progress_mark(), now()
+async def watch(run: RunState, handles: Sequence[StageHandle], block_size: int, timeout_s: float) -> None:
+    """Raise :class:`Stalled` once ``run`` has had work and no progress for ``timeout_s``."""
+    last, since = run.progress_mark(), now()
     while True:
         await asyncio.sleep(timeout_s / 4)
-        mark = loop.progress_mark()
-        if mark != last or loop.executing or not (loop.waiting or loop.active):
+        mark = run.progress_mark()
+        if mark != last or run.executing or not run.has_work():
             last, since = mark, now()
             continue
         if now() - since >= timeout_s:
-            raise Stalled(await diagnose(loop, now() - since))
+            raise Stalled(await diagnose(run, handles, block_size, now() - since))
 
 
-async def diagnose(loop: PipelineLoop, idle_s: float) -> str:
+async def diagnose(run: RunState, handles: Sequence[StageHandle], block_size: int, idle_s: float) -> str:
     """One line: the waiting queue's head, what is admitted and in flight, and each stage's blocks."""
-    b = loop.block_size
+    b = block_size
     parts = [f"no progress for {idle_s:.0f} s with work waiting"]
-    if loop.waiting:
-        head = loop.waiting[0]
-        parts.append(f"{len(loop.waiting)} waiting for admission (head {head.id}: {head.num_tokens} tokens, "
+    head = run.head()
+    if head is not None:
+        parts.append(f"{run.num_waiting} waiting for admission (head {head.id}: {head.num_tokens} tokens, "
                      f"{-(-head.num_tokens // b)} blocks)")
-    parts.append(f"{len(loop.active)} admitted, {loop.in_flight} waves in flight")
-    stats = await asyncio.gather(*(h.stats() for h in loop.handles))
-    for h, st in zip(loop.handles, stats, strict=True):
+    parts.append(f"{run.num_active} admitted, {run.in_flight} waves in flight")
+    stats = await asyncio.gather(*(h.stats() for h in handles))
+    for h, st in zip(handles, stats, strict=True):
         parts.append(f"stage {h.stage}: {st.num_free} free + {st.num_evictable} evictable of {st.num_blocks} "
                      f"blocks, {st.num_leases} leases, {st.num_escrowed_blocks} escrowed")
     return "; ".join(parts)

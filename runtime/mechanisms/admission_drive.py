@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
-    from runtime.loop import PipelineLoop
+    from runtime.admission import AdmissionQueue
 
 
 class AdmissionDrive(Protocol):
@@ -22,11 +22,11 @@ class AdmissionDrive(Protocol):
         """Rounds run on the loop's critical path (reported as admission on the critical path)."""
         ...
 
-    async def background(self, loop: PipelineLoop) -> None:
+    async def background(self, queue: AdmissionQueue) -> None:
         """One step of the admission task beside the loop."""
         ...
 
-    async def before_plan(self, loop: PipelineLoop) -> int:
+    async def before_plan(self, queue: AdmissionQueue) -> int:
         """Work the dispatcher does before planning a wave; returns prompt tokens admitted by it."""
         ...
 
@@ -40,13 +40,13 @@ class AsyncRounds:
     name: str = "async"
     inline: bool = False
 
-    async def background(self, loop: PipelineLoop) -> None:
-        if not loop.waiting or len(loop.active) >= loop.knobs.max_leases:
-            await loop.changed.wait()
-        elif not await loop.admit_once():
-            await loop.capacity.wait()
+    async def background(self, queue: AdmissionQueue) -> None:
+        if not queue.can_admit():
+            await queue.run.changed.wait()
+        elif not await queue.admit_once():
+            await queue.run.capacity.wait()
 
-    async def before_plan(self, loop: PipelineLoop) -> int:
+    async def before_plan(self, queue: AdmissionQueue) -> int:
         return 0
 
 
@@ -59,12 +59,10 @@ class InlineRounds:
     name: str = "inline"
     inline: bool = True
 
-    async def background(self, loop: PipelineLoop) -> None:
-        await loop.changed.wait()           # nothing to do beside the loop
+    async def background(self, queue: AdmissionQueue) -> None:
+        await queue.run.changed.wait()      # nothing to do beside the loop
 
-    async def before_plan(self, loop: PipelineLoop) -> int:
-        if not loop.waiting:
+    async def before_plan(self, queue: AdmissionQueue) -> int:
+        if not queue.run.num_waiting:
             return 0
-        before = set(loop.active)
-        await loop.admit_once()
-        return sum(a.request.num_tokens for rid, a in loop.active.items() if rid not in before)
+        return sum(a.request.num_tokens for a in await queue.admit_once())

@@ -28,15 +28,15 @@ from typing import TYPE_CHECKING, Protocol
 from runtime.request import Wave
 
 if TYPE_CHECKING:
-    from runtime.loop import PipelineLoop
+    from runtime.stage_tasks import StageWorker
 
 
 class HostWork(Protocol):
     @property
     def name(self) -> str: ...
 
-    async def per_wave(self, loop: PipelineLoop, s: int, wave: Wave) -> None:
-        """Stage ``s``'s host work for ``wave``, before it prepares the wave's chunks."""
+    async def per_wave(self, stage: StageWorker, wave: Wave) -> None:
+        """``stage``'s host work for ``wave``, before it prepares the wave's chunks."""
         ...
 
 
@@ -47,7 +47,7 @@ class Overlapped:
 
     name: str = "none"
 
-    async def per_wave(self, loop: PipelineLoop, s: int, wave: Wave) -> None:
+    async def per_wave(self, stage: StageWorker, wave: Wave) -> None:
         return None
 
 
@@ -57,10 +57,6 @@ class Lockstep:
 
     name: str = "lockstep"
 
-    async def per_wave(self, loop: PipelineLoop, s: int, wave: Wave) -> None:
-        # Pending first-chunk requests: not yet admitted, or admitted with nothing scheduled.
-        pending = [r.block_hashes for r in loop.waiting]
-        pending += [a.request.block_hashes for a in loop.active.values() if a.scheduled == a.reused_tokens]
-        in_wave = {c.request_id for c in wave.chunks}
-        copied = sum(a.request.num_tokens for rid, a in loop.active.items() if rid in in_wave)
-        await loop.handles[s].host_iteration(pending, copied, len(loop.active))
+    async def per_wave(self, stage: StageWorker, wave: Wave) -> None:
+        run = stage.run
+        await stage.handle.host_iteration(run.pending_first_chunks(), run.prompt_tokens(wave), run.num_active)

@@ -16,7 +16,7 @@ from runtime.request import AdmittedRequest, Chunk
 from telemetry import names as N
 
 if TYPE_CHECKING:
-    from runtime.loop import PipelineLoop
+    from runtime.stage_tasks import StageWorker
 
 
 class LateFallback(Exception):
@@ -27,12 +27,6 @@ class LateFallback(Exception):
         self.granted = granted
 
 
-def _completes_ahead(loop: PipelineLoop, wave_id: int) -> bool:
-    """Whether a wave ahead of ``wave_id``, still in flight, finishes a request - the only thing
-    that frees blocks on a stage waiting to prepare ``wave_id`` (waves behind it cannot pass it)."""
-    return any(c.is_last for w in loop.waves_in_flight.values() if w.id < wave_id for c in w.chunks)
-
-
 class StageAdmission(Protocol):
     @property
     def name(self) -> str: ...
@@ -41,8 +35,8 @@ class StageAdmission(Protocol):
         """The stages an admission round leases and escrows on."""
         ...
 
-    async def before_chunk(self, loop: PipelineLoop, s: int, wave_id: int, a: AdmittedRequest, chunk: Chunk) -> None:
-        """Stage ``s`` is about to prepare ``chunk`` of wave ``wave_id``; may raise DescriptorMismatch
+    async def before_chunk(self, stage: StageWorker, wave_id: int, a: AdmittedRequest, chunk: Chunk) -> None:
+        """``stage`` is about to prepare ``chunk`` of wave ``wave_id``; may raise DescriptorMismatch
         or LateFallback. A chunk whose request is no longer live afterwards is skipped by the caller."""
         ...
 
@@ -57,7 +51,7 @@ class EveryStage:
     def admit_stages(self, num_stages: int) -> list[int]:
         return list(range(num_stages))
 
-    async def before_chunk(self, loop: PipelineLoop, s: int, wave_id: int, a: AdmittedRequest, chunk: Chunk) -> None:
+    async def before_chunk(self, stage: StageWorker, wave_id: int, a: AdmittedRequest, chunk: Chunk) -> None:
         return None
 
 
@@ -75,15 +69,16 @@ class OnFirstChunk:
     def admit_stages(self, num_stages: int) -> list[int]:
         return [0]
 
-    async def before_chunk(self, loop: PipelineLoop, s: int, wave_id: int, a: AdmittedRequest, chunk: Chunk) -> None:
+    async def before_chunk(self, stage: StageWorker, wave_id: int, a: AdmittedRequest, chunk: Chunk) -> None:
+        s, run = stage.stage, stage.run
         if s in a.admit_stages or s in a.local_stages:
             return
-        req, handle = a.request, loop.handles[s]
+        req, handle = a.request, stage.handle
 
         async def dropped_meanwhile() -> bool:
             """The request failed or fell back on another stage while this one waited: what it
             took here is released (the release everywhere may have run before it took it)."""
-            if loop.active.get(req.id) is a:
+            if run.holds(a):
                 return False
             await handle.release([req.id], remote=False)
             return True
@@ -95,12 +90,12 @@ class OnFirstChunk:
             return
         if granted < chunk.reuse_blocks:
             raise LateFallback(granted)
-        need = loop.policy.reserve.blocks(req.num_tokens, granted, loop.block_size)
+        need = stage.policy().reserve.blocks(req.num_tokens, granted, stage.block_size)
         while not await handle.escrow([(req.id, need)], remote=False):
-            if not _completes_ahead(loop, wave_id):
+            if not run.completes_ahead(wave_id):
                 raise DescriptorMismatch(f"stage {s} lacks KV capacity for stage 0's schedule of request {req.id}")
-            with loop.tel.span(N.STAGE_WAIT, {N.STAGE: s, N.REQUEST_ID: req.id}):
-                await loop.capacity.wait()
+            with stage.tel.span(N.STAGE_WAIT, {N.STAGE: s, N.REQUEST_ID: req.id}):
+                await run.capacity.wait()
             if await dropped_meanwhile():
                 return
         await dropped_meanwhile()          # the escrow message may have landed after a release

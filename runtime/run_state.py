@@ -1,0 +1,160 @@
+"""The run state: which requests wait, which are admitted, which waves are in flight.
+
+One :class:`RunState` per run. The loop, the stage tasks, completion and the policy's
+mechanisms all share it, and only through its methods: each names one transition of a
+request's path (arrival -> waiting -> admitted -> scheduled in waves -> retired, or failed, or
+back to waiting after a late fallback) or one question asked of it. Nothing else about the run
+(its knobs, planner, store, telemetry set-up) is reachable from here.
+
+Three wake-ups let tasks wait for the state to move: ``changed`` (arrivals, admissions,
+retirements, requests put back), ``capacity`` (blocks freed on some stage) and ``index_dirty``
+(a stage's cache changed: the hint index has something to publish).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable, Sequence
+
+from runtime.request import AdmittedRequest, Chunk, Request, Wave
+from runtime.wakeup import Wakeup
+
+
+class RunState:
+    def __init__(self, num_stages: int) -> None:
+        self.num_stages = num_stages
+        self._waiting: deque[Request] = deque()
+        self._active: dict[str, AdmittedRequest] = {}
+        self._in_flight: dict[int, Wave] = {}           # planned, not yet retired, in plan order
+        self.admitting = 0           # requests inside an admission round right now
+        self.executing = 0           # stages inside a step right now
+        self.num_admitted = 0
+        self.num_planned = 0         # waves planned so far (the next wave's id)
+        self.num_ended = 0           # requests finished or failed
+        self.passed = [0] * num_stages   # waves that finished stage s
+        self.changed = Wakeup()
+        self.capacity = Wakeup()
+        self.index_dirty = Wakeup()
+
+    # ---- questions ----------------------------------------------------------------------------
+    @property
+    def num_waiting(self) -> int:
+        return len(self._waiting)
+
+    @property
+    def num_active(self) -> int:
+        return len(self._active)
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._in_flight)
+
+    def head(self) -> Request | None:
+        """The request first in line for admission."""
+        return self._waiting[0] if self._waiting else None
+
+    def active(self) -> list[AdmittedRequest]:
+        """The admitted requests, in admission order (what the planner schedules from)."""
+        return list(self._active.values())
+
+    def get(self, rid: str) -> AdmittedRequest | None:
+        return self._active.get(rid)
+
+    def live(self, chunk: Chunk) -> AdmittedRequest | None:
+        """The request ``chunk`` belongs to, if that admission of it is still the live one (a chunk
+        of a request that failed or fell back meanwhile is stale and is skipped)."""
+        a = self._active.get(chunk.request_id)
+        return a if a is not None and a.attempt == chunk.attempt else None
+
+    def holds(self, a: AdmittedRequest) -> bool:
+        """Whether ``a`` is still admitted (not failed, not sent back by a fallback) since it was."""
+        return self._active.get(a.id) is a
+
+    def completes_ahead(self, wave_id: int) -> bool:
+        """Whether a wave ahead of ``wave_id``, still in flight, finishes a request - the only thing
+        that frees blocks on a stage waiting to prepare ``wave_id`` (waves behind it cannot pass it)."""
+        return any(c.is_last for w in self._in_flight.values() if w.id < wave_id for c in w.chunks)
+
+    def unscheduled_tokens(self) -> int:
+        return sum(a.remaining for a in self._active.values())
+
+    def pending_first_chunks(self) -> list[list[int]]:
+        """Block hashes of the requests whose first chunk is still to come: waiting, or admitted
+        with nothing scheduled (a scheduler pass that ignores reuse walks each one's prefix)."""
+        pending = [r.block_hashes for r in self._waiting]
+        pending += [a.request.block_hashes for a in self._active.values() if a.scheduled == a.reused_tokens]
+        return pending
+
+    def prompt_tokens(self, wave: Wave) -> int:
+        """Whole-prompt tokens of the live requests ``wave`` carries."""
+        in_wave = {c.request_id for c in wave.chunks}
+        return sum(a.request.num_tokens for rid, a in self._active.items() if rid in in_wave)
+
+    def has_work(self) -> bool:
+        return bool(self._waiting or self._active)
+
+    def progress_mark(self) -> tuple[int, int, int, int]:
+        """Changes whenever the run moves: admissions, waves planned, waves through a stage,
+        requests finished or failed (the deadlock guard compares two of these)."""
+        return self.num_admitted, self.num_planned, sum(self.passed), self.num_ended
+
+    # ---- transitions --------------------------------------------------------------------------
+    def arrive(self, req: Request) -> None:
+        self._waiting.append(req)
+        self.changed.notify()
+
+    def take(self, room: int) -> list[Request]:
+        """Up to ``room`` requests from the head of the line, for an admission round."""
+        return [self._waiting.popleft() for _ in range(min(room, len(self._waiting)))]
+
+    def admitted(self, admitted: Iterable[AdmittedRequest], deferred: Sequence[Request]) -> None:
+        """A round's outcome: ``admitted`` join the active set; ``deferred`` go back to the head
+        of the line in their order."""
+        n = 0
+        for a in admitted:
+            self._active[a.id] = a
+            n += 1
+        self.num_admitted += n
+        self._waiting.extendleft(reversed(deferred))
+        if n:
+            self.changed.notify()
+
+    def planned(self, wave: Wave) -> None:
+        """``wave`` was planned: its chunks count as scheduled and it is in flight."""
+        for c in wave.chunks:
+            self._active[c.request_id].scheduled += c.length
+        self._in_flight[wave.id] = wave
+        self.num_planned = wave.id + 1
+
+    def stage_passed(self, s: int) -> None:
+        self.passed[s] += 1
+        self.index_dirty.notify()
+
+    def computed(self, chunks: Iterable[Chunk]) -> list[AdmittedRequest]:
+        """The last stage ran ``chunks`` (live ones): their tokens are complete; answers the
+        requests whose last chunk this was."""
+        done = []
+        for c in chunks:
+            a = self._active[c.request_id]
+            a.completed += c.length
+            if c.is_last:
+                done.append(a)
+        return done
+
+    def retired(self, wave: Wave) -> None:
+        """``wave`` left the pipeline: its ring slot is free."""
+        del self._in_flight[wave.id]
+        self.changed.notify()
+
+    def drop(self, rid: str) -> AdmittedRequest:
+        """Take ``rid`` out of the active set (it finished, failed or falls back)."""
+        return self._active.pop(rid)
+
+    def requeue(self, req: Request) -> None:
+        """Put a request back at the head of the line (after a late fallback)."""
+        self._waiting.appendleft(req)
+        self.changed.notify()
+
+    def ended(self) -> None:
+        """A request finished or failed."""
+        self.num_ended += 1

@@ -1,0 +1,92 @@
+"""The run state: each transition of a request's path, and the questions stages ask of it."""
+
+from __future__ import annotations
+
+import ast
+import asyncio
+from array import array
+from pathlib import Path
+
+from runtime.request import AdmittedRequest, Chunk, Request, Wave
+from runtime.run_state import RunState
+
+B = 16
+
+
+def req(rid: str, tokens: int = 64) -> Request:
+    return Request(rid, array("I", range(tokens)), 0.0, list(range(tokens // B)))
+
+
+def admit(r: Request, reuse_blocks: int = 0) -> AdmittedRequest:
+    r.attempts += 1
+    return AdmittedRequest(r, reuse_blocks, 0.0, B, attempt=r.attempts)
+
+
+def test_a_round_admits_from_the_head_and_deferred_requests_keep_their_place() -> None:
+    async def go() -> None:
+        run = RunState(2)
+        for rid in "abcd":
+            run.arrive(req(rid))
+        batch = run.take(3)
+        assert [r.id for r in batch] == ["a", "b", "c"] and run.num_waiting == 1
+        woke = asyncio.create_task(run.changed.wait())
+        await asyncio.sleep(0)
+        run.admitted([admit(batch[0])], deferred=batch[1:])
+        await asyncio.wait_for(woke, 1)             # an admission wakes the dispatcher
+        assert [a.id for a in run.active()] == ["a"]
+        assert run.head() is not None and run.head().id == "b"      # type: ignore[union-attr]
+        assert [r.id for r in run.take(10)] == ["b", "c", "d"]
+        assert run.num_admitted == 1
+    asyncio.run(go())
+
+
+def test_planning_schedules_chunks_and_retiring_frees_the_slot() -> None:
+    async def go() -> None:
+        run = RunState(2)
+        run.arrive(req("a", 64))
+        [r] = run.take(1)
+        run.admitted([admit(r, reuse_blocks=1)], [])
+        a = run.get("a")
+        assert a is not None and a.scheduled == B
+        w0 = Wave(0, [Chunk("a", 16, 32, 1, False, a.attempt)], 4096, 0.0)
+        w1 = Wave(1, [Chunk("a", 48, 16, 1, True, a.attempt)], 4096, 0.0)
+        run.planned(w0)
+        run.planned(w1)
+        assert run.in_flight == 2 and run.num_planned == 2 and a.remaining == 0
+        assert not run.completes_ahead(1) and run.completes_ahead(2)   # only w1 finishes the request
+        assert run.computed(w0.chunks) == [] and run.computed(w1.chunks) == [a]
+        assert a.completed == 64
+        run.retired(w0)
+        assert run.in_flight == 1 and not run.completes_ahead(1)
+    asyncio.run(go())
+
+
+def test_a_chunk_of_a_dropped_attempt_is_stale_after_the_request_comes_back() -> None:
+    async def go() -> None:
+        run = RunState(2)
+        r = req("a")
+        run.arrive(r)
+        run.admitted([first := admit(run.take(1)[0], 2)], [])
+        old = Chunk("a", 32, 32, 2, True, first.attempt)
+        assert run.live(old) is first and run.holds(first)
+        assert run.drop("a") is first
+        run.requeue(r)                          # a late fallback puts it back at the head
+        assert run.live(old) is None and not run.holds(first)
+        run.admitted([second := admit(run.take(1)[0], 0)], [])
+        assert run.live(old) is None            # the old attempt's chunk stays stale
+        assert run.live(Chunk("a", 0, 64, 0, True, second.attempt)) is second
+        assert run.pending_first_chunks() == [r.block_hashes]     # admitted, nothing scheduled yet
+    asyncio.run(go())
+
+
+def test_stage_completion_and_mechanism_code_never_see_the_loop_object() -> None:
+    """The narrow interface: the stage tasks, completion and every mechanism get the run state and
+    their own ports; none imports the loop module."""
+    root = Path(__file__).resolve().parents[1] / "runtime"
+    files = [root / "stage_tasks.py", root / "completion.py", root / "run_state.py", root / "admission.py",
+             *sorted((root / "mechanisms").glob("*.py"))]
+    for f in files:
+        tree = ast.parse(f.read_text())
+        imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+        assert "runtime.loop" not in imported, f"{f.name} imports runtime.loop"
+        assert "PipelineLoop" not in f.read_text(), f"{f.name} names PipelineLoop"
