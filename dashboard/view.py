@@ -9,6 +9,7 @@ from typing import Any
 from dashboard.frames import FrameBuilder, Frames
 from dashboard.sources import Snapshot, Source
 from runtime.idle_causes import IdleInterval
+from runtime.policies import get_policy
 from runtime.report import FigureAccumulator, RunFigures
 from telemetry import names as N
 
@@ -47,7 +48,7 @@ class _Derived:
         if not len(fr.requests) or not fr.num_stages:
             return View(snap, fr, None, source)
         policy = self.acc.requests[0]["a"].get(N.POLICY, "")
-        inline = policy != "wavepp"
+        inline = _inline_admission(policy)
         meta = {"policy": policy, "engine": source.kind, "model": "", "hardware": "", "concurrency": 0,
                 "workload": "", "inline_admission": inline}
         idle = self.acc.idle_intervals(fr.num_stages, inline)
@@ -62,6 +63,15 @@ def make_view(source: Source, snap: Snapshot) -> View:
 class _Entry:
     view: View
     derived: _Derived
+
+
+def _inline_admission(spec: str) -> bool:
+    """Whether the policy ran admission rounds on the loop's critical path - asked of the policy's
+    admission drive, not guessed from its name (a policy this build does not know: no)."""
+    try:
+        return get_policy(spec).admission.inline
+    except ValueError:
+        return False
 
 
 class ViewCache:

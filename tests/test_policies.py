@@ -6,9 +6,12 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
+from dashboard.sources import Snapshot
+from dashboard.view import make_view
 from runtime.bench import BenchConfig, run_one
 from runtime.engines.sim.engine import SimEngine
 from runtime.knobs import POLICY_NAMES, KnobError, Knobs
@@ -17,6 +20,7 @@ from runtime.planner import pack_static
 from runtime.policies import POLICIES, VARIANTS, get_policy
 from runtime.request import AdmittedRequest, Chunk, Request
 from runtime.workloads import parse_workload
+from telemetry.span_codec import encode
 
 B = 64
 
@@ -97,6 +101,11 @@ def test_a_composed_policy_runs_through_the_loop_on_the_sim(spec: str) -> None:
     assert rec.figures.completed == 32 and rec.figures.failed == 0
     assert rec.meta["mechanisms"] == get_policy(spec).mechanisms()
     assert rec.meta["inline_admission"] == get_policy(spec).admission.inline
+    # The dashboard asks the policy too (not its name): its figures from the spans are the bench's.
+    view = make_view(SimpleNamespace(kind="sim"), Snapshot("r", spec, [encode(s) for s in rec.spans], 4))  # type: ignore[arg-type]
+    assert view.figures is not None
+    assert view.figures.admission_critical_path_s_per_request == rec.figures.admission_critical_path_s_per_request
+    assert view.figures.idle_causes_s == rec.figures.idle_causes_s
     for h in rec.parts.handles:
         assert h.cache.leases == {} and h.cache.tickets == {}
         h.cache.check()
