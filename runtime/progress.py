@@ -61,4 +61,7 @@ def print_table(figures: Sequence[RunFigures]) -> None:
             continue
         stages = [f"s{s} {b:.1%}" + (f" ({top_causes(c, f.makespan_s)})" if b > 0.0005 else "")
                   for s, (b, c) in enumerate(zip(f.bubble_fraction, f.idle_causes_s, strict=True))]
+        lost = max(f.recompute_s, default=0.0)
+        if lost > 0:     # busy, not idle: work a late fallback threw away (runtime/recomputation.py)
+            stages.append(f"recomputation after late fallbacks up to {lost / f.makespan_s:.1%}")
         console.print(f"  {f.policy} c={f.concurrency}: " + " · ".join(stages), highlight=False)

@@ -16,6 +16,8 @@
 * fallbacks           = requests whose reuse boundary was lowered after the first lookup
 * evictions           = per stage, cached blocks evicted to prepare waves (materialize spans)
 * idle causes         = each stage's idle time split by cause (:mod:`runtime.idle_causes`)
+* recomputation       = per stage, busy time on chunks that a later late fallback of their
+                        request discarded (:mod:`runtime.recomputation`)
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from runtime.idle_causes import IdleInterval, IdleTracker, sums
+from runtime.recomputation import RecomputeTracker
 from telemetry import names as N
 
 
@@ -76,6 +79,7 @@ class RunFigures:
     admission_critical_path_s_per_request: float | None
     idle_causes_s: list[dict[str, float]]     # per stage: seconds idle by cause (they sum to makespan - busy)
     evictions: list[int]                      # per stage: cached blocks evicted to prepare waves
+    recompute_s: list[float]                  # per stage: busy seconds on chunks a late fallback discarded
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -143,6 +147,7 @@ class FigureAccumulator:
         self.round_s = 0.0                                  # Σ round durations (inline admission's cost)
         self.wave_tokens: list[int] = []                    # tokens of each wave planned (0: no wave)
         self.idle = IdleTracker()
+        self.recompute = RecomputeTracker()
 
     def add(self, spans: Sequence[Span]) -> FigureAccumulator:
         for s in spans:
@@ -162,6 +167,7 @@ class FigureAccumulator:
             elif n == N.WAVE_PLAN:
                 self.wave_tokens.append(_int(s, N.TOKENS))
         self.idle.add(spans)
+        self.recompute.add(spans)
         return self
 
     def _request(self, s: Span) -> None:
@@ -232,6 +238,7 @@ class FigureAccumulator:
             mean_wave_tokens=sum(wave_tokens) / len(wave_tokens) if wave_tokens else None,
             admission_critical_path_s_per_request=critical / len(latencies) if latencies else None,
             idle_causes_s=sums(intervals, num_stages), evictions=evictions,
+            recompute_s=self.recompute.seconds(num_stages),
         )
 
 

@@ -87,6 +87,10 @@ def test_uneven_capacities_diverge_and_only_the_baseline_falls_back_late() -> No
     # A late fallback costs the baseline recomputation; wavepp's boundaries are lowered at lease time.
     assert recomputed_tokens(base) > 64
     assert abs(recomputed_tokens(wave)) < 1
+    # The same loss as busy time per stage (runtime/recomputation.py): the baseline's, none for wavepp.
+    assert wave.figures.recompute_s == [0.0] * 4
+    assert base.figures.recompute_s[0] > 0        # stage 0 runs every discarded chunk
+    assert max(base.figures.recompute_s) < base.figures.makespan_s
 
 
 @pytest.mark.parametrize("policy", POLICIES)
