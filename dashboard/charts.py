@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from dashboard.frames import Frames
+from dashboard.frames import Frames, shown_ids
 from runtime.idle_causes import CAUSES, MEANING
 
 PALETTE = ["#4C78A8", "#F58518", "#54A24B", "#B279A2", "#72B7B2", "#EECA3B", "#9D755D", "#FF9DA6"]   # waves
@@ -56,8 +56,8 @@ def timeline(fr: Frames, start: float, end: float, idle: pd.DataFrame | None = N
     if idle is not None and len(idle):
         carried = dict(zip(fr.plans["wave"], fr.plans["requests"], strict=True))
         for cause, rows in idle.groupby("cause", sort=False):
-            waited = [f"wave {w} (requests {carried[w]})" if w in carried else (f"wave {w}" if w >= 0 else "-")
-                      for w in rows["wave"]]
+            waited = [f"wave {w} (requests {shown_ids(carried[w])})" if w in carried
+                      else (f"wave {w}" if w >= 0 else "-") for w in rows["wave"]]
             fig.add_trace(go.Bar(
                 name=cause_name(str(cause)), orientation="h", y=[lane(s) for s in rows["stage"]], base=rows["t0"],
                 x=rows["t1"] - rows["t0"], width=0.75,
@@ -130,3 +130,35 @@ def lines(df: pd.DataFrame, x: str, y: str, color: str | None = None, title: str
     fig.update_layout(title=title, height=300, margin=dict(l=10, r=10, t=40, b=30), xaxis_title="time (s)",
                       yaxis_title=y_title, legend_orientation="h")
     return add_knob_marks(fig, marks)
+
+
+WATERFALL_COLOURS = {"prefill": "#D9D9D9", "queued": "#BDBDBD", "lookup": "#1B9E77", "lease": "#7570B3",
+                     "escrow": "#E6AB02", "materialize": "#888888", "execute": PALETTE[0], "send": "#444444"}
+
+
+def waterfall(rows: pd.DataFrame, num_stages: int) -> go.Figure:
+    """One request's way through the run (``rows``: :func:`dashboard.frames.request_waterfall`)."""
+    order = ["prefill", "queued", "admission round"] + [lane(s) for s in range(num_stages)]
+    fig = go.Figure()
+    for kind, mine in rows.groupby("kind", sort=False):
+        fig.add_trace(go.Bar(name=str(kind), orientation="h", y=mine["row"], base=mine["t0"],
+                             x=(mine["t1"] - mine["t0"]).clip(lower=1e-6), width=0.6,
+                             marker_color=WATERFALL_COLOURS.get(str(kind), "#888888"), customdata=mine[["detail"]],
+                             hovertemplate=f"{kind}<br>%{{customdata[0]}}<br>%{{base:.4f}} s + %{{x:.4f}} s"
+                                           "<extra></extra>"))
+    fig.update_layout(barmode="overlay", height=160 + 32 * len(order), margin=dict(l=10, r=10, t=30, b=30),
+                      xaxis_title="time (s)", legend_orientation="h")
+    fig.update_yaxes(categoryorder="array", categoryarray=[r for r in order if r in set(rows["row"])][::-1])
+    return fig
+
+
+def causes_side_by_side(windows: Sequence[tuple[str, dict[str, float]]]) -> go.Figure:
+    """Idle causes (share of stage time) of a few windows, grouped by cause."""
+    fig = go.Figure()
+    causes = [c for c in CAUSES if any(c in w for _, w in windows)]
+    for name, shares in windows:
+        fig.add_trace(go.Bar(name=name, x=[MEANING.get(c, c) for c in causes], y=[shares.get(c, 0.0) for c in causes]))
+    fig.update_layout(title="idle time by cause (share of stage time)", barmode="group", height=360,
+                      yaxis_tickformat=".0%", margin=dict(l=10, r=10, t=70, b=30), legend_orientation="h",
+                      legend_y=1.12)
+    return fig

@@ -58,7 +58,7 @@ def _a(span: Span, key: str, default: Any = 0) -> Any:
     return span["a"].get(key, default)
 
 
-def _ids(ids: Sequence[str], shown: int = 4) -> str:
+def shown_ids(ids: Sequence[str], shown: int = 4) -> str:
     return ", ".join(ids[:shown]) + (f" … ({len(ids)} in all)" if len(ids) > shown else "")
 
 
@@ -72,7 +72,7 @@ REQUEST_COLUMNS = {"id": "object", "arrival": "float64", "admitted": "float64", 
 ROUND_COLUMNS = {"t": "float64", "round_s": "float64", "lookup_s": "float64", "lease_s": "float64",
                  "escrow_s": "float64", "requests": "int64", "admitted": "int64"}
 PLAN_COLUMNS = {"t": "float64", "wave": "int64", "budget": "int64", "tokens": "int64", "ready": "float64",
-                "in_flight": "int64", "requests": "object"}          # requests: the ids the wave carries
+                "in_flight": "int64", "requests": "object"}          # requests: the ids the wave carries (a tuple)
 FALLBACK_COLUMNS = {"t": "float64", "request": "object", "stage": "float64"}   # NaN: an early fallback
 
 
@@ -160,7 +160,7 @@ class FrameBuilder:
                 if _a(s, N.TOKENS) > 0:
                     self.plans.rows.append((t(s["t0"]), int(_a(s, N.WAVE_ID, -1)), int(_a(s, N.BUDGET)),
                                             int(_a(s, N.TOKENS)), float(_a(s, N.NUM_WAVES_READY, 0.0)),
-                                            int(_a(s, N.NUM_IN_FLIGHT)), _ids(_a(s, N.REQUEST_IDS, ()))))
+                                            int(_a(s, N.NUM_IN_FLIGHT)), tuple(_a(s, N.REQUEST_IDS, ()))))
         self.count += len(spans)
         return self
 
@@ -257,3 +257,67 @@ def percentiles_by_bin(times: pd.Series, values: pd.Series, edges: Sequence[floa
             value = float(np.percentile(mine, q)) if len(mine) >= min_samples(q) else math.nan
             rows.append((hi, f"p{q:g}", value))
     return pd.DataFrame(rows, columns=["t", "percentile", "value"])
+
+
+def window_figures(fr: Frames, idle: pd.DataFrame, a: float, b: float) -> dict[str, Any]:
+    """The run's figures over ``[a, b]`` (seconds since the origin), as the pages name them:
+    requests completed in the window, execute time inside it, admitting rounds ending in it.
+    ``idle``: :func:`idle_window` over the same window (idle causes, summed over stages)."""
+    length = max(b - a, 1e-12)
+    done = fr.requests[(fr.requests["done"] > a) & (fr.requests["done"] <= b) & ~fr.requests["failed"]]
+    ex = fr.steps[fr.steps["kind"] == "execute"]
+    busy = [float((ex[ex["stage"] == s]["t1"].clip(a, b) - ex[ex["stage"] == s]["t0"].clip(a, b)).clip(0).sum())
+            / length for s in range(fr.num_stages)]
+    rounds = fr.rounds[(fr.rounds["admitted"] > 0) & (fr.rounds["t"] > a) & (fr.rounds["t"] <= b)]["t"].sort_values()
+    gaps = rounds.diff().dropna().to_numpy()
+    plans = fr.plans[(fr.plans["t"] > a) & (fr.plans["t"] <= b)]
+    latency = done["latency"].to_numpy()
+
+    def pct(values: Any, q: float) -> float | None:
+        return float(np.percentile(values, q)) if len(values) >= min_samples(q) else None
+    out: dict[str, Any] = {
+        "window_s": length,
+        "input_tokens_per_s": float(done["input_tokens"].sum()) / length,
+        "pipeline_efficiency": max(busy, default=0.0),
+        "bubble_fraction": [1 - x for x in busy],
+        "prefill_latency_p50_s": pct(latency, 50), "prefill_latency_p95_s": pct(latency, 95),
+        "admission_interval_p50_s": pct(gaps, 50),
+        "completed": len(done), "waves": len(plans),
+        "mean_wave_tokens": float(plans["tokens"].mean()) if len(plans) else None,
+        "budget": float(plans["budget"].median()) if len(plans) else None,
+    }
+    stage_time = length * max(fr.num_stages, 1)
+    out["idle_causes"] = ({c: float(v) / stage_time for c, v in
+                           (idle["t1"] - idle["t0"]).groupby(idle["cause"]).sum().items()} if len(idle) else {})
+    return out
+
+
+def request_waterfall(fr: Frames, request_id: str) -> pd.DataFrame | None:
+    """One request's way through the run, as rows (row, kind, t0, t1, detail) - queued until its
+    admission round, the round's lookup / lease / escrow, each chunk's materialize / execute /
+    send on every stage (the waves that carried it), and the whole prefill - or None when the run
+    has no request of that id."""
+    mine = fr.requests[fr.requests["id"] == request_id]
+    if mine.empty:
+        return None
+    req = mine.iloc[0]
+    rows: list[tuple[str, str, float, float, str]] = [
+        ("prefill", "prefill", req["arrival"], req["done"], f"{req['latency']:.4f} s, "
+                                                              f"{'failed' if req['failed'] else 'completed'}")]
+    admitted = req["admitted"]
+    if not math.isnan(admitted):
+        rows.append(("queued", "queued", req["arrival"], admitted, "arrival -> admitted"))
+        ends = fr.rounds[fr.rounds["t"] >= admitted - 1e-9].sort_values("t")
+        if len(ends):
+            r = ends.iloc[0]
+            t = r["t"] - r["round_s"]
+            for phase in ("lookup", "lease", "escrow"):
+                dur = float(r[f"{phase}_s"])
+                rows.append(("admission round", phase, t, t + dur, f"{phase} {dur * 1e3:.3f} ms "
+                             f"(round of {int(r['requests'])} requests, {int(r['admitted'])} admitted)"))
+                t += dur
+    waves = {int(w) for w, ids in zip(fr.plans["wave"], fr.plans["requests"], strict=True) if request_id in ids}
+    steps = fr.steps[fr.steps["wave"].isin(waves)].sort_values("t0")
+    for stage, kind, t0, t1, wave, tokens in steps.itertuples(index=False):
+        rows.append((f"stage {stage}", str(kind), t0, t1, f"wave {wave} ({tokens} tokens in the wave)"))
+    return pd.DataFrame(rows, columns=["row", "kind", "t0", "t1", "detail"])

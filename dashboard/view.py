@@ -26,6 +26,13 @@ class View:
     def empty(self) -> bool:
         return not self.snap.spans
 
+    @property
+    def running(self) -> bool:
+        """A live run still going: after a stage's last finished step it may well be computing (its
+        span has not ended), so that stretch is not shown as idle (drain) yet."""
+        last = self.snap.status[-1] if self.snap.status else {}
+        return self.snap.live and last.get("state", "running") == "running"
+
 
 @dataclass(slots=True)
 class _Derived:

@@ -1,4 +1,5 @@
-"""Compare: two saved runs side by side (e.g. wavepp vs trtllm-pp from one bench)."""
+"""Compare: the windows before and after each knob change of the run on screen (live or saved), and
+two saved runs side by side (e.g. wavepp vs trtllm-pp from one bench)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from dashboard import charts
-from dashboard.frames import build
+from dashboard.frames import build, idle_window, window_figures
 from dashboard.screens.common import FIGURES
 from dashboard.view import View
 from runtime.runfile import SavedRun, load_runs
@@ -16,13 +17,71 @@ FIELDS = ["input_tokens_per_s", "computed_tokens_per_s", "pipeline_efficiency", 
           "admission_interval_p50_s", "admission_interval_p99_s", "requests_per_round_mean",
           "admission_latency_p99_s", "prefill_latency_p50_s", "prefill_latency_p95_s", "good_hit_rate",
           "fallbacks", "waves"]
+WINDOW_FIELDS = ["input_tokens_per_s", "pipeline_efficiency", "prefill_latency_p50_s", "prefill_latency_p95_s",
+                 "admission_interval_p50_s", "waves"]
 
 
 def render_compare(view: View) -> None:
     st.header("Compare")
+    if view.snap.live or view.frames.knob_marks:
+        _before_after(view)
+    _saved_runs(view)
+
+
+def _before_after(view: View) -> None:
+    """The run's figures and idle causes in the window before a knob change and the one after it
+    (up to the neighbouring changes, or the run's ends), side by side."""
+    st.subheader("Before and after a knob change")
+    fr = view.frames
+    marks = sorted(fr.knob_marks)
+    if view.empty or not marks:
+        st.info("No knob change in this run yet: once one is made (Knobs page), this compares the window "
+                "before it with the window after it.")
+        return
+    pick = st.selectbox("Knob change", range(len(marks)), index=len(marks) - 1, key="compare_change",
+                        format_func=lambda i: f"at {marks[i][0]:.3f} s: {marks[i][1]}")
+    at = marks[pick][0]
+    start = marks[pick - 1][0] if pick > 0 else fr.start
+    end = marks[pick + 1][0] if pick + 1 < len(marks) else fr.end
+    windows = []
+    for name, (a, b) in (("before", (start, at)), ("after", (at, end))):
+        idle = idle_window(view.idle, fr.origin_ns, a, b, live=view.running)
+        windows.append((f"{name} ({a:.3f}-{b:.3f} s)", window_figures(fr, idle, a, b)))
+    (name_a, fa), (name_b, fb) = windows
+    rows = []
+    for key in WINDOW_FIELDS:
+        fig = FIGURES[key]
+        unit = f" ({fig.unit})" if fig.unit else ""
+        ratio = fb[key] / fa[key] if fa.get(key) and fb.get(key) is not None else None
+        rows.append({"figure": fig.name.removesuffix(" (run)") + unit, name_a: _plain(key, fa[key]),
+                     name_b: _plain(key, fb[key]), "after / before": "-" if ratio is None else f"{ratio:.3f}x"})
+    rows.append({"figure": "wave budget (median, tokens)", name_a: _tokens(fa["budget"]), name_b: _tokens(fb["budget"]),
+                 "after / before": f"{fb['budget'] / fa['budget']:.3f}x" if fa["budget"] and fb["budget"] else "-"})
+    for s, (x, y) in enumerate(zip(fa["bubble_fraction"], fb["bubble_fraction"], strict=True)):
+        rows.append({"figure": f"stage {s} bubble fraction", name_a: f"{x:.3f}", name_b: f"{y:.3f}",
+                     "after / before": f"{y / x:.3f}x" if x else "-"})
+    st.table(pd.DataFrame(rows).set_index("figure"))
+    st.caption(f"windows: {fa['completed']} and {fb['completed']} requests completed; a percentile needs enough "
+               "completions in its window (p50 2, p95 20), else '-'")
+    st.plotly_chart(charts.causes_side_by_side([(name_a, fa["idle_causes"]), (name_b, fb["idle_causes"])]),
+                    key="before_after_causes")
+
+
+def _tokens(value: float | None) -> str:
+    return "-" if value is None else f"{value:,.0f}"
+
+
+def _plain(key: str, value: object) -> str:
+    fig = FIGURES[key]
+    return fig.format(value).removesuffix(f" {fig.unit}")
+
+
+def _saved_runs(view: View) -> None:
     # Runs are told apart by their place in this list (file, then run), never by label: two files
     # may well hold runs with the same label, or even the same file twice.
     runs = [(r, "this source") for r in view.source.runs()]
+    if view.snap.live:
+        st.subheader("Saved runs")
     extra = st.text_input("Another saved run file (optional)", key="compare_file")
     if extra:
         try:

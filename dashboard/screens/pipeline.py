@@ -30,7 +30,7 @@ def render_pipeline(view: View) -> None:
     run = max(end - fr.start, 0.002)                      # the whole run: first arrival -> last completion
     # The window is picked by the slider below; the reading at the top follows it.
     window = min(float(st.session_state.get("pipeline_window", default_window(fr))), run)
-    idle = idle_window(view.idle, fr.origin_ns, max(0.0, end - window), end, live=view.snap.live)
+    idle = idle_window(view.idle, fr.origin_ns, max(0.0, end - window), end, live=view.running)
     shares = idle_shares(idle, fr.num_stages, window)
     st.markdown(f"**Why the bubbles:** {reading(shares, window, MEANING)}")
     if f is not None and f.bubble_fraction is not None:   # the bench's own figures; None: nothing completed yet

@@ -7,9 +7,10 @@ import pandas as pd
 import streamlit as st
 
 from dashboard import charts
-from dashboard.frames import min_samples, percentiles_by_bin
+from dashboard.frames import min_samples, percentiles_by_bin, request_waterfall
 from dashboard.screens.common import metric, no_data
 from dashboard.view import View
+from runtime.knobs import echo
 
 BINS = 60
 
@@ -40,8 +41,35 @@ def render_throughput(view: View) -> None:
     # Fewer, wider bins than the throughput chart: a percentile needs samples (min_samples) to stand on.
     bins = max(1, min(BINS, len(done) // min_samples(95)))
     lat = percentiles_by_bin(done["done"], done["latency"], np.linspace(0, end, bins + 1).tolist())
-    st.plotly_chart(charts.lines(lat, "t", "value", "percentile", "prefill latency (by completion time)",
+    st.plotly_chart(charts.lines(lat, "t", "value", "percentile",
+                                 "prefill latency (TTFT) p50 / p95 / p99 over time (by completion time)",
                                  fr.knob_marks, "s"), key="latency")
     st.caption(f"{bins} bins of {end / bins:.3f} s; a percentile is drawn only where its bin holds enough "
                f"completions (p50 {min_samples(50)}, p95 {min_samples(95)}, p99 {min_samples(99)}); lines break "
                "where a bin holds fewer")
+    _drill_down(view)
+
+
+def _drill_down(view: View) -> None:
+    """Pick a request: its admission round (lookup / lease / escrow), its chunks on each stage, its
+    reuse boundary and outcome, as a small waterfall."""
+    fr = view.frames
+    st.subheader("Request drill-down")
+    slowest = fr.requests.nlargest(3, "latency")["id"].tolist()
+    hint = f" (slowest: {', '.join(slowest)})" if slowest else ""
+    rid = st.text_input(f"Request id{hint}", key="drill_request").strip()
+    if not rid:
+        return
+    rows = request_waterfall(fr, rid)
+    if rows is None:
+        example = fr.requests["id"].iloc[0] if len(fr.requests) else "none yet"
+        st.warning(f"No request {echo(rid)} in this run ({len(fr.requests)} requests; ids look like {example}).")
+        return
+    req = fr.requests[fr.requests["id"] == rid].iloc[0]
+    outcome = "failed" if req["failed"] else f"completed, prefill latency {req['latency']:.4f} s"
+    reuse = (f"reuse boundary: {int(req['reused']):,} of {int(req['input_tokens']):,} prompt tokens reused "
+             f"({int(req['reusable']):,} reusable)")
+    lowered = f", lowered by {int(req['fallbacks'])} fallback(s)" if req["fallbacks"] else ""
+    waves = rows[rows["row"].str.startswith("stage ")]["detail"].str.extract(r"wave (\d+)")[0].nunique()
+    st.markdown(f"**{rid}**: {outcome}; {reuse}{lowered}; carried by {waves} wave(s).")
+    st.plotly_chart(charts.waterfall(rows, fr.num_stages), key="waterfall")

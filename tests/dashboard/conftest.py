@@ -43,3 +43,42 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="session")
+def knob_change_store() -> Iterator[str]:
+    """A store holding a finished real-time sim run whose wave budget was halved midway through the
+    dashboard's own write path (the Knobs page's): before/after windows to compare."""
+    import threading
+    import time
+    import uuid
+
+    import redis
+
+    from dashboard.knob_form import parse
+    from dashboard.sources import StoreSource
+    from runtime.knobs import Knobs
+    from telemetry import names as N
+
+    cluster = f"knobchange-{uuid.uuid4().hex[:8]}"
+    url = f"redis://127.0.0.1:6379/13?cluster={cluster}"
+    engine = SimEngine("llama-3-8b", "h200", 4, kv_blocks=[4000], store_url=url, realtime=True, time_scale=3.0)
+    cfg = BenchConfig(parse_workload("suffix:2048"), [32], ["wavepp"], 160, prompt_tokens=4096)
+    thread = threading.Thread(target=lambda: run_one(engine, cfg, "wavepp", 32))
+    thread.start()
+    source = StoreSource(url)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        snap = source.snapshot()
+        if sum(1 for s in snap.spans if s["n"] == N.WAVE_PLAN) >= 40 and snap.knobs is not None:
+            break
+        time.sleep(0.05)
+    changes, errors = parse({"max_wave_tokens": "8192", "min_wave_tokens": "4096"}, Knobs(**snap.knobs.values))
+    assert not errors
+    source.write_knobs(changes)
+    thread.join(120)
+    yield url
+    client = redis.Redis(db=13)
+    keys = list(client.scan_iter(match=f"wavepp:{{{cluster}}}:*"))
+    if keys:
+        client.delete(*keys)

@@ -120,3 +120,25 @@ def test_embedded_live_dashboard_draws_the_running_pipeline(page: Page) -> None:
     finally:
         proc.terminate()
         proc.wait(10)
+
+
+def test_compare_shows_before_and_after_a_knob_change_live(page: Page, knob_change_store: str) -> None:
+    """Compare in live mode: the windows before and after the knob change, side by side."""
+    proc, url = serve("--store", knob_change_store)
+    try:
+        page.goto(url)
+        page.get_by_text("Compare", exact=True).first.click()
+        page.get_by_text("Before and after a knob change").wait_for(timeout=90_000)
+        table = page.locator("table").filter(has_text="wave budget (median, tokens)")
+        table.wait_for(timeout=60_000)
+        headers = [h.text_content() or "" for h in table.locator("th").all()]
+        assert any(h.startswith("before (") for h in headers) and any(h.startswith("after (") for h in headers)
+        row = table.locator("tr").filter(has_text="wave budget (median, tokens)")
+        cells = [c.text_content() for c in row.locator("td").all()]
+        assert cells[:2] == ["8,192", "4,096"], cells
+        page.locator(".js-plotly-plot").first.wait_for(timeout=60_000)
+        ARTIFACTS.mkdir(exist_ok=True)
+        page.screenshot(path=str(ARTIFACTS / "compare-before-after.png"), full_page=True)
+    finally:
+        proc.terminate()
+        proc.wait(10)

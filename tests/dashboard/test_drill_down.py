@@ -1,0 +1,80 @@
+"""Issue 13 polish: a request drill-down (its admission round, chunks per stage, reuse boundary and
+outcome), the prefill latency (TTFT) percentiles over time, and Compare as before/after windows
+around each knob change."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from streamlit.testing.v1 import AppTest
+
+from runtime.idle_causes import MEANING
+from runtime.runfile import load_runs
+from telemetry import names as N
+
+from .conftest import APP  # type: ignore[import-not-found]
+from .test_app import run_page  # type: ignore[import-not-found]
+
+
+def test_drill_down_shows_a_requests_way_through_the_run(saved_run: Path, dashboard_env: None) -> None:
+    run = load_runs(saved_run)[0]
+    request = next(s for s in run.spans if s["n"] == N.REQUEST)
+    rid = request["a"][N.REQUEST_ID]
+    at = run_page(f"run:{saved_run}", "Throughput and latency")
+    at.text_input(key="drill_request").set_value(rid).run()
+    assert not at.exception and not at.warning
+    line = next(m.value for m in at.markdown if m.value.startswith(f"**{rid}**"))
+    reused = request["a"][N.REUSED_TOKENS]
+    assert f"reuse boundary: {reused:,} of" in line and "completed" in line, line
+    specs = [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
+    waterfall = next(s for s in specs if any(t.get("name") == "lookup" for t in s["data"]))
+    rows = {y for t in waterfall["data"] for y in t["y"]}
+    assert {"prefill", "queued", "admission round", "stage 0", "stage 3"} <= rows, rows
+    kinds = {t["name"] for t in waterfall["data"]}
+    assert {"lookup", "lease", "escrow", "execute", "materialize"} <= kinds, kinds
+    # Every wave that carried the request shows on every stage.
+    waves = {p["a"][N.WAVE_ID] for p in run.spans if p["n"] == N.WAVE_PLAN and rid in p["a"].get(N.REQUEST_IDS, [])}
+    executes = next(t for t in waterfall["data"] if t["name"] == "execute")
+    assert len(executes["y"]) == 4 * len(waves)
+
+
+def test_drill_down_of_an_unknown_id_says_so(saved_run: Path, dashboard_env: None) -> None:
+    at = run_page(f"run:{saved_run}", "Throughput and latency")
+    at.text_input(key="drill_request").set_value("no-such-request" * 10).run()
+    assert not at.exception
+    message = at.warning[0].value if at.warning else ""
+    assert message.startswith("No request 'no-such-requestno-such-… (152 characters) in this run (96 requests; "
+                              "ids look like r"), message                 # a bounded echo, and what ids look like
+    assert not [c for c in at.get("plotly_chart") if "lookup" in c.proto.spec]
+
+
+def test_ttft_percentiles_over_time(saved_run: Path, dashboard_env: None) -> None:
+    at = run_page(f"run:{saved_run}", "Throughput and latency")
+    specs = [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
+    ttft = next(s for s in specs if "TTFT" in str(s["layout"].get("title")))
+    assert [t["name"] for t in ttft["data"]] == ["p50", "p95", "p99"]
+
+
+def test_compare_shows_the_windows_before_and_after_a_knob_change(knob_change_store: str,
+                                                                  dashboard_env: None) -> None:
+    os.environ["WAVEPP_DASHBOARD"] = f"store:{knob_change_store}"
+    at = AppTest.from_file(APP, default_timeout=60)
+    at.session_state["page"] = "Compare"
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert [s.value for s in at.subheader][:1] == ["Before and after a knob change"]
+    change = at.selectbox(key="compare_change")
+    assert len(change.options) == 1 and "max_wave_tokens=8192" in change.options[0], change.options
+    table = at.table[0].value
+    before, after = [c for c in table.columns if c.startswith(("before (", "after ("))]
+    rows = dict(zip(table.index, zip(table[before], table[after], strict=True), strict=True))
+    assert rows["wave budget (median, tokens)"] == ("8,192", "4,096")       # MPU at b_min, then the new floor
+    assert float(rows["waves"][0]) > 0 and float(rows["waves"][1]) > 0
+    causes = next(json.loads(c.proto.spec) for c in at.get("plotly_chart")
+                  if "idle time by cause" in str(json.loads(c.proto.spec)["layout"].get("title")))
+    assert [t["name"] for t in causes["data"]] == [before, after]
+    # The run finished: its drain after each stage's last step is idle time, in the window after.
+    drain = causes["data"][1]["y"][causes["data"][1]["x"].index(MEANING["drain"])]
+    assert drain > 0
