@@ -75,7 +75,11 @@ def knob_change_store() -> Iterator[str]:
         time.sleep(0.05)
     changes, errors = parse({"max_wave_tokens": "8192", "min_wave_tokens": "4096"}, Knobs(**snap.knobs.values))
     assert not errors
-    source.write_knobs(changes)
+    # In a thread of its own: the write runs an asyncio loop, and a browser test's playwright may hold
+    # this thread's.
+    writer = threading.Thread(target=lambda: source.write_knobs(changes))
+    writer.start()
+    writer.join(30)
     thread.join(120)
     yield url
     client = redis.Redis(db=13)
