@@ -39,7 +39,8 @@ BENCHES = {
 
 
 def per_span_cost(n: int = 50_000) -> dict[str, float]:
-    """Microseconds per span (start, three attributes, end) on a wall clock, per configuration."""
+    """Microseconds per span (start, three attributes, end) on a wall clock, per configuration: the
+    fastest of five rounds, as the least disturbed by other work on the machine."""
     receiver = OtlpReceiver()
     configs = {"off (run's list only)": TelemetryConfig(mode="off"),
                "otlp (list + OTLP batch queue)": TelemetryConfig(mode="otlp", otlp_endpoint=receiver.endpoint)}
@@ -49,11 +50,14 @@ def per_span_cost(n: int = 50_000) -> dict[str, float]:
         for _ in range(1000):                      # warm-up
             with tel.span(N.EXECUTE, {N.STAGE: 0, N.WAVE_ID: 1, N.TOKENS: 512}):
                 pass
-        t = time.perf_counter()
-        for i in range(n):
-            with tel.span(N.EXECUTE, {N.STAGE: i % 4, N.WAVE_ID: i, N.TOKENS: 512}):
-                pass
-        out[name] = (time.perf_counter() - t) / n * 1e6
+        best = float("inf")
+        for _ in range(5):                         # the least disturbed of 5 (a shared machine)
+            t = time.perf_counter()
+            for i in range(n // 5):
+                with tel.span(N.EXECUTE, {N.STAGE: i % 4, N.WAVE_ID: i, N.TOKENS: 512}):
+                    pass
+            best = min(best, (time.perf_counter() - t) / (n // 5) * 1e6)
+        out[name] = best
         tel.shutdown()
     receiver.close()
     return out

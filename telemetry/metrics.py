@@ -2,7 +2,7 @@
 
 Public API (framework-free; ``wavepp serve`` mounts :meth:`WaveppMetrics.render` at ``GET /metrics``):
 
-    metrics = process_metrics()              # the process's instruments (telemetry.setup wires runs to it)
+    metrics = process_metrics()              # the process's instruments: every run from now on feeds them
     body, content_type = metrics.render()    # Prometheus exposition text of everything recorded so far
     port = metrics.serve(9464)               # or a standalone endpoint (``--metrics-port``)
 
@@ -246,9 +246,14 @@ _PROCESS_LOCK = threading.Lock()
 
 
 def process_metrics() -> WaveppMetrics:
-    """The process's one set of instruments (created on first use: a bench that never asks for
-    metrics pays nothing)."""
+    """The process's one set of instruments, created on first use. From then on every run's
+    telemetry feeds it (a bench that never asks for metrics pays nothing)."""
     with _PROCESS_LOCK:
         if not _PROCESS_METRICS:
             _PROCESS_METRICS.append(WaveppMetrics())
         return _PROCESS_METRICS[0]
+
+
+def process_metrics_if_any() -> WaveppMetrics | None:
+    """The process's instruments when something asked for them (a server's ``/metrics``), else None."""
+    return _PROCESS_METRICS[0] if _PROCESS_METRICS else None

@@ -47,7 +47,7 @@ from store.urls import StoreUrl
 from telemetry import names as N
 from telemetry.batch import DropCountingBatchProcessor
 from telemetry.config import TelemetryConfig
-from telemetry.metrics import WaveppMetrics, process_metrics
+from telemetry.metrics import WaveppMetrics, process_metrics, process_metrics_if_any
 
 # Virtual time 0 is this instant (2026-01-01T00:00:00Z): deterministic timestamps for the sim.
 SIM_EPOCH_NS = 1_767_225_600_000_000_000
@@ -136,7 +136,8 @@ class Telemetry:
                  ring: SpanProcessor | None = None, metrics: WaveppMetrics | None = None) -> None:
         """``keep``: hold every span for the figures (a long-running live runtime keeps only the
         bounded ``ring``); ``stream``: the Redis store whose span stream gets the spans; ``metrics``:
-        the instruments to feed (default: the process's, when a metrics endpoint is configured)."""
+        the instruments to feed (default: the process's, once a metrics endpoint is configured or
+        anything asked for them)."""
         self.enabled = enabled              # False: spans are not recorded (micro-benchmarks of mechanisms)
         self.run_id = run_id
         self.config = cfg = config or current_config()
@@ -148,8 +149,8 @@ class Telemetry:
         self._list = SpanList()
         if keep:
             self.provider.add_span_processor(self._list)
-        if metrics is None and cfg.metrics_port is not None:
-            metrics = process_metrics()
+        if metrics is None:
+            metrics = process_metrics() if cfg.metrics_port is not None else process_metrics_if_any()
         self.metrics = metrics
         if metrics is not None:
             self.provider.add_span_processor(metrics.span_processor(policy))
