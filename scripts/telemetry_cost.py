@@ -2,11 +2,12 @@
 vs ``--telemetry off``, side by side in one bench per engine (the torch engine, the real-time sim);
 the cost of one span per configuration; the memory of 100k spans held in the dashboard's ring.
 
-    .venv/bin/python scripts/telemetry_cost.py [--requests N] [--repeats R] [--json out/telemetry-cost.json]
+    .venv/bin/python scripts/telemetry_cost.py [--repeats R] [--json out/telemetry-cost.json]
 
 Starts an OTLP/HTTP receiver on 127.0.0.1:4318 (``telemetry.receiver``) and runs ``wavepp bench
---telemetry off,on,otlp``: ``on`` has no exporter here (memory store, no endpoint), so off vs on is the
-noise floor of the machine, off vs otlp the cost of exporting every span.
+--telemetry off,on,otlp`` (rotated from one repeat to the next): ``on`` has no exporter here
+(memory store, no endpoint), so off vs on is the noise floor of the machine, off vs otlp the cost
+of exporting every span.
 """
 
 from __future__ import annotations
@@ -90,18 +91,23 @@ def ring_memory(n: int = 100_000) -> float:
     return used / 1e6 * n / len(spans)
 
 
-def throughput(engine: str, requests: int, repeats: int) -> dict[str, Any]:
+def throughput(engine: str, requests: int, repeats: int, span_us: float) -> dict[str, Any]:
+    """Each repeat is one bench with the three modes back to back; ``span_share`` bounds the cost
+    from below the machine's noise: spans of a run x the measured cost of one / its makespan."""
     receiver = OtlpReceiver(4318)
     env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
     ratios: dict[str, list[float]] = {"on": [], "otlp": []}
     tput: dict[str, list[float]] = {"off": [], "on": [], "otlp": []}
     spans = 0
+    shares: list[float] = []
     try:
-        for _ in range(repeats):
+        for i in range(repeats):
+            modes = ["off", "on", "otlp"]
+            modes = modes[i % 3:] + modes[:i % 3]          # rotated: no mode always runs first
             with tempfile.TemporaryDirectory() as tmp:
                 out = Path(tmp) / "r.json"
                 cmd = [WAVEPP, "bench", *BENCHES[engine], "--requests", str(requests), "--quiet",
-                       "--telemetry", "off,on,otlp", "--json", str(out)]
+                       "--telemetry", ",".join(modes), "--json", str(out)]
                 subprocess.run(cmd, check=True, env=env, stdout=subprocess.DEVNULL)
                 runs = {r["telemetry"]: r for r in json.loads(out.read_text())["runs"]}
             for mode, r in runs.items():
@@ -109,6 +115,7 @@ def throughput(engine: str, requests: int, repeats: int) -> dict[str, Any]:
             for mode in ("on", "otlp"):
                 ratios[mode].append(runs[mode]["input_tokens_per_s"] / runs["off"]["input_tokens_per_s"])
             spans = runs["otlp"]["spans"]
+            shares.append(spans * span_us / 1e6 / runs["otlp"]["makespan_s"])
             assert not sum(runs["otlp"]["spans_dropped"].values()), runs["otlp"]["spans_dropped"]
     finally:
         received = receiver.num_spans
@@ -116,21 +123,23 @@ def throughput(engine: str, requests: int, repeats: int) -> dict[str, Any]:
     return {"engine": engine, "requests": requests, "repeats": repeats, "spans_per_run": spans,
             "spans_received": received, "input_tokens_per_s": {m: statistics.median(v) for m, v in tput.items()},
             "ratio_to_off_median": {m: statistics.median(v) for m, v in ratios.items()},
-            "ratio_to_off_each": ratios}
+            "ratio_to_off_each": ratios, "span_share_of_makespan": statistics.median(shares)}
 
 
 def main() -> None:
     p = argparse.ArgumentParser()
-    p.add_argument("--requests", type=int, default=256)
-    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--requests", default="torch=128,sim-realtime=512", help="per engine")
+    p.add_argument("--repeats", type=int, default=6)
     p.add_argument("--engines", default="torch,sim-realtime")
     p.add_argument("--json", default=None)
     args = p.parse_args()
-    result: dict[str, Any] = {"per_span_us": per_span_cost(), "ring_mb_per_100k_spans": ring_memory()}
+    per_span = per_span_cost()
+    result: dict[str, Any] = {"per_span_us": per_span, "ring_mb_per_100k_spans": ring_memory()}
     print(json.dumps(result, indent=1), flush=True)
     result["throughput"] = []
+    requests = dict(kv.split("=") for kv in args.requests.split(","))
     for engine in args.engines.split(","):
-        r = throughput(engine, args.requests, args.repeats)
+        r = throughput(engine, int(requests[engine]), args.repeats, max(per_span.values()))
         result["throughput"].append(r)
         print(json.dumps(r, indent=1), flush=True)
     if args.json:
