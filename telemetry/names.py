@@ -6,11 +6,12 @@ ADMISSION_ROUND = "wavepp.admission.round"
 HINT_LOOKUP = "wavepp.admission.hint_lookup"
 LEASE = "wavepp.admission.lease"
 ESCROW = "wavepp.admission.escrow"
+WAVE = "wavepp.wave"                             # a wave's life, plan -> retired: parent of its stage steps
 WAVE_PLAN = "wavepp.wave.plan"
 MATERIALIZE = "wavepp.stage.materialize"
 EXECUTE = "wavepp.stage.execute"
 SEND = "wavepp.stage.send"
-COMPLETE = "wavepp.stage.complete"
+COMPLETE = "wavepp.stage.complete"              # a stage attaches the blocks of the requests a wave finished
 STAGE_WAIT = "wavepp.stage.wait"                 # a stage blocked on capacity (baseline retry)
 
 # ---- events on spans ---------------------------------------------------------------------------
@@ -54,6 +55,11 @@ KNOBS_CHANGED = "wavepp.knobs.changed"           # names of the knobs that chang
 KNOBS_VERSION = "wavepp.knobs.version"           # the knobs record's version (a refused one)
 MEASURED = "wavepp.measured"                     # False for warm-up requests left out of the figures
 GEN_AI_INPUT_TOKENS = "gen_ai.usage.input_tokens"  # OpenTelemetry GenAI semantic convention
+COMPUTED_TOKENS = "wavepp.tokens.computed"        # request span: prompt tokens run through the model
+OUTCOME = "wavepp.request.outcome"               # request span: completed | failed
+ADMISSION_LATENCY = "wavepp.admission.latency_s"  # request span: arrival -> admitted (run clock, seconds)
+ADMISSION_ROUND_S = "wavepp.admission.round_s"    # request span: the admitting round's duration
+ADMISSION_DEFERRALS = "wavepp.admission.deferrals"  # request span: rounds that deferred it before admission
 
 # ---- metric names (Prometheus conventions: wavepp_ prefix, unit in the name, _total for counters) --
 M_ADMISSION_INTERVAL = "wavepp_admission_interval_seconds"   # between admission rounds that admitted

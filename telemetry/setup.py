@@ -179,17 +179,19 @@ class Telemetry:
     def epoch_ns(self) -> int:
         return self._epoch_ns if self._epoch_ns is not None else 0
 
-    def span(self, name: str, attributes: Attributes | None = None,
-             links: Sequence[Link] | None = None) -> AbstractContextManager[Span]:
-        """A child of the current span, timed on the runtime clock; exceptions mark it as an error."""
+    def span(self, name: str, attributes: Attributes | None = None, links: Sequence[Link] | None = None,
+             parent: Span | None = None) -> AbstractContextManager[Span]:
+        """A child of ``parent`` (default: the current span), timed on the runtime clock; exceptions
+        mark it as an error."""
         if not self.enabled:
             return _NOT_RECORDING
-        return self._span(name, attributes, links)
+        return self._span(name, attributes, links, parent)
 
     @contextmanager
-    def _span(self, name: str, attributes: Attributes | None,
-              links: Sequence[Link] | None) -> Iterator[Span]:
-        s = self.tracer.start_span(name, attributes=attributes, links=links, start_time=self.now_ns())
+    def _span(self, name: str, attributes: Attributes | None, links: Sequence[Link] | None,
+              parent: Span | None) -> Iterator[Span]:
+        ctx = trace.set_span_in_context(parent) if parent is not None else None
+        s = self.tracer.start_span(name, context=ctx, attributes=attributes, links=links, start_time=self.now_ns())
         try:
             with trace.use_span(s, end_on_exit=False, record_exception=False, set_status_on_exception=False):
                 yield s
@@ -199,10 +201,12 @@ class Telemetry:
         finally:
             s.end(end_time=self.now_ns())
 
-    def start(self, name: str, attributes: Attributes | None = None, root: bool = False) -> Span:
-        """A span ended later by :meth:`end` (request spans outlive any one coroutine)."""
+    def start(self, name: str, attributes: Attributes | None = None, root: bool = False,
+              links: Sequence[Link] | None = None) -> Span:
+        """A span ended later by :meth:`end` (request and wave spans outlive any one coroutine)."""
         ctx = trace.set_span_in_context(trace.INVALID_SPAN) if root else None
-        return self.tracer.start_span(name, context=ctx, attributes=attributes, start_time=self.now_ns())
+        return self.tracer.start_span(name, context=ctx, attributes=attributes, links=links,
+                                      start_time=self.now_ns())
 
     def end(self, span: Span, error: str | None = None) -> None:
         if error is not None:
