@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-dev
 
-.PHONY: demo test lint bench bench-torch grid ablation clean services
+.PHONY: demo test lint bench bench-torch bench-telemetry grid ablation clean services
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -43,6 +43,13 @@ ablation: $(STAMP)
 # wavepp vs trtllm-pp on four workloads; about 25 minutes on a 2-core CPU.
 bench-torch: $(STAMP)
 	scripts/torch_figures.sh
+
+# Issue 11's figures: throughput with every span exported over OTLP to a local receiver vs
+# --telemetry off (torch engine and real-time sim, modes rotated over 6 repeats), cost per span,
+# memory of 100k spans in the dashboard's ring; about 15 minutes on 2 cores.
+bench-telemetry: $(STAMP)
+	@mkdir -p out
+	$(PY) scripts/telemetry_cost.py --json out/telemetry-cost.json
 
 # Tests talk to a real Redis: the one on 127.0.0.1:6379 when it answers, else a private
 # redis-server they start themselves. Install the server from Debian when it is missing.
