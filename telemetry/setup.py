@@ -140,6 +140,7 @@ class Telemetry:
         anything asked for them)."""
         self.enabled = enabled              # False: spans are not recorded (micro-benchmarks of mechanisms)
         self.run_id = run_id
+        self.policy = policy
         self.config = cfg = config or current_config()
         self._clock = clock
         # Real time (epoch_ns None): map the clock's "now" onto the wall clock's "now" at the
@@ -218,6 +219,11 @@ class Telemetry:
 
     def finished_spans(self) -> Sequence[ReadableSpan]:
         return list(self._list.spans)
+
+    def status(self, snapshot: dict[str, Any]) -> None:
+        """A status snapshot of the loop (queues, per-stage KV blocks): the metrics' gauges."""
+        if self.metrics is not None:
+            self.metrics.observe_status(self.policy, snapshot)
 
     def dropped(self) -> dict[str, int]:
         """Spans each exporter dropped so far (queue full, endpoint down), by exporter name."""
