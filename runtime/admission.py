@@ -126,6 +126,7 @@ class AdmissionQueue:
         self.registry = registry
         self.tel = tel
         self.spans = spans
+        self._deferrals: dict[str, int] = {}      # request id -> rounds that deferred it (escrow backpressure)
         self.configure(admission, knobs)
 
     def configure(self, admission: Admission, knobs: Knobs) -> None:
@@ -143,12 +144,20 @@ class AdmissionQueue:
         if not batch:
             return []
         self.run.admitting = len(batch)
+        started = self.tel.now_ns()
         try:
             result = await self.admission.round(batch)
         finally:
             self.run.admitting = 0
+        ended = self.tel.now_ns()
         for a in result.admitted:
-            self.tel.event(self.spans[a.id], N.EVENT_ADMITTED, {N.REUSE_BLOCKS: a.reuse_blocks})
+            span = self.spans[a.id]
+            self.tel.event(span, N.EVENT_ADMITTED, {N.REUSE_BLOCKS: a.reuse_blocks})
+            span.set_attributes({N.ADMISSION_LATENCY: (ended - span.start_time) / 1e9,
+                                 N.ADMISSION_ROUND_S: (ended - started) / 1e9,
+                                 N.ADMISSION_DEFERRALS: self._deferrals.pop(a.id, 0)})
+        for r in result.deferred:
+            self._deferrals[r.id] = self._deferrals.get(r.id, 0) + 1
         self.registry.admitted(result.admitted, self.run.num_stages, self.admission.block_size)
         self.run.admitted(result.admitted, result.deferred)
         return result.admitted

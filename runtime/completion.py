@@ -67,14 +67,22 @@ class RequestEnds:
         if self.policy().return_path.ring:
             await self.handles[-1].return_sample_state()
         if done:
-            await self.complete(done)
+            await self.complete(done, wave)
         self.run.retired(wave)
         self.on_retired(wave)
+        if wave.span is not None:
+            self.tel.end(wave.span)
 
-    async def complete(self, done: list[AdmittedRequest]) -> None:
-        """The requests whose last chunk left the last stage in one wave: one message per stage."""
+    async def complete(self, done: list[AdmittedRequest], wave: Wave) -> None:
+        """The requests whose last chunk left the last stage in ``wave``: one message per stage,
+        each a stage-completion span under the wave's."""
         items = [(a.request.id, a.request.block_hashes) for a in done]
-        per_stage = await asyncio.gather(*(h.complete_many(items) for h in self.handles))
+
+        async def on_stage(h: StageHandle) -> list[list[int]]:
+            with self.tel.span(N.COMPLETE, {N.STAGE: h.stage, N.WAVE_ID: wave.id, N.NUM_REQUESTS: len(items)},
+                               parent=wave.span):
+                return await h.complete_many(items)
+        per_stage = await asyncio.gather(*(on_stage(h) for h in self.handles))
         for i, a in enumerate(done):
             self._finish(a, tuple(tuple(tables[i]) for tables in per_stage))
         self.run.capacity.notify()
@@ -88,7 +96,8 @@ class RequestEnds:
         self.on_computed(req.block_hashes)
         span = self.spans.pop(req.id)
         span.set_attributes({N.REUSED_TOKENS: a.reused_tokens, N.REUSE_BLOCKS: a.reuse_blocks,
-                             N.FALLBACKS: req.fallbacks})
+                             N.COMPUTED_TOKENS: req.num_tokens - a.reused_tokens, N.FALLBACKS: req.fallbacks,
+                             N.OUTCOME: "completed"})
         self.tel.end(span)
         self.result.completions.append(Completion(
             req.id, self.executor.first_token(req.id), tables, a.reused_tokens, now() - req.arrival))
@@ -119,7 +128,7 @@ class RequestEnds:
         self.result.failures[req.id] = error
         span = self.spans.pop(req.id)
         self.tel.event(span, N.EVENT_FAILED, {N.ERROR: error})
-        span.set_attribute(N.FALLBACKS, req.fallbacks)
+        span.set_attributes({N.FALLBACKS: req.fallbacks, N.OUTCOME: "failed"})
         self.tel.end(span, error=error)
         self._ended()
 

@@ -173,6 +173,7 @@ class PipelineLoop:
         try:
             snapshot = await asyncio.wait_for(self.status(state), STATUS_EVERY_S * 4)
             self.result.status.append(snapshot)
+            self.tel.status(snapshot)
             await asyncio.wait_for(self.store.status_put(snapshot), STATUS_EVERY_S * 4)
         except Exception as exc:                 # noqa: BLE001 - reported, never raised over the run's outcome
             # After a failure the cause is mostly the same (the store gone, a stage dead) and the run's
@@ -356,12 +357,15 @@ class PipelineLoop:
             self._plan_events.clear()
             wave = Wave(run.num_planned, plan.chunks, plan.budget, now())
             run.planned(wave)
-            for c in plan.chunks:
-                span.add_link(self.spans[c.request_id].get_span_context())   # the wave carries these requests
-            span.set_attributes({
-                N.WAVE_ID: wave.id, N.BUDGET: plan.budget, N.TOKENS: wave.num_tokens,
-                N.NUM_WAVES_READY: plan.ready_waves, N.NUM_IN_FLIGHT: run.in_flight, N.RING: self.ring,
-                N.REQUEST_IDS: [c.request_id for c in plan.chunks]})
+            carried = [self.spans[rid] for rid in dict.fromkeys(c.request_id for c in plan.chunks)]
+            for request_span in carried:
+                span.add_link(request_span.get_span_context())     # the wave carries these requests
+            attributes = {N.WAVE_ID: wave.id, N.BUDGET: plan.budget, N.TOKENS: wave.num_tokens,
+                          N.REQUEST_IDS: [c.request_id for c in plan.chunks]}
+            span.set_attributes(attributes | {N.NUM_WAVES_READY: plan.ready_waves, N.NUM_IN_FLIGHT: run.in_flight,
+                                              N.RING: self.ring})
+        # The wave's own trace: its span lives until the wave retires and parents its stage steps.
+        wave.span = self.tel.start(N.WAVE, attributes, root=True, link_to=carried)
         return wave
 
     async def status(self, state: str = "running") -> dict[str, Any]:
@@ -383,6 +387,7 @@ class PipelineLoop:
     async def _status_task(self) -> None:
         while True:
             snapshot = await self.status()
+            self.tel.status(snapshot)           # queue depths and KV blocks become metric gauges
             self.result.status.append(snapshot)
             self.writer.submit(lambda snapshot=snapshot: self.store.status_put(snapshot))  # type: ignore[misc]
             await asyncio.sleep(STATUS_EVERY_S)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import enum
 from array import array
 from dataclasses import dataclass, field
+from typing import Any
 
 
 class RequestState(enum.Enum):
@@ -95,6 +96,7 @@ class Wave:
     budget: int                  # token budget the planner used
     planned_at: float
     broadcast_tokens: int = 0    # baselines: token ids of newly admitted requests relayed with the wave
+    span: Any = field(default=None, compare=False, repr=False)   # the wave's span (parent of its stage steps)
 
     @property
     def num_tokens(self) -> int:

@@ -69,7 +69,7 @@ class StageWorker:
         while True:
             await self.prepared.join()          # the stage has taken the previous prepared wave
             wave = await self.inbox.get()
-            with self.tel.span(N.MATERIALIZE, {N.STAGE: self.stage, N.WAVE_ID: wave.id}) as span:
+            with self.tel.span(N.MATERIALIZE, {N.STAGE: self.stage, N.WAVE_ID: wave.id}, parent=wave.span) as span:
                 tables, evictions = await self._prepare(wave)
                 span.set_attribute(N.EVICTIONS, evictions)
             self.prepared.put_nowait((wave, tables))
@@ -120,7 +120,7 @@ class StageWorker:
             with self.tel.span(N.EXECUTE, {N.STAGE: self.stage, N.WAVE_ID: wave.id, N.TOKENS: tokens,
                                            N.REQUEST_IDS: [c.request_id for c in live],
                                            N.CHUNK_STARTS: [c.start for c in live],
-                                           N.CHUNK_TOKENS: [c.length for c in live]}):
+                                           N.CHUNK_TOKENS: [c.length for c in live]}, parent=wave.span):
                 if live:
                     run.executing += 1
                     try:
@@ -138,6 +138,7 @@ async def run_link(src: StageWorker, dst: StageWorker) -> None:
     """Stage ``src`` -> the next stage ``dst``: sends in order, so chunks of one request never overtake."""
     while True:
         wave = await src.out.get()
-        with src.tel.span(N.SEND, {N.STAGE: src.stage, N.WAVE_ID: wave.id, N.TOKENS: wave.num_tokens}):
+        with src.tel.span(N.SEND, {N.STAGE: src.stage, N.WAVE_ID: wave.id, N.TOKENS: wave.num_tokens},
+                          parent=wave.span):
             await src.executor.transfer(src.stage, wave)
         dst.arrived.put_nowait(wave)

@@ -203,9 +203,11 @@ class Telemetry:
             s.end(end_time=self.now_ns())
 
     def start(self, name: str, attributes: Attributes | None = None, root: bool = False,
-              links: Sequence[Link] | None = None) -> Span:
-        """A span ended later by :meth:`end` (request and wave spans outlive any one coroutine)."""
+              link_to: Sequence[Span] = ()) -> Span:
+        """A span ended later by :meth:`end` (request and wave spans outlive any one coroutine),
+        linked to the spans ``link_to`` (a wave to the requests it carries)."""
         ctx = trace.set_span_in_context(trace.INVALID_SPAN) if root else None
+        links = [Link(s.get_span_context()) for s in link_to]
         return self.tracer.start_span(name, context=ctx, attributes=attributes, links=links,
                                       start_time=self.now_ns())
 

@@ -89,3 +89,16 @@ def test_status_snapshots_become_queue_and_kv_gauges(metrics: WaveppMetrics) -> 
     assert value(m["wavepp_kv_blocks"], stage="1", state="free") == 70
     assert value(m["wavepp_kv_blocks"], stage="0", state="escrowed") == 6
     assert value(m["wavepp_kv_leases"], stage="0") == 2
+
+
+def test_a_run_feeds_the_queue_and_kv_gauges_from_its_status(metrics: WaveppMetrics) -> None:
+    record = small_run(TelemetryConfig(), metrics, requests=8)
+    m = scrape(metrics.serve(0))
+    last = record.loop.status[-1]
+    for st in last["stages"]:
+        for state in ("cached", "free", "escrowed"):
+            assert value(m["wavepp_kv_blocks"], stage=str(st["stage"]), state=state) == st[state]
+    assert value(m["wavepp_kv_blocks"], stage="0", state="free") > 0
+    assert value(m["wavepp_requests_waiting"], policy="wavepp") == last["waiting"]
+    # Stage completion has its own step (a span per stage for each wave that finishes requests).
+    assert value(m["wavepp_stage_step_seconds_count"], step="complete", stage="1") > 0

@@ -53,20 +53,42 @@ def test_every_span_reaches_a_collector_over_http(receiver: OtlpReceiver) -> Non
         if s.name in (N.HINT_LOOKUP, N.LEASE, N.ESCROW):
             parent = by_id[s.parent_span_id]
             assert parent.name == N.ADMISSION_ROUND and parent.trace_id == s.trace_id
-    # A wave links to the request span of every chunk it carries (each request its own trace).
+    # A wave span (its own trace) links to the request span of every chunk it carries (each request
+    # its own trace) and parents its stage steps: materialize, execute, send on each stage, and the
+    # stage completions of the requests it finishes.
     requests = {attrs(s)[N.REQUEST_ID]: s for s in by_id.values() if s.name == N.REQUEST}
-    waves = [s for s in by_id.values() if s.name == N.WAVE_PLAN and attrs(s).get(N.TOKENS, 0) > 0]
-    assert waves
-    for w in waves:
+    waves = {attrs(s)[N.WAVE_ID]: s for s in by_id.values() if s.name == N.WAVE}
+    assert len(waves) == record.figures.waves
+    steps: dict[int, list[tuple[str, int]]] = {w: [] for w in waves}
+    for s in by_id.values():
+        if s.name in (N.MATERIALIZE, N.EXECUTE, N.SEND, N.COMPLETE):
+            parent = by_id[s.parent_span_id]
+            assert parent.name == N.WAVE and parent.trace_id == s.trace_id
+            assert attrs(parent)[N.WAVE_ID] == attrs(s)[N.WAVE_ID]
+            assert parent.start_time_unix_nano <= s.start_time_unix_nano <= s.end_time_unix_nano \
+                <= parent.end_time_unix_nano
+            steps[attrs(s)[N.WAVE_ID]].append((s.name, attrs(s)[N.STAGE]))
+    for wave_id, w in waves.items():
+        assert not w.parent_span_id
         linked = {(link.trace_id, link.span_id) for link in w.links}
         carried = set(attrs(w)[N.REQUEST_IDS])
         assert linked == {(requests[r].trace_id, requests[r].span_id) for r in carried}
-    # The request span's attributes: GenAI input tokens, reuse, the admission event.
+        assert {(N.EXECUTE, 0), (N.EXECUTE, 1), (N.MATERIALIZE, 0), (N.MATERIALIZE, 1), (N.SEND, 0)} \
+            <= set(steps[wave_id])
+    completions = [st for w in steps.values() for st in w if st[0] == N.COMPLETE]
+    assert {st for _, st in completions} == {0, 1} and len(completions) % 2 == 0
+    # The request span: GenAI input tokens, reuse boundary, computed and reused tokens, admission
+    # timings, outcome.
     done = [s for s in requests.values() if s.status.code != 2]
     assert len(done) == record.figures.completed
     for s in done:
         a = attrs(s)
-        assert a[N.GEN_AI_INPUT_TOKENS] > 0 and a[N.POLICY] == "wavepp" and N.REUSED_TOKENS in a
+        assert a[N.GEN_AI_INPUT_TOKENS] > 0 and a[N.POLICY] == "wavepp" and a[N.OUTCOME] == "completed"
+        assert a[N.COMPUTED_TOKENS] + a[N.REUSED_TOKENS] == a[N.GEN_AI_INPUT_TOKENS]
+        assert a[N.REUSED_TOKENS] == a[N.REUSE_BLOCKS] * 64
+        assert 0 <= a[N.ADMISSION_ROUND_S] <= a[N.ADMISSION_LATENCY] <= (s.end_time_unix_nano
+                                                                         - s.start_time_unix_nano) / 1e9
+        assert a[N.ADMISSION_DEFERRALS] >= 0
         assert [e.name for e in s.events].count(N.EVENT_ADMITTED) >= 1
 
 
