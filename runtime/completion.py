@@ -59,6 +59,8 @@ class RequestEnds:
         self.on_end = on_end
         self.on_computed = on_computed
         self.on_retired = on_retired
+        # An open-loop source's hook: each request's completion, or its one-line error, as it ends.
+        self.on_outcome: Callable[[str, Completion | str], None] | None = None
 
     async def retire(self, wave: Wave, live: list[Chunk]) -> None:
         """The last stage ran ``wave`` (its ``live`` chunks): finish the requests it completes,
@@ -99,9 +101,12 @@ class RequestEnds:
                              N.COMPUTED_TOKENS: req.num_tokens - a.reused_tokens, N.FALLBACKS: req.fallbacks,
                              N.OUTCOME: "completed"})
         self.tel.end(span)
-        self.result.completions.append(Completion(
-            req.id, self.executor.first_token(req.id), tables, a.reused_tokens, now() - req.arrival))
+        completion = Completion(req.id, self.executor.first_token(req.id), tables, a.reused_tokens,
+                                now() - req.arrival)
+        self.result.completions.append(completion)
         self.executor.forget(req.id)
+        if self.on_outcome is not None:
+            self.on_outcome(req.id, completion)
         self._ended()
 
     def _ended(self) -> None:
@@ -130,6 +135,8 @@ class RequestEnds:
         self.tel.event(span, N.EVENT_FAILED, {N.ERROR: error})
         span.set_attributes({N.FALLBACKS: req.fallbacks, N.OUTCOME: "failed"})
         self.tel.end(span, error=error)
+        if self.on_outcome is not None:
+            self.on_outcome(req.id, error)
         self._ended()
 
     async def late_fallback(self, rid: str, granted: int, stage: int) -> None:

@@ -44,6 +44,7 @@ from runtime.policies.base import Policy
 from runtime.request import Chunk, Request, Wave
 from runtime.run_state import RunState
 from runtime.stage_tasks import StageWorker, run_link
+from runtime.server_source import ServerSource
 from runtime.traces import TraceWorkload
 from runtime.watchdog import DEFAULT_STALL_TIMEOUT_S, watch
 from runtime.workloads import Workload
@@ -64,7 +65,7 @@ class PipelineLoop:
     """One run of a workload through P stages under one policy."""
 
     def __init__(self, handles: Sequence[StageHandle], executor: StageExecutor, store: Store,
-                 knobs: Knobs, workload: Workload | TraceWorkload, concurrency: int,
+                 knobs: Knobs, workload: Workload | TraceWorkload | ServerSource, concurrency: int,
                  telemetry: Telemetry, block_size: int, publish_plans: bool = True,
                  stall_timeout_s: float = DEFAULT_STALL_TIMEOUT_S) -> None:
         """``stall_timeout_s``: end the run with :class:`runtime.watchdog.Stalled` when nothing
@@ -198,6 +199,8 @@ class PipelineLoop:
         tasks = [asyncio.create_task(coro, name=name) for name, coro in named.items()]
         if isinstance(self.workload, TraceWorkload):
             tasks.append(asyncio.create_task(self._open_loop_arrivals(self.workload), name="arrivals"))
+        elif isinstance(self.workload, ServerSource):      # requests arrive when clients send them
+            tasks.append(asyncio.create_task(self.workload.serve(self), name="arrivals"))
         else:
             for _ in range(min(self.concurrency, self.workload.num_requests)):
                 self._arrive()

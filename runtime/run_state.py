@@ -135,7 +135,9 @@ class RunState:
         requests whose last chunk this was."""
         done = []
         for c in chunks:
-            a = self._active[c.request_id]
+            a = self.live(c)
+            if a is None:
+                continue        # failed or cancelled while the last stage ran it (released already)
             a.completed += c.length
             if c.is_last:
                 done.append(a)
@@ -149,6 +151,15 @@ class RunState:
     def drop(self, rid: str) -> AdmittedRequest:
         """Take ``rid`` out of the active set (it finished, failed or falls back)."""
         return self._active.pop(rid)
+
+    def withdraw(self, rid: str) -> Request | None:
+        """Take a waiting request out of the line (its client went away); None when it is not waiting."""
+        for req in self._waiting:
+            if req.id == rid:
+                self._waiting.remove(req)
+                self.changed.notify()
+                return req
+        return None
 
     def requeue(self, req: Request) -> None:
         """Put a request back at the head of the line (after a late fallback)."""

@@ -85,14 +85,15 @@ class TorchExecutor(RequestBook):
         if stage == self.num_stages - 1:
             best = out.argmax(dim=-1).tolist()          # (num_chunks,)
             for i, (c, token) in enumerate(zip(chunks, best, strict=True)):
-                if c.is_last:
+                if c.is_last and c.request_id in self._tokens:     # not forgotten (failed, cancelled) meanwhile
                     self._first[c.request_id] = int(token)
                     if self.keep_logits:
                         self._logits[c.request_id] = out[i].float().cpu()
         else:
             row = 0
             for c in chunks:
-                self._acts[(stage, c.request_id, c.attempt, c.start)] = out[row:row + c.length]
+                if c.request_id in self._tokens:     # a request forgotten while this ran: its rows are dropped
+                    self._acts[(stage, c.request_id, c.attempt, c.start)] = out[row:row + c.length]
                 row += c.length
 
     def _forward(self, stage: int, inputs: Tensor, specs: list[ChunkSpec]) -> Tensor:
