@@ -283,6 +283,10 @@ def build_parser() -> _Parser:
     c.add_argument("--redis", default=None, help="also measure one round trip to this Redis URL")
     c.add_argument("--json", dest="json_path", type=output_file, default=None)
     cli_telemetry.add_trace_parser(sub, output_file)
+    from runtime.serve.config import add_arguments as add_serve_arguments
+    srv = sub.add_parser("serve", help="the runtime as an HTTP server: /v1/prefill, /v1/completions, knobs, state")
+    add_serve_arguments(srv)
+
     for command in sub.choices.values():      # `wavepp bench … --verbose` as well as `wavepp --verbose bench …`
         command.add_argument("--verbose", action="store_true", default=argparse.SUPPRESS,
                              help="print the traceback of an error")
@@ -726,6 +730,19 @@ def cmd_suggest(args: argparse.Namespace) -> int:
         write_output(args.json_path, lambda p: Path(p).write_text(data))
     return 0
 
+def cmd_serve(args: argparse.Namespace) -> int:
+    from runtime.knobs import KnobError
+    from runtime.serve.config import resolve
+    from runtime.serve.main import run_server
+    from store.base import StoreError
+    try:
+        settings = resolve(vars(args))
+        return run_server(settings)
+    except (ValueError, KnobError) as exc:
+        raise UsageError(str(exc)) from None
+    except StoreError as exc:
+        raise RunFailed(f"store: {exc}") from None
+
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
     from runtime.engines.calibrate import calibrate, fit_error, save_profile
@@ -808,7 +825,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         handler = {"bench": cmd_bench, "grid": cmd_grid, "admission-bench": cmd_admission_bench, "knobs": cmd_knobs,
                    "dashboard": cmd_dashboard, "check-engine": cmd_check_engine, "calibrate": cmd_calibrate,
                    "calibrate-coordination": cmd_calibrate_coordination, "cost-table": cmd_cost_table,
-                   "trace": cmd_trace, "preview": cmd_preview, "suggest": cmd_suggest}[args.command]
+                   "trace": cmd_trace, "preview": cmd_preview, "suggest": cmd_suggest,
+                   "serve": cmd_serve}[args.command]
         with interrupts:
             return handler(args)
     except UsageError as exc:

@@ -124,6 +124,16 @@ def choices(name: str) -> tuple[str, ...]:
     return _CHOICES[name]
 
 
+def int_range(name: str) -> tuple[int, int]:
+    """An integer knob's own range, both ends included (an API schema states it)."""
+    return _RANGES[name]
+
+
+def in_blocks(name: str) -> bool:
+    """Is the knob a token budget, which must be a whole number of KV blocks?"""
+    return name in _BLOCK_BUDGETS
+
+
 def parse_text(name: str, text: str) -> Any:
     """One knob's value from text (CLI ``--set``, a form field); ValueError says why not."""
     text = text.strip()

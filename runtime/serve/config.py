@@ -1,0 +1,126 @@
+"""``wavepp serve`` settings: each one a flag, or a ``WAVEPP_*`` environment variable when the flag
+is not given (compose sets those), or its default - in that order.
+
+:data:`OPTIONS` is the one list: the CLI's flags, the environment variables and the README's
+table are made from it. An environment value goes through the flag's own parser, and a bad one
+is refused naming the variable (``WAVEPP_PP: must be >= 1, got '0'``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+
+def _positive_int(text: str) -> int:
+    if not text.strip().isdigit() or int(text) < 1:
+        raise ValueError(f"must be a whole number >= 1, got {text!r}")
+    return int(text)
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValueError(f"must be a number > 0, got {text!r}") from None
+    if not value > 0 or value == float("inf"):
+        raise ValueError(f"must be a finite number > 0, got {text!r}")
+    return value
+
+
+def _int_list(text: str) -> list[int]:
+    return [_positive_int(part) for part in text.split(",")]
+
+
+def _port(text: str) -> int:
+    if not text.strip().isdigit() or not 0 <= int(text) <= 65535:
+        raise ValueError(f"must be a port number 0-65535, got {text!r}")
+    return int(text)
+
+
+def _choice(*names: str) -> Callable[[str], str]:
+    def parse(text: str) -> str:
+        if text not in names:
+            raise ValueError(f"must be one of {', '.join(names)}, got {text!r}")
+        return text
+    return parse
+
+
+@dataclass(frozen=True, slots=True)
+class Option:
+    dest: str
+    parse: Callable[[str], Any]
+    default: Any
+    help: str
+
+    @property
+    def flag(self) -> str:
+        return "--" + self.dest.replace("_", "-")
+
+    @property
+    def env(self) -> str:
+        return "WAVEPP_" + self.dest.upper()
+
+
+OPTIONS: tuple[Option, ...] = (
+    Option("host", str, "127.0.0.1", "address to listen on (compose: 0.0.0.0)"),
+    Option("port", _port, 8000, "port to listen on (0: any free port, printed at start)"),
+    Option("engine", _choice("torch", "sim"), "torch", "torch (real compute) or sim (the simulator on the wall clock)"),
+    Option("model", str, None, "torch: tiny-llama (default), tiny-moe, a config.json or a Hugging Face directory; "
+                               "sim: llama-3-8b (default), glm-5.2, minimax-m2.7"),
+    Option("served_model_name", str, None, "the model name /v1/completions answers to (default: --model)"),
+    Option("hardware", str, "h200", "sim: hardware profile"),
+    Option("time_scale", _positive_float, 1.0, "sim: multiply modelled step times"),
+    Option("pp", _positive_int, 2, "pipeline stages"),
+    Option("block_size", _positive_int, 64, "tokens per KV block"),
+    Option("kv_blocks", _int_list, None, "KV blocks per stage: one value, or one per stage"),
+    Option("kv_memory_mb", _positive_float, 256.0, "torch: KV pool per stage when no --kv-blocks"),
+    Option("launcher", _choice("threads", "spawn"), "threads", "torch: stages as threads or spawned processes"),
+    Option("policy", str, "wavepp", "starting policy (a knob: PUT /v1/knobs changes it)"),
+    Option("seed", int, 0, "seed of the random weights (no Hugging Face directory)"),
+    Option("store", str, "memory", "memory or redis://host:port/db[?cluster=name]: index, plans, knobs, span stream"),
+    Option("tokenizer", str, None, "a local Hugging Face tokenizer (directory or tokenizer.json): prompts as text"),
+    Option("max_queue", _positive_int, 256, "requests waiting for admission before new ones get 429"),
+    Option("max_prompt_tokens", _positive_int, None, "longest prompt accepted (default: the model's context)"),
+    Option("max_body_bytes", _positive_int, 4 << 20, "largest request body accepted (413 past it)"),
+    Option("drain_s", _positive_float, 30.0, "SIGTERM: seconds to finish in-flight requests (new ones get 503)"),
+    Option("store_deadline", _positive_float, None, "a store unreachable this many seconds fails the server "
+                                                    "(default: wait it out)"),
+)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """One flag per option; its default is None so an environment variable can fill it in."""
+    for opt in OPTIONS:
+        default = "" if opt.default is None else f" (default {opt.default})"
+        parser.add_argument(opt.flag, dest=opt.dest, type=_argparse_type(opt), default=None,
+                            help=f"{opt.help}{default}; env {opt.env}")
+
+
+def _argparse_type(opt: Option) -> Callable[[str], Any]:
+    def parse(text: str) -> Any:
+        try:
+            return opt.parse(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+    parse.__name__ = opt.dest
+    return parse
+
+
+def resolve(given: Mapping[str, Any], environ: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """The settings: a flag's value, else its environment variable's, else the default. ValueError
+    names the variable whose value does not parse."""
+    environ = os.environ if environ is None else environ
+    settings = {}
+    for opt in OPTIONS:
+        value = given.get(opt.dest)
+        if value is None and environ.get(opt.env, "") != "":
+            try:
+                value = opt.parse(environ[opt.env])
+            except ValueError as exc:
+                raise ValueError(f"{opt.env}: {exc}") from None
+        settings[opt.dest] = opt.default if value is None else value
+    return settings

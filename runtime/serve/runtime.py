@@ -1,0 +1,216 @@
+"""The server's runtime: one engine, one store, one pipeline loop fed by clients.
+
+:class:`ServerRuntime` builds what ``wavepp bench`` builds for one run - the engine's stages, the
+store, the telemetry (the span stream on a Redis store, OTLP when ``OTEL_*`` says so) - but runs
+the loop with a :class:`runtime.server_source.ServerSource`, on the HTTP server's own event loop,
+until it is stopped. Requests go in through :meth:`ServerRuntime.prefill`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import time
+from array import array
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from runtime.engines.base import EngineParts, now
+from runtime.engines.common import store_source
+from runtime.hashing import block_hashes
+from runtime.knobs import Knobs, check_block_size
+from runtime.loop import PipelineLoop
+from runtime.request import Request
+from runtime.runfile import RunInfo
+from runtime.server_source import Outcome, ServerSource
+from store.base import Store
+from telemetry.ring import SpanRing
+from telemetry.setup import Telemetry
+
+log = logging.getLogger(__name__)
+
+READY_PROBE_S = 1.0          # /ready: the store must answer within this
+
+
+class NotServing(Exception):
+    """The runtime does not take requests now (starting, draining, or stopped): HTTP 503."""
+
+
+@dataclass(frozen=True, slots=True)
+class PrefillResult:
+    request_id: str
+    prompt_tokens: int
+    first_token: int | None
+    reused_tokens: int
+    block_tables: tuple[tuple[int, ...], ...]     # per stage: the request's KV blocks (the decode side's handle)
+    prefill_s: float                              # arrival in the loop to the last stage's completion
+    server_s: float                               # accepted to answered, wall clock
+
+    @property
+    def computed_tokens(self) -> int:
+        return self.prompt_tokens - self.reused_tokens
+
+
+class RequestFailed(Exception):
+    """The runtime could not prefill the request (its one-line reason)."""
+
+
+def build_engine(settings: dict[str, Any]) -> Any:
+    """The engine the settings name (real time: a server answers on the wall clock)."""
+    if settings["engine"] == "torch":
+        from runtime.engines.torch.engine import TorchEngine
+        return TorchEngine(settings["model"] or "tiny-llama", settings["pp"], settings["block_size"],
+                           settings["kv_blocks"], settings["kv_memory_mb"], settings["seed"],
+                           store_url=settings["store"], launcher=settings["launcher"])
+    from runtime.engines.sim.engine import SimEngine
+    return SimEngine(settings["model"] or "llama-3-8b", settings["hardware"], settings["pp"],
+                     settings["block_size"], settings["kv_blocks"], store_url=settings["store"],
+                     realtime=True, time_scale=settings["time_scale"])
+
+
+class ServerRuntime:
+    """The loop, its stages and its store for the life of a server."""
+
+    def __init__(self, engine: Any, knobs: Knobs, max_queue: int, max_prompt_tokens: int | None = None,
+                 store_deadline_s: float | None = None) -> None:
+        self.engine = engine
+        self.knobs = check_block_size(knobs, engine.block_size)
+        self.max_prompt_tokens = min(max_prompt_tokens or engine.max_context, engine.max_context)
+        self.store_deadline_s = store_deadline_s
+        self.source = ServerSource(max_queue)
+        self.run = RunInfo.new(knobs.policy, "serve", 0, engine.name, store_source(engine.store_url))
+        self.ring = SpanRing()
+        self.parts: EngineParts | None = None
+        self.store: Store | None = None
+        self.tel: Telemetry | None = None
+        self.loop: PipelineLoop | None = None
+        self.error: str | None = None             # why the loop stopped, when it failed
+        self.draining = False
+        self._task: asyncio.Task[Any] | None = None
+        self._ids = itertools.count()
+        self.started_at = time.time()
+
+    # ---- life cycle -----------------------------------------------------------------------------
+    async def start(self) -> None:
+        """Build the stages, open the store and start the loop (returns once it takes requests)."""
+        self.parts = self.engine.build()
+        self.store = self.parts.store = await self.engine.open_store(self.store_deadline_s)
+        self.tel = self.engine.telemetry(self.run, keep=False)   # a server keeps a bounded ring of spans
+        self.tel.add_span_processor(self.ring)
+        self.loop = PipelineLoop(self.parts.handles, self.parts.executor, self.store, self.knobs, self.source,
+                                 1, self.tel, self.engine.block_size)
+        self._task = asyncio.create_task(self.loop.run(), name="pipeline-loop")
+        self._task.add_done_callback(self._stopped)
+        while not self.source.ready and not self._task.done():
+            await asyncio.sleep(0.01)
+        if self._task.done():
+            self._task.result()          # raises the loop's failure
+
+    def _stopped(self, task: asyncio.Task[Any]) -> None:
+        if not task.cancelled() and task.exception() is not None:
+            exc = task.exception()
+            self.error = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+            log.error("the pipeline loop stopped: %s", self.error)
+        self.source.fail_all(self.error or "the server stopped")
+
+    @property
+    def serving(self) -> bool:
+        return self._task is not None and not self._task.done() and self.source.ready
+
+    async def drain(self, deadline_s: float) -> int:
+        """Refuse new requests and wait up to ``deadline_s`` for the accepted ones; returns how many
+        were still unanswered then (they are cancelled: leases and escrow released)."""
+        self.draining = True
+        end = time.monotonic() + deadline_s
+        while self.source.outstanding and time.monotonic() < end and self.serving:
+            await asyncio.sleep(0.05)
+        left = self.source.outstanding
+        if left and self.serving:
+            await self.source.cancel_all("the server shut down before the request finished")
+        return left
+
+    async def stop(self) -> None:
+        """End the loop, check that no lease or escrow is left, close the store and the telemetry."""
+        if self._task is not None and self.loop is not None:
+            if not self._task.done():
+                self.loop.done.set()
+            try:
+                await self._task
+            except Exception:                   # noqa: BLE001 - said once by _stopped
+                pass
+        try:
+            if self.parts is not None and self.error is None:
+                for h in self.parts.handles:
+                    await h.check()
+        finally:
+            if self.store is not None:
+                await self.store.close()
+            if self.tel is not None:
+                self.tel.shutdown()
+
+    # ---- requests -------------------------------------------------------------------------------
+    def can_accept(self) -> bool:
+        return self.serving and not self.draining and self.source.can_accept()
+
+    def retry_after_s(self) -> int:
+        """Seconds until the queue has likely drained by one request (at least 1): the recent
+        completion rate, from the spans' own counters."""
+        loop = self.loop
+        if loop is None:
+            return 1
+        done = loop.num_finished
+        rate = done / max(1e-3, time.time() - self.started_at)
+        return max(1, min(60, round(self.source.queued / rate) if rate > 0 else 1))
+
+    def make_request(self, token_ids: Sequence[int]) -> Request:
+        rid = f"http-{self.run.id[-6:]}-{next(self._ids)}"
+        tokens = array("I", token_ids)
+        return Request(rid, tokens, now(), block_hashes(tokens, self.engine.block_size), "http")
+
+    def submit(self, req: Request) -> asyncio.Future[Outcome]:
+        """Hand a request to the loop; NotServing or QueueFull when it cannot take it now."""
+        if not self.serving or self.draining:
+            raise NotServing("draining: the server is shutting down" if self.draining
+                             else f"not serving: {self.error or 'starting'}")
+        return self.source.submit(req)
+
+    async def result(self, req: Request, future: asyncio.Future[Outcome], accepted: float) -> PrefillResult:
+        outcome = await future
+        if outcome.completion is None:
+            raise RequestFailed(outcome.error or "failed")
+        c = outcome.completion
+        return PrefillResult(req.id, req.num_tokens, c.first_token, c.reused_tokens, c.block_ids,
+                             c.prefill_latency, time.monotonic() - accepted)
+
+    async def cancel(self, request_id: str) -> bool:
+        return await self.source.cancel(request_id)
+
+    # ---- views ----------------------------------------------------------------------------------
+    async def store_reachable(self) -> bool:
+        if self.store is None:
+            return False
+        try:
+            await asyncio.wait_for(self.store.status_get(), READY_PROBE_S)
+        except Exception:            # noqa: BLE001 - any failure means "not ready"
+            return False
+        return True
+
+    async def state(self) -> dict[str, Any]:
+        """The loop's status snapshot (stages, queues) with the server's queue and budget."""
+        loop = self.loop
+        server = {"queued": self.source.queued, "outstanding": self.source.outstanding,
+                  "max_queue": self.source.max_queue, "cancelled": self.source.num_cancelled,
+                  "draining": self.draining, "serving": self.serving, "error": self.error,
+                  "max_prompt_tokens": self.max_prompt_tokens}
+        if loop is None or not self.serving:
+            return {"server": server, "run": self.run.id}
+        status = await loop.status()
+        planner = loop.planner
+        status["budget"] = {"current": getattr(planner, "current", None),
+                            "max_wave_tokens": loop.knobs.max_wave_tokens,
+                            "min_wave_tokens": loop.knobs.min_wave_tokens, "ring": loop.ring,
+                            "max_leases": loop.knobs.max_leases}
+        status["server"] = server
+        return status
