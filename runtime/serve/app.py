@@ -20,7 +20,7 @@ from typing import Annotated, Any, Literal
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, Response, StreamingResponse
+from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictBool, create_model
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
@@ -306,6 +306,14 @@ def create_app(rt: ServerRuntime, served_model: str, tokenizer: Any = None) -> F
         body = {"ready": ok, "stages": rt.engine.pp if rt.serving else 0, "store": store, "draining": rt.draining,
                 "error": rt.error}
         return JSONResponse(body, 200 if ok else 503)
+
+    @app.get("/metrics", response_class=PlainTextResponse,
+             responses={200: {"content": {"text/plain": {}}, "description": "Prometheus text exposition"}})
+    async def metrics() -> Response:
+        """Prometheus metrics (telemetry/metrics.py): stage busy fraction, admission cadence, prefill
+        latency, tokens, KV blocks, queues."""
+        body, content_type = await rt.prometheus()
+        return Response(body, media_type=content_type)
 
     @app.get("/v1/state")
     async def state() -> dict[str, Any]:

@@ -82,6 +82,9 @@ class DrainingServer(uvicorn.Server):
 def run_server(settings: dict[str, Any], announce: Any = print) -> int:
     """Build everything from ``settings`` (ValueError: bad input), serve until drained; 0 when clean."""
     from runtime.knobs import KnobError
+    from telemetry.config import TelemetryConfig
+    from telemetry.setup import configure
+    configure(TelemetryConfig.from_env())          # OTEL_*: OTLP export, sampling (a bad value: one line)
     engine = build_engine(settings)
     try:
         try:

@@ -26,6 +26,7 @@ from runtime.request import Request
 from runtime.runfile import RunInfo
 from runtime.server_source import Outcome, ServerSource
 from store.base import Store
+from telemetry.metrics import process_metrics
 from telemetry.ring import SpanRing
 from telemetry.setup import Telemetry
 
@@ -82,6 +83,7 @@ class ServerRuntime:
         self.source = ServerSource(max_queue)
         self.run = RunInfo.new(knobs.policy, "serve", 0, engine.name, store_source(engine.store_url))
         self.ring = SpanRing()
+        self.metrics = process_metrics()
         self.parts: EngineParts | None = None
         self.store: Store | None = None
         self.tel: Telemetry | None = None
@@ -97,8 +99,9 @@ class ServerRuntime:
         """Build the stages, open the store and start the loop (returns once it takes requests)."""
         self.parts = self.engine.build()
         self.store = self.parts.store = await self.engine.open_store(self.store_deadline_s)
-        self.tel = self.engine.telemetry(self.run, keep=False)   # a server keeps a bounded ring of spans
-        self.tel.add_span_processor(self.ring)
+        # A server keeps no span list, only the bounded ring (/v1/spans); the process's metrics (/metrics)
+        # and, from OTEL_* / the store, OTLP and the Redis span stream (telemetry.setup).
+        self.tel = self.engine.telemetry(self.run, keep=False, ring=self.ring, metrics=self.metrics)
         self.loop = PipelineLoop(self.parts.handles, self.parts.executor, self.store, self.knobs, self.source,
                                  1, self.tel, self.engine.block_size)
         self._task = asyncio.create_task(self.loop.run(), name="pipeline-loop")
@@ -188,6 +191,12 @@ class ServerRuntime:
         return await self.source.cancel(request_id)
 
     # ---- views ----------------------------------------------------------------------------------
+    async def prometheus(self) -> tuple[bytes, str]:
+        """The Prometheus exposition of the process's metrics, queue depths and KV blocks as of now."""
+        if self.loop is not None and self.serving:
+            self.metrics.observe_status(self.loop.policy.name, await self.loop.status())
+        return self.metrics.render()
+
     async def store_reachable(self) -> bool:
         if self.store is None:
             return False

@@ -179,3 +179,18 @@ def test_openapi_schema_is_published_with_every_endpoint(server: Any) -> None:
     assert {"/v1/prefill", "/v1/completions", "/v1/knobs", "/v1/state", "/health", "/ready",
             "/v1/models"} <= set(schema["paths"])
     assert "429" in schema["paths"]["/v1/prefill"]["post"]["responses"]
+
+
+def test_metrics_are_prometheus_text_with_the_runtimes_figures(server: Any) -> None:
+    from prometheus_client.parser import text_string_to_metric_families
+    server.client.post("/v1/prefill", json={"token_ids": prompt(30, 200)})
+    r = server.client.get("/metrics")
+    assert r.status_code == 200 and r.headers["content-type"].startswith("text/plain")
+    families = {f.name: f for f in text_string_to_metric_families(r.text)}
+    completed = [s.value for s in families["wavepp_requests"].samples
+                 if s.name == "wavepp_requests_total" and s.labels.get("outcome") == "completed"]
+    assert completed and completed[0] >= 1
+    assert {"wavepp_prefill_latency_seconds", "wavepp_stage_busy_ratio", "wavepp_kv_blocks",
+            "wavepp_input_tokens"} <= set(families)
+    stages = {s.labels["stage"] for s in families["wavepp_kv_blocks"].samples}
+    assert stages == {"0", "1"}                           # refreshed from the loop's status at the scrape
