@@ -54,10 +54,11 @@ bench-telemetry: $(STAMP)
 # Tests talk to a real Redis: the one on 127.0.0.1:6379 when it answers, else a private
 # redis-server they start themselves. Install the server from Debian when it is missing.
 # The browser test drives Debian's chromium (test tools cannot download their own browser here).
+# The deployment tests validate compose.yaml with Debian's docker-compose (no container engine runs).
 services:
-	@command -v redis-server >/dev/null 2>&1 && test -x /usr/bin/chromium || { \
-		echo "installing redis-server and chromium (Debian packages)"; \
-		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server chromium >/dev/null; }
+	@command -v redis-server >/dev/null 2>&1 && test -x /usr/bin/chromium && command -v docker-compose >/dev/null 2>&1 || { \
+		echo "installing redis-server, chromium and docker-compose (Debian packages)"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server chromium docker-compose >/dev/null; }
 
 test: $(STAMP) services
 	$(PY) -m pytest
