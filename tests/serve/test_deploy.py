@@ -59,8 +59,8 @@ def test_the_services_are_wired_to_each_other() -> None:
 
     collector = yaml.safe_load((ROOT / "deploy" / "otel-collector.yaml").read_text())
     pipeline = collector["service"]["pipelines"]["traces"]
-    assert pipeline["receivers"] == ["otlp"] and collector["receivers"]["otlp"]["protocols"]["http"]["endpoint"].endswith(
-        ":4318")
+    assert pipeline["receivers"] == ["otlp"]
+    assert collector["receivers"]["otlp"]["protocols"]["http"]["endpoint"].endswith(":4318")
     [exporter] = pipeline["exporters"]
     assert collector["exporters"][exporter]["endpoint"] == "jaeger:4317"
     prometheus = yaml.safe_load((ROOT / "deploy" / "prometheus.yml").read_text())
