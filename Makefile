@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-dev
 
-.PHONY: demo test lint bench bench-torch bench-telemetry grid ablation clean services
+.PHONY: demo test lint bench bench-torch bench-telemetry grid ablation clean services stack
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -18,6 +18,11 @@ $(STAMP): pyproject.toml | $(VENV)/bin/python
 # The main job: the runtime and the live dashboard together, embedded (no external service).
 demo: $(STAMP)
 	$(VENV)/bin/wavepp dashboard --port 8501
+
+# The compose topology as processes on loopback (no container engine): redis-server, `wavepp serve`
+# (torch, tiny-llama, PP2; WAVEPP_* variables apply) and the dashboard on its store. Ctrl-C stops it.
+stack: $(STAMP) services
+	$(VENV)/bin/wavepp stack --port 8000 --dashboard-port 8501
 
 # The benchmark of the runtime-core issue: wavepp vs trtllm-pp on the simulated GLM-5.2 / B300.
 bench: $(STAMP)

@@ -102,6 +102,12 @@ def non_negative_int(text: str) -> int:
     return int(text)
 
 
+def port_number(text: str) -> int:
+    if not text.strip().isdigit() or int(text) > 65535:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a TCP port (0-65535; 0 picks a free one)")
+    return int(text)
+
+
 def positive_int(text: str) -> int:
     if not text.strip().lstrip("-").isdigit():
         raise argparse.ArgumentTypeError(f"{text!r} is not an integer")
@@ -290,6 +296,12 @@ def build_parser() -> _Parser:
     from runtime.serve.config import add_arguments as add_serve_arguments
     srv = sub.add_parser("serve", help="the runtime as an HTTP server: /v1/prefill, /v1/completions, knobs, state")
     add_serve_arguments(srv)
+    stk = sub.add_parser("stack", help="redis-server, wavepp serve and the dashboard as processes on loopback")
+    add_serve_arguments(stk)
+    stk.add_argument("--dashboard-port", type=port_number, default=8501, help="the dashboard's port (0: a free one)")
+    stk.add_argument("--redis-port", type=port_number, default=0,
+                     help="the private redis-server's port (0: a free one)")
+    stk.add_argument("--cluster", default="wavepp", help="the store's cluster name")
 
     for command in sub.choices.values():      # `wavepp bench … --verbose` as well as `wavepp --verbose bench …`
         command.add_argument("--verbose", action="store_true", default=argparse.SUPPRESS,
@@ -817,6 +829,16 @@ def cmd_serve(args: argparse.Namespace) -> int:
         raise RunFailed(f"store: {exc}") from None
 
 
+def cmd_stack(args: argparse.Namespace) -> int:
+    from runtime.serve.stack import StackError, run_stack
+    try:
+        return run_stack(vars(args), args.dashboard_port, args.redis_port, args.cluster)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    except StackError as exc:
+        raise RunFailed(str(exc)) from None
+
+
 def cmd_calibrate(args: argparse.Namespace) -> int:
     from runtime.engines.calibrate import calibrate, fit_error, save_profile
     from runtime.engines.torch.engine import TorchEngine
@@ -899,7 +921,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                    "dashboard": cmd_dashboard, "check-engine": cmd_check_engine, "calibrate": cmd_calibrate,
                    "calibrate-coordination": cmd_calibrate_coordination, "cost-table": cmd_cost_table,
                    "trace": cmd_trace, "preview": cmd_preview, "suggest": cmd_suggest,
-                   "serve": cmd_serve}[args.command]
+                   "serve": cmd_serve, "stack": cmd_stack}[args.command]
         with interrupts:
             return handler(args)
     except UsageError as exc:
