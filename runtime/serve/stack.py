@@ -51,9 +51,10 @@ class Stack:
                  log: IO[bytes] | None = None) -> None:
         if given.get("store") is not None:
             raise ValueError("--store: the stack starts its own redis-server (use wavepp serve for another store)")
-        self.redis_bin = shutil.which("redis-server")
-        if self.redis_bin is None:
+        redis_bin = shutil.which("redis-server")
+        if redis_bin is None:
             raise ValueError("redis-server is not installed (make services installs it)")
+        self.redis_bin: str = redis_bin
         self.given = given
         self.redis_port = redis_port or free_port()
         self.dashboard_port = dashboard_port or free_port()
