@@ -158,8 +158,8 @@ class ServerRuntime:
         return self.serving and not self.draining and self.source.can_accept()
 
     def retry_after_s(self) -> int:
-        """Seconds until the queue has likely drained by one request (at least 1): the recent
-        completion rate, from the spans' own counters."""
+        """Seconds the queue would take to drain at the server's average completion rate since it
+        started (at least 1, at most 60)."""
         loop = self.loop
         if loop is None:
             return 1
