@@ -89,3 +89,32 @@ def test_a_loop_that_stops_answers_every_request_in_flight() -> None:
         assert (await future).error == "the server stopped" and not source.ready
 
     asyncio.run(main())
+
+
+def test_a_request_cancelled_inside_its_admission_round_is_withdrawn_when_the_round_ends() -> None:
+    async def main() -> None:
+        engine = SimEngine("llama-3-8b", "h200", 2, BLOCK, [2000], realtime=True, time_scale=20.0)
+        parts = engine.build()
+        store = await engine.open_store()
+        tel = engine.telemetry(RunInfo.new("wavepp", "serve", 0, "sim", "memory"))
+        source = ServerSource(max_queue=8)
+        loop = PipelineLoop(parts.handles, parts.executor, store, engine.default_knobs(), source, 1, tel, BLOCK)
+        gate = asyncio.Event()
+        round_ = loop.admission.round
+
+        async def held_round(batch: list[Request]) -> object:     # the round waits until the test lets it go
+            await gate.wait()
+            return await round_(batch)
+        loop.admission.round = held_round  # type: ignore[method-assign]
+        run = asyncio.create_task(loop.run())
+        await until(lambda: source.ready)
+        future = source.submit(request(0))
+        await until(lambda: loop.admitting == 1)
+        assert await source.cancel("r0") and not future.done()    # inside the round: not yet withdrawn
+        gate.set()
+        assert (await asyncio.wait_for(future, 10)).error == CANCELLED
+        assert all(h.cache.leases == {} and h.cache.tickets == {} for h in parts.handles)
+        loop.done.set()
+        await run
+
+    asyncio.run(main())
