@@ -228,6 +228,8 @@ def create_app(rt: ServerRuntime, served_model: str, tokenizer: Any = None) -> F
         except (QueueFull, NotServing) as exc:
             for req in reqs:
                 await rt.cancel(req.id)
+            if isinstance(exc, NotServing):
+                raise ApiError(503, str(exc), None, "service_unavailable", {"Retry-After": "5"}) from None
             raise ApiError(429, str(exc), None, "rate_limit_exceeded",
                            {"Retry-After": str(rt.retry_after_s())}) from None
         results: asyncio.Future[list[PrefillResult]] = asyncio.gather(

@@ -84,7 +84,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("store", str, "memory", "memory or redis://host:port/db[?cluster=name]: index, plans, knobs, span stream"),
     Option("tokenizer", str, None, "a local Hugging Face tokenizer (directory or tokenizer.json): prompts as text"),
     Option("max_queue", _positive_int, 256, "requests waiting for admission before new ones get 429"),
-    Option("max_prompt_tokens", _positive_int, None, "longest prompt accepted (default: the model's context)"),
+    Option("max_prompt_tokens", _positive_int, None,
+           "longest prompt accepted (default, and at most: the model's context and the smallest stage's KV pool)"),
     Option("max_body_bytes", _positive_int, 4 << 20, "largest request body accepted (413 past it)"),
     Option("drain_s", _positive_float, 30.0, "SIGTERM: seconds to finish in-flight requests (new ones get 503)"),
     Option("store_deadline", _positive_float, None, "a store unreachable this many seconds fails the server "

@@ -78,7 +78,9 @@ class ServerRuntime:
                  store_deadline_s: float | None = None) -> None:
         self.engine = engine
         self.knobs = check_block_size(knobs, engine.block_size)
-        self.max_prompt_tokens = min(max_prompt_tokens or engine.max_context, engine.max_context)
+        # The longest prompt that can ever be served: the model's context, and the smallest stage's KV pool.
+        fits = min(engine.capacities) * engine.block_size
+        self.max_prompt_tokens = min(max_prompt_tokens or engine.max_context, engine.max_context, fits)
         self.store_deadline_s = store_deadline_s
         self.source = ServerSource(max_queue)
         self.run = RunInfo.new(knobs.policy, "serve", 0, engine.name, store_source(engine.store_url))

@@ -43,6 +43,9 @@ def test_a_full_admission_queue_answers_429_with_retry_after(start_server: Calla
             assert r.json()["error"]["type"] == "rate_limit_exceeded"
     state = server.wait_for(server.clean)
     assert state["server"]["outstanding"] == 0 and state["failed"] == 0
+    assert state["server"]["max_prompt_tokens"] == 100 * BLOCK          # what a stage's KV pool holds
+    too_long = post(server.url, 99, 100 * BLOCK + 1)                    # could never be served: refused up front
+    assert too_long.status_code == 422 and too_long.json()["error"]["param"] == "token_ids"
     assert server.stop() == 0, server.errors()
 
 
