@@ -815,6 +815,7 @@ def cmd_suggest(args: argparse.Namespace) -> int:
         write_output(args.json_path, lambda p: Path(p).write_text(data))
     return 0
 
+
 def cmd_serve(args: argparse.Namespace) -> int:
     from runtime.knobs import KnobError
     from runtime.serve.config import resolve

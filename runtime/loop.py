@@ -43,8 +43,8 @@ from runtime.policies import get_policy
 from runtime.policies.base import Policy
 from runtime.request import Chunk, Request, Wave
 from runtime.run_state import RunState
-from runtime.stage_tasks import StageWorker, run_link
 from runtime.server_source import ServerSource
+from runtime.stage_tasks import StageWorker, run_link
 from runtime.traces import TraceWorkload
 from runtime.watchdog import DEFAULT_STALL_TIMEOUT_S, watch
 from runtime.workloads import Workload

@@ -109,7 +109,7 @@ def test_a_request_cancelled_inside_its_admission_round_is_withdrawn_when_the_ro
         run = asyncio.create_task(loop.run())
         await until(lambda: source.ready)
         future = source.submit(request(0))
-        await until(lambda: loop.admitting == 1)
+        await until(lambda: loop.run_state.admitting == 1)
         assert await source.cancel("r0") and not future.done()    # inside the round: not yet withdrawn
         gate.set()
         assert (await asyncio.wait_for(future, 10)).error == CANCELLED
