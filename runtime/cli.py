@@ -794,10 +794,11 @@ def cmd_preview(args: argparse.Namespace) -> int:
 def cmd_suggest(args: argparse.Namespace) -> int:
     from runtime import whatif
     from runtime.whatif_report import compare_rows, replay_check, suggestion_dict, suggestion_line, table
+    from runtime.whatif_suggest import Goal, suggest
     replay, spec, current, observed = _whatif_inputs(args)
     try:
-        goal = whatif.Goal(args.goal, args.floor)
-        result = whatif.suggest(replay, spec, current, goal, args.time_limit, _whatif_progress())
+        goal = Goal(args.goal, args.floor)
+        result = suggest(replay, spec, current, goal, args.time_limit, _whatif_progress())
     except whatif.TimeLimit as exc:
         raise RunFailed(str(exc)) from None
     except whatif.WhatIfError as exc:

@@ -1,5 +1,5 @@
-"""What-if: replay a run's recent arrivals in the simulator under two knob sets (preview), or a
-small grid of them (suggest), before a knob change is applied.
+"""What-if: replay a run's recent arrivals in the simulator under two knob sets (preview; a small
+grid of them: :mod:`runtime.whatif_suggest`), before a knob change is applied.
 
 The replay runs the SAME loop (:class:`runtime.loop.PipelineLoop`, through
 :func:`runtime.bench.run_one`) on the sim engine in virtual time, with the cost model of the
@@ -20,10 +20,9 @@ concurrency allows (every offset 0 under the same cap), so a faster setting can 
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from runtime.bench import BenchConfig, run_one
@@ -38,7 +37,6 @@ MIN_ARRIVALS = 16            # fewer requests than this say too little about a s
 MAX_ARRIVALS = 400           # the most recent ones are replayed (a preview takes seconds, not minutes)
 DEFAULT_WINDOW_S = 60.0
 DEFAULT_TIME_LIMIT_S = 60.0
-GOALS = ("throughput", "latency")
 
 Span = dict[str, Any]
 Progress = Callable[[float, str], None]       # (fraction done, what runs now)
@@ -246,7 +244,7 @@ def gain(before: float | None, after: float | None) -> float | None:
     return after / before - 1 if before and after is not None else None
 
 
-class _Deadline:
+class Deadline:
     """Progress of several replays, and the time limit over all of them (checked per finished request)."""
 
     def __init__(self, time_limit_s: float, runs: int, progress: Progress | None) -> None:
@@ -263,7 +261,7 @@ class _Deadline:
             self.progress(min(1.0, (self.index + done / max(total, 1)) / self.runs), label)
 
 
-def predict(replay: Replay, spec: SimSpec, knobs: Knobs, deadline: _Deadline, label: str) -> Prediction:
+def predict(replay: Replay, spec: SimSpec, knobs: Knobs, deadline: Deadline, label: str) -> Prediction:
     """One replay of ``replay`` under ``knobs`` (the same loop, the sim, virtual time)."""
     engine = spec.build()
     trace = rebuild_trace(replay.arrivals, spec.block_size, replay.open_loop)
@@ -301,96 +299,12 @@ def preview(replay: Replay, spec: SimSpec, current: Knobs, proposed: Knobs,
             time_limit_s: float = DEFAULT_TIME_LIMIT_S, progress: Progress | None = None) -> PreviewResult:
     """The replay under the current and the proposed knobs, side by side."""
     check_replay(replay)
-    deadline = _Deadline(time_limit_s, 2, progress)
+    deadline = Deadline(time_limit_s, 2, progress)
     now = predict(replay, spec, current, deadline, "current knobs")
     then = predict(replay, spec, proposed, deadline, "proposed knobs")
     old = current.as_dict()
     changes = {k: v for k, v in proposed.as_dict().items() if old[k] != v}
     return PreviewResult(now, then, changes, replay.note, spec.describe)
-
-
-# ---- suggest --------------------------------------------------------------------------------------
-@dataclass(frozen=True, slots=True)
-class Goal:
-    """``throughput`` (highest input tokens/s) or ``latency`` (lowest p95 prefill latency among the
-    settings whose throughput stays at or above ``floor`` tokens/s; None: the current setting's)."""
-
-    kind: str = "throughput"
-    floor: float | None = None
-
-    def __post_init__(self) -> None:
-        if self.kind not in GOALS:
-            raise WhatIfError(f"unknown goal {self.kind!r} (throughput or latency)")
-        if self.floor is not None and not (self.floor >= 0 and math.isfinite(self.floor)):
-            raise WhatIfError(f"the throughput floor must be a finite number >= 0, got {self.floor}")
-
-    def score(self, figures: RunFigures, floor: float) -> float | None:
-        """Higher is better; None: the setting does not qualify."""
-        tput, p95 = figures.input_tokens_per_s, figures.prefill_latency_p95_s
-        if tput is None:
-            return None
-        if self.kind == "throughput":
-            return tput
-        return -p95 if p95 is not None and tput >= floor else None
-
-    def describe(self, floor: float) -> str:
-        return "highest input throughput" if self.kind == "throughput" else \
-            f"lowest p95 prefill latency at >= {floor:,.0f} input tok/s"
-
-
-def suggest_grid(current: Knobs, num_stages: int, block_size: int) -> list[Knobs]:
-    """Wave budget M at half, the same and twice the current one; its floor b_min at a quarter and
-    half of M; the ring at P, 2P and 4P - the current setting first."""
-    def align(n: int) -> int:
-        return max(block_size, n // block_size * block_size)
-    out = [current]
-    for m in dict.fromkeys(align(int(current.max_wave_tokens * f)) for f in (0.5, 1, 2)):
-        for b in dict.fromkeys(align(m // d) for d in (4, 2)):
-            for ring in (num_stages, 2 * num_stages, 4 * num_stages):
-                k = current.replace(max_wave_tokens=int(m), min_wave_tokens=int(b), ring=ring)
-                if k not in out:
-                    out.append(k)
-    return out
-
-
-@dataclass(frozen=True, slots=True)
-class Suggestion:
-    goal: str                     # what was optimised, in words
-    current: Prediction
-    best: Prediction
-    tried: list[Prediction] = field(default_factory=list)
-    planned: int = 0              # settings in the grid (more than tried: the time limit cut the search)
-    replay_note: str = ""
-    sim: str = ""
-
-    @property
-    def changes(self) -> dict[str, Any]:
-        return {k: v for k, v in self.best.knobs.items() if self.current.knobs[k] != v}
-
-    @property
-    def complete(self) -> bool:
-        return len(self.tried) >= self.planned
-
-
-def suggest(replay: Replay, spec: SimSpec, current: Knobs, goal: Goal,
-            time_limit_s: float = DEFAULT_TIME_LIMIT_S, progress: Progress | None = None) -> Suggestion:
-    """Search :func:`suggest_grid` on the replay for ``goal``; the best setting found within the time
-    limit (at least the current one, which must finish in time)."""
-    check_replay(replay)
-    grid = suggest_grid(current, spec.pp, spec.block_size)
-    deadline = _Deadline(time_limit_s, len(grid), progress)
-    base = predict(replay, spec, current, deadline, "current knobs")
-    floor = goal.floor if goal.floor is not None else (base.figures.input_tokens_per_s or 0.0)
-    tried = [base]
-    for i, knobs in enumerate(grid[1:], 2):
-        try:
-            tried.append(predict(replay, spec, knobs, deadline, f"setting {i}/{len(grid)}"))
-        except TimeLimit:
-            break
-    scored = [(goal.score(p.figures, floor), -n, p) for n, p in enumerate(tried)]
-    ranked = sorted(((s, n, p) for s, n, p in scored if s is not None), key=lambda x: (x[0], x[1]), reverse=True)
-    best = ranked[0][2] if ranked else base
-    return Suggestion(goal.describe(floor), base, best, tried, len(grid), replay.note, spec.describe)
 
 
 # ---- after Apply ----------------------------------------------------------------------------------

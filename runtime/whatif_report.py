@@ -6,7 +6,8 @@ from collections.abc import Callable
 from typing import Any
 
 from runtime.report import RunFigures, fmt
-from runtime.whatif import PreviewResult, Suggestion, gain, idle_shares
+from runtime.whatif import PreviewResult, gain, idle_shares
+from runtime.whatif_suggest import Suggestion
 
 Row = tuple[str, str, str, str]          # figure, current, proposed (or observed), change
 

@@ -24,7 +24,7 @@ from dashboard.embedded import start_child
 from dashboard.whatif_jobs import change_time_ns
 from runtime.knobs import CPU_KNOBS, Knobs, from_changes
 from runtime.report import fmt
-from runtime.whatif import observed_since, preview, replay_of, sim_spec
+from runtime.whatif import gain, observed_over, observed_since, preview, replay_of, sim_spec
 
 SIM_CHANGES = ["ring=2", "ring=8", "max_wave_tokens=4096,min_wave_tokens=1024"]
 TORCH_CHANGES = ["ring=1", "ring=4", "max_wave_tokens=512,min_wave_tokens=256"]
@@ -107,12 +107,20 @@ def main() -> None:
             oe, pe = observed.pipeline_efficiency, pred.pipeline_efficiency
             err_t = p / o - 1 if o and p is not None else None
             err_e = pe - oe if oe is not None and pe is not None else None
-            row |= {"throughput_error": err_t, "efficiency_error": err_e}
+            # The replay of the current knobs against what the run did over the same arrivals: the part of
+            # the error that is the sim's absolute level, not the knob change.
+            before = observed_over(spans, replay, pp)
+            base_err = gain(before.input_tokens_per_s, result.current.figures.input_tokens_per_s)
+            change_pred = gain(result.current.figures.input_tokens_per_s, p)
+            change_obs = gain(before.input_tokens_per_s, o)
+            row |= {"throughput_error": err_t, "efficiency_error": err_e, "current_knobs_error": base_err,
+                    "predicted_change": change_pred, "observed_change": change_obs}
             rows.append(row)
             print(f"{text:45s} predicted {fmt(p, ',.0f')} tok/s eff {fmt(pe, '.3f')} | observed {fmt(o, ',.0f')} "
                   f"tok/s eff {fmt(oe, '.3f')} ({observed.completed} requests) | error "
                   f"{fmt(err_t, '+.1%')}, eff {fmt(err_e, '+.3f')} | "
-                  f"preview {took:.1f} s", flush=True)
+                  f"preview {took:.1f} s | current knobs replayed {fmt(base_err, '+.1%')} | change predicted "
+                  f"{fmt(change_pred, '+.1%')}, observed {fmt(change_obs, '+.1%')}", flush=True)
     finally:
         proc.kill()
     if args.json:

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from runtime import whatif as W
+from runtime import whatif_suggest as S
 from runtime.bench import BenchConfig, RunRecord, run_one
 from runtime.cli import main
 from runtime.engines.calibrate import FORMAT
@@ -118,13 +119,13 @@ def test_a_torch_run_needs_a_calibration(ring1: RunRecord, tmp_path: Path) -> No
 
 def test_suggest_finds_the_better_ring_and_never_applies(ring1: RunRecord) -> None:
     current = W.knobs_at_end(ring1.meta, [])
-    s = W.suggest(replay(ring1), W.sim_spec(ring1.meta), current, W.Goal("throughput"))
-    assert s.complete and s.planned == len(W.suggest_grid(current, 4, 64)) == 19
+    s = S.suggest(replay(ring1), W.sim_spec(ring1.meta), current, S.Goal("throughput"))
+    assert s.complete and s.planned == len(S.suggest_grid(current, 4, 64)) == 19
     assert s.changes.get("ring", 1) > 1
     best = s.best.figures.input_tokens_per_s
     assert best > 1.5 * s.current.figures.input_tokens_per_s
     assert best == max(p.figures.input_tokens_per_s for p in s.tried)
-    latency = W.suggest(replay(ring1), W.sim_spec(ring1.meta), current, W.Goal("latency", floor=1e12))
+    latency = S.suggest(replay(ring1), W.sim_spec(ring1.meta), current, S.Goal("latency", floor=1e12))
     assert latency.changes == {}                  # no setting reaches the floor: keep the current one
 
 

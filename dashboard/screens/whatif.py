@@ -22,17 +22,15 @@ from runtime.whatif import (
     DEFAULT_TIME_LIMIT_S,
     DEFAULT_WINDOW_S,
     MIN_ARRIVALS,
-    Goal,
     Prediction,
     PreviewResult,
-    Suggestion,
     WhatIfError,
     observed_over,
     observed_since,
     preview,
-    suggest,
 )
 from runtime.whatif_report import Row, compare_rows, replay_check, suggestion_line
+from runtime.whatif_suggest import Goal, Suggestion, suggest
 from store.base import StoreError
 
 PROFILE_ENV = "WAVEPP_COST_PROFILE"       # `wavepp dashboard --cost-profile FILE`
