@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from dashboard.frames import Frames, shown_ids
+from dashboard.frames import Frames, busy_bins, shown_ids
 from runtime.idle_causes import CAUSES, MEANING
 
 PALETTE = ["#4C78A8", "#F58518", "#54A24B", "#B279A2", "#72B7B2", "#EECA3B", "#9D755D", "#FF9DA6"]   # waves
@@ -99,25 +99,25 @@ def idle_bars(shares: pd.DataFrame, num_stages: int, length: float) -> go.Figure
     return fig
 
 
+HISTORY_BINS = 1500          # the whole-run chart's columns (about one per pixel)
+
+
 def history(fr: Frames) -> go.Figure:
-    """The whole run at once: every execute step as a WebGL line segment (stays responsive at
-    tens of thousands of bars)."""
-    fig = go.Figure()
-    ex = fr.steps[fr.steps["kind"] == "execute"]
-    for s in range(fr.num_stages):
-        mine = ex[ex["stage"] == s]
-        n = len(mine)
-        xs = np.empty(3 * n)
-        xs[0::3], xs[1::3], xs[2::3] = mine["t0"].to_numpy(), mine["t1"].to_numpy(), np.nan
-        ys = np.full(3 * n, float(fr.num_stages - 1 - s))         # stage 0 on top (WebGL: no reversed axis)
-        ys[2::3] = np.nan
-        fig.add_trace(go.Scattergl(x=xs, y=ys, mode="lines", name=lane(s), hoverinfo="skip",
-                                   line=dict(width=14, color=PALETTE[s % len(PALETTE)])))
-    fig.update_layout(height=90 + 45 * fr.num_stages, margin=dict(l=10, r=10, t=30, b=30), showlegend=False,
-                      xaxis_title="time (s)")
-    fig.update_yaxes(tickvals=list(range(fr.num_stages)),
-                     ticktext=[lane(fr.num_stages - 1 - i) for i in range(fr.num_stages)],
-                     range=[-0.6, fr.num_stages - 0.4], zeroline=False)
+    """The whole run at once: each stage's busy share per 1/HISTORY_BINS of the run, as a strip
+    (white: idle, blue: executing all the time) - an image the browser draws at once however many
+    steps the run has; the detail window shows every step."""
+    start, end = fr.start, max(fr.end, fr.start + 1e-9)
+    bins = HISTORY_BINS
+    busy = busy_bins(fr.steps, fr.num_stages, start, end, bins)
+    width = (end - start) / bins
+    fig = go.Figure(go.Heatmap(
+        z=busy, x=start + width * (np.arange(bins) + 0.5), y=[lane(s) for s in range(fr.num_stages)],
+        zmin=0, zmax=1, colorscale=[[0.0, "#FFFFFF"], [1.0, PALETTE[0]]], xgap=0, ygap=6,
+        colorbar=dict(title="busy", thickness=10, tickformat=".0%"),
+        hovertemplate=f"%{{y}}<br>%{{x:.3f}} s ± {width / 2:.3g} s<br>busy %{{z:.0%}}<extra></extra>"))
+    fig.update_layout(height=90 + 45 * fr.num_stages, margin=dict(l=10, r=10, t=30, b=30), xaxis_title="time (s)")
+    fig.update_yaxes(categoryorder="array", categoryarray=[lane(s) for s in range(fr.num_stages)][::-1])
+    fig.update_xaxes(range=[start, end])
     return add_knob_marks(fig, fr.knob_marks)
 
 

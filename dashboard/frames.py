@@ -217,6 +217,29 @@ def reading(shares: pd.DataFrame, length: float, meaning: dict[str, str], k: int
     return f"In the last {length:.3f} s, stage {stage} was idle {per_stage[stage]:.1%}: {causes}"
 
 
+def busy_bins(steps: pd.DataFrame, num_stages: int, start: float, end: float, bins: int) -> np.ndarray:
+    """Per stage, the share of each of ``bins`` equal bins of ``[start, end]`` it spent executing:
+    shape (num_stages, bins). The whole run at a chart's resolution - one value per pixel column
+    instead of one bar per step (tens of thousands of bars cost seconds to draw on every redraw)."""
+    edges = np.linspace(start, end, bins + 1)
+    width = max((end - start) / bins, 1e-12)
+    out = np.zeros((num_stages, bins))
+    ex = steps[steps["kind"] == "execute"]
+    for s in range(num_stages):
+        mine = ex[ex["stage"] == s].sort_values("t0")
+        if mine.empty:
+            continue
+        t1 = np.maximum.accumulate(mine["t1"].to_numpy())                 # busy until
+        t0 = np.maximum(mine["t0"].to_numpy(), np.r_[-np.inf, t1[:-1]])   # an overlap counted once
+        dur = np.clip(t1 - t0, 0, None)
+        before = np.r_[0.0, np.cumsum(dur)]                 # busy time of the first i steps
+        i = np.searchsorted(t1, edges, side="right")        # steps over by each edge
+        k = np.minimum(i, len(t0) - 1)                      # the step an edge may fall in
+        inside = np.where(i < len(t0), np.clip(edges - t0[k], 0, dur[k]), 0.0)
+        out[s] = np.diff(before[i] + inside) / width
+    return np.clip(out, 0.0, 1.0)
+
+
 def busy_over_time(steps: pd.DataFrame, num_stages: int, window: float, points: int = 120,
                    end: float | None = None) -> pd.DataFrame:
     """Per stage, the busy fraction of a sliding window (1 - bubble fraction), and the pipeline

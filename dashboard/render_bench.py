@@ -80,7 +80,7 @@ def render(port: int = 8590) -> None:
                 page.goto(f"http://127.0.0.1:{port}/")
                 page.wait_for_selector(".js-plotly-plot .barlayer .point", timeout=120_000)
                 page.wait_for_function("document.querySelectorAll('.js-plotly-plot').length >= 3", timeout=120_000)
-                page.wait_for_selector(".js-plotly-plot canvas", timeout=120_000)
+                page.wait_for_selector(".js-plotly-plot .heatmaplayer image", timeout=120_000)
                 print(f"browser: Pipeline page with {bars} bars drawn in {time.perf_counter() - t:.2f} s "
                       f"(load {attempt + 1})")
             browser.close()
@@ -181,7 +181,7 @@ def cpu(url: str = "redis://127.0.0.1:6379/13?cluster=render-bench-cpu", port: i
             page = browser.new_page(viewport={"width": 1500, "height": 1400})
             t = time.perf_counter()
             page.goto(f"http://127.0.0.1:{port}/")
-            page.wait_for_selector(".js-plotly-plot canvas", timeout=300_000)
+            page.wait_for_selector(".js-plotly-plot .heatmaplayer image", timeout=300_000)
             drawn = time.perf_counter() - t
             time.sleep(20)                                  # the first draw's tail (charts still arriving)
             viewed = _cpu_share(proc.pid, seconds)

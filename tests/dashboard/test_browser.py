@@ -96,6 +96,7 @@ def test_pipeline_page_shows_one_lane_per_stage_with_data(page: Page, saved_run:
         page.screenshot(path=str(ARTIFACTS / "pipeline.png"), full_page=True)
         assert (ARTIFACTS / "pipeline.png").stat().st_size > 10_000
         assert page.get_by_text("Why the bubbles:").count() == 1
+        page.wait_for_selector(".js-plotly-plot .heatmaplayer image", timeout=30_000)   # the whole run's strip
         assert page.get_by_role("button", name="Deploy").count() == 0            # viewer toolbar
         cause = hover_a_bubble(page)
         assert cause.startswith("idle: ") and "waited for" in cause, cause

@@ -89,3 +89,35 @@ def test_latency_percentiles_only_where_a_bin_holds_enough_samples() -> None:
     assert all(math.isnan(got[(1.0, p)]) for p in ("p50", "p95", "p99"))      # empty: a gap, not a joined line
     assert got[(2.0, "p50")] == 2.0 and math.isnan(got[(2.0, "p95")])        # 3 samples: a median, no p95
     assert got[(3.0, "p95")] == pytest.approx(22.8) and math.isnan(got[(3.0, "p99")])
+
+
+def test_the_whole_run_strip_is_each_stages_busy_share_per_bin() -> None:
+    """busy_bins (the Pipeline page's whole-run chart) against a brute-force overlap, overlapping
+    steps counted once."""
+    import random
+
+    import numpy as np
+    import pandas as pd
+
+    from dashboard.frames import busy_bins
+    rng = random.Random(3)
+    for _ in range(100):
+        rows, t = [], 0.0
+        for k in range(rng.randint(0, 12)):
+            t += rng.random()
+            d = rng.random()
+            rows.append((0, "execute", t, t + d, k, 1))
+            t += d * rng.choice([1.0, 0.5])                 # some steps overlap the next
+        steps = pd.DataFrame(rows + [(0, "send", 0.0, t, 0, 1)], columns=["stage", "kind", "t0", "t1", "wave",
+                                                                          "tokens"])
+        bins = rng.randint(1, 30)
+        edges = np.linspace(0.0, t + 1, bins + 1)
+        union: list[list[float]] = []
+        for _, _, a, b, _, _ in sorted(rows, key=lambda r: r[2]):
+            if union and a <= union[-1][1]:
+                union[-1][1] = max(union[-1][1], b)
+            else:
+                union.append([a, b])
+        want = [sum(max(0.0, min(b, hi) - max(a, lo)) for a, b in union) / (hi - lo)
+                for lo, hi in zip(edges[:-1], edges[1:], strict=True)]
+        assert busy_bins(steps, 1, 0.0, t + 1, bins)[0] == pytest.approx(want, abs=1e-9)
