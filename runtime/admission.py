@@ -126,7 +126,6 @@ class AdmissionQueue:
         self.registry = registry
         self.tel = tel
         self.spans = spans
-        self._deferrals: dict[str, int] = {}      # request id -> rounds that deferred it (escrow backpressure)
         self.configure(admission, knobs)
 
     def configure(self, admission: Admission, knobs: Knobs) -> None:
@@ -155,9 +154,9 @@ class AdmissionQueue:
             self.tel.event(span, N.EVENT_ADMITTED, {N.REUSE_BLOCKS: a.reuse_blocks})
             span.set_attributes({N.ADMISSION_LATENCY: (ended - span.start_time) / 1e9,
                                  N.ADMISSION_ROUND_S: (ended - started) / 1e9,
-                                 N.ADMISSION_DEFERRALS: self._deferrals.pop(a.id, 0)})
+                                 N.ADMISSION_DEFERRALS: a.request.deferrals})
         for r in result.deferred:
-            self._deferrals[r.id] = self._deferrals.get(r.id, 0) + 1
+            r.deferrals += 1
         self.registry.admitted(result.admitted, self.run.num_stages, self.admission.block_size)
         self.run.admitted(result.admitted, result.deferred)
         return result.admitted

@@ -34,6 +34,7 @@ class Request:
     max_reuse_blocks: int | None = None   # after a late fallback: k may never exceed this again
     attempts: int = 0                     # admissions so far (a late fallback re-admits)
     fallbacks: int = 0                    # times the reuse boundary was lowered after the lookup
+    deferrals: int = 0                    # admission rounds that deferred it (escrow backpressure)
 
     @property
     def num_tokens(self) -> int:
