@@ -38,6 +38,12 @@ def render_pipeline(view: View) -> None:
         cols[0].metric(f"pipeline efficiency (whole run, {f.makespan_s:.3f} s)", f"{f.pipeline_efficiency:.3f}")
         for s, b in enumerate(f.bubble_fraction):
             cols[s + 1].metric(f"stage {s} bubble fraction (whole run)", f"{b:.3f}")
+        if f.makespan_s and any(f.recompute_s):        # busy but wasted: only where late fallbacks happened
+            cols = st.columns(fr.num_stages + 1)
+            cols[0].markdown("**Recomputation after late fallbacks** (busy, not idle: chunks a stage ran "
+                             "for an attempt that a later fallback discarded)")
+            for s, lost in enumerate(f.recompute_s):
+                cols[s + 1].metric(f"stage {s} recomputing (whole run)", f"{lost / f.makespan_s:.1%}")
     st.slider("Detail window (s): the last seconds of the run the reading above, the tiles below, the lanes, the "
               "idle causes and the busy-fraction chart show", min_value=0.001, max_value=run,
               value=min(default_window(fr), run), step=run / 1000, key="pipeline_window", format="%.4f")

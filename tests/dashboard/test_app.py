@@ -87,6 +87,33 @@ def test_pipeline_page_shows_the_whole_run_as_the_bench_does(saved_run: Path, da
     assert any(f"window of {slider.max:.3f} s" in h.value for h in at.subheader)   # the chart it drives
 
 
+def test_pipeline_page_shows_recomputation_only_where_late_fallbacks_happened(
+        tmp_path: Path, dashboard_env: None) -> None:
+    """Stage 1 holds a fifth of the others' pool: the baseline finds missing prefixes late and runs
+    discarded chunks again; its whole-run recomputation tiles are the bench's recompute_s. wavepp
+    lowers boundaries at lease time and shows no such tiles."""
+    from runtime.bench import BenchConfig, run_one
+    from runtime.engines.sim.engine import SimEngine
+    from runtime.runfile import save_runs
+    from runtime.workloads import parse_workload
+
+    engine = SimEngine("llama-3-8b", "h200", 4, block_size=64, kv_blocks=[1000, 200, 1000, 1000])
+    cfg = BenchConfig(parse_workload("reuse90"), [8], ["trtllm-pp", "wavepp"], 64, prompt_tokens=2048)
+    records = [run_one(engine, cfg, p, 8) for p in cfg.policies]
+    path = tmp_path / "fallbacks.json"
+    save_runs(path, [r.saved() for r in records])
+    base, wave = records[0].figures, records[1].figures
+    assert base.recompute_s[0] > 0 and not any(wave.recompute_s)
+    at = run_page(f"run:{path}", "Pipeline")
+    tiles = {m.label: m.value for m in at.metric}
+    for s, lost in enumerate(base.recompute_s):
+        assert tiles[f"stage {s} recomputing (whole run)"] == f"{lost / base.makespan_s:.1%}"
+    at.sidebar.selectbox[0].set_value(records[1].run.id).run()
+    tiles = {m.label: m.value for m in at.metric}
+    assert tiles[f"pipeline efficiency (whole run, {wave.makespan_s:.3f} s)"] == f"{wave.pipeline_efficiency:.3f}"
+    assert not [m for m in at.metric if "recomputing" in m.label]
+
+
 def test_a_one_request_run_says_it_has_no_cadence(tmp_path: Path, dashboard_env: None) -> None:
     """Today: "0.00 ms" for p50 and p99 and two blank charts with no note."""
     from runtime.bench import BenchConfig, run_one
