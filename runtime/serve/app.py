@@ -429,6 +429,40 @@ async def disconnected(request: Request) -> None:
             return
 
 
+PREFILL_PATHS = ("/v1/prefill", "/v1/completions")
+
+
+class AdmissionGate:
+    """ASGI middleware: while the admission queue is full (429) or the server drains or stopped (503),
+    a prefill request is refused before its body is read or validated, so refusing costs next to
+    nothing however fast clients send. The handler checks again (a body may hold several prompts)."""
+
+    def __init__(self, app: Any, rt: ServerRuntime) -> None:
+        self.app = app
+        self.rt = rt
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        rt = self.rt
+        if scope["type"] != "http" or scope["method"] != "POST" or scope["path"] not in PREFILL_PATHS \
+                or rt.can_accept():
+            await self.app(scope, receive, send)
+            return
+        if not rt.serving or rt.draining:
+            status, retry = 503, "5"
+            message = ("the server is draining (shutting down)" if rt.draining
+                       else f"the runtime is not serving: {rt.error or 'starting'}")
+            kind = "service_unavailable"
+        else:
+            status, retry = 429, str(rt.retry_after_s())
+            message = f"the admission queue is full ({rt.source.max_queue} requests waiting)"
+            kind = "rate_limit_exceeded"
+        body = json.dumps(error_body(status, message, None, kind)).encode()
+        await send({"type": "http.response.start", "status": status,
+                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+                                (b"retry-after", retry.encode())]})
+        await send({"type": "http.response.body", "body": body})
+
+
 class BodyLimit:
     """ASGI middleware: a body past ``max_bytes`` (declared or streamed) is answered 413 naming ``body``."""
 

@@ -32,6 +32,7 @@ from runtime.traces import TraceWorkload
 from runtime.workloads import Workload, WorkloadSpec, make_workload
 
 Progress = Callable[[str, int, int], None]
+MAX_OPEN_CONNECTIONS = 256          # open loop: connections the client keeps at most
 SPAN_PAGE_AFTER_ALL = 1 << 62          # ``after`` past any sequence number: only the ring's last number
 
 
@@ -108,7 +109,10 @@ class LoadGenerator:
         return make_workload(self.spec, self.requests, tokens or 0, info["block_size"], info["vocab_size"], self.seed)
 
     async def run(self, progress: Progress | None = None) -> UrlRun:
-        limits = httpx.Limits(max_connections=None, max_keepalive_connections=max(self.concurrency, 64))
+        # Open loop and traces may have many requests out at once: the client keeps at most this many
+        # connections (more wait in its pool), so the client's own sockets stay bounded.
+        connections = max(self.concurrency, MAX_OPEN_CONNECTIONS if self.rate is not None else self.concurrency)
+        limits = httpx.Limits(max_connections=connections, max_keepalive_connections=connections)
         async with httpx.AsyncClient(base_url=self.url, timeout=self.timeout_s, limits=limits) as client:
             info = await self.server_info(client)
             workload = self.workload(info)

@@ -21,7 +21,7 @@ from typing import Any
 import uvicorn
 
 from runtime.engines.common import store_source
-from runtime.serve.app import BodyLimit, create_app
+from runtime.serve.app import AdmissionGate, BodyLimit, create_app
 from runtime.serve.runtime import ServerRuntime, build_engine
 
 log = logging.getLogger(__name__)
@@ -96,7 +96,7 @@ def run_server(settings: dict[str, Any], announce: Any = print) -> int:
                            settings["store_deadline"])
         served = settings["served_model_name"] or settings["model"] or ("tiny-llama" if engine.name == "torch"
                                                                          else "llama-3-8b")
-        app = BodyLimit(create_app(rt, served, tokenizer), settings["max_body_bytes"])
+        app = AdmissionGate(BodyLimit(create_app(rt, served, tokenizer), settings["max_body_bytes"]), rt)
         return asyncio.run(_main(rt, app, settings, served, announce))
     finally:
         engine.close()
@@ -130,6 +130,9 @@ def _listen(host: str, port: int) -> socket.socket:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    # Accepted connections inherit it: a response written in two parts (headers, body) is not held
+    # back by Nagle until the client's delayed ACK (40 ms per request on a kept-alive connection).
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     try:
         sock.bind((host, port))
     except (OSError, OverflowError) as exc:
