@@ -76,20 +76,24 @@ def test_killed_holders_pins_expire_and_are_reaped_once(redis_store_url: str) ->
             holder.wait()
 
 
+LIVE_TTL_S = 1.0
+
+
 def test_reaper_never_removes_a_live_holders_entries(store_factory: Any) -> None:
     """A reaper running every 50 ms for 1 s takes only the dead holder's entries; the live one's
-    go only after it stops its heartbeat."""
+    go only after it stops its heartbeat. The live holder's entries live 1 s past each 0.1 s beat
+    (a 0.3 s life flaked once on a loaded machine: a beat held up for 0.2 s let them expire)."""
     live = [RegistryEntry("live-1", "live", (0,), 1, 0), RegistryEntry("live-2", "live", (1,), 0, 4)]
     dead = [RegistryEntry("dead-1", "dead", (0, 1), 2, 2)]
 
     async def heartbeat(store: Any, stop: asyncio.Event) -> None:
         while not stop.is_set():
-            await store.registry_refresh("live", 0.3)
+            await store.registry_refresh("live", LIVE_TTL_S)
             await asyncio.sleep(0.1)
 
     async def body() -> None:
         store = await store_factory()
-        await store.registry_put(live, 0.3)
+        await store.registry_put(live, LIVE_TTL_S)
         await store.registry_put(dead, 0.2)
         stop = asyncio.Event()
         beat = asyncio.create_task(heartbeat(store, stop))
@@ -102,7 +106,7 @@ def test_reaper_never_removes_a_live_holders_entries(store_factory: Any) -> None
         assert reaped == dead
         stop.set()
         await beat
-        await asyncio.sleep(0.4)                         # past the live holder's last deadline
+        await asyncio.sleep(LIVE_TTL_S + 0.1)            # past the live holder's last deadline
         assert sorted(await store.registry_reap(), key=lambda e: e.request_id) == live
         assert await store.registry_entries() == []
     store_factory.run(body)
