@@ -43,7 +43,7 @@ from runtime.policies import get_policy
 from runtime.policies.base import Policy
 from runtime.request import Chunk, Request, Wave
 from runtime.run_state import RunState
-from runtime.server_source import ServerSource
+from runtime.server_source import LoopPort, ServerSource
 from runtime.stage_tasks import StageWorker, run_link
 from runtime.traces import TraceWorkload
 from runtime.watchdog import DEFAULT_STALL_TIMEOUT_S, watch
@@ -200,7 +200,8 @@ class PipelineLoop:
         if isinstance(self.workload, TraceWorkload):
             tasks.append(asyncio.create_task(self._open_loop_arrivals(self.workload), name="arrivals"))
         elif isinstance(self.workload, ServerSource):      # requests arrive when clients send them
-            tasks.append(asyncio.create_task(self.workload.serve(self), name="arrivals"))
+            port = LoopPort(self._arrive, self.run_state, self.ends, self.result.failures)
+            tasks.append(asyncio.create_task(self.workload.serve(port), name="arrivals"))
         else:
             for _ in range(min(self.concurrency, self.workload.num_requests)):
                 self._arrive()

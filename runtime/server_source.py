@@ -1,9 +1,11 @@
 """The open-loop request source of a server: requests arrive when clients send them.
 
 ``wavepp serve`` runs the one pipeline loop (:class:`runtime.loop.PipelineLoop`) with this source in
-place of a workload. A client's request becomes a :class:`Request` handed to the loop's arrival
-path (hint lookup, lease, escrow, waves: nothing server-specific past this module); its outcome
-comes back through the loop's ``on_done`` hook and resolves the client's future.
+place of a workload. The loop hands the source a :class:`LoopPort` - its arrival path, the run
+state and where requests end - and nothing else of itself. A client's request becomes a
+:class:`Request` handed to the arrival path (hint lookup, lease, escrow, waves: nothing
+server-specific past this module); its outcome comes back through ``RequestEnds.on_outcome`` and
+resolves the client's future.
 
 Backpressure is the caller's check/act pair: :meth:`ServerSource.can_accept` (the admission queue
 has room) before :meth:`ServerSource.submit`. :meth:`ServerSource.cancel` withdraws one request
@@ -16,13 +18,12 @@ from __future__ import annotations
 
 import asyncio
 from array import array
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
+from runtime.completion import RequestEnds
 from runtime.request import Completion, Request
-
-if TYPE_CHECKING:
-    from runtime.loop import PipelineLoop
+from runtime.run_state import RunState
 
 FOREVER = 10**12            # a server's loop runs until it is stopped
 CANCELLED = "cancelled by the client"
@@ -40,6 +41,18 @@ class Outcome:
     error: str | None
 
 
+@dataclass(frozen=True, slots=True)
+class LoopPort:
+    """What a request source sees of the loop: its arrival path (span, limits, the waiting line),
+    the run state (withdraw a waiting request) and where requests end (fail one, hear outcomes);
+    ``failures``: the run's failure record, which a server does not keep past the answer."""
+
+    arrive: Callable[[Request], None]
+    run: RunState
+    ends: RequestEnds
+    failures: dict[str, str]
+
+
 class ServerSource:
     """Requests from clients, at most ``max_queue`` of them waiting for admission at once."""
 
@@ -51,7 +64,7 @@ class ServerSource:
         if max_queue < 1:
             raise ValueError(f"the admission queue must hold at least 1 request, got {max_queue}")
         self.max_queue = max_queue
-        self.loop: PipelineLoop | None = None
+        self.loop: LoopPort | None = None
         self._futures: dict[str, asyncio.Future[Outcome]] = {}
         self._cancel: dict[str, str] = {}          # request id -> reason, until it is withdrawn
         self.num_cancelled = 0
@@ -63,19 +76,19 @@ class ServerSource:
         raise RuntimeError("a server's requests come from its clients")
 
     # ---- the loop's side ------------------------------------------------------------------------
-    async def serve(self, loop: PipelineLoop) -> None:
+    async def serve(self, loop: LoopPort) -> None:
         """A task of the loop: attach, then withdraw cancelled requests once their admission round ends."""
         self.loop = loop
         loop.ends.on_outcome = self._done
         while True:
-            await loop.run_state.changed.wait()
+            await loop.run.changed.wait()
             for rid in list(self._cancel):
                 await self._withdraw(rid)
 
     def _done(self, request_id: str, outcome: Completion | str) -> None:
         self._cancel.pop(request_id, None)
         if self.loop is not None:                   # a server keeps no per-request record past the answer
-            self.loop.result.failures.pop(request_id, None)
+            self.loop.failures.pop(request_id, None)
         future = self._futures.pop(request_id, None)
         if future is None or future.done():
             return
@@ -93,7 +106,7 @@ class ServerSource:
     def queued(self) -> int:
         """Requests accepted and not yet admitted (waiting, or inside an admission round)."""
         loop = self.loop
-        return 0 if loop is None else loop.run_state.num_waiting + loop.run_state.admitting
+        return 0 if loop is None else loop.run.num_waiting + loop.run.admitting
 
     @property
     def outstanding(self) -> int:
@@ -113,7 +126,7 @@ class ServerSource:
             raise ValueError(f"request id {request.id!r} is already in flight")
         future: asyncio.Future[Outcome] = asyncio.get_running_loop().create_future()
         self._futures[request.id] = future
-        self.loop._arrive(request)        # the loop's own arrival path: span, limits, the waiting line
+        self.loop.arrive(request)         # the loop's own arrival path: span, limits, the waiting line
         return future
 
     async def cancel(self, request_id: str, reason: str = CANCELLED) -> bool:
@@ -139,9 +152,9 @@ class ServerSource:
         loop = self.loop
         if loop is None or rid not in self._cancel:
             return
-        waiting = loop.run_state.withdraw(rid)
+        waiting = loop.run.withdraw(rid)
         if waiting is not None:                      # holds nothing on any stage
             loop.ends.fail_unadmitted(waiting, self._cancel.pop(rid))
-        elif loop.run_state.get(rid) is not None:    # admitted: its lease and escrow released on every stage
+        elif loop.run.get(rid) is not None:    # admitted: its lease and escrow released on every stage
             await loop.ends.fail(rid, self._cancel.pop(rid))
         # else: inside an admission round right now; withdrawn on the next wake-up after it

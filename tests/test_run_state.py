@@ -90,3 +90,6 @@ def test_stage_completion_and_mechanism_code_never_see_the_loop_object() -> None
         imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
         assert "runtime.loop" not in imported, f"{f.name} imports runtime.loop"
         assert "PipelineLoop" not in f.read_text(), f"{f.name} names PipelineLoop"
+    # A request source (wavepp serve's) gets a LoopPort, not the loop.
+    source = ast.parse((root / "server_source.py").read_text())
+    assert "runtime.loop" not in {n.module for n in ast.walk(source) if isinstance(n, ast.ImportFrom)}
