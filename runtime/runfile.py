@@ -40,7 +40,9 @@ class RunInfo:
     @property
     def label(self) -> str:
         at = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(self.started))
-        return f"{self.policy} {self.workload} c={self.concurrency} · {self.engine} · {self.source} · {at}Z"
+        # 0: no client-side cap (a server, open loop): requests come as clients send them
+        load = f"c={self.concurrency}" if self.concurrency > 0 else "open loop"
+        return f"{self.policy} {self.workload} {load} · {self.engine} · {self.source} · {at}Z"
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)

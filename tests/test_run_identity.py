@@ -168,3 +168,10 @@ def test_a_run_that_fails_says_so_in_its_last_status_record() -> None:
         raise AssertionError("the run should have failed")
     last = holder["loop"].result.status[-1]
     assert last["run"] == run.id and last["state"] == "failed: stage 1 exited with -9"
+
+
+def test_a_server_run_is_labelled_open_loop_not_c0() -> None:
+    from runtime.runfile import RunInfo
+    label = RunInfo.new("wavepp", "serve", 0, "torch", "memory").label
+    assert label.startswith("wavepp serve open loop · torch · memory · ") and "c=0" not in label
+    assert " c=16 · " in RunInfo.new("wavepp", "reuse90", 16, "sim", "memory").label
