@@ -273,3 +273,54 @@ def top_causes(causes: dict[str, float], makespan_s: float, k: int = 2) -> str:
     """``"no_work 4.2%, fill 1.9%"``: the largest causes as a share of the makespan."""
     ranked = sorted(((v, c) for c, v in causes.items() if v > 0), reverse=True)[:k]
     return ", ".join(f"{c} {v / makespan_s:.1%}" for v, c in ranked) if makespan_s > 0 else ""
+
+
+class LiveIdle:
+    """Idle seconds by cause of a run that does not end (a server), handed out as they settle.
+
+    Each :meth:`settle` gives the idle time, per (stage, cause), between the previous horizon and a
+    new one: ``slack_ns`` before the earliest of the stages' latest finished steps. Gaps before it
+    are closed on every stage, so the spans that could still change their split have (nearly
+    always) arrived; ``drain`` is never settled (a live stage past its last finished step may be
+    computing). The spans are held in an :class:`IdleTracker`; :meth:`restart` replaces it by one
+    built from recent spans only (a server's memory stays bounded), keeping the horizon."""
+
+    def __init__(self, num_stages: int, slack_ns: int = 1_000_000_000) -> None:
+        self.num_stages = num_stages
+        self.slack_ns = slack_ns
+        self.tracker = IdleTracker()
+        self.spans_held = 0
+        self.origin: int | None = None        # the first span's start: the run's fill counts from here
+        self.settled_until: int | None = None
+
+    def add(self, spans: Sequence[Span]) -> None:
+        if spans and self.origin is None:
+            self.origin = min(int(sp["t0"] or 0) for sp in spans)
+        self.tracker.add(spans)
+        self.spans_held += len(spans)
+
+    def restart(self, recent: Sequence[Span]) -> None:
+        self.tracker = IdleTracker()
+        self.spans_held = 0
+        self.tracker.add(recent)
+        self.spans_held = len(recent)
+
+    def settle(self, inline_admission: bool) -> dict[tuple[int, str], float]:
+        """Seconds idle per (stage, cause) newly settled since the last call (empty: nothing yet)."""
+        if self.origin is None:
+            return {}
+        latest = [max((t1 for _, t1, _ in self.tracker.executes.get(s, ())), default=None)
+                  for s in range(self.num_stages)]
+        if any(t is None for t in latest):
+            return {}                         # a stage has not finished a step yet: its fill is open
+        horizon = min(t for t in latest if t is not None) - self.slack_ns
+        low = self.origin if self.settled_until is None else self.settled_until
+        if horizon <= low:
+            return {}
+        out: dict[tuple[int, str], float] = defaultdict(float)
+        for iv in self.tracker.intervals(self.num_stages, self.origin, horizon, inline_admission):
+            a, b = max(iv.t0, low), min(iv.t1, horizon)
+            if b > a and iv.cause != "drain":
+                out[iv.stage, iv.cause] += (b - a) / 1e9
+        self.settled_until = horizon
+        return dict(out)

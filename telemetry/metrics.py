@@ -9,7 +9,8 @@ Public API (framework-free; ``wavepp serve`` mounts :meth:`WaveppMetrics.render`
 Exact, whatever the span sampler decides: every *recorded* span of a run reaches
 :class:`MetricsSpanProcessor` as it ends (the sampler only decides what is exported), so each step,
 admission round and request is counted once, on the runtime's own clock (virtual time on the sim).
-Idle seconds by cause come from ``runtime/idle_causes.py`` when a run ends (``record_idle``), queue
+Idle seconds by cause come from ``runtime/idle_causes.py``: when a bench's run ends (``record_idle``),
+and on a server at every scrape as they settle (``runtime.idle_causes.LiveIdle``); queue
 depths and KV blocks from the loop's status snapshots (``observe_status``).
 """
 
@@ -82,7 +83,7 @@ class WaveppMetrics:
                                   f"Execute time per stage over the last {busy_window_s:g} s of the run clock")
         counter = m.create_counter
         self.stage_busy = counter(N.M_STAGE_BUSY, "s", "Execute time per stage")
-        self.stage_idle = counter(N.M_STAGE_IDLE, "s", "Idle time per stage by cause (added when a run ends)")
+        self.stage_idle = counter(N.M_STAGE_IDLE, "s", "Idle time per stage by cause (settled)")
         self.input_tokens = counter(N.M_INPUT_TOKENS, "{token}", "Prompt tokens of completed requests")
         self.computed_tokens = counter(N.M_COMPUTED_TOKENS, "{token}", "Tokens run through the model")
         self.reused_tokens = counter(N.M_REUSED_TOKENS, "{token}", "Prompt tokens served from the KV cache")

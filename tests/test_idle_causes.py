@@ -93,3 +93,36 @@ def test_intervals_tile_each_stages_idle_time_and_sum_to_the_causes() -> None:
         assert all(a[1] == b[0] for a, b in zip(cover, cover[1:], strict=False))
         assert all(iv.t1 > iv.t0 and iv.cause in CAUSES for iv in mine)
         assert {iv.wave for iv in mine if iv.cause in ("transfer", "previous_stage", "no_work")} - {-1}
+
+
+def test_a_live_split_settles_exactly_the_idle_time_before_its_horizon() -> None:
+    """A server's idle counters (runtime.idle_causes.LiveIdle): spans fed in pieces, settled after
+    each; what settled is, per stage, exactly the time up to the last horizon that the stage was
+    not executing (no drain), and a settle with nothing new gives nothing."""
+    from runtime.idle_causes import LiveIdle
+    from telemetry.span_codec import encode
+    engine = SimEngine("llama-3-8b", "h200", 4, block_size=64, kv_blocks=[1000, 200, 1000, 1000])
+    cfg = BenchConfig(parse_workload("reuse90"), [8], ["trtllm-pp"], 48, 0, prompt_tokens=2048)
+    spans = sorted((encode(s) for s in run_one(engine, cfg, "trtllm-pp", 8).spans), key=lambda s: s["t1"])
+    live = LiveIdle(4, slack_ns=0)
+    settled: dict[tuple[int, str], float] = {}
+    for i in range(0, len(spans), 40):
+        live.add(spans[i:i + 40])
+        for key, seconds in live.settle(inline_admission=True).items():
+            assert seconds > 0
+            settled[key] = settled.get(key, 0.0) + seconds
+    assert live.settle(inline_admission=True) == {}
+    horizon, origin = live.settled_until, live.origin
+    assert horizon is not None and origin is not None
+    for s in range(4):
+        steps = sorted((sp["t0"], sp["t1"]) for sp in spans if sp["n"] == N.EXECUTE and sp["a"][N.STAGE] == s)
+        busy, until = 0, origin
+        for t0, t1 in steps:                         # busy time inside [origin, horizon], overlaps once
+            a, b = max(t0, until), min(t1, horizon)
+            if b > a:
+                busy += b - a
+            until = max(until, t1)
+        idle = sum(v for (stage, _), v in settled.items() if stage == s)
+        assert idle == pytest.approx((horizon - origin - busy) / 1e9, abs=1e-6)
+        assert ("drain" not in {c for (stage, c) in settled if stage == s})
+    assert any(c == "ring_full" or c == "admission" for _, c in settled)

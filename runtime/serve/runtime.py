@@ -20,8 +20,10 @@ from typing import Any
 from runtime.engines.base import EngineParts, now
 from runtime.engines.common import store_source
 from runtime.hashing import block_hashes
+from runtime.idle_causes import LiveIdle
 from runtime.knobs import Knobs, check_block_size
 from runtime.loop import PipelineLoop
+from runtime.policies.base import Policy
 from runtime.request import Request
 from runtime.runfile import RunInfo
 from runtime.server_source import Outcome, ServerSource
@@ -33,6 +35,7 @@ from telemetry.setup import Telemetry
 log = logging.getLogger(__name__)
 
 READY_PROBE_S = 1.0          # /ready: the store must answer within this
+IDLE_RESTART_SPANS = 100_000  # the live idle split holds about this many spans at most
 
 
 class NotServing(Exception):
@@ -86,6 +89,9 @@ class ServerRuntime:
         self.run = RunInfo.new(knobs.policy, "serve", 0, engine.name, store_source(engine.store_url))
         self.ring = SpanRing()
         self.metrics = process_metrics()
+        # Idle seconds by cause, settled at each scrape from the ring (a bench adds them when its run ends).
+        self.idle = LiveIdle(engine.pp)
+        self._ring_seen = 0
         self.parts: EngineParts | None = None
         self.store: Store | None = None
         self.tel: Telemetry | None = None
@@ -197,7 +203,19 @@ class ServerRuntime:
         """The Prometheus exposition of the process's metrics, queue depths and KV blocks as of now."""
         if self.loop is not None and self.serving:
             self.metrics.observe_status(self.loop.policy.name, await self.loop.status())
+            self._settle_idle(self.loop.policy)
         return self.metrics.render()
+
+    def _settle_idle(self, policy: Policy) -> None:
+        """Feed the spans that reached the ring since the last scrape to the live idle split and add
+        what settled to the idle-seconds counters; every IDLE_RESTART_SPANS spans the split starts
+        over from the ring's recent spans (bounded memory on a server that runs for days)."""
+        spans, self._ring_seen = self.ring.read(self._ring_seen)
+        self.idle.add(spans)
+        if self.idle.spans_held > IDLE_RESTART_SPANS:
+            self.idle.restart(self.ring.read(max(0, self._ring_seen - IDLE_RESTART_SPANS // 2))[0])
+        for (stage, cause), seconds in self.idle.settle(policy.admission.inline).items():
+            self.metrics.stage_idle.add(seconds, {"policy": policy.name, "stage": stage, "cause": cause})
 
     async def store_reachable(self) -> bool:
         if self.store is None:
