@@ -10,9 +10,9 @@ import os
 import signal
 import sys
 import traceback
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any, NoReturn, TypeVar
 
 from runtime import cli_telemetry
 from runtime.engines.launchers import LAUNCHER_HELP, LAUNCHERS
@@ -744,17 +744,42 @@ def _whatif_inputs(args: argparse.Namespace) -> tuple[Any, Any, Any, Any]:
         raise UsageError(str(exc)) from None
 
 
-def _whatif_progress() -> Any:
-    """A progress line on a terminal (rewritten in place; the caller ends it)."""
-    if not sys.stderr.isatty():
-        return None
-    return lambda fraction, label: print(f"\r{fraction:5.0%} {label:24s}", end="", file=sys.stderr, flush=True)
+T = TypeVar("T")
+
+
+def _run_whatif(replays: Callable[[Any], T]) -> T:
+    """Run ``replays(progress)`` with a progress line on a terminal (rewritten in place, ended
+    here); past its time limit the command fails (exit 1), a replay that cannot run is bad input."""
+    from runtime import whatif
+    progress = None
+    if sys.stderr.isatty():
+        progress = lambda fraction, label: print(f"\r{fraction:5.0%} {label:24s}", end="",  # noqa: E731
+                                                 file=sys.stderr, flush=True)
+    try:
+        return replays(progress)
+    except whatif.TimeLimit as exc:
+        raise RunFailed(str(exc)) from None
+    except whatif.WhatIfError as exc:
+        raise UsageError(str(exc)) from None
+    finally:
+        if progress is not None:
+            print(file=sys.stderr)
+
+
+def _print_whatif(rows: Any, proposed: str, replay_line: str, json_path: str | None, data: Any) -> None:
+    """The side-by-side table, the replay check line, and the JSON when asked for."""
+    from runtime.whatif_report import table
+    print(table(rows, ("figure", "current", proposed, "change")))
+    print(replay_line)
+    if json_path:
+        text = json.dumps(data, indent=1)
+        write_output(json_path, lambda p: Path(p).write_text(text))
 
 
 def cmd_preview(args: argparse.Namespace) -> int:
     from runtime import whatif
     from runtime.knobs import Deployment, KnobError, from_changes, parse_texts
-    from runtime.whatif_report import compare_rows, preview_dict, replay_check, table
+    from runtime.whatif_report import compare_rows, preview_dict, replay_check
     replay, spec, current, observed = _whatif_inputs(args)
     raw = {}
     for item in args.changes:
@@ -771,49 +796,25 @@ def cmd_preview(args: argparse.Namespace) -> int:
         proposed = from_changes(current.as_dict(), changes, Deployment(spec.block_size, spec.pp))
     except KnobError as exc:
         raise UsageError(str(exc)) from None
-    try:
-        result = whatif.preview(replay, spec, current, proposed, args.time_limit, _whatif_progress())
-    except whatif.TimeLimit as exc:
-        raise RunFailed(str(exc)) from None
-    except whatif.WhatIfError as exc:
-        raise UsageError(str(exc)) from None
-    finally:
-        if sys.stderr.isatty():
-            print(file=sys.stderr)
+    result = _run_whatif(lambda progress: whatif.preview(replay, spec, current, proposed, args.time_limit,
+                                                          progress))
     print(f"preview: {', '.join(f'{k}={v}' for k, v in result.changes.items()) or 'no knob changed'}; "
           f"replayed {result.replay_note} in the {result.sim}")
-    print(table(compare_rows(result.current.figures, result.proposed.figures),
-                ("figure", "current", "proposed", "change")))
-    print(replay_check(result.current.figures, observed))
-    if args.json_path:
-        data = json.dumps(preview_dict(result), indent=1)
-        write_output(args.json_path, lambda p: Path(p).write_text(data))
+    _print_whatif(compare_rows(result.current.figures, result.proposed.figures), "proposed",
+                  replay_check(result.current.figures, observed), args.json_path, preview_dict(result))
     return 0
 
 
 def cmd_suggest(args: argparse.Namespace) -> int:
-    from runtime import whatif
-    from runtime.whatif_report import compare_rows, replay_check, suggestion_dict, suggestion_line, table
+    from runtime.whatif_report import compare_rows, replay_check, suggestion_dict, suggestion_line
     from runtime.whatif_suggest import Goal, suggest
     replay, spec, current, observed = _whatif_inputs(args)
-    try:
-        goal = Goal(args.goal, args.floor)
-        result = suggest(replay, spec, current, goal, args.time_limit, _whatif_progress())
-    except whatif.TimeLimit as exc:
-        raise RunFailed(str(exc)) from None
-    except whatif.WhatIfError as exc:
-        raise UsageError(str(exc)) from None
-    finally:
-        if sys.stderr.isatty():
-            print(file=sys.stderr)
+    result = _run_whatif(lambda progress: suggest(replay, spec, current, Goal(args.goal, args.floor),
+                                                  args.time_limit, progress))
     print(suggestion_line(result))
     print(f"(replayed {result.replay_note} in the {result.sim}; nothing was applied)")
-    rows = compare_rows(result.current.figures, result.best.figures)
-    print(table(rows, ("figure", "current", "suggested", "change")))
-    print(replay_check(result.current.figures, observed))
-    if args.json_path:
-        data = json.dumps(suggestion_dict(result), indent=1)
-        write_output(args.json_path, lambda p: Path(p).write_text(data))
+    _print_whatif(compare_rows(result.current.figures, result.best.figures), "suggested",
+                  replay_check(result.current.figures, observed), args.json_path, suggestion_dict(result))
     return 0
 
 
