@@ -4,15 +4,20 @@ from __future__ import annotations
 
 import os
 import socket
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from dashboard.sources import Snapshot, StoreSource
 from runtime.bench import BenchConfig, run_one
 from runtime.engines.sim.engine import SimEngine
 from runtime.runfile import save_runs
 from runtime.workloads import parse_workload
+from telemetry import names as N
 
 APP = str(Path(__file__).resolve().parents[2] / "dashboard" / "app.py")
 
@@ -39,6 +44,26 @@ def dashboard_env() -> Iterator[None]:
         os.environ["WAVEPP_DASHBOARD"] = old
 
 
+def live_run(url: str, plans: int) -> tuple[threading.Thread, dict[str, Any], StoreSource, Snapshot]:
+    """Start a real-time sim run (wavepp, 160 `suffix:2048` prompts of 4096 tokens at c=32) on the
+    store at ``url`` in a thread, and wait until ``plans`` waves were planned and its knobs are in
+    the store: (the thread, where it leaves its record under "rec", a source on the store, the
+    snapshot then)."""
+    engine = SimEngine("llama-3-8b", "h200", 4, kv_blocks=[4000], store_url=url, realtime=True, time_scale=3.0)
+    cfg = BenchConfig(parse_workload("suffix:2048"), [32], ["wavepp"], 160, prompt_tokens=4096)
+    out: dict[str, Any] = {}
+    thread = threading.Thread(target=lambda: out.setdefault("rec", run_one(engine, cfg, "wavepp", 32)))
+    thread.start()
+    source = StoreSource(url)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        snap = source.snapshot()
+        if sum(1 for s in snap.spans if s["n"] == N.WAVE_PLAN) >= plans and snap.knobs is not None:
+            break
+        time.sleep(0.05)
+    return thread, out, source, snap
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -49,31 +74,17 @@ def free_port() -> int:
 def knob_change_store() -> Iterator[str]:
     """A store holding a finished real-time sim run whose wave budget was halved midway through the
     dashboard's own write path (the Knobs page's): before/after windows to compare."""
-    import threading
-    import time
     import uuid
 
     import redis
 
     from dashboard.knob_form import parse
-    from dashboard.sources import StoreSource
     from runtime.knobs import Knobs
-    from telemetry import names as N
 
     cluster = f"knobchange-{uuid.uuid4().hex[:8]}"
     url = f"redis://127.0.0.1:6379/13?cluster={cluster}"
-    engine = SimEngine("llama-3-8b", "h200", 4, kv_blocks=[4000], store_url=url, realtime=True, time_scale=3.0)
-    cfg = BenchConfig(parse_workload("suffix:2048"), [32], ["wavepp"], 160, prompt_tokens=4096)
-    thread = threading.Thread(target=lambda: run_one(engine, cfg, "wavepp", 32))
-    thread.start()
-    source = StoreSource(url)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        snap = source.snapshot()
-        if sum(1 for s in snap.spans if s["n"] == N.WAVE_PLAN) >= 40 and snap.knobs is not None:
-            break
-        time.sleep(0.05)
-    changes, errors = parse({"max_wave_tokens": "8192", "min_wave_tokens": "4096"}, Knobs(**snap.knobs.values))
+    thread, _, source, snap = live_run(url, 40)
+    changes, errors = parse({"max_wave_tokens": "8192", "min_wave_tokens": "4096"}, Knobs(**snap.knobs.values))  # type: ignore[union-attr]
     assert not errors
     # In a thread of its own: the write runs an asyncio loop, and a browser test's playwright may hold
     # this thread's.

@@ -41,15 +41,19 @@ def serve(*args: str) -> tuple[subprocess.Popen[bytes], str]:
     raise RuntimeError("dashboard did not come up")
 
 
-@pytest.fixture(scope="module")
-def page() -> Iterator[Page]:
+def chromium_page(height: int) -> Iterator[Page]:
+    """A page of Debian's headless chromium, 1500 px wide (for module fixtures: yields, then closes)."""
     if not Path(CHROMIUM).exists():
         pytest.fail("chromium is not installed: `make test` installs Debian's chromium package")
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
-        pg = browser.new_page(viewport={"width": 1500, "height": 1400})
-        yield pg
+        yield browser.new_page(viewport={"width": 1500, "height": height})
         browser.close()
+
+
+@pytest.fixture(scope="module")
+def page() -> Iterator[Page]:
+    yield from chromium_page(1400)
 
 
 def lanes_with_data(page: Page, num_stages: int, timeout_s: float = 90) -> set[str]:

@@ -5,22 +5,16 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
-from playwright.sync_api import Page, sync_playwright
+from playwright.sync_api import Page
 
-from .test_browser import ARTIFACTS, CHROMIUM, FLAGS, serve  # type: ignore[import-not-found]
+from .test_browser import ARTIFACTS, chromium_page, serve  # type: ignore[import-not-found]
 
 
 @pytest.fixture(scope="module")
 def browser_page() -> Iterator[Page]:
-    if not Path(CHROMIUM).exists():
-        pytest.fail("chromium is not installed: `make test` installs Debian's chromium package")
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
-        yield browser.new_page(viewport={"width": 1500, "height": 2400})
-        browser.close()
+    yield from chromium_page(2400)
 
 
 def shot(page: Page, name: str) -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import threading
 import time
 import uuid
 
@@ -13,15 +12,11 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from dashboard.knob_form import parse
-from dashboard.sources import StoreSource
-from runtime.bench import BenchConfig, run_one
-from runtime.engines.sim.engine import SimEngine
 from runtime.knobs import Knobs
-from runtime.workloads import parse_workload
 from store.redis_store import RedisStore
 from telemetry import names as N
 
-from .conftest import APP  # type: ignore[import-not-found]
+from .conftest import APP, live_run  # type: ignore[import-not-found]
 
 
 def fresh_url() -> str:
@@ -80,18 +75,7 @@ def test_valid_input_is_written(dashboard_env: None) -> None:
 def test_a_change_from_the_dashboard_reaches_the_next_wave() -> None:
     """Operator halves the wave budget through the page's code path while a real-time run is going."""
     url = fresh_url()
-    engine = SimEngine("llama-3-8b", "h200", 4, kv_blocks=[4000], store_url=url, realtime=True, time_scale=3.0)
-    cfg = BenchConfig(parse_workload("suffix:2048"), [32], ["wavepp"], 160, prompt_tokens=4096)
-    out: dict[str, object] = {}
-    thread = threading.Thread(target=lambda: out.setdefault("rec", run_one(engine, cfg, "wavepp", 32)))
-    thread.start()
-    source = StoreSource(url)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        snap = source.snapshot()
-        if sum(1 for s in snap.spans if s["n"] == N.WAVE_PLAN) >= 5 and snap.knobs is not None:
-            break
-        time.sleep(0.05)
+    thread, out, source, snap = live_run(url, 5)
     current = Knobs(**snap.knobs.values)  # type: ignore[union-attr]
     changes, errors = parse({"max_wave_tokens": "8192", "min_wave_tokens": "4096"}, current)
     assert not errors
