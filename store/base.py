@@ -13,7 +13,10 @@ What it holds:
 * **wave plans** - each wave's chunk descriptors in a capped log, plus the waves still in flight;
 * the **knobs** - one versioned, validated record of the scheduling knobs, with its history, and
   the **deployment** record (block size, stages) the running runtime publishes: every knob write is
-  checked against it before it is stored.
+  checked against it before it is stored;
+* the **run descriptions** - what each run is (engine, model, hardware, stages, workload, knobs: a
+  saved run's ``meta``), published by the runtime at the run's start for viewers of the store (the
+  dashboard's Preview replays a live run in the sim it describes); the newest ``RUN_META_CAP`` runs.
 
 Entries another client corrupted (not JSON, a key of the wrong Redis type) never raise: a reader
 gets them as absent with a one-line ``note``, and the next write replaces them.
@@ -26,6 +29,10 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from runtime.knobs import Deployment
+
+# Run descriptions kept (the newest runs by id, which starts with the run's UTC start time:
+# runtime.runfile.RunInfo); a viewer shows a handful of recent runs.
+RUN_META_CAP = 64
 
 
 class StoreError(Exception):
@@ -149,10 +156,23 @@ class Store(Protocol):
 
     async def status_get(self) -> dict[str, Any] | None: ...
 
+    # ---- run descriptions ------------------------------------------------------------------
+    async def run_meta_put(self, run_id: str, meta: dict[str, Any]) -> None:
+        """Publish what run ``run_id`` is (a saved run's ``meta``: JSON values) when it starts; only
+        the newest ``RUN_META_CAP`` run ids are kept."""
+        ...
+
+    async def run_meta_get(self, run_id: str) -> dict[str, Any] | None:
+        """The description run ``run_id`` published, as JSON reads it back; None when it published
+        none (an older runtime), it was trimmed, or the entry is corrupt (reported once)."""
+        ...
+
     async def clear_all(self, keep_knobs: bool = False) -> int:
         """Delete everything this store holds for the deployment (tests, fresh benchmark runs); with
         ``keep_knobs`` the knobs and their history stay (a bench on a live deployment's store must
-        not reset the operator's knobs). Returns how many records were deleted."""
+        not reset the operator's knobs). Run descriptions stay too: like the span stream, each
+        carries its run's id and describes runs a viewer may still show. Returns how many records
+        were deleted."""
         ...
 
     async def close(self) -> None: ...

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
 import time
 from collections import deque
 from collections.abc import Sequence
 from typing import Any
 
 from runtime.knobs import Deployment, Knobs, from_changes
-from store.base import HintResult, KnobsRecord, RegistryEntry, StoreError
+from store.base import RUN_META_CAP, HintResult, KnobsRecord, RegistryEntry, StoreError
 from store.probe import longest_prefix_in
 
 PLAN_LOG_CAP = 10_000
@@ -40,6 +41,7 @@ class MemoryStore:
         self._knobs = KnobsRecord(0, Knobs().as_dict())
         self._knob_history: deque[dict[str, Any]] = deque(maxlen=KNOB_HISTORY_CAP)
         self._status: dict[str, Any] | None = None
+        self._run_meta: dict[str, str] = {}                  # run id -> its description as JSON (Redis's shape)
 
     def _stage(self, stage: int) -> dict[int, int]:
         return self._counts.setdefault(stage, {})
@@ -150,11 +152,23 @@ class MemoryStore:
     async def status_get(self) -> dict[str, Any] | None:
         return self._status
 
+    # ---- run descriptions ------------------------------------------------------------------
+    async def run_meta_put(self, run_id: str, meta: dict[str, Any]) -> None:
+        self._run_meta[run_id] = json.dumps(meta, separators=(",", ":"))
+        for old in sorted(self._run_meta)[:-RUN_META_CAP]:
+            del self._run_meta[old]
+
+    async def run_meta_get(self, run_id: str) -> dict[str, Any] | None:
+        text = self._run_meta.get(run_id)
+        return json.loads(text) if text is not None else None
+
     async def clear_all(self, keep_knobs: bool = False) -> int:
-        """Forget everything, the knobs too unless ``keep_knobs`` (the Redis store deletes its keys)."""
+        """Forget everything but the run descriptions, the knobs too unless ``keep_knobs`` (the Redis
+        store deletes its keys)."""
         n = len(self._counts) + len(self._entries) + len(self._plans)
-        knobs, history = self._knobs, self._knob_history
+        knobs, history, described = self._knobs, self._knob_history, self._run_meta
         self.__init__()  # type: ignore[misc]
+        self._run_meta = described
         if keep_knobs:
             self._knobs, self._knob_history = knobs, history
         return n

@@ -23,7 +23,7 @@ import redis.asyncio as aioredis
 from redis import exceptions as rex
 
 from runtime.knobs import Deployment, Knobs, echo, from_changes
-from store.base import HintResult, KnobsRecord, RegistryEntry, StoreError
+from store.base import RUN_META_CAP, HintResult, KnobsRecord, RegistryEntry, StoreError
 from store.resilient import StoreUnavailable
 from store.urls import StoreUrl, parse_store_url
 
@@ -32,10 +32,11 @@ log = logging.getLogger(__name__)
 PLAN_LOG_CAP = 10_000
 KNOB_HISTORY_CAP = 1_000
 T = TypeVar("T")
+RUN_META = "runs:meta"         # run id -> its description (JSON), beside telemetry's ``runs`` (id -> label)
 # The Redis type this store keeps under each key (after ``wavepp:{cluster}:``). Knobs and their
 # history are the knob schema's (runtime.knobs); the span stream is telemetry's.
 KEY_TYPES = {"hint:stages": "set", "registry:entries": "hash", "registry:holders": "zset", "plans": "stream",
-             "plans:in_flight": "hash", "status": "string"}
+             "plans:in_flight": "hash", "status": "string", RUN_META: "hash"}
 _HINT_STAGE = re.compile(r"hint:\d+")
 
 
@@ -120,6 +121,32 @@ def _s(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value
 
 
+def decode_run_meta(run_id: str, raw: bytes | str | None) -> dict[str, Any] | None:
+    """A run description from its JSON; one that is not a JSON object (another client wrote it) is absent."""
+    if raw is None:
+        return None
+    try:
+        meta = json.loads(raw)
+    except (ValueError, UnicodeDecodeError):
+        meta = None
+    if not isinstance(meta, dict):
+        _report_once(f"the description of run {run_id!r}", "is not a JSON object: ignored")
+        return None
+    return meta
+
+
+def read_run_meta(client: redis.Redis, prefix: str, run_id: str) -> dict[str, Any] | None:
+    """:meth:`RedisStore.run_meta_get` with a synchronous client (the dashboard); a key of the wrong
+    Redis type reads as absent."""
+    try:
+        raw: Any = client.hget(f"{prefix}:{RUN_META}", run_id)
+    except rex.ResponseError as exc:
+        if "WRONGTYPE" not in str(exc):
+            raise
+        return None
+    return decode_run_meta(run_id, raw)
+
+
 def knob_keys(prefix: str) -> list[str]:
     """The knobs hash, its history stream and the deployment record (``knobs.lua``'s KEYS)."""
     return [f"{prefix}:knobs", f"{prefix}:knobs:history", f"{prefix}:deployment"]
@@ -198,6 +225,7 @@ class RedisStore:
         self._alive = client.register_script(_script("registry_alive.lua"))
         self._drop = client.register_script(_script("registry_drop.lua"))
         self._knobs = client.register_script(_script("knobs.lua"))
+        self._run_meta_put = client.register_script(_script("run_meta_put.lua"))
         self.round_trips = 0                  # calls that went to the server (admission-bench reports it)
 
     @classmethod
@@ -402,6 +430,18 @@ class RedisStore:
         raw = await self.client.get(self.key("status"))
         return json.loads(raw) if raw else None
 
+    # ---- run descriptions ------------------------------------------------------------------
+    @_translate
+    async def run_meta_put(self, run_id: str, meta: dict[str, Any]) -> None:
+        self.round_trips += 1
+        await self._run_meta_put(keys=[self.key(RUN_META)],
+                                 args=[run_id, json.dumps(meta, separators=(",", ":")), RUN_META_CAP])
+
+    @_translate
+    async def run_meta_get(self, run_id: str) -> dict[str, Any] | None:
+        self.round_trips += 1
+        return decode_run_meta(run_id, await self.client.hget(self.key(RUN_META), run_id))
+
     # ---- housekeeping ----------------------------------------------------------------------
     async def heal(self) -> bool:
         """Delete this deployment's keys that hold the wrong Redis type (another client wrote them),
@@ -423,10 +463,10 @@ class RedisStore:
 
     @_translate
     async def clear_all(self, keep_knobs: bool = False) -> int:
-        """Delete every key of this deployment (tests, fresh benchmark runs) except the span stream and
-        its run index, which telemetry owns and whose entries carry their run's id; with ``keep_knobs``
-        the knobs and their history stay too."""
-        kept = {self.key("spans"), self.key("runs")}
+        """Delete every key of this deployment (tests, fresh benchmark runs) except the span stream, its
+        run index (telemetry owns them) and the run descriptions, whose entries carry their run's id;
+        with ``keep_knobs`` the knobs and their history stay too."""
+        kept = {self.key("spans"), self.key("runs"), self.key(RUN_META)}
         if keep_knobs:
             kept |= {self.key("knobs"), self.key("knobs", "history")}
         keys = [k async for k in self.client.scan_iter(match=f"{self.prefix}:*", count=1000)

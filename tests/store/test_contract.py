@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from runtime.knobs import POLICY_NAMES, Deployment, KnobError, Knobs
-from store.base import HintResult, KnobsRecord, RegistryEntry, StoreError
+from store.base import RUN_META_CAP, HintResult, KnobsRecord, RegistryEntry, StoreError
 from store.memory import MemoryStore
 from store.probe import longest_prefix, longest_prefix_linear
 from store.redis_store import RedisStore
@@ -458,6 +458,55 @@ def test_knob_history_time_is_the_write_time(store_factory: Any) -> None:
         after = time.time()
         (h,) = await store.knobs_history(1)
         assert before - 0.02 <= h["time"] <= after + 0.02, (before, h["time"], after)
+    store_factory.run(body)
+
+
+# ---- run descriptions -------------------------------------------------------------------------
+
+DESCRIPTION = {"engine": "sim", "model": "llama-3-8b", "pp": 2, "capacities": [100, 90], "concurrency": 8,
+               "sim": {"model": "llama-3-8b", "hardware": "h200", "gpus_per_stage": None, "time_scale": 3.0},
+               "mechanisms": ("ring", "fill"), "run": {"id": "20261130T093000Z-1a2b3c", "started": 1.5}}
+
+
+def test_a_run_description_reads_back_as_json_wrote_it(store_factory: Any) -> None:
+    """Both stores give back the JSON shape (a tuple comes back a list), per run id; an unknown id is None."""
+    async def body() -> None:
+        store = await store_factory()
+        assert await store.run_meta_get("20261130T093000Z-1a2b3c") is None
+        await store.run_meta_put("20261130T093000Z-1a2b3c", DESCRIPTION)
+        await store.run_meta_put("20261130T093001Z-000000", {"engine": "torch", "model": "tiny-llama"})
+        assert await store.run_meta_get("20261130T093000Z-1a2b3c") == DESCRIPTION | {"mechanisms": ["ring", "fill"]}
+        assert await store.run_meta_get("20261130T093001Z-000000") == {"engine": "torch", "model": "tiny-llama"}
+        assert await store.run_meta_get("20261130T093002Z-000000") is None
+        await store.run_meta_put("20261130T093001Z-000000", {"engine": "sim"})     # the run's own record: replaced
+        assert await store.run_meta_get("20261130T093001Z-000000") == {"engine": "sim"}
+    store_factory.run(body)
+
+
+def test_only_the_newest_run_descriptions_are_kept(store_factory: Any) -> None:
+    """Published in any order, the RUN_META_CAP newest run ids (ids start with the start time) stay."""
+    async def body() -> None:
+        store = await store_factory()
+        ids = [f"20261130T09{m:02d}{s:02d}Z-abcdef" for m in range(2) for s in range(0, 60)][:RUN_META_CAP + 3]
+        for run_id in random.Random(5).sample(ids, len(ids)):
+            await store.run_meta_put(run_id, {"id": run_id})
+        kept = [run_id for run_id in ids if await store.run_meta_get(run_id) is not None]
+        assert kept == ids[3:]
+        assert await store.run_meta_get(ids[-1]) == {"id": ids[-1]}
+    store_factory.run(body)
+
+
+@pytest.mark.parametrize("keep_knobs", [False, True])
+def test_run_descriptions_survive_clear_all(store_factory: Any, keep_knobs: bool) -> None:
+    """A bench clears the run state before each run; the runs before it stay described (a viewer
+    still shows their spans)."""
+    async def body() -> None:
+        store = await store_factory()
+        await store.run_meta_put("20261130T093000Z-1a2b3c", {"engine": "sim"})
+        await store.plan_publish({"wave": 1})
+        assert await store.clear_all(keep_knobs=keep_knobs) > 0
+        assert await store.plans_recent(10) == []
+        assert await store.run_meta_get("20261130T093000Z-1a2b3c") == {"engine": "sim"}
     store_factory.run(body)
 
 

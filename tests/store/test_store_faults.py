@@ -102,13 +102,14 @@ def corrupt(redis_store_url: str) -> Iterator[tuple[str, Callable[[], None]]]:
     def write() -> None:
         k = f"wavepp:{{{cluster}}}:"
         client.delete(*(k + n for n in ("hint:0", "hint:stages", "registry:entries", "registry:holders", "plans",
-                                        "plans:in_flight")))
+                                        "plans:in_flight", "runs:meta")))
         client.set(k + "hint:0", "garbage")
         client.rpush(k + "hint:stages", "x")
         client.set(k + "registry:entries", "garbage")
         client.hset(k + "registry:holders", "x", "y")
         client.set(k + "plans", "garbage")
         client.rpush(k + "plans:in_flight", "x")
+        client.set(k + "runs:meta", "garbage")
 
     yield redis_store_url, write
     client.close()
@@ -116,7 +117,7 @@ def corrupt(redis_store_url: str) -> Iterator[tuple[str, Callable[[], None]]]:
 
 def test_corrupted_keys_are_healed_and_reported_once(corrupt: tuple[str, Callable[[], None]],
                                                      caplog: pytest.LogCaptureFixture) -> None:
-    """Wrong Redis types under hint/registry/plans keys: every call works (the key is deleted and
+    """Wrong Redis types under hint/registry/plans/run description keys: every call works (the key is deleted and
     treated as absent), with one warning line per key - no WRONGTYPE traceback."""
     url, write = corrupt
 
@@ -133,6 +134,9 @@ def test_corrupted_keys_are_healed_and_reported_once(corrupt: tuple[str, Callabl
             await store.plan_publish({"wave": 1, "chunks": []})
             assert await store.plans_in_flight() == [{"wave": 1, "chunks": []}]
             assert await store.plans_recent(5) == [{"wave": 1, "chunks": []}]
+            assert await store.run_meta_get("r") is None
+            await store.run_meta_put("r", {"engine": "sim"})
+            assert await store.run_meta_get("r") == {"engine": "sim"}
             write()                                   # the same keys again: healed, not reported twice
             await store.hint_update_many([(0, [1], [])])
             await store.plan_publish({"wave": 2, "chunks": []})
@@ -142,12 +146,14 @@ def test_corrupted_keys_are_healed_and_reported_once(corrupt: tuple[str, Callabl
     with caplog.at_level(logging.WARNING, logger="store.redis_store"):
         asyncio.run(body())
     warnings = [r.getMessage() for r in caplog.records if r.name == "store.redis_store"]
-    for key in ("hint:0", "hint:stages", "registry:entries", "registry:holders", "plans", "plans:in_flight"):
+    for key in ("hint:0", "hint:stages", "registry:entries", "registry:holders", "plans", "plans:in_flight",
+                "runs:meta"):
         assert sum(m.split(" ")[1].endswith(f"}}:{key}") for m in warnings) == 1, (key, warnings)
 
 
 def test_malformed_entries_are_skipped(corrupt: tuple[str, Callable[[], None]]) -> None:
-    """A registry entry or an in-flight plan another client wrote as garbage is ignored, not a crash."""
+    """A registry entry, an in-flight plan or a run description another client wrote as garbage is
+    ignored, not a crash."""
     url, _ = corrupt
     cluster = url.split("cluster=")[1]
     client = redis.Redis.from_url(url.split("?")[0])
@@ -158,8 +164,11 @@ def test_malformed_entries_are_skipped(corrupt: tuple[str, Callable[[], None]]) 
             await store.registry_put([RegistryEntry("r1", "me", (0,), 1, 1)], 10)
             client.hset(f"wavepp:{{{cluster}}}:registry:entries", "bad", "not|an|entry")
             client.hset(f"wavepp:{{{cluster}}}:plans:in_flight", "7", "{not json")
+            client.hset(f"wavepp:{{{cluster}}}:runs:meta", "bad", "{not json")
+            client.hset(f"wavepp:{{{cluster}}}:runs:meta", "list", "[1, 2]")
             assert [e.request_id for e in await store.registry_entries()] == ["r1"]
             assert await store.plans_in_flight() == []
+            assert await store.run_meta_get("bad") is None and await store.run_meta_get("list") is None
         finally:
             await store.close()
 
