@@ -18,8 +18,8 @@ from runtime.engines.base import EngineParts
 from runtime.engines.common import store_source
 from runtime.knobs import Knobs
 from runtime.loop import LoopResult, PipelineLoop
-from runtime.policies import get_policy
 from runtime.report import RunFigures, compute_figures
+from runtime.run_meta import describe_run
 from runtime.runfile import RunInfo, SavedRun
 from runtime.traces import TraceWorkload
 from runtime.watchdog import DEFAULT_STALL_TIMEOUT_S
@@ -99,10 +99,11 @@ def run_one(engine: Engine, cfg: BenchConfig, policy_name: str, concurrency: int
             progress: Progress | None = None, telemetry: str = "on",
             workload: Workload | TraceWorkload | None = None) -> RunRecord:
     """One run; ``workload`` replaces the one ``cfg`` names (a what-if replay brings its own)."""
-    policy = get_policy(policy_name)
     knobs = cfg.knobs.replace(policy=policy_name)
     parts = engine.build()
     run = RunInfo.new(policy_name, cfg.workload.name, concurrency, engine.name, store_source(engine.store_url))
+    meta = describe_run(engine, run, knobs, [h.capacity for h in parts.handles], cfg.model_name, cfg.hardware_name)
+    meta["telemetry"] = telemetry
     tel_cfg: TelemetryConfig = current_config().with_flags(telemetry)
     tel = engine.telemetry(run, config=tel_cfg, metrics=cfg.metrics)
     if workload is None:
@@ -112,6 +113,8 @@ def run_one(engine: Engine, cfg: BenchConfig, policy_name: str, concurrency: int
 
     async def main() -> LoopResult:
         parts.store = await engine.open_store(cfg.store_deadline_s)
+        # The saved run's meta, in the store from the start: a viewer of a live store can replay the run.
+        await parts.store.run_meta_put(run.id, meta)
         loop = PipelineLoop(parts.handles, parts.executor, parts.store, knobs, workload,
                             concurrency, tel, engine.block_size, stall_timeout_s=cfg.stall_timeout_s)
         if progress is not None:
@@ -131,13 +134,6 @@ def run_one(engine: Engine, cfg: BenchConfig, policy_name: str, concurrency: int
         raise
     spans = tel.finished_spans()
     encoded = [encode(s) for s in spans]
-    meta = {"policy": policy_name, "engine": engine.name, "model": cfg.model_name, "hardware": cfg.hardware_name,
-            "concurrency": concurrency, "workload": cfg.workload.name, "inline_admission": policy.admission.inline,
-            "mechanisms": policy.mechanisms(),
-            "pp": engine.pp, "capacities": [h.capacity for h in parts.handles],
-            "block_size": engine.block_size, "knobs": knobs.as_dict(), "run": run.as_dict(), "telemetry": telemetry}
-    if hasattr(engine, "replay_args"):            # the sim: what rebuilds it for a what-if replay
-        meta["sim"] = engine.replay_args
     figures = compute_figures(encoded, engine.pp, meta)
     tel.shutdown()
     meta["spans"] = len(spans)
@@ -149,12 +145,12 @@ def run_one(engine: Engine, cfg: BenchConfig, policy_name: str, concurrency: int
 
 def prepare_store(url: StoreUrl, reset: bool) -> str | None:
     """Before a bench on a shared store: clear what earlier runs left (hint index, leases, wave plans,
-    status) and keep the deployment's knobs with their history, or with ``reset`` clear those and the
-    span stream too. Returns the line that says what was cleared (None for the in-process store,
-    which starts empty). Raises StoreError when the store cannot be reached."""
+    status) and keep the deployment's knobs with their history, or with ``reset`` clear those, the
+    span stream and the run descriptions too. Returns the line that says what was cleared (None for
+    the in-process store, which starts empty). Raises StoreError when the store cannot be reached."""
     if url.kind != "redis":
         return None
-    from store.redis_store import RedisStore
+    from store.redis_store import RUN_META, RedisStore
     from telemetry.redis_stream import runs_key, stream_key
 
     async def clear() -> tuple[int, int]:
@@ -162,14 +158,15 @@ def prepare_store(url: StoreUrl, reset: bool) -> str | None:
         try:
             n = await store.clear_all(keep_knobs=not reset)
             if reset:
-                n += int(await store.client.delete(stream_key(url), runs_key(url)))
+                n += int(await store.client.delete(stream_key(url), runs_key(url), store.key(RUN_META)))
             return n, (await store.knobs_get()).version
         finally:
             await store.close()
     n, version = asyncio.run(clear())
     where = f"store {store_source(url)}"
     if reset:
-        return f"{where}: --reset-store cleared {n} keys (run state, knobs, knob history and the span stream)"
+        return (f"{where}: --reset-store cleared {n} keys (run state, knobs, knob history, the span stream and "
+                f"the run descriptions)")
     kept = f"kept the knobs (version {version}) and their history" if version else "no knobs were set"
     return (f"{where}: cleared {n} keys left by earlier runs (hint index, leases, wave plans, status); "
             f"{kept}; --reset-store clears them too")

@@ -81,6 +81,34 @@ def test_a_store_shared_by_two_benches_shows_two_runs_never_merged() -> None:
         drop(url)
 
 
+def test_a_server_describes_its_run_in_the_store_when_it_starts() -> None:
+    """`wavepp serve` publishes the same description: an open-loop run of the engine it serves."""
+    from runtime.knobs import Knobs
+    from runtime.serve.runtime import ServerRuntime
+
+    url = fresh_url()
+    engine = SimEngine("llama-3-8b", "h200", 2, kv_blocks=[2000, 1800], store_url=url, realtime=True, time_scale=5.0)
+    server = ServerRuntime(engine, Knobs(ring=3), max_queue=8)
+
+    async def started() -> dict | None:
+        await server.start()
+        try:
+            assert server.store is not None
+            return await server.store.run_meta_get(server.run.id)
+        finally:
+            await server.stop()
+
+    try:
+        meta = asyncio.run(started())
+        assert meta is not None
+        assert meta["run"]["id"] == server.run.id and meta["engine"] == "sim" and meta["workload"] == "serve"
+        assert meta["concurrency"] == 0 and meta["pp"] == 2 and meta["capacities"] == [2000, 1800]
+        assert meta["model"] == "llama-3-8b" and meta["hardware"] == "h200" and meta["knobs"]["ring"] == 3
+        assert meta["sim"]["time_scale"] == 5.0
+    finally:
+        drop(url)
+
+
 def knobs_version_and_history(url: str) -> tuple[int, list[dict]]:
     async def read() -> tuple[int, list[dict]]:
         store = await RedisStore.connect(url)
@@ -119,6 +147,9 @@ def test_a_bench_keeps_the_deployments_knobs_and_says_what_it_cleared() -> None:
         assert "cleared" in line and "kept the knobs (version 1)" in line and "--reset-store" in line, line
         _, history = knobs_version_and_history(url)
         assert history[0]["version"] == 1 and history[0]["changes"] == {"ring": 3}
+        client = redis.Redis(db=13)
+        described = f"wavepp:{{{url.split('cluster=')[1]}}}:runs:meta"
+        [first_run] = client.hkeys(described)
 
         proc = bench(url, "--reset-store")
         assert proc.returncode == 0, proc.stderr
@@ -127,6 +158,9 @@ def test_a_bench_keeps_the_deployments_knobs_and_says_what_it_cleared() -> None:
         _, history = knobs_version_and_history(url)
         assert {"ring": 3} not in [h["changes"] for h in history]                  # the old history is gone
         assert history[0]["version"] == 1                                            # the bench's own, from 1
+        [second_run] = client.hkeys(described)                                       # the first run's is gone
+        assert second_run != first_run
+        client.close()
     finally:
         drop(url)
 

@@ -25,6 +25,7 @@ from runtime.knobs import Knobs, check_block_size
 from runtime.loop import PipelineLoop
 from runtime.policies.base import Policy
 from runtime.request import Request
+from runtime.run_meta import describe_run
 from runtime.runfile import RunInfo
 from runtime.server_source import Outcome, ServerSource
 from store.base import Store
@@ -107,6 +108,9 @@ class ServerRuntime:
         """Build the stages, open the store and start the loop (returns once it takes requests)."""
         self.parts = self.engine.build()
         self.store = self.parts.store = await self.engine.open_store(self.store_deadline_s)
+        # What this run is, for viewers of the store (the dashboard's Preview of a live server).
+        await self.store.run_meta_put(self.run.id, describe_run(self.engine, self.run, self.knobs,
+                                                                [h.capacity for h in self.parts.handles]))
         # A server keeps no span list, only the bounded ring (/v1/spans); the process's metrics (/metrics)
         # and, from OTEL_* / the store, OTLP and the Redis span stream (telemetry.setup).
         self.tel = self.engine.telemetry(self.run, keep=False, ring=self.ring, metrics=self.metrics)
