@@ -139,7 +139,8 @@ class StoreSource:
     """A live deployment sharing a Redis store (``wavepp bench --store redis://… --realtime``).
 
     Spans and status records are kept per run id (the stream and the status key hold every run on
-    this cluster), the most recent ``LIVE_RUNS_KEPT`` runs at most."""
+    this cluster), the most recent ``LIVE_RUNS_KEPT`` runs at most; each run's description (what
+    Preview replays it in) is read from the store once."""
 
     kind = "store"
     live = True
@@ -152,6 +153,7 @@ class StoreSource:
         self.prefix = f"wavepp:{{{self.url.cluster}}}"
         self._runs: dict[str, _RunLog] = {}                # insertion order = order of first appearance
         self._labels: dict[str, str] = {}
+        self._described: dict[str, dict[str, Any]] = {}   # run id -> its description (runs held only)
         self._after = "-"
         self._lock = threading.Lock()
 
@@ -206,7 +208,22 @@ class StoreSource:
                         True, error, runs, _position(chosen, received, status, knobs, history), received)
 
     def run_meta(self, snap: Snapshot) -> dict[str, Any]:
-        """The store holds no engine description: only the stages the status records show."""
+        """The description the runtime published when the run started (``Store.run_meta_put``: a saved
+        run's meta). A store written by an older runtime holds none: then only the stages the status
+        records show, and no engine (Preview says why)."""
+        from store.redis_store import read_run_meta
+        with self._lock:
+            meta = self._described.get(snap.run_id)
+            if meta is None and snap.run_id:
+                try:
+                    meta = read_run_meta(self.client, self.prefix, snap.run_id)
+                except redis.RedisError:
+                    meta = None                  # unreachable: the snapshot's banner says so
+                if meta is not None:             # a run's description never changes: read it once
+                    self._described = {r: m for r, m in self._described.items() if r in self._runs}
+                    self._described[snap.run_id] = meta
+        if meta is not None:
+            return dict(meta)
         return {"pp": snap.num_stages, "capacities": snap.capacities,
                 "block_size": snap.knobs.deployment.block_size if snap.knobs and snap.knobs.deployment else 64}
 

@@ -74,9 +74,9 @@ def inputs(spans: Sequence[Span], meta: Mapping[str, Any], window_s: float | Non
            cost_profile: str | None) -> Inputs:
     """What a preview of the shown run replays, and in which sim; WhatIfError says why it cannot."""
     if not meta.get("engine"):
-        raise WhatIfError("this source does not say which engine, model and hardware ran (a live store holds "
-                          "no engine description): preview a saved run (`wavepp preview FILE`) or the embedded "
-                          "runtime")
+        raise WhatIfError("this source does not say which engine, model and hardware ran (the store holds no "
+                          "description of this run: a runtime older than this dashboard started it): preview a "
+                          "saved run (`wavepp preview FILE`) or the embedded runtime")
     return Inputs(replay_of(spans, meta, window_s), sim_spec(meta, cost_profile or None))
 
 

@@ -4,6 +4,7 @@ store shared by several benches, and a bench that keeps a deployment's knobs unl
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import subprocess
 import sys
@@ -78,6 +79,42 @@ def test_a_store_shared_by_two_benches_shows_two_runs_never_merged() -> None:
         older = StoreSource(url).snapshot(ids[0])
         assert len(older.spans) == len(first.encoded) and not older.status         # type: ignore[attr-defined]
     finally:
+        drop(url)
+
+
+def test_a_run_describes_itself_in_the_store_from_its_start_and_the_store_source_reads_it() -> None:
+    """Today a live store held no engine description: the dashboard could not preview its runs. Now each
+    run publishes its saved meta (engine, model, hardware, stages, workload, knobs, sim arguments) when it
+    starts, and the store source gives it for the run shown, per run."""
+    url = fresh_url()
+    cluster = url.split("cluster=")[1]
+    client = redis.Redis(db=13)
+    seen_mid_run: list[dict] = []
+
+    def progress(label: str, done: int, total: int) -> None:
+        if done == 1:                              # the run is going: its description is already there
+            ids = [k.decode() for k in client.hkeys(f"wavepp:{{{cluster}}}:runs:meta")]
+            seen_mid_run.extend(json.loads(client.hget(f"wavepp:{{{cluster}}}:runs:meta", i)) for i in ids)
+
+    try:
+        engine = SimEngine("llama-3-8b", "h200", 2, kv_blocks=[2000, 1500], store_url=url, time_scale=2.0)
+        cfg = BenchConfig(parse_workload("reuse90"), [4], ["wavepp"], 8, prompt_tokens=2048)
+        first = run_one(engine, cfg, "wavepp", 4, progress)
+        other = BenchConfig(parse_workload("suffix:1024"), [2], ["trtllm-pp"], 8, prompt_tokens=2048)
+        second = run_one(engine, other, "trtllm-pp", 2)
+        assert [m["run"]["id"] for m in seen_mid_run] == [first.run.id]
+        source = StoreSource(url)
+        for rec in (first, second):
+            saved = json.loads(json.dumps(rec.meta))
+            del saved["spans"], saved["spans_dropped"]                           # counted when it ended
+            meta = source.run_meta(source.snapshot(rec.run.id))
+            assert meta == saved
+        assert meta["engine"] == "sim" and meta["policy"] == "trtllm-pp" and meta["workload"] == "suffix:1024"
+        assert meta["pp"] == 2 and meta["capacities"] == [2000, 1500] and meta["concurrency"] == 2
+        assert meta["sim"]["model"] == "llama-3-8b" and meta["sim"]["hardware"] == "h200"
+        assert meta["sim"]["time_scale"] == 2.0
+    finally:
+        client.close()
         drop(url)
 
 

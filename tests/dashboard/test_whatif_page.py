@@ -6,9 +6,12 @@ from __future__ import annotations
 import json
 import os
 import time
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import redis
 from streamlit.testing.v1 import AppTest
 
 from runtime.bench import BenchConfig, run_one
@@ -17,9 +20,11 @@ from runtime.engines.coordination import DEFAULT_COSTS
 from runtime.engines.sim.engine import SimEngine
 from runtime.knobs import Knobs
 from runtime.runfile import save_runs
+from runtime.whatif import MIN_ARRIVALS
 from runtime.workloads import parse_workload
+from telemetry import names as N
 
-from .conftest import APP  # type: ignore[import-not-found]
+from .conftest import APP, live_run  # type: ignore[import-not-found]
 
 
 @pytest.fixture(scope="module")
@@ -139,9 +144,59 @@ def test_bad_input_in_the_form_starts_no_preview(ring1_run: Path, dashboard_env:
     assert "whatif_job" not in at.session_state
 
 
-def test_a_store_source_says_why_it_cannot_preview(dashboard_env: None) -> None:
-    import uuid
-    at = knobs_page(f"store:redis://127.0.0.1:6379/13?cluster=whatif-{uuid.uuid4().hex[:8]}")
+@pytest.fixture
+def store_url(dashboard_env: None) -> Iterator[str]:
+    cluster = f"whatif-{uuid.uuid4().hex[:8]}"
+    yield f"redis://127.0.0.1:6379/13?cluster={cluster}"
+    client = redis.Redis(db=13)
+    keys = list(client.scan_iter(match=f"wavepp:{{{cluster}}}:*"))
+    if keys:
+        client.delete(*keys)
+    client.close()
+
+
+def test_preview_on_a_live_store_replays_the_running_sim_it_describes(store_url: str) -> None:
+    """Today a live store source could not preview ("a live store holds no engine description"). Now
+    the runtime describes its run in the store when it starts: Preview on a running real-time sim
+    replays its recent arrivals in that sim (its model, hardware and stages) and offers Apply."""
+    thread, out, source, snap = live_run(store_url, 5)
+    try:
+        deadline = time.monotonic() + 60
+        while sum(s["n"] == N.REQUEST for s in snap.spans) < MIN_ARRIVALS and time.monotonic() < deadline:
+            time.sleep(0.1)
+            snap = source.snapshot()
+        assert thread.is_alive(), "the run ended before the preview: it must preview a running runtime"
+        at = knobs_page(f"store:{store_url}")
+        field(at, "ring").input("8")
+        button(at, "Preview").click().run()
+        assert "whatif_job" in at.session_state, [e.value for e in at.error]
+        wait_for_result(at)
+        assert not at.error, [e.value for e in at.error]
+        caption = next(c.value for c in at.caption if c.value.startswith("ring=8: replayed the "))
+        assert "in the sim: llama-3-8b on h200, PP4" in caption, caption
+        current, proposed, _ = table(at, "proposed")["input tok/s"]
+        assert float(current.replace(",", "")) > 0 and float(proposed.replace(",", "")) > 0
+        assert any(b.label == "Apply these knobs" for b in at.button)            # live: the change can be applied
+    finally:
+        thread.join(120)
+    assert out["rec"].figures.completed == 160
+
+
+def test_a_store_written_by_an_older_runtime_says_why_it_cannot_preview(store_url: str) -> None:
+    """A run on the store without its description (a runtime from before it published one): one line
+    saying so, and nothing starts."""
+    engine = SimEngine("llama-3-8b", "h200", 2, kv_blocks=[2000], store_url=store_url)
+    cfg = BenchConfig(parse_workload("reuse90"), [4], ["wavepp"], 24, prompt_tokens=2048)
+    run_one(engine, cfg, "wavepp", 4)
+    cluster = store_url.split("cluster=")[1]
+    client = redis.Redis(db=13)
+    assert client.delete(f"wavepp:{{{cluster}}}:runs:meta") == 1                 # as an older runtime left it
+    client.close()
+    at = knobs_page(f"store:{store_url}")
     field(at, "ring").input("8")
     button(at, "Preview").click().run()
-    assert any("Cannot preview: this source does not say which engine" in e.value for e in at.error)
+    [error] = [e.value for e in at.error]
+    assert error.startswith("Cannot preview: this source does not say which engine, model and hardware ran (the "
+                            "store holds no description of this run"), error
+    assert "\n" not in error
+    assert "whatif_job" not in at.session_state
