@@ -161,7 +161,8 @@ def build_parser() -> _Parser:
     b.add_argument("--store", default="memory",
                    help="memory (default) or redis://host:port/db[?cluster=name]: index, plans, knobs, span stream")
     b.add_argument("--reset-store", action="store_true",
-                   help="also clear the store's knobs, their history and the span stream (default: kept)")
+                   help="also clear the store's knobs, their history, the span stream and the run descriptions "
+                        "(default: kept)")
     b.add_argument("--realtime", action="store_true", help="sim only: run on the wall clock instead of virtual time")
     b.add_argument("--time-scale", type=positive_float, default=None,
                    help="with --realtime: multiply modelled step times (default 1)")
