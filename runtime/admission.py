@@ -60,7 +60,7 @@ class Admission:
         return cap if r.max_reuse_blocks is None else min(cap, r.max_reuse_blocks)
 
     async def round(self, requests: Sequence[Request]) -> RoundResult:
-        with self.tel.span(N.ADMISSION_ROUND, {N.NUM_REQUESTS: len(requests)}) as round_span:
+        with self.tel.span(N.ADMISSION_ROUND, {N.NUM_REQUESTS: len(requests)}, cpu=True) as round_span:
             hints = await self._hint(requests)
             granted = await self._lease(requests, hints)
             admitted, deferred = await self._escrow(requests, granted)

@@ -351,7 +351,7 @@ class PipelineLoop:
 
     def _plan(self) -> Wave | None:
         run = self.run_state
-        with self.tel.span(N.WAVE_PLAN) as span:
+        with self.tel.span(N.WAVE_PLAN, cpu=True) as span:
             plan = self.planner.plan(run.active())
             if plan is None:
                 span.set_attribute(N.TOKENS, 0)

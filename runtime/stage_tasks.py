@@ -69,7 +69,8 @@ class StageWorker:
         while True:
             await self.prepared.join()          # the stage has taken the previous prepared wave
             wave = await self.inbox.get()
-            with self.tel.span(N.MATERIALIZE, {N.STAGE: self.stage, N.WAVE_ID: wave.id}, parent=wave.span) as span:
+            with self.tel.span(N.MATERIALIZE, {N.STAGE: self.stage, N.WAVE_ID: wave.id}, parent=wave.span,
+                               cpu=True) as span:
                 tables, evictions = await self._prepare(wave)
                 span.set_attribute(N.EVICTIONS, evictions)
             self.prepared.put_nowait((wave, tables))

@@ -45,6 +45,7 @@ REUSE_BLOCKS = "wavepp.reuse.blocks"
 REUSED_TOKENS = "wavepp.reuse.tokens"            # tokens served from cache (k * B)
 REUSABLE_TOKENS = "wavepp.reuse.reusable_tokens"  # tokens whose blocks a completed request computed before
 FALLBACKS = "wavepp.fallbacks"
+LOOP_CPU_S = "wavepp.loop.cpu_s"                 # CPU time the loop's thread spent inside the span (pure-CPU spans)
 PROBES = "wavepp.hint.probes"
 BLOCKS = "wavepp.blocks"
 FROM_BLOCKS = "wavepp.reuse.from_blocks"

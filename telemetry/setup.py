@@ -181,18 +181,21 @@ class Telemetry:
         return self._epoch_ns if self._epoch_ns is not None else 0
 
     def span(self, name: str, attributes: Attributes | None = None, links: Sequence[Link] | None = None,
-             parent: Span | None = None) -> AbstractContextManager[Span]:
+             parent: Span | None = None, cpu: bool = False) -> AbstractContextManager[Span]:
         """A child of ``parent`` (default: the current span), timed on the runtime clock; exceptions
-        mark it as an error."""
+        mark it as an error. ``cpu``: also record the CPU time this thread spent inside it
+        (``wavepp.loop.cpu_s``: on a span of pure loop work, its time over this says how much of a
+        core the loop had - what a what-if replay charges, :mod:`runtime.whatif_calibrate`)."""
         if not self.enabled:
             return _NOT_RECORDING
-        return self._span(name, attributes, links, parent)
+        return self._span(name, attributes, links, parent, cpu)
 
     @contextmanager
     def _span(self, name: str, attributes: Attributes | None, links: Sequence[Link] | None,
-              parent: Span | None) -> Iterator[Span]:
+              parent: Span | None, cpu: bool = False) -> Iterator[Span]:
         ctx = trace.set_span_in_context(parent) if parent is not None else None
         s = self.tracer.start_span(name, context=ctx, attributes=attributes, links=links, start_time=self.now_ns())
+        cpu0 = time.thread_time_ns() if cpu else 0
         try:
             with trace.use_span(s, end_on_exit=False, record_exception=False, set_status_on_exception=False):
                 yield s
@@ -200,6 +203,8 @@ class Telemetry:
             s.set_status(Status(StatusCode.ERROR, str(exc)))
             raise
         finally:
+            if cpu:
+                s.set_attribute(N.LOOP_CPU_S, (time.thread_time_ns() - cpu0) / 1e9)
             s.end(end_time=self.now_ns())
 
     def start(self, name: str, attributes: Attributes | None = None, root: bool = False,

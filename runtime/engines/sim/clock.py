@@ -7,12 +7,20 @@ advances by that timeout. No real sleeping happens, and a run is deterministic f
 (callbacks run in the order asyncio schedules them; nothing depends on wall time).
 
 The same coroutines run unchanged on an ordinary event loop on real engines.
+
+A :class:`CpuClockLoop` is virtual time that also advances while the loop's own Python code runs:
+by the CPU time the loop's thread spends (times ``scale``). A real-time runtime pays for its
+admission, planning, span recording and task switches on one thread, and a modelled step then starts
+late; on this clock a replay pays the same code's cost where it runs, so the same delays follow,
+while modelled step times still pass without waiting (a what-if replay of a real-time run:
+:mod:`runtime.whatif`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import selectors
+import time
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
@@ -53,12 +61,33 @@ class VirtualTimeLoop(asyncio.SelectorEventLoop):
         return self._now
 
 
-def run_virtual(main: Coroutine[Any, Any, T]) -> T:
+class CpuClockLoop(VirtualTimeLoop):
+    """Virtual time plus the CPU time this loop's thread has spent since the loop first read its clock,
+    times ``scale`` (the module doc). The thread's CPU time, not the wall clock: other processes
+    on the machine do not make a replay slower, ``scale`` says how much slower the runtime ran."""
+
+    def __init__(self, scale: float = 1.0) -> None:
+        super().__init__()
+        self.scale = scale
+        self._cpu0: float | None = None
+
+    def time(self) -> float:
+        cpu = time.thread_time()
+        if self._cpu0 is None:
+            self._cpu0 = cpu
+        return self._now + (cpu - self._cpu0) * self.scale
+
+
+def run_virtual(main: Coroutine[Any, Any, T], cpu_scale: float | None = None) -> T:
     """Run ``main`` to completion in virtual time (like ``asyncio.run``).
 
     Through :class:`asyncio.Runner`, so Ctrl-C (or an exception a signal handler raises) cancels
     every task and lets it finish before the loop closes: no "Task was destroyed but it is
     pending" and no "Event loop is closed" from tasks that outlived their loop.
+    ``cpu_scale``: on a :class:`CpuClockLoop` (the loop's own CPU time, times this, also passes).
     """
-    with asyncio.Runner(loop_factory=VirtualTimeLoop) as runner:
+    if cpu_scale is not None and not cpu_scale > 0:
+        raise ValueError(f"CPU clock scale must be positive, got {cpu_scale}")
+    factory = VirtualTimeLoop if cpu_scale is None else (lambda: CpuClockLoop(cpu_scale))
+    with asyncio.Runner(loop_factory=factory) as runner:
         return runner.run(main)

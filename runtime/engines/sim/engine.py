@@ -29,6 +29,7 @@ T = TypeVar("T")
 # Every KV block is a Python object in its stage's pool (runtime.kvcache.block_pool): beyond this
 # many in all, building the stages alone takes many GB and minutes (e.g. glm-5.2 on PP64: 189M).
 MAX_SIM_BLOCKS = 1 << 26
+CLOCKS = ("virtual", "wall", "cpu")
 
 
 class SimEngine:
@@ -44,13 +45,22 @@ class SimEngine:
                  kv_blocks: Sequence[int] | None = None, gpus_per_stage: int | None = None,
                  costs: CoordinationCosts = DEFAULT_COSTS, store_url: str = "memory",
                  realtime: bool = False, time_scale: float = 1.0, cost_profile: str | None = None,
-                 cost_model: str = "auto", perf_dir: str | None = None, host_work_scale: float = 1.0) -> None:
+                 cost_model: str = "auto", perf_dir: str | None = None, host_work_scale: float = 1.0,
+                 clock: str | None = None, cpu_scale: float = 1.0,
+                 step_fit: Sequence[tuple[float, float]] | None = None) -> None:
         """``cost_profile``: a calibration file (``wavepp calibrate``) - the fitted model of a real
         engine replaces the analytic roofline, and its measured coordination costs the table.
         ``cost_model``: ``table`` (measured kernel tables under ``perf_dir``), ``analytic`` (roofline), or
         ``auto``: table wherever the tables cover the model and hardware, analytic elsewhere (then
         ``cost_model_name`` says what the tables lack). ``host_work_scale`` multiplies the modelled
-        lockstep host work of a conventional PP loop (``runtime.mechanisms.host_work``)."""
+        lockstep host work of a conventional PP loop (``runtime.mechanisms.host_work``).
+
+        ``clock``: ``virtual`` (the default: coordination costs modelled, the loop's own code free),
+        ``wall`` (``realtime=True``: everything paid for real, modelled steps slept), or ``cpu``: the
+        real-time code path on a virtual clock that also advances by the loop's CPU time times
+        ``cpu_scale`` (:class:`runtime.engines.sim.clock.CpuClockLoop`; a what-if replay of a real-time
+        run). ``step_fit``: per stage, ``(scale, offset_s)``: a step takes scale x the modelled time
+        + offset (a replay's fit of the cost model to the steps a run timed)."""
         if pp < 1:
             raise ValueError(f"pp must be >= 1, got {pp}")
         if block_size < 1:
@@ -59,15 +69,26 @@ class SimEngine:
             raise ValueError(f"time scale must be positive, got {time_scale}")
         if not host_work_scale >= 0:
             raise ValueError(f"host work scale must be >= 0, got {host_work_scale}")
+        clock = clock or ("wall" if realtime else "virtual")
+        if clock not in CLOCKS:
+            raise ValueError(f"unknown clock {clock!r} ({', '.join(CLOCKS)})")
+        if not cpu_scale > 0:
+            raise ValueError(f"CPU scale must be positive, got {cpu_scale}")
+        if step_fit is not None and (len(step_fit) != pp or not all(a > 0 and b >= 0 for a, b in step_fit)):
+            raise ValueError(f"step fit: give {pp} (scale > 0, offset >= 0) pairs, one per stage, got {list(step_fit)}")
         self.pp = pp
         self.block_size = block_size
         # What rebuilds this sim in virtual time (a what-if replay of one of its runs: runtime.whatif).
         self.replay_args: dict[str, Any] = {
             "model": model, "hardware": hardware, "gpus_per_stage": gpus_per_stage, "cost_model": cost_model,
             "cost_profile": cost_profile, "perf_dir": perf_dir, "host_work_scale": host_work_scale,
-            "time_scale": time_scale}
+            "time_scale": time_scale, "clock": clock}
         self.store_url = parse_store_url(store_url)
-        self.realtime = realtime
+        self.clock = clock
+        self.realtime = clock == "wall"
+        self.virtual = clock == "virtual"          # coordination costs modelled (else paid: wall or CPU clock)
+        self.cpu_scale = cpu_scale
+        self.step_fit = tuple(step_fit) if step_fit is not None else None
         self.time_scale = time_scale
         self.profile: dict[str, Any] | None = None
         self.cost_model: CostModel
@@ -129,10 +150,11 @@ class SimEngine:
         return min(32768, self._context // 2)
 
     def build(self) -> EngineParts:
-        """Fresh stages for one run. In real time, coordination costs are paid for real (no hook)."""
-        hook = None if self.realtime else SimCostHook(self.costs)
+        """Fresh stages for one run. In real time (and on the CPU clock), coordination costs are paid for
+        real (no hook)."""
+        hook = SimCostHook(self.costs) if self.virtual else None
         handles = [StageHandle(StageCache(s, n, self.block_size), hook) for s, n in enumerate(self.capacities)]
-        executor = SimExecutor(self.cost_model, self.time_scale, self._context)
+        executor = SimExecutor(self.cost_model, self.time_scale, self._context, self.step_fit)
         return EngineParts(handles, executor, MemoryStore(), self.block_size)
 
     def default_knobs(self) -> Knobs:
@@ -143,14 +165,16 @@ class SimEngine:
         return Knobs()
 
     async def open_store(self, deadline_s: float | None = None) -> Store:
-        return await open_run_store(self.store_url, not self.realtime, self.costs, deadline_s)
+        return await open_run_store(self.store_url, self.virtual, self.costs, deadline_s)
 
     def telemetry(self, run: RunInfo | None = None, keep: bool = True, **options: Any) -> Telemetry:
         """``keep=False``: no in-memory span list (a long-running live runtime uses a bounded ring)."""
         return run_telemetry(self.store_url, not self.realtime, run, keep, **options)
 
     def run(self, main: Coroutine[Any, Any, T]) -> T:
-        return asyncio.run(main) if self.realtime else run_virtual(main)
+        if self.realtime:
+            return asyncio.run(main)
+        return run_virtual(main, self.cpu_scale if self.clock == "cpu" else None)
 
     def close(self, orderly: bool = True) -> None:
         """Nothing to stop (the torch engine may have stage processes)."""

@@ -10,16 +10,19 @@ from runtime.request import Chunk, Request, Wave
 
 
 class SimExecutor:
-    def __init__(self, cost_model: CostModel, time_scale: float = 1.0, max_context: int = 1 << 30) -> None:
+    def __init__(self, cost_model: CostModel, time_scale: float = 1.0, max_context: int = 1 << 30,
+                 step_fit: Sequence[tuple[float, float]] | None = None) -> None:
         self.cost_model = cost_model
         self.max_context = max_context
         self.num_stages = cost_model.num_stages
         self.time_scale = time_scale          # real-time mode: stretch (>1) or shrink (<1) modelled times
+        self.step_fit = step_fit              # per stage (scale, offset s): a what-if replay's fit to a run's steps
 
     async def execute(self, stage: int, wave_id: int, chunks: Sequence[Chunk],
                       tables: dict[str, list[int]]) -> None:
         shapes = [ChunkShape(c.start, c.length) for c in chunks]
-        await asyncio.sleep(self.cost_model.step_time(stage, shapes) * self.time_scale)
+        scale, offset = self.step_fit[stage] if self.step_fit else (1.0, 0.0)
+        await asyncio.sleep(self.cost_model.step_time(stage, shapes) * self.time_scale * scale + offset)
 
     async def transfer(self, stage: int, wave: Wave) -> None:
         await asyncio.sleep(self.cost_model.transfer_time(stage, wave.num_tokens) * self.time_scale)
