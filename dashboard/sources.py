@@ -301,6 +301,6 @@ class EmbeddedSource:
             "concurrency": runtime_args.get("concurrency"), "workload": runtime_args.get("workload", "")}
         if kind == "sim":
             meta["sim"] = {k: engine_args.get(k) for k in ("model", "hardware", "gpus_per_stage", "cost_model",
-                                                            "cost_profile", "perf_dir", "time_scale")
+                                                            "cost_profile", "perf_dir", "time_scale", "realtime")
                            if engine_args.get(k) is not None}
         return meta

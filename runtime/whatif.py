@@ -20,16 +20,19 @@ concurrency allows (every offset 0 under the same cap), so a faster setting can 
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from runtime.bench import BenchConfig, run_one
+from runtime.bench import BenchConfig, RunRecord, run_one
 from runtime.engines.sim.engine import SimEngine
 from runtime.knobs import Knobs
 from runtime.report import RunFigures, compute_figures
 from runtime.traces import Trace, TraceRow, TraceWorkload
+from runtime.whatif_calibrate import describe as describe_fit
+from runtime.whatif_calibrate import fit_cpu_scale, fit_steps
 from runtime.workloads import WorkloadSpec
 from telemetry import names as N
 
@@ -67,6 +70,7 @@ class Replay:
     note: str = ""                # which arrivals: "the 212 requests of the last 60 s"
     start_ns: int = 0             # the first and the last one's arrival on the run's span clock
     end_ns: int = 0
+    observed: tuple[Span, ...] = ()   # the run's spans from the first arrival on (a real-time replay's fit)
 
 
 def arrivals_from_spans(spans: Sequence[Span], window_s: float | None = DEFAULT_WINDOW_S,
@@ -153,19 +157,31 @@ class SimSpec:
     perf_dir: str | None = None
     host_work_scale: float = 1.0
     time_scale: float = 1.0       # a real-time sim's stretch of its modelled step times
+    # How the replay's time passes: "virtual" (the run was the virtual-time sim: the same model) or
+    # "cpu" (the run paid its loop's work in real time: the replay pays the same code's CPU time,
+    # times cpu_scale; runtime.whatif_calibrate fits cpu_scale and step_fit to the run's spans).
+    clock: str = "virtual"
+    cpu_scale: float = 1.0
+    step_fit: tuple[tuple[float, float], ...] | None = None   # per stage: (scale, offset s) of the step time (torch)
+    repeats: int = 1              # replays per setting, averaged (a CPU clock's replay is not deterministic)
+    fit: str = ""                 # what the calibration measured, in words
 
     def build(self) -> SimEngine:
-        """The sim in virtual time (the time scale still stretches its modelled step times)."""
+        """The sim that replays (the time scale still stretches its modelled step times)."""
         return SimEngine(self.model, self.hardware, self.pp, self.block_size, list(self.capacities),
                          self.gpus_per_stage, cost_profile=self.cost_profile,
                          cost_model="auto" if self.cost_profile else self.cost_model, perf_dir=self.perf_dir,
-                         host_work_scale=self.host_work_scale, time_scale=self.time_scale)
+                         host_work_scale=self.host_work_scale, time_scale=self.time_scale, clock=self.clock,
+                         cpu_scale=self.cpu_scale, step_fit=self.step_fit)
 
     @property
     def describe(self) -> str:
-        if self.cost_profile:
-            return f"sim calibrated on the torch engine ({self.cost_profile})"
-        return f"sim: {self.model} on {self.hardware}, PP{self.pp}"
+        what = f"sim calibrated on the torch engine ({self.cost_profile})" if self.cost_profile else \
+            f"sim: {self.model} on {self.hardware}, PP{self.pp}"
+        if self.clock == "cpu":
+            fit = f" ({self.fit})" if self.fit else ""
+            what += f", the loop's CPU time charged{fit}, mean of {self.repeats} replays"
+        return what
 
 
 NO_CALIBRATION = ("no calibration: a torch run is previewed in the sim calibrated to it; make a profile with "
@@ -197,21 +213,33 @@ def sim_spec(meta: Mapping[str, Any], cost_profile: str | None = None) -> SimSpe
             raise WhatIfError(f"the cost profile {profile_path} was measured on {profile.get('model')}; "
                               f"the run is {meta.get('model')}")
         return SimSpec(engine, str(profile.get("model", "")), "", pp, block, capacities, cost_profile=profile_path,
-                       time_scale=float(sim_args.get("time_scale", 1.0)))
+                       time_scale=float(sim_args.get("time_scale", 1.0)), **_clock(engine, sim_args))
     model, hardware = sim_args.get("model") or meta.get("model"), sim_args.get("hardware") or meta.get("hardware")
     if not model or not hardware:
         raise WhatIfError("the run does not say which model and hardware the sim ran: it cannot be replayed")
     return SimSpec(engine, str(model), str(hardware), pp, block, capacities, sim_args.get("gpus_per_stage"),
                    sim_args.get("cost_model") or "auto", None, sim_args.get("perf_dir"),
-                   float(sim_args.get("host_work_scale", 1.0)), float(sim_args.get("time_scale", 1.0)))
+                   float(sim_args.get("host_work_scale", 1.0)), float(sim_args.get("time_scale", 1.0)),
+                   **_clock(engine, sim_args))
+
+
+CPU_CLOCK_REPEATS = 3     # a CPU-clock replay varies run to run (as the runtime does): the mean of this many
+
+
+def _clock(engine: str, sim_args: Mapping[str, Any]) -> dict[str, Any]:
+    """A run on the wall clock (the torch engine, a real-time sim) is replayed on the CPU clock; the
+    virtual-time sim by itself."""
+    realtime = engine == "torch" or sim_args.get("clock") == "wall" or bool(sim_args.get("realtime"))
+    return {"clock": "cpu", "repeats": CPU_CLOCK_REPEATS} if realtime else {}
 
 
 # ---- predictions ----------------------------------------------------------------------------------
 @dataclass(frozen=True, slots=True)
 class Prediction:
     knobs: dict[str, Any]
-    figures: RunFigures
-    seconds: float                # wall time the replay took
+    figures: RunFigures           # the mean over the replays
+    seconds: float                # wall time the replays took
+    throughputs: tuple[float, ...] = ()   # input tok/s of each replay (their spread: how sure the mean is)
 
     def idle_shares(self) -> dict[str, float]:
         """Idle time by cause, summed over stages, as a share of P x makespan."""
@@ -262,7 +290,17 @@ class Deadline:
 
 
 def predict(replay: Replay, spec: SimSpec, knobs: Knobs, deadline: Deadline, label: str) -> Prediction:
-    """One replay of ``replay`` under ``knobs`` (the same loop, the sim, virtual time)."""
+    """``spec.repeats`` replays of ``replay`` under ``knobs`` (the same loop, the sim), their figures averaged."""
+    started = time.monotonic()
+    runs = [replay_once(replay, spec, knobs, deadline, label if spec.repeats == 1 else f"{label} ({i}/{spec.repeats})")
+            for i in range(1, spec.repeats + 1)]
+    figures = mean_figures([r.figures for r in runs])
+    return Prediction(knobs.as_dict(), figures, time.monotonic() - started,
+                      tuple(r.figures.input_tokens_per_s or 0.0 for r in runs))
+
+
+def replay_once(replay: Replay, spec: SimSpec, knobs: Knobs, deadline: Deadline, label: str) -> RunRecord:
+    """One replay of ``replay`` under ``knobs``: its figures and spans."""
     engine = spec.build()
     trace = rebuild_trace(replay.arrivals, spec.block_size, replay.open_loop)
     workload = TraceWorkload(trace, spec.block_size, engine.vocab_size)
@@ -272,7 +310,6 @@ def predict(replay: Replay, spec: SimSpec, knobs: Knobs, deadline: Deadline, lab
                           f"simulated model's context ({engine.max_context})")
     cfg = BenchConfig(WorkloadSpec("trace", path="(replay)"), [replay.concurrency], [knobs.policy], None,
                       knobs=knobs)
-    started = time.monotonic()
     try:
         # telemetry "off": the replay's spans stay in the process (figures only), never exported
         record = run_one(engine, cfg, knobs.policy, replay.concurrency,
@@ -280,7 +317,32 @@ def predict(replay: Replay, spec: SimSpec, knobs: Knobs, deadline: Deadline, lab
     finally:
         engine.close()
     deadline.index += 1
-    return Prediction(knobs.as_dict(), record.figures, time.monotonic() - started)
+    return record
+
+
+def mean_figures(runs: Sequence[RunFigures]) -> RunFigures:
+    """Field by field: numbers averaged (counts rounded), per-stage lists and idle causes per stage
+    averaged element by element, words from the first."""
+    if len(runs) == 1:
+        return runs[0]
+
+    def mean(values: list[Any]) -> Any:
+        first = values[0]
+        if isinstance(first, bool) or isinstance(first, str):
+            return first
+        if isinstance(first, list):
+            return [mean([v[i] for v in values]) for i in range(len(first))]
+        if isinstance(first, dict):
+            keys = dict.fromkeys(k for v in values for k in v)
+            return {k: sum(v.get(k, 0.0) for v in values) / len(values) for k in keys}
+        known = [v for v in values if v is not None]
+        if not known:
+            return None
+        average = sum(known) / len(known)
+        return round(average) if isinstance(first, int) else average
+
+    return dataclasses.replace(runs[0], **{f.name: mean([getattr(r, f.name) for r in runs])
+                                           for f in dataclasses.fields(RunFigures)})
 
 
 def observed_over(spans: Sequence[Span], replay: Replay, num_stages: int) -> RunFigures:
@@ -295,11 +357,33 @@ def check_replay(replay: Replay) -> None:
                           f"a preview needs at least {MIN_ARRIVALS} (widen the window or wait for more)")
 
 
+def calibrated(replay: Replay, spec: SimSpec) -> SimSpec:
+    """A real-time run's replay fitted to the run's spans over the window (:mod:`runtime.whatif_calibrate`);
+    the virtual-time sim's replay is the sim itself: nothing to fit."""
+    if spec.clock != "cpu" or not replay.observed:
+        return spec
+    steps = None
+    if spec.engine == "torch":
+        engine = spec.build()
+        try:
+            steps = fit_steps(replay.observed, engine.cost_model, spec.pp, spec.time_scale)
+        finally:
+            engine.close()
+    scale = fit_cpu_scale(replay.observed) or 1.0
+    return dataclasses.replace(spec, cpu_scale=scale, step_fit=steps, fit=describe_fit(scale, steps))
+
+
+def replays_planned(spec: SimSpec, settings: int) -> int:
+    """Replays a what-if of ``settings`` knob sets runs (the progress bar's denominator)."""
+    return settings * spec.repeats
+
+
 def preview(replay: Replay, spec: SimSpec, current: Knobs, proposed: Knobs,
             time_limit_s: float = DEFAULT_TIME_LIMIT_S, progress: Progress | None = None) -> PreviewResult:
     """The replay under the current and the proposed knobs, side by side."""
     check_replay(replay)
-    deadline = Deadline(time_limit_s, 2, progress)
+    deadline = Deadline(time_limit_s, replays_planned(spec, 2), progress)
+    spec = calibrated(replay, spec)
     now = predict(replay, spec, current, deadline, "current knobs")
     then = predict(replay, spec, proposed, deadline, "proposed knobs")
     old = current.as_dict()
@@ -328,7 +412,9 @@ def replay_of(spans: Sequence[Span], meta: Mapping[str, Any], window_s: float | 
     arrivals, note, start = arrivals_from_spans(spans, window_s)
     concurrency = int(meta.get("concurrency") or 0) or max_outstanding(arrivals)
     end = start + round(arrivals[-1].offset_s * 1e9) if arrivals else start
-    return Replay(tuple(arrivals), concurrency, str(meta.get("workload", "")).startswith("trace:"), note, start, end)
+    observed = tuple(s for s in spans if s["t0"] >= start) if arrivals else ()
+    return Replay(tuple(arrivals), concurrency, str(meta.get("workload", "")).startswith("trace:"), note, start, end,
+                  observed)
 
 
 def knobs_at_end(meta: Mapping[str, Any], knob_changes: Sequence[Mapping[str, Any]]) -> Knobs:

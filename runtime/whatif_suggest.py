@@ -20,8 +20,10 @@ from runtime.whatif import (
     SimSpec,
     TimeLimit,
     WhatIfError,
+    calibrated,
     check_replay,
     predict,
+    replays_planned,
 )
 
 GOALS = ("throughput", "latency")
@@ -95,7 +97,8 @@ def suggest(replay: Replay, spec: SimSpec, current: Knobs, goal: Goal,
     limit (at least the current one, which must finish in time)."""
     check_replay(replay)
     grid = suggest_grid(current, spec.pp, spec.block_size)
-    deadline = Deadline(time_limit_s, len(grid), progress)
+    deadline = Deadline(time_limit_s, replays_planned(spec, len(grid)), progress)
+    spec = calibrated(replay, spec)
     base = predict(replay, spec, current, deadline, "current knobs")
     floor = goal.floor if goal.floor is not None else (base.figures.input_tokens_per_s or 0.0)
     tried = [base]

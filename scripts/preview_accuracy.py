@@ -74,10 +74,11 @@ def main() -> None:
             pull()
             status = remote.status(1)[-1]
             caps = [int(s["capacity"]) for s in status["stages"]]
+            sim_args = None if torch_engine else {k: engine_args[k] for k in ("model", "hardware", "time_scale",
+                                                                             "realtime")}
             meta = {"engine": args.engine, "model": engine_args["model"], "hardware": engine_args.get("hardware"),
                     "pp": pp, "capacities": caps, "block_size": 64, "concurrency": args.concurrency,
-                    "workload": "reuse90", "sim": {k: engine_args[k] for k in ("model", "hardware", "time_scale")}
-                    if not torch_engine else None}
+                    "workload": "reuse90", "sim": sim_args}
             spec = sim_spec(meta, args.cost_profile)
             replay = replay_of(spans, meta, window)
             current = from_changes(remote.knobs().values, {})

@@ -1,0 +1,185 @@
+"""A real-time run's what-if replay: the CPU clock charges the loop's own work, the fits read the run's
+spans, and a preview of a real-time run replays on that clock with the fit in its description."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+
+from runtime import whatif as W
+from runtime.bench import BenchConfig, run_one
+from runtime.engines.sim.clock import run_virtual
+from runtime.engines.sim.costmodel import ChunkShape
+from runtime.engines.sim.engine import SimEngine
+from runtime.knobs import Knobs
+from runtime.report import compute_figures
+from runtime.whatif_calibrate import describe, fit_cpu_scale, fit_steps
+from runtime.workloads import parse_workload
+from telemetry import names as N
+
+KNOBS = Knobs(max_wave_tokens=8192, min_wave_tokens=4096)
+
+
+def burn(seconds: float) -> None:
+    end = time.thread_time() + seconds
+    while time.thread_time() < end:
+        pass
+
+
+# ---- the CPU clock --------------------------------------------------------------------------------
+@pytest.mark.parametrize("scale", [1.0, 3.0])
+def test_the_cpu_clock_charges_the_loops_work_and_skips_sleeps(scale: float) -> None:
+    async def main() -> tuple[float, float, float]:
+        loop = asyncio.get_running_loop()
+        t0 = loop.time()
+        burn(0.05)
+        t1 = loop.time()
+        await asyncio.sleep(10.0)            # a modelled step: no real waiting
+        return t0, t1, loop.time()
+
+    wall = time.monotonic()
+    t0, t1, t2 = run_virtual(main(), cpu_scale=scale)
+    assert time.monotonic() - wall < 5.0
+    assert t1 - t0 == pytest.approx(0.05 * scale, rel=0.5)
+    assert t2 - t1 >= 10.0                   # the sleep passed, and the loop's own CPU after it
+    assert t2 - t1 < 10.0 + 0.5 * scale
+
+
+def test_a_timer_due_during_cpu_work_fires_late_as_on_a_real_loop() -> None:
+    """A step that should end while the loop is busy ends when the loop gets to it."""
+    async def main() -> float:
+        loop = asyncio.get_running_loop()
+        woke = loop.create_future()
+        loop.call_later(0.01, lambda: woke.set_result(loop.time()))
+        await asyncio.sleep(0)
+        burn(0.06)                           # the loop is busy past the timer's due time
+        return await woke
+
+    assert run_virtual(main(), cpu_scale=1.0) >= 0.05
+
+
+def test_the_virtual_clock_ignores_cpu_work() -> None:
+    async def main() -> float:
+        burn(0.03)
+        return asyncio.get_running_loop().time()
+
+    assert run_virtual(main()) == 0.0
+
+
+def test_the_cpu_clock_refuses_a_bad_scale() -> None:
+    async def nothing() -> None:
+        return None
+
+    coro = nothing()
+    with pytest.raises(ValueError, match="must be positive"):
+        run_virtual(coro, cpu_scale=0.0)
+    coro.close()
+    with pytest.raises(ValueError, match="unknown clock"):
+        SimEngine("llama-3-8b", "h200", 4, kv_blocks=[100], clock="sundial")
+    with pytest.raises(ValueError, match="step fit"):
+        SimEngine("llama-3-8b", "h200", 4, kv_blocks=[100], step_fit=[(1.0, 0.0)])
+
+
+# ---- the fits -------------------------------------------------------------------------------------
+def cpu_span(wall_s: float, cpu_s: float, name: str = N.WAVE_PLAN) -> dict[str, Any]:
+    return {"n": name, "t0": 0, "t1": round(wall_s * 1e9), "a": {N.LOOP_CPU_S: cpu_s}}
+
+
+def test_cpu_scale_is_the_median_wall_over_cpu_of_the_loops_spans() -> None:
+    spans = [cpu_span(0.002, 0.001) for _ in range(20)] + [cpu_span(0.050, 0.001, N.ADMISSION_ROUND)] * 3
+    assert fit_cpu_scale(spans) == pytest.approx(2.0)           # rounds that waited on I/O do not move it
+    assert fit_cpu_scale(spans[:5]) is None                      # too few to say
+    assert fit_cpu_scale([cpu_span(0.001, 1e-6)] * 20) is None   # timer noise, not loop work
+    assert fit_cpu_scale([{"n": N.WAVE_PLAN, "t0": 0, "t1": 5, "a": {}}] * 20) is None   # an older run
+
+
+class LinearCost:
+    """step time = 1 ms per token (stages alike)."""
+
+    num_stages = 2
+
+    def step_time(self, stage: int, chunks: Sequence[ChunkShape]) -> float:
+        return sum(c.tokens for c in chunks) * 1e-3
+
+
+def step(stage: int, tokens: int, seconds: float) -> dict[str, Any]:
+    return {"n": N.EXECUTE, "t0": 0, "t1": round(seconds * 1e9),
+            "a": {N.STAGE: stage, N.CHUNK_STARTS: [0], N.CHUNK_TOKENS: [tokens]}}
+
+
+def test_steps_are_fitted_as_scale_and_offset_per_stage() -> None:
+    sizes = [64, 128, 256, 512, 768, 1024] * 3
+    spans = [step(0, n, 0.5 * n * 1e-3 + 0.010) for n in sizes] + [step(1, n, 2.0 * n * 1e-3) for n in sizes]
+    fit = fit_steps(spans, LinearCost(), 2)  # type: ignore[arg-type]
+    assert fit is not None
+    (a0, b0), (a1, b1) = fit
+    assert (a0, b0) == (pytest.approx(0.5), pytest.approx(0.010))
+    assert (a1, b1) == (pytest.approx(2.0), pytest.approx(0.0, abs=1e-9))
+    assert describe(1.25, fit) == "loop CPU x1.25, steps x0.50+10.0ms / x2.00"
+
+
+def test_steps_of_one_size_or_an_unphysical_line_fit_a_ratio() -> None:
+    same = [step(0, 512, 0.256 + 0.001 * (i % 2)) for i in range(10)]
+    fit = fit_steps(same, LinearCost(), 2)  # type: ignore[arg-type]
+    assert fit is not None and fit[0][1] == 0.0 and fit[0][0] == pytest.approx(0.5, rel=0.01)
+    assert fit[1] == (1.0, 0.0)                                   # stage 1 ran no step here
+    falling = [step(0, n, 0.2 - n * 1e-4) for n in (100, 200, 400, 800, 1000) * 2]   # bigger steps faster
+    fit = fit_steps(falling, LinearCost(), 2)  # type: ignore[arg-type]
+    assert fit is not None and fit[0][1] == 0.0
+    assert fit_steps([], LinearCost(), 2) is None  # type: ignore[arg-type]
+
+
+def test_mean_figures_averages_field_by_field() -> None:
+    def figures(busy: float, makespan: float) -> Any:
+        spans = [{"n": N.REQUEST, "t0": 0, "t1": round(makespan * 1e9), "a": {N.GEN_AI_INPUT_TOKENS: 100}},
+                 {"n": N.EXECUTE, "t0": 0, "t1": round(busy * 1e9), "a": {N.STAGE: 0, N.TOKENS: 100}}]
+        return compute_figures(spans, 1, {"policy": "wavepp", "engine": "sim", "model": "m", "hardware": "h",
+                                          "concurrency": 1, "workload": "w"})
+    a, b = figures(0.5, 1.0), figures(0.5, 2.0)
+    mean = W.mean_figures([a, b])
+    assert mean.input_tokens_per_s == pytest.approx(75.0)
+    assert mean.pipeline_efficiency == pytest.approx(0.375)
+    assert mean.bubble_fraction == [pytest.approx(0.625)]
+    assert mean.completed == 1 and mean.policy == "wavepp"
+    assert W.mean_figures([a]) is a
+
+
+# ---- a real-time run replayed -----------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def realtime_run() -> Any:
+    engine = SimEngine("llama-3-8b", "h200", 4, kv_blocks=[3000], realtime=True)
+    cfg = BenchConfig(parse_workload("reuse90"), [16], ["wavepp"], 48, prompt_tokens=4096, knobs=KNOBS)
+    return run_one(engine, cfg, "wavepp", 16, telemetry="off")
+
+
+def test_a_real_time_run_records_its_loops_cpu_and_is_replayed_on_the_cpu_clock(realtime_run: Any) -> None:
+    kinds = {s["n"] for s in realtime_run.encoded if N.LOOP_CPU_S in s["a"]}
+    assert kinds == {N.ADMISSION_ROUND, N.WAVE_PLAN, N.MATERIALIZE}
+    assert realtime_run.meta["sim"]["clock"] == "wall"
+    spec = W.sim_spec(realtime_run.meta)
+    assert (spec.clock, spec.repeats) == ("cpu", W.CPU_CLOCK_REPEATS)
+    replay = W.replay_of(realtime_run.encoded, realtime_run.meta, None)
+    fitted = W.calibrated(replay, spec)
+    assert fitted.cpu_scale == fit_cpu_scale(replay.observed)
+    assert fitted.step_fit is None                                # a sim's steps are its model
+    current = W.knobs_at_end(realtime_run.meta, [])
+    result = W.preview(replay, spec, current, current.replace(ring=1), time_limit_s=300)
+    assert "the loop's CPU time charged (loop CPU x" in result.sim and "mean of 3 replays" in result.sim
+    assert len(result.current.throughputs) == len(result.proposed.throughputs) == W.CPU_CLOCK_REPEATS
+    assert result.proposed.figures.completed == result.current.figures.completed == 48
+    # one wave in flight on four stages cannot beat the run's own ring of eight
+    assert result.proposed.figures.input_tokens_per_s < result.current.figures.input_tokens_per_s
+
+
+def test_a_virtual_time_run_is_replayed_by_the_same_sim() -> None:
+    engine = SimEngine("llama-3-8b", "h200", 4, kv_blocks=[3000])
+    meta = {"engine": "sim", "pp": 4, "capacities": [3000] * 4, "block_size": 64, "sim": engine.replay_args}
+    spec = W.sim_spec(meta)
+    assert (spec.clock, spec.repeats, spec.fit) == ("virtual", 1, "")
+    old = {**meta, "sim": {k: v for k, v in engine.replay_args.items() if k != "clock"}}   # saved before clocks
+    assert W.sim_spec(old).clock == "virtual"
+    assert W.sim_spec({**meta, "sim": {**engine.replay_args, "clock": None, "realtime": True}}).clock == "cpu"
