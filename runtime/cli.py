@@ -802,7 +802,7 @@ def cmd_preview(args: argparse.Namespace) -> int:
     print(f"preview: {', '.join(f'{k}={v}' for k, v in result.changes.items()) or 'no knob changed'}; "
           f"replayed {result.replay_note} in the {result.sim}")
     _print_whatif(compare_rows(result.current.figures, result.proposed.figures), "proposed",
-                  replay_check(result.current.figures, observed), args.json_path, preview_dict(result))
+                  replay_check(result.current, observed), args.json_path, preview_dict(result))
     return 0
 
 
@@ -815,7 +815,7 @@ def cmd_suggest(args: argparse.Namespace) -> int:
     print(suggestion_line(result))
     print(f"(replayed {result.replay_note} in the {result.sim}; nothing was applied)")
     _print_whatif(compare_rows(result.current.figures, result.best.figures), "suggested",
-                  replay_check(result.current.figures, observed), args.json_path, suggestion_dict(result))
+                  replay_check(result.current, observed), args.json_path, suggestion_dict(result))
     return 0
 
 

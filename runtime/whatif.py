@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from runtime.bench import BenchConfig, RunRecord, run_one
+from runtime.engines.sim.clock import measure_wake
 from runtime.engines.sim.engine import SimEngine
 from runtime.knobs import Knobs
 from runtime.report import RunFigures, compute_figures
@@ -162,6 +163,7 @@ class SimSpec:
     # times cpu_scale; runtime.whatif_calibrate fits cpu_scale and step_fit to the run's spans).
     clock: str = "virtual"
     cpu_scale: float = 1.0
+    wake_s: float = 0.0           # how late a real loop on this machine wakes from an idle wait (measured)
     step_fit: tuple[tuple[float, float], ...] | None = None   # per stage: (scale, offset s) of the step time (torch)
     repeats: int = 1              # replays per setting, averaged (a CPU clock's replay is not deterministic)
     fit: str = ""                 # what the calibration measured, in words
@@ -172,7 +174,8 @@ class SimSpec:
                          self.gpus_per_stage, cost_profile=self.cost_profile,
                          cost_model="auto" if self.cost_profile else self.cost_model, perf_dir=self.perf_dir,
                          host_work_scale=self.host_work_scale, time_scale=self.time_scale, clock=self.clock,
-                         cpu_scale=self.cpu_scale, step_fit=self.step_fit)
+                         cpu_scale=self.cpu_scale, wake_s=self.wake_s,
+                         step_fit=self.step_fit)
 
     @property
     def describe(self) -> str:
@@ -237,9 +240,15 @@ def _clock(engine: str, sim_args: Mapping[str, Any]) -> dict[str, Any]:
 @dataclass(frozen=True, slots=True)
 class Prediction:
     knobs: dict[str, Any]
-    figures: RunFigures           # the mean over the replays
+    figures: RunFigures           # the mean over the replays; anchored on the run where it says (raw)
     seconds: float                # wall time the replays took
     throughputs: tuple[float, ...] = ()   # input tok/s of each replay (their spread: how sure the mean is)
+    raw: RunFigures | None = None  # the replays' own mean before anchoring (None: not anchored)
+
+    @property
+    def replayed(self) -> RunFigures:
+        """What the replays themselves gave."""
+        return self.raw if self.raw is not None else self.figures
 
     def idle_shares(self) -> dict[str, float]:
         """Idle time by cause, summed over stages, as a share of P x makespan."""
@@ -291,12 +300,54 @@ class Deadline:
 
 def predict(replay: Replay, spec: SimSpec, knobs: Knobs, deadline: Deadline, label: str) -> Prediction:
     """``spec.repeats`` replays of ``replay`` under ``knobs`` (the same loop, the sim), their figures averaged."""
-    started = time.monotonic()
-    runs = [replay_once(replay, spec, knobs, deadline, label if spec.repeats == 1 else f"{label} ({i}/{spec.repeats})")
-            for i in range(1, spec.repeats + 1)]
-    figures = mean_figures([r.figures for r in runs])
-    return Prediction(knobs.as_dict(), figures, time.monotonic() - started,
-                      tuple(r.figures.input_tokens_per_s or 0.0 for r in runs))
+    return predict_each(replay, spec, [(knobs, label)], deadline)[0]
+
+
+def predict_each(replay: Replay, spec: SimSpec, settings: Sequence[tuple[Knobs, str]],
+                 deadline: Deadline) -> list[Prediction]:
+    """:func:`predict` for each (knobs, label), their replays taking turns (a setting's first, the
+    next one's first, …), so a machine whose load drifts meanwhile weighs on every setting alike."""
+    runs: list[list[RunRecord]] = [[] for _ in settings]
+    took = [0.0] * len(settings)
+    for i in range(1, spec.repeats + 1):
+        for n, (knobs, label) in enumerate(settings):
+            started = time.monotonic()
+            runs[n].append(replay_once(replay, spec, knobs, deadline,
+                                       label if spec.repeats == 1 else f"{label} ({i}/{spec.repeats})"))
+            took[n] += time.monotonic() - started
+    return [Prediction(knobs.as_dict(), mean_figures([r.figures for r in done]), seconds,
+                       tuple(r.figures.input_tokens_per_s or 0.0 for r in done))
+            for (knobs, _), done, seconds in zip(settings, runs, took, strict=True)]
+
+
+def anchored(predictions: Sequence[Prediction], current: RunFigures, observed: RunFigures | None) -> list[Prediction]:
+    """Each prediction moved by what separates the replay of the current knobs (``current``) from
+    what the run did over the same arrivals (``observed``): rates, makespan and prefill latencies by
+    the ratio, pipeline efficiency by the difference. The replays' level is the part a preview
+    knows least (the machine's load when it runs against when the run ran, prompts rebuilt from their
+    shape); their differences are what it is for. The same when ``observed`` says too little."""
+    if observed is None or observed.completed < MIN_ARRIVALS or not current.input_tokens_per_s \
+            or not observed.input_tokens_per_s:
+        return list(predictions)
+    rate = observed.input_tokens_per_s / current.input_tokens_per_s
+
+    def by_ratio(field: str, value: float | None) -> float | None:
+        o, c = getattr(observed, field), getattr(current, field)
+        return value * o / c if value is not None and o is not None and c else value
+
+    def move(f: RunFigures) -> RunFigures:
+        eff = f.pipeline_efficiency
+        if eff is not None and observed.pipeline_efficiency is not None and current.pipeline_efficiency is not None:
+            eff = min(max(eff + observed.pipeline_efficiency - current.pipeline_efficiency, 0.0), 1.0)
+        return dataclasses.replace(
+            f, input_tokens_per_s=by_ratio("input_tokens_per_s", f.input_tokens_per_s),
+            computed_tokens_per_s=f.computed_tokens_per_s * rate if f.computed_tokens_per_s is not None else None,
+            makespan_s=f.makespan_s / rate if f.makespan_s is not None else None, pipeline_efficiency=eff,
+            prefill_latency_p50_s=by_ratio("prefill_latency_p50_s", f.prefill_latency_p50_s),
+            prefill_latency_p95_s=by_ratio("prefill_latency_p95_s", f.prefill_latency_p95_s),
+            prefill_latency_p99_s=by_ratio("prefill_latency_p99_s", f.prefill_latency_p99_s))
+
+    return [dataclasses.replace(p, figures=move(p.replayed), raw=p.replayed) for p in predictions]
 
 
 def replay_once(replay: Replay, spec: SimSpec, knobs: Knobs, deadline: Deadline, label: str) -> RunRecord:
@@ -370,25 +421,26 @@ def calibrated(replay: Replay, spec: SimSpec) -> SimSpec:
         finally:
             engine.close()
     scale = fit_cpu_scale(replay.observed) or 1.0
-    return dataclasses.replace(spec, cpu_scale=scale, step_fit=steps, fit=describe_fit(scale, steps))
-
-
-def replays_planned(spec: SimSpec, settings: int) -> int:
-    """Replays a what-if of ``settings`` knob sets runs (the progress bar's denominator)."""
-    return settings * spec.repeats
+    wake = measure_wake()
+    return dataclasses.replace(spec, cpu_scale=scale, wake_s=wake, step_fit=steps, fit=describe_fit(scale, steps, wake))
 
 
 def preview(replay: Replay, spec: SimSpec, current: Knobs, proposed: Knobs,
             time_limit_s: float = DEFAULT_TIME_LIMIT_S, progress: Progress | None = None) -> PreviewResult:
     """The replay under the current and the proposed knobs, side by side."""
     check_replay(replay)
-    deadline = Deadline(time_limit_s, replays_planned(spec, 2), progress)
+    deadline = Deadline(time_limit_s, 2 * spec.repeats, progress)
     spec = calibrated(replay, spec)
-    now = predict(replay, spec, current, deadline, "current knobs")
-    then = predict(replay, spec, proposed, deadline, "proposed knobs")
+    now, then = predict_each(replay, spec, [(current, "current knobs"), (proposed, "proposed knobs")], deadline)
+    now, then = anchored([now, then], now.figures, observed_in(replay, spec.pp))
     old = current.as_dict()
     changes = {k: v for k, v in proposed.as_dict().items() if old[k] != v}
     return PreviewResult(now, then, changes, replay.note, spec.describe)
+
+
+def observed_in(replay: Replay, num_stages: int) -> RunFigures | None:
+    """What the run did over the replayed arrivals (None: the replay does not carry the run's spans)."""
+    return observed_over(replay.observed, replay, num_stages) if replay.observed else None
 
 
 # ---- after Apply ----------------------------------------------------------------------------------

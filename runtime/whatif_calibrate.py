@@ -92,9 +92,9 @@ def _fit_line(points: Sequence[tuple[float, float]]) -> tuple[float, float]:
     return slope, offset
 
 
-def describe(cpu_scale: float, step_fit: Sequence[tuple[float, float]] | None) -> str:
-    """The fit in words: 'loop CPU x1.04, steps x0.54+9.7ms / x0.51+19.7ms'."""
-    text = f"loop CPU x{cpu_scale:.2f}"
+def describe(cpu_scale: float, step_fit: Sequence[tuple[float, float]] | None, wake_s: float = 0.0) -> str:
+    """The fit in words: 'loop CPU x1.04, wake-up 0.20 ms, steps x0.54+9.7ms / x0.51+19.7ms'."""
+    text = f"loop CPU x{cpu_scale:.2f}, wake-up {wake_s * 1e3:.2f} ms"
     if step_fit is not None:
         text += ", steps " + " / ".join(f"x{a:.2f}" + (f"+{b * 1e3:.1f}ms" if b > 0 else "") for a, b in step_fit)
     return text

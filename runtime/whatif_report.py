@@ -6,7 +6,7 @@ from collections.abc import Callable
 from typing import Any
 
 from runtime.report import RunFigures, fmt
-from runtime.whatif import PreviewResult, gain, idle_shares
+from runtime.whatif import Prediction, PreviewResult, gain, idle_shares
 from runtime.whatif_suggest import Suggestion
 
 Row = tuple[str, str, str, str]          # figure, current, proposed (or observed), change
@@ -54,24 +54,34 @@ def table(rows: list[Row], headers: tuple[str, str, str, str]) -> str:
     return "\n".join(lines)
 
 
-def replay_check(predicted: RunFigures, observed: RunFigures) -> str:
-    """How the replay under the current knobs compares with what the run did over the same arrivals."""
-    return (f"the run itself over the same arrivals: {fmt(observed.input_tokens_per_s, ',.0f')} input tok/s, "
+def replay_check(current: Prediction, observed: RunFigures) -> str:
+    """How the replay under the current knobs compares with what the run did over the same arrivals,
+    and whether the figures shown were anchored on the run (:func:`runtime.whatif.anchored`)."""
+    replayed = current.replayed
+    line = (f"the run itself over the same arrivals: {fmt(observed.input_tokens_per_s, ',.0f')} input tok/s, "
             f"pipeline efficiency {fmt(observed.pipeline_efficiency, '.3f')} (the replay of the current knobs: "
-            f"{fmt(gain(observed.input_tokens_per_s, predicted.input_tokens_per_s), '+.1%')}, "
-            f"{fmt(_diff(observed.pipeline_efficiency, predicted.pipeline_efficiency), '+.3f')})")
+            f"{fmt(gain(observed.input_tokens_per_s, replayed.input_tokens_per_s), '+.1%')}, "
+            f"{fmt(_diff(observed.pipeline_efficiency, replayed.pipeline_efficiency), '+.3f')})")
+    if current.raw is not None:
+        line += ("; the predictions are anchored on the run: rates and latencies scaled by that ratio, "
+                 "efficiency moved by that difference")
+    return line
 
 
 def _diff(a: float | None, b: float | None) -> float | None:
     return b - a if a is not None and b is not None else None
 
 
+def prediction_dict(p: Prediction) -> dict[str, Any]:
+    """Knobs, figures (anchored on the run where it said), the replays' own figures and each replay's
+    throughput, and the seconds the replays took."""
+    return {"knobs": p.knobs, "figures": p.figures.as_dict(), "replayed": p.replayed.as_dict(),
+            "replays_tokens_per_s": list(p.throughputs), "anchored": p.raw is not None, "seconds": p.seconds}
+
+
 def preview_dict(result: PreviewResult) -> dict[str, Any]:
     return {"changes": result.changes, "replay": result.replay_note, "sim": result.sim,
-            "current": {"knobs": result.current.knobs, "figures": result.current.figures.as_dict(),
-                        "seconds": result.current.seconds},
-            "proposed": {"knobs": result.proposed.knobs, "figures": result.proposed.figures.as_dict(),
-                         "seconds": result.proposed.seconds},
+            "current": prediction_dict(result.current), "proposed": prediction_dict(result.proposed),
             "throughput_gain": result.throughput_gain}
 
 

@@ -5,6 +5,7 @@ setting with its predicted gain. Nothing is applied here: the operator applies i
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,10 +21,12 @@ from runtime.whatif import (
     SimSpec,
     TimeLimit,
     WhatIfError,
+    anchored,
     calibrated,
     check_replay,
+    observed_in,
     predict,
-    replays_planned,
+    predict_each,
 )
 
 GOALS = ("throughput", "latency")
@@ -94,20 +97,31 @@ class Suggestion:
 def suggest(replay: Replay, spec: SimSpec, current: Knobs, goal: Goal,
             time_limit_s: float = DEFAULT_TIME_LIMIT_S, progress: Progress | None = None) -> Suggestion:
     """Search :func:`suggest_grid` on the replay for ``goal``; the best setting found within the time
-    limit (at least the current one, which must finish in time)."""
+    limit (at least the current one, which must finish in time). Where a setting's prediction is the
+    mean of several replays (a real-time run's), the grid is searched with one replay each and the
+    best and the current setting are then replayed ``spec.repeats`` times, taking turns."""
     check_replay(replay)
     grid = suggest_grid(current, spec.pp, spec.block_size)
-    deadline = Deadline(time_limit_s, replays_planned(spec, len(grid)), progress)
     spec = calibrated(replay, spec)
-    base = predict(replay, spec, current, deadline, "current knobs")
+    screen = dataclasses.replace(spec, repeats=1)
+    confirm = 2 * spec.repeats if spec.repeats > 1 else 0
+    deadline = Deadline(time_limit_s, len(grid) + confirm, progress)
+    base = predict(replay, screen, current, deadline, "current knobs")
     floor = goal.floor if goal.floor is not None else (base.figures.input_tokens_per_s or 0.0)
     tried = [base]
     for i, knobs in enumerate(grid[1:], 2):
         try:
-            tried.append(predict(replay, spec, knobs, deadline, f"setting {i}/{len(grid)}"))
+            tried.append(predict(replay, screen, knobs, deadline, f"setting {i}/{len(grid)}"))
         except TimeLimit:
             break
     scored = [(goal.score(p.figures, floor), -n, p) for n, p in enumerate(tried)]
     ranked = sorted(((s, n, p) for s, n, p in scored if s is not None), key=lambda x: (x[0], x[1]), reverse=True)
     best = ranked[0][2] if ranked else base
+    if confirm and best is not base:
+        try:
+            base, best = predict_each(replay, spec, [(current, "current knobs, again"),
+                                                     (grid[tried.index(best)], "the best setting, again")], deadline)
+        except TimeLimit:
+            pass                      # the screening's figures stand
+    base, best = anchored([base, best], base.figures, observed_in(replay, spec.pp))
     return Suggestion(goal.describe(floor), base, best, tried, len(grid), replay.note, spec.describe)

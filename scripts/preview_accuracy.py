@@ -30,6 +30,14 @@ SIM_CHANGES = ["ring=2", "ring=8", "max_wave_tokens=4096,min_wave_tokens=1024"]
 TORCH_CHANGES = ["ring=1", "ring=4", "max_wave_tokens=512,min_wave_tokens=256"]
 
 
+def error(predicted: float | None, observed: float | None) -> float | None:
+    return predicted / observed - 1 if predicted is not None and observed else None
+
+
+def diff(predicted: float | None, observed: float | None) -> float | None:
+    return predicted - observed if predicted is not None and observed is not None else None
+
+
 def parse_change(text: str) -> dict[str, int]:
     return {k: int(v) for k, v in (item.split("=") for item in text.split(","))}
 
@@ -96,32 +104,33 @@ def main() -> None:
             time.sleep(window)
             pull()
             observed = observed_since(spans, since, pp, since + int(window * 1e9))
-            pred = result.proposed.figures
-            row = {"change": text, "replayed": replay.note, "preview_s": took,
-                   "predicted_tokens_per_s": pred.input_tokens_per_s,
-                   "observed_tokens_per_s": observed.input_tokens_per_s,
-                   "predicted_efficiency": pred.pipeline_efficiency,
-                   "observed_efficiency": observed.pipeline_efficiency,
-                   "predicted_before_tokens_per_s": result.current.figures.input_tokens_per_s,
-                   "observed_requests": observed.completed}
-            o, p = observed.input_tokens_per_s, pred.input_tokens_per_s
-            oe, pe = observed.pipeline_efficiency, pred.pipeline_efficiency
-            err_t = p / o - 1 if o and p is not None else None
-            err_e = pe - oe if oe is not None and pe is not None else None
-            # The replay of the current knobs against what the run did over the same arrivals: the part of
-            # the error that is the sim's absolute level, not the knob change.
+            pred, raw = result.proposed.figures, result.proposed.replayed       # anchored on the run; the replays'
+            o, oe = observed.input_tokens_per_s, observed.pipeline_efficiency
+            # The replay of the current knobs against what the run did over the same arrivals: the offset
+            # the anchoring takes out (the sim's absolute level, not the knob change).
             before = observed_over(spans, replay, pp)
-            base_err = gain(before.input_tokens_per_s, result.current.figures.input_tokens_per_s)
-            change_pred = gain(result.current.figures.input_tokens_per_s, p)
-            change_obs = gain(before.input_tokens_per_s, o)
-            row |= {"throughput_error": err_t, "efficiency_error": err_e, "current_knobs_error": base_err,
-                    "predicted_change": change_pred, "observed_change": change_obs}
+            row = {"change": text, "replayed": replay.note, "preview_s": took, "sim": result.sim,
+                   "observed_tokens_per_s": observed.input_tokens_per_s, "observed_efficiency": oe,
+                   "observed_requests": observed.completed,
+                   "predicted_tokens_per_s": pred.input_tokens_per_s, "predicted_efficiency": pred.pipeline_efficiency,
+                   "replayed_tokens_per_s": raw.input_tokens_per_s, "replayed_efficiency": raw.pipeline_efficiency,
+                   "replays_tokens_per_s": list(result.proposed.throughputs),
+                   "throughput_error": error(pred.input_tokens_per_s, o),
+                   "efficiency_error": diff(pred.pipeline_efficiency, oe),
+                   "replayed_throughput_error": error(raw.input_tokens_per_s, o),
+                   "replayed_efficiency_error": diff(raw.pipeline_efficiency, oe),
+                   "current_knobs_error": gain(before.input_tokens_per_s, result.current.replayed.input_tokens_per_s),
+                   "predicted_change": result.throughput_gain,
+                   "observed_change": gain(before.input_tokens_per_s, o)}
             rows.append(row)
-            print(f"{text:45s} predicted {fmt(p, ',.0f')} tok/s eff {fmt(pe, '.3f')} | observed {fmt(o, ',.0f')} "
-                  f"tok/s eff {fmt(oe, '.3f')} ({observed.completed} requests) | error "
-                  f"{fmt(err_t, '+.1%')}, eff {fmt(err_e, '+.3f')} | "
-                  f"preview {took:.1f} s | current knobs replayed {fmt(base_err, '+.1%')} | change predicted "
-                  f"{fmt(change_pred, '+.1%')}, observed {fmt(change_obs, '+.1%')}", flush=True)
+            r = {k: fmt(v, "+.3f" if "efficiency" in k else "+.1%") for k, v in row.items() if "error" in k or
+                 "change" in k and k != "change"}
+            print(f"{text:45s} predicted {fmt(pred.input_tokens_per_s, ',.0f')} tok/s eff "
+                  f"{fmt(pred.pipeline_efficiency, '.3f')} | observed {fmt(o, ',.0f')} tok/s eff {fmt(oe, '.3f')} "
+                  f"({observed.completed} requests) | error {r['throughput_error']}, eff {r['efficiency_error']} "
+                  f"(replays alone {r['replayed_throughput_error']}, {r['replayed_efficiency_error']}) | preview "
+                  f"{took:.1f} s | current knobs replayed {r['current_knobs_error']} | change predicted "
+                  f"{r['predicted_change']}, observed {r['observed_change']}", flush=True)
     finally:
         proc.kill()
     if args.json:

@@ -12,7 +12,7 @@ import pytest
 
 from runtime import whatif as W
 from runtime.bench import BenchConfig, run_one
-from runtime.engines.sim.clock import run_virtual
+from runtime.engines.sim.clock import CpuClockLoop, measure_wake, run_virtual
 from runtime.engines.sim.costmodel import ChunkShape
 from runtime.engines.sim.engine import SimEngine
 from runtime.knobs import Knobs
@@ -60,6 +60,25 @@ def test_a_timer_due_during_cpu_work_fires_late_as_on_a_real_loop() -> None:
         return await woke
 
     assert run_virtual(main(), cpu_scale=1.0) >= 0.05
+
+
+def test_an_idle_wait_is_rounded_up_to_the_millisecond_as_epoll_does_and_takes_the_wake_up_time() -> None:
+    loop = CpuClockLoop(1.0, wake_s=0.0002)
+    try:
+        assert loop.idle_wait(0.0003) == pytest.approx(0.0012)
+        assert loop.idle_wait(0.002) == pytest.approx(0.0022)
+    finally:
+        loop.close()
+
+    async def main() -> float:
+        loop = asyncio.get_running_loop()
+        t0 = loop.time()
+        await asyncio.sleep(0.0025)                      # nothing else to run: the loop idles
+        return loop.time() - t0
+
+    assert 0.003 <= run_virtual(main(), cpu_scale=1.0, wake_s=0.0005) < 0.0035 + 0.02
+    wake = measure_wake(samples=20)
+    assert 0.0 <= wake < 0.05
 
 
 def test_the_virtual_clock_ignores_cpu_work() -> None:
@@ -119,7 +138,7 @@ def test_steps_are_fitted_as_scale_and_offset_per_stage() -> None:
     (a0, b0), (a1, b1) = fit
     assert (a0, b0) == (pytest.approx(0.5), pytest.approx(0.010))
     assert (a1, b1) == (pytest.approx(2.0), pytest.approx(0.0, abs=1e-9))
-    assert describe(1.25, fit) == "loop CPU x1.25, steps x0.50+10.0ms / x2.00"
+    assert describe(1.25, fit, 2e-4) == "loop CPU x1.25, wake-up 0.20 ms, steps x0.50+10.0ms / x2.00"
 
 
 def test_steps_of_one_size_or_an_unphysical_line_fit_a_ratio() -> None:
@@ -133,12 +152,32 @@ def test_steps_of_one_size_or_an_unphysical_line_fit_a_ratio() -> None:
     assert fit_steps([], LinearCost(), 2) is None  # type: ignore[arg-type]
 
 
+def figures(busy: float, makespan: float, requests: int = 1) -> Any:
+    """One stage busy ``busy`` s of ``makespan`` s, ``requests`` requests of 100 tokens all ending at the end."""
+    spans = [{"n": N.REQUEST, "t0": 0, "t1": round(makespan * 1e9), "a": {N.GEN_AI_INPUT_TOKENS: 100}}] * requests
+    spans += [{"n": N.EXECUTE, "t0": 0, "t1": round(busy * 1e9), "a": {N.STAGE: 0, N.TOKENS: 100}}]
+    return compute_figures(spans, 1, {"policy": "wavepp", "engine": "sim", "model": "m", "hardware": "h",
+                                      "concurrency": 1, "workload": "w"})
+
+
+def test_predictions_are_anchored_on_what_the_run_did() -> None:
+    """The replay of the current knobs read 2x the run's throughput and 0.2 more efficiency: every
+    prediction is moved by that; a run that says too little leaves them as the replays gave them."""
+    current, proposed = figures(0.8, 1.0, 32), figures(0.9, 0.5, 32)
+    observed = figures(1.2, 2.0, 32)                        # half the rate, efficiency 0.6 against 0.8
+    preds = [W.Prediction({}, current, 1.0), W.Prediction({}, proposed, 1.0)]
+    now, then = W.anchored(preds, current, observed)
+    assert now.figures.input_tokens_per_s == pytest.approx(observed.input_tokens_per_s)
+    assert then.figures.input_tokens_per_s == pytest.approx(proposed.input_tokens_per_s / 2)
+    assert then.figures.pipeline_efficiency == pytest.approx(1.0)        # 1.8 - 0.2, at most 1
+    assert now.figures.pipeline_efficiency == pytest.approx(0.6)
+    assert then.figures.prefill_latency_p95_s == pytest.approx(proposed.prefill_latency_p95_s * 2)
+    assert then.raw is proposed and then.replayed is proposed and preds[1].replayed is proposed
+    assert W.anchored(preds, current, figures(1.2, 2.0, 4)) == preds    # 4 requests say too little
+    assert W.anchored(preds, current, None) == preds
+
+
 def test_mean_figures_averages_field_by_field() -> None:
-    def figures(busy: float, makespan: float) -> Any:
-        spans = [{"n": N.REQUEST, "t0": 0, "t1": round(makespan * 1e9), "a": {N.GEN_AI_INPUT_TOKENS: 100}},
-                 {"n": N.EXECUTE, "t0": 0, "t1": round(busy * 1e9), "a": {N.STAGE: 0, N.TOKENS: 100}}]
-        return compute_figures(spans, 1, {"policy": "wavepp", "engine": "sim", "model": "m", "hardware": "h",
-                                          "concurrency": 1, "workload": "w"})
     a, b = figures(0.5, 1.0), figures(0.5, 2.0)
     mean = W.mean_figures([a, b])
     assert mean.input_tokens_per_s == pytest.approx(75.0)

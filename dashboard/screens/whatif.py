@@ -17,7 +17,6 @@ import streamlit as st
 from dashboard.view import View
 from dashboard.whatif_jobs import Inputs, Job, change_time_ns, inputs
 from runtime.knobs import KnobError, Knobs
-from runtime.report import RunFigures
 from runtime.whatif import (
     DEFAULT_TIME_LIMIT_S,
     DEFAULT_WINDOW_S,
@@ -129,7 +128,7 @@ def _preview_result(view: View, job: Job) -> None:
     change = ", ".join(f"{k}={v}" for k, v in r.changes.items()) or "no knob changed"
     st.caption(f"{change}: replayed {r.replay_note} in the {r.sim} ({job.elapsed_s:.1f} s)")
     _table(compare_rows(r.current.figures, r.proposed.figures), ("figure", "current", "proposed", "change"))
-    _check(view, job, r.current.figures)
+    _check(view, job, r.current)
     if r.changes:
         _apply_button(view, r.changes, r.proposed, "Apply these knobs", "whatif_apply_preview")
 
@@ -140,7 +139,7 @@ def _suggestion_result(view: View, job: Job) -> None:
     st.success(suggestion_line(s))
     st.caption(f"replayed {s.replay_note} in the {s.sim} ({job.elapsed_s:.1f} s)")
     _table(compare_rows(s.current.figures, s.best.figures), ("figure", "current", "suggested", "change"))
-    _check(view, job, s.current.figures)
+    _check(view, job, s.current)
     with st.expander(f"every setting tried ({len(s.tried)})"):
         st.dataframe(pd.DataFrame([{"M": p.knobs["max_wave_tokens"], "b_min": p.knobs["min_wave_tokens"],
                                     "ring": p.knobs["ring"], "input tok/s": p.figures.input_tokens_per_s,
@@ -151,10 +150,10 @@ def _suggestion_result(view: View, job: Job) -> None:
         _apply_button(view, s.changes, s.best, "Apply suggested knobs", "whatif_apply_suggestion")
 
 
-def _check(view: View, job: Job, predicted: RunFigures) -> None:
+def _check(view: View, job: Job, current: Prediction) -> None:
     """The replay of the current knobs next to what the run did over the same arrivals."""
     if job.replay is not None:
-        st.caption(replay_check(predicted, observed_over(view.snap.spans, job.replay, view.snap.num_stages)))
+        st.caption(replay_check(current, observed_over(view.snap.spans, job.replay, view.snap.num_stages)))
 
 
 def _apply_button(view: View, changes: dict[str, Any], predicted: Prediction, label: str, key: str) -> None:

@@ -12,14 +12,19 @@ A :class:`CpuClockLoop` is virtual time that also advances while the loop's own 
 by the CPU time the loop's thread spends (times ``scale``). A real-time runtime pays for its
 admission, planning, span recording and task switches on one thread, and a modelled step then starts
 late; on this clock a replay pays the same code's cost where it runs, so the same delays follow,
-while modelled step times still pass without waiting (a what-if replay of a real-time run:
-:mod:`runtime.whatif`).
+while modelled step times still pass without waiting. An idle wait is rounded up to the millisecond,
+as epoll does on a real loop, plus the time a real loop takes to wake (a what-if replay of a
+real-time run: :mod:`runtime.whatif`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import math
+import random
 import selectors
+import statistics
+import threading
 import time
 from collections.abc import Coroutine
 from typing import Any, TypeVar
@@ -42,7 +47,7 @@ class _NoWaitSelector(selectors.DefaultSelector):
             # Nothing scheduled and nothing ready: in virtual time this is a deadlock.
             raise RuntimeError("virtual-time loop has nothing to wait for (deadlock)")
         if timeout > 0:
-            self.loop._now += timeout
+            self.loop._now += self.loop.idle_wait(timeout)
         return events
 
 
@@ -60,15 +65,20 @@ class VirtualTimeLoop(asyncio.SelectorEventLoop):
     def time(self) -> float:
         return self._now
 
+    def idle_wait(self, timeout: float) -> float:
+        """How long an idle loop waits for a timer ``timeout`` away: exactly that, in virtual time."""
+        return timeout
+
 
 class CpuClockLoop(VirtualTimeLoop):
     """Virtual time plus the CPU time this loop's thread has spent since the loop first read its clock,
     times ``scale`` (the module doc). The thread's CPU time, not the wall clock: other processes
     on the machine do not make a replay slower, ``scale`` says how much slower the runtime ran."""
 
-    def __init__(self, scale: float = 1.0) -> None:
+    def __init__(self, scale: float = 1.0, wake_s: float = 0.0) -> None:
         super().__init__()
         self.scale = scale
+        self.wake_s = wake_s              # how late an idle real loop wakes beyond the rounding (measured)
         self._cpu0: float | None = None
 
     def time(self) -> float:
@@ -77,17 +87,48 @@ class CpuClockLoop(VirtualTimeLoop):
             self._cpu0 = cpu
         return self._now + (cpu - self._cpu0) * self.scale
 
+    def idle_wait(self, timeout: float) -> float:
+        """As a real loop on Linux: epoll_wait counts whole milliseconds, so the selector rounds a
+        timeout up to the next one (CPython's ``selectors.EpollSelector``) and a timer that falls due
+        while the loop idles fires up to 1 ms late; then the thread takes ``wake_s`` to run again
+        (:func:`measure_wake`)."""
+        return math.ceil(timeout * 1e3) * 1e-3 + self.wake_s
 
-def run_virtual(main: Coroutine[Any, Any, T], cpu_scale: float | None = None) -> T:
+
+def measure_wake(samples: int = 100, seed: int = 0) -> float:
+    """How late a real asyncio loop on this machine wakes from an idle wait, beyond the millisecond
+    rounding: the median over ``samples`` sleeps of 0.2-3 ms (a few tenths of a second in all). Run
+    in a thread of its own, so it never waits inside another running loop."""
+    rng = random.Random(seed)
+
+    async def sleeps() -> list[float]:
+        loop = asyncio.get_running_loop()
+        late = []
+        for _ in range(samples):
+            delay = rng.uniform(0.0002, 0.003)
+            start = loop.time()
+            await asyncio.sleep(delay)
+            late.append(loop.time() - start - math.ceil(delay * 1e3) * 1e-3)
+        return late
+
+    out: list[float] = []
+    thread = threading.Thread(target=lambda: out.extend(asyncio.run(sleeps())), name="wake-probe")
+    thread.start()
+    thread.join()
+    return max(statistics.median(out), 0.0) if out else 0.0
+
+
+def run_virtual(main: Coroutine[Any, Any, T], cpu_scale: float | None = None, wake_s: float = 0.0) -> T:
     """Run ``main`` to completion in virtual time (like ``asyncio.run``).
 
     Through :class:`asyncio.Runner`, so Ctrl-C (or an exception a signal handler raises) cancels
     every task and lets it finish before the loop closes: no "Task was destroyed but it is
     pending" and no "Event loop is closed" from tasks that outlived their loop.
-    ``cpu_scale``: on a :class:`CpuClockLoop` (the loop's own CPU time, times this, also passes).
+    ``cpu_scale``: on a :class:`CpuClockLoop` (the loop's own CPU time, times this, also passes;
+    an idle wait is rounded up as a real loop's and takes ``wake_s`` more).
     """
     if cpu_scale is not None and not cpu_scale > 0:
         raise ValueError(f"CPU clock scale must be positive, got {cpu_scale}")
-    factory = VirtualTimeLoop if cpu_scale is None else (lambda: CpuClockLoop(cpu_scale))
+    factory = VirtualTimeLoop if cpu_scale is None else (lambda: CpuClockLoop(cpu_scale, wake_s))
     with asyncio.Runner(loop_factory=factory) as runner:
         return runner.run(main)

@@ -46,7 +46,7 @@ class SimEngine:
                  costs: CoordinationCosts = DEFAULT_COSTS, store_url: str = "memory",
                  realtime: bool = False, time_scale: float = 1.0, cost_profile: str | None = None,
                  cost_model: str = "auto", perf_dir: str | None = None, host_work_scale: float = 1.0,
-                 clock: str | None = None, cpu_scale: float = 1.0,
+                 clock: str | None = None, cpu_scale: float = 1.0, wake_s: float = 0.0,
                  step_fit: Sequence[tuple[float, float]] | None = None) -> None:
         """``cost_profile``: a calibration file (``wavepp calibrate``) - the fitted model of a real
         engine replaces the analytic roofline, and its measured coordination costs the table.
@@ -58,9 +58,10 @@ class SimEngine:
         ``clock``: ``virtual`` (the default: coordination costs modelled, the loop's own code free),
         ``wall`` (``realtime=True``: everything paid for real, modelled steps slept), or ``cpu``: the
         real-time code path on a virtual clock that also advances by the loop's CPU time times
-        ``cpu_scale`` (:class:`runtime.engines.sim.clock.CpuClockLoop`; a what-if replay of a real-time
-        run). ``step_fit``: per stage, ``(scale, offset_s)``: a step takes scale x the modelled time
-        + offset (a replay's fit of the cost model to the steps a run timed)."""
+        ``cpu_scale``, whose idle waits take ``wake_s`` more than epoll's rounding
+        (:class:`runtime.engines.sim.clock.CpuClockLoop`; a what-if replay of a real-time run).
+        ``step_fit``: per stage, ``(scale, offset_s)``: a step takes scale x the modelled time + offset
+        (a replay's fit of the cost model to the steps a run timed)."""
         if pp < 1:
             raise ValueError(f"pp must be >= 1, got {pp}")
         if block_size < 1:
@@ -74,6 +75,8 @@ class SimEngine:
             raise ValueError(f"unknown clock {clock!r} ({', '.join(CLOCKS)})")
         if not cpu_scale > 0:
             raise ValueError(f"CPU scale must be positive, got {cpu_scale}")
+        if not wake_s >= 0:
+            raise ValueError(f"wake-up time must be >= 0, got {wake_s}")
         if step_fit is not None and (len(step_fit) != pp or not all(a > 0 and b >= 0 for a, b in step_fit)):
             raise ValueError(f"step fit: give {pp} (scale > 0, offset >= 0) pairs, one per stage, got {list(step_fit)}")
         self.pp = pp
@@ -88,6 +91,7 @@ class SimEngine:
         self.realtime = clock == "wall"
         self.virtual = clock == "virtual"          # coordination costs modelled (else paid: wall or CPU clock)
         self.cpu_scale = cpu_scale
+        self.wake_s = wake_s
         self.step_fit = tuple(step_fit) if step_fit is not None else None
         self.time_scale = time_scale
         self.profile: dict[str, Any] | None = None
@@ -174,7 +178,7 @@ class SimEngine:
     def run(self, main: Coroutine[Any, Any, T]) -> T:
         if self.realtime:
             return asyncio.run(main)
-        return run_virtual(main, self.cpu_scale if self.clock == "cpu" else None)
+        return run_virtual(main, self.cpu_scale if self.clock == "cpu" else None, self.wake_s)
 
     def close(self, orderly: bool = True) -> None:
         """Nothing to stop (the torch engine may have stage processes)."""
