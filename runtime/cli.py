@@ -780,7 +780,7 @@ def _print_whatif(rows: Any, proposed: str, replay_line: str, json_path: str | N
 def cmd_preview(args: argparse.Namespace) -> int:
     from runtime import whatif
     from runtime.knobs import Deployment, KnobError, from_changes, parse_texts
-    from runtime.whatif_report import compare_rows, preview_dict, replay_check
+    from runtime.whatif_report import compare_rows, preview_dict, replay_check, spread_line
     replay, spec, current, observed = _whatif_inputs(args)
     raw = {}
     for item in args.changes:
@@ -801,8 +801,9 @@ def cmd_preview(args: argparse.Namespace) -> int:
                                                           progress))
     print(f"preview: {', '.join(f'{k}={v}' for k, v in result.changes.items()) or 'no knob changed'}; "
           f"replayed {result.replay_note} in the {result.sim}")
-    _print_whatif(compare_rows(result.current.figures, result.proposed.figures), "proposed",
-                  replay_check(result.current, observed), args.json_path, preview_dict(result))
+    check = "\n".join(line for line in (replay_check(result.current, observed), spread_line(result)) if line)
+    _print_whatif(compare_rows(result.current.figures, result.proposed.figures), "proposed", check,
+                  args.json_path, preview_dict(result))
     return 0
 
 

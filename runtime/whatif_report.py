@@ -68,6 +68,17 @@ def replay_check(current: Prediction, observed: RunFigures) -> str:
     return line
 
 
+def spread_line(result: PreviewResult) -> str:
+    """How far apart the replays of each setting came (empty for a deterministic, single replay):
+    how much to trust a difference between the two settings."""
+    def spread(p: Prediction) -> str:
+        return "-".join(fmt(x, ",.0f") for x in (min(p.throughputs), max(p.throughputs)))
+    if len(result.current.throughputs) < 2 or len(result.proposed.throughputs) < 2:
+        return ""
+    return (f"the replays themselves (input tok/s, before anchoring): current {spread(result.current)}, "
+            f"proposed {spread(result.proposed)} over {len(result.current.throughputs)} replays each")
+
+
 def _diff(a: float | None, b: float | None) -> float | None:
     return b - a if a is not None and b is not None else None
 

@@ -17,6 +17,7 @@ from runtime.engines.coordination import DEFAULT_COSTS
 from runtime.engines.sim.engine import SimEngine
 from runtime.knobs import Knobs
 from runtime.runfile import save_runs
+from runtime.whatif_report import spread_line
 from runtime.workloads import parse_workload
 
 KNOBS = Knobs(max_wave_tokens=8192, min_wave_tokens=4096)
@@ -47,6 +48,7 @@ def test_a_change_that_must_help_does(ring1: RunRecord) -> None:
     assert then.input_tokens_per_s > 1.5 * now.input_tokens_per_s
     assert then.pipeline_efficiency > now.pipeline_efficiency + 0.15
     assert W.idle_shares(now)["ring_full"] > 0.1 > 0.02 > W.idle_shares(then).get("ring_full", 0.0)  # stage 0 of 4
+    assert spread_line(result) == ""                                     # one deterministic replay each
 
 
 def test_the_same_knobs_predict_what_the_run_did(ring1: RunRecord) -> None:

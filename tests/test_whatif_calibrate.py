@@ -18,6 +18,7 @@ from runtime.engines.sim.engine import SimEngine
 from runtime.knobs import Knobs
 from runtime.report import compute_figures
 from runtime.whatif_calibrate import describe, fit_cpu_scale, fit_steps
+from runtime.whatif_report import replay_check, spread_line
 from runtime.workloads import parse_workload
 from telemetry import names as N
 
@@ -210,6 +211,8 @@ def test_a_real_time_run_records_its_loops_cpu_and_is_replayed_on_the_cpu_clock(
     assert "the loop's CPU time charged (loop CPU x" in result.sim and "mean of 3 replays" in result.sim
     assert len(result.current.throughputs) == len(result.proposed.throughputs) == W.CPU_CLOCK_REPEATS
     assert result.proposed.figures.completed == result.current.figures.completed == 48
+    assert spread_line(result).endswith("over 3 replays each")
+    assert "anchored on the run" in replay_check(result.current, W.observed_in(replay, 4))
     # one wave in flight on four stages cannot beat the run's own ring of eight
     assert result.proposed.figures.input_tokens_per_s < result.current.figures.input_tokens_per_s
 

@@ -28,7 +28,7 @@ from runtime.whatif import (
     observed_since,
     preview,
 )
-from runtime.whatif_report import Row, compare_rows, replay_check, suggestion_line
+from runtime.whatif_report import Row, compare_rows, replay_check, spread_line, suggestion_line
 from runtime.whatif_suggest import Goal, Suggestion, suggest
 from store.base import StoreError
 
@@ -129,6 +129,8 @@ def _preview_result(view: View, job: Job) -> None:
     st.caption(f"{change}: replayed {r.replay_note} in the {r.sim} ({job.elapsed_s:.1f} s)")
     _table(compare_rows(r.current.figures, r.proposed.figures), ("figure", "current", "proposed", "change"))
     _check(view, job, r.current)
+    if spread := spread_line(r):
+        st.caption(spread)
     if r.changes:
         _apply_button(view, r.changes, r.proposed, "Apply these knobs", "whatif_apply_preview")
 
