@@ -119,9 +119,18 @@ def suggest(replay: Replay, spec: SimSpec, current: Knobs, goal: Goal,
     best = ranked[0][2] if ranked else base
     if confirm and best is not base:
         try:
-            base, best = predict_each(replay, spec, [(current, "current knobs, again"),
-                                                     (grid[tried.index(best)], "the best setting, again")], deadline)
+            again, best = predict_each(replay, spec, [(current, "current knobs, again"),
+                                                      (grid[tried.index(best)], "the best setting, again")],
+                                       deadline)
         except TimeLimit:
             pass                      # the screening's figures stand
+        else:
+            # The screening's winner may have won by one replay's luck: it stands only if it still
+            # beats the current setting when both are replayed as often.
+            floor = goal.floor if goal.floor is not None else (again.figures.input_tokens_per_s or 0.0)
+            score, current_score = goal.score(best.figures, floor), goal.score(again.figures, floor)
+            base = again
+            if score is None or (current_score is not None and score <= current_score):
+                best = base
     base, best = anchored([base, best], base.figures, observed_in(replay, spec.pp))
     return Suggestion(goal.describe(floor), base, best, tried, len(grid), replay.note, spec.describe)

@@ -225,3 +225,30 @@ def test_a_virtual_time_run_is_replayed_by_the_same_sim() -> None:
     old = {**meta, "sim": {k: v for k, v in engine.replay_args.items() if k != "clock"}}   # saved before clocks
     assert W.sim_spec(old).clock == "virtual"
     assert W.sim_spec({**meta, "sim": {**engine.replay_args, "clock": None, "realtime": True}}).clock == "cpu"
+
+
+def test_a_suggestion_that_won_the_screening_by_luck_is_dropped_when_replayed_again(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Suggest screens with one replay per setting; the winner is replayed again beside the current
+    knobs, and proposed only if it still wins."""
+    from runtime import whatif_suggest as S
+    current = Knobs(max_wave_tokens=8192, min_wave_tokens=4096, ring=8)
+    lucky = current.replace(ring=16)
+
+    def prediction(knobs: Knobs, makespan: float) -> W.Prediction:
+        return W.Prediction(knobs.as_dict(), figures(0.5, makespan, 32), 0.1)
+
+    screened = {lucky: 0.8}                                     # every other setting: makespan 1.0
+    monkeypatch.setattr(S, "calibrated", lambda replay, spec: spec)
+    monkeypatch.setattr(S, "predict", lambda replay, spec, knobs, deadline, label:
+                        prediction(knobs, screened.get(knobs, 1.0)))
+    again = {current: 1.0, lucky: 1.05}                         # replayed three times: no better after all
+    monkeypatch.setattr(S, "predict_each", lambda replay, spec, settings, deadline:
+                        [prediction(k, again[k]) for k, _ in settings])
+    spec = W.SimSpec("sim", "llama-3-8b", "h200", 4, 64, (3000,) * 4, clock="cpu", repeats=3)
+    replay = W.Replay(tuple(W.Arrival(i * 0.01, 4096, 0, i * 0.01 + 0.1) for i in range(16)), 4, False)
+    result = S.suggest(replay, spec, current, S.Goal("throughput"))
+    assert result.changes == {} and result.best is result.current
+    again[lucky] = 0.9                                          # ... and now it does win again
+    result = S.suggest(replay, spec, current, S.Goal("throughput"))
+    assert result.changes == {"ring": 16}
