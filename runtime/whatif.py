@@ -183,7 +183,7 @@ class SimSpec:
             f"sim: {self.model} on {self.hardware}, PP{self.pp}"
         if self.clock == "cpu":
             fit = f" ({self.fit})" if self.fit else ""
-            what += f", the loop's CPU time charged{fit}, mean of {self.repeats} replays"
+            what += f", the loop's CPU time charged{fit}, median of {self.repeats} replays"
         return what
 
 
@@ -226,7 +226,7 @@ def sim_spec(meta: Mapping[str, Any], cost_profile: str | None = None) -> SimSpe
                    **_clock(engine, sim_args))
 
 
-CPU_CLOCK_REPEATS = 3     # a CPU-clock replay varies run to run (as the runtime does): the mean of this many
+CPU_CLOCK_REPEATS = 3     # a CPU-clock replay varies run to run (as the runtime does): the median of this many
 
 
 def _clock(engine: str, sim_args: Mapping[str, Any]) -> dict[str, Any]:
@@ -315,7 +315,7 @@ def predict_each(replay: Replay, spec: SimSpec, settings: Sequence[tuple[Knobs, 
             runs[n].append(replay_once(replay, spec, knobs, deadline,
                                        label if spec.repeats == 1 else f"{label} ({i}/{spec.repeats})"))
             took[n] += time.monotonic() - started
-    return [Prediction(knobs.as_dict(), mean_figures([r.figures for r in done]), seconds,
+    return [Prediction(knobs.as_dict(), median_run([r.figures for r in done]), seconds,
                        tuple(r.figures.input_tokens_per_s or 0.0 for r in done))
             for (knobs, _), done, seconds in zip(settings, runs, took, strict=True)]
 
@@ -371,29 +371,12 @@ def replay_once(replay: Replay, spec: SimSpec, knobs: Knobs, deadline: Deadline,
     return record
 
 
-def mean_figures(runs: Sequence[RunFigures]) -> RunFigures:
-    """Field by field: numbers averaged (counts rounded), per-stage lists and idle causes per stage
-    averaged element by element, words from the first."""
-    if len(runs) == 1:
-        return runs[0]
-
-    def mean(values: list[Any]) -> Any:
-        first = values[0]
-        if isinstance(first, bool) or isinstance(first, str):
-            return first
-        if isinstance(first, list):
-            return [mean([v[i] for v in values]) for i in range(len(first))]
-        if isinstance(first, dict):
-            keys = dict.fromkeys(k for v in values for k in v)
-            return {k: sum(v.get(k, 0.0) for v in values) / len(values) for k in keys}
-        known = [v for v in values if v is not None]
-        if not known:
-            return None
-        average = sum(known) / len(known)
-        return round(average) if isinstance(first, int) else average
-
-    return dataclasses.replace(runs[0], **{f.name: mean([getattr(r, f.name) for r in runs])
-                                           for f in dataclasses.fields(RunFigures)})
+def median_run(runs: Sequence[RunFigures]) -> RunFigures:
+    """The figures of the replay whose input throughput is the median (the lower one of the middle
+    two for an even count): one replay's figures, consistent with each other, and one replay that
+    stalled or ran away does not move them."""
+    ranked = sorted(runs, key=lambda f: f.input_tokens_per_s or 0.0)
+    return ranked[(len(ranked) - 1) // 2]
 
 
 def observed_over(spans: Sequence[Span], replay: Replay, num_stages: int) -> RunFigures:
@@ -420,9 +403,11 @@ def calibrated(replay: Replay, spec: SimSpec) -> SimSpec:
             steps = fit_steps(replay.observed, engine.cost_model, spec.pp, spec.time_scale)
         finally:
             engine.close()
-    scale = fit_cpu_scale(replay.observed) or 1.0
+    # The run's pure-CPU spans say how much of a core its loop had (wall / CPU time); it is shown, not
+    # charged: the replay charges its thread's CPU time as it is (module doc of whatif_calibrate).
+    loop = fit_cpu_scale(replay.observed)
     wake = measure_wake()
-    return dataclasses.replace(spec, cpu_scale=scale, wake_s=wake, step_fit=steps, fit=describe_fit(scale, steps, wake))
+    return dataclasses.replace(spec, cpu_scale=1.0, wake_s=wake, step_fit=steps, fit=describe_fit(loop, steps, wake))
 
 
 def preview(replay: Replay, spec: SimSpec, current: Knobs, proposed: Knobs,

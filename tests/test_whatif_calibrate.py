@@ -139,7 +139,9 @@ def test_steps_are_fitted_as_scale_and_offset_per_stage() -> None:
     (a0, b0), (a1, b1) = fit
     assert (a0, b0) == (pytest.approx(0.5), pytest.approx(0.010))
     assert (a1, b1) == (pytest.approx(2.0), pytest.approx(0.0, abs=1e-9))
-    assert describe(1.25, fit, 2e-4) == "loop CPU x1.25, wake-up 0.20 ms, steps x0.50+10.0ms / x2.00"
+    assert describe(1.25, fit, 2e-4) == \
+        "the run's loop spans 1.25x their CPU time, wake-up 0.20 ms, steps x0.50+10.0ms / x2.00"
+    assert describe(None, None, 1e-3) == "wake-up 1.00 ms"
 
 
 def test_steps_of_one_size_or_an_unphysical_line_fit_a_ratio() -> None:
@@ -178,14 +180,11 @@ def test_predictions_are_anchored_on_what_the_run_did() -> None:
     assert W.anchored(preds, current, None) == preds
 
 
-def test_mean_figures_averages_field_by_field() -> None:
-    a, b = figures(0.5, 1.0), figures(0.5, 2.0)
-    mean = W.mean_figures([a, b])
-    assert mean.input_tokens_per_s == pytest.approx(75.0)
-    assert mean.pipeline_efficiency == pytest.approx(0.375)
-    assert mean.bubble_fraction == [pytest.approx(0.625)]
-    assert mean.completed == 1 and mean.policy == "wavepp"
-    assert W.mean_figures([a]) is a
+def test_a_prediction_is_the_replay_with_the_median_throughput() -> None:
+    slow, mid, stalled = figures(0.5, 1.0), figures(0.5, 0.8), figures(0.5, 5.0)
+    assert W.median_run([slow, mid, stalled]) is slow        # one that stalled does not drag it down
+    assert W.median_run([mid, slow]) is slow                  # an even count: the lower middle one
+    assert W.median_run([mid]) is mid
 
 
 # ---- a real-time run replayed -----------------------------------------------------------------------
@@ -204,11 +203,11 @@ def test_a_real_time_run_records_its_loops_cpu_and_is_replayed_on_the_cpu_clock(
     assert (spec.clock, spec.repeats) == ("cpu", W.CPU_CLOCK_REPEATS)
     replay = W.replay_of(realtime_run.encoded, realtime_run.meta, None)
     fitted = W.calibrated(replay, spec)
-    assert fitted.cpu_scale == fit_cpu_scale(replay.observed)
+    assert fitted.cpu_scale == 1.0 and f"{fit_cpu_scale(replay.observed):.2f}x their CPU time" in fitted.fit
     assert fitted.step_fit is None                                # a sim's steps are its model
     current = W.knobs_at_end(realtime_run.meta, [])
     result = W.preview(replay, spec, current, current.replace(ring=1), time_limit_s=300)
-    assert "the loop's CPU time charged (loop CPU x" in result.sim and "mean of 3 replays" in result.sim
+    assert "the loop's CPU time charged (the run's loop spans" in result.sim and "median of 3 replays" in result.sim
     assert len(result.current.throughputs) == len(result.proposed.throughputs) == W.CPU_CLOCK_REPEATS
     assert result.proposed.figures.completed == result.current.figures.completed == 48
     assert spread_line(result).endswith("over 3 replays each")
