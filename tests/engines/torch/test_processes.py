@@ -7,8 +7,11 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import signal
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -95,8 +98,41 @@ def test_a_dead_stage_process_is_an_error_not_a_hang() -> None:
         async def after_death() -> None:
             await asyncio.wait_for(remote.escrow([("r", 3)]), timeout=60)
 
-        with pytest.raises(StageDied, match="stage 1"):
+        with pytest.raises(StageDied, match="^stage 1 process was killed by SIGKILL$"):
             asyncio.run(after_death())
+    finally:
+        engine.close()
+
+
+def test_a_stuck_stage_process_holds_no_caller_and_its_death_fails_the_calls() -> None:
+    """A stage that stops receiving (SIGSTOP) makes gloo's send to it wait out the group timeout -
+    as one killed before gloo saw its socket close did, 1 run in 4 on a loaded machine. The caller's
+    own timeout still fires (no send on the event loop's thread); the kill then fails every call
+    within seconds, naming the stage."""
+    engine = TorchEngine("tiny-llama", pp=2, block_size=16, kv_blocks=[64], launcher="spawn")
+    try:
+        remote = engine.build().handles[1]
+        assert isinstance(remote, RemoteStageHandle)
+        proc = remote.rpc._proc
+        assert proc is not None and proc.pid is not None
+        os.kill(proc.pid, signal.SIGSTOP)
+        # The safety net for a regression: a send stuck on this thread wakes when the stage is killed.
+        net = threading.Timer(60, os.kill, (proc.pid, signal.SIGKILL))
+        net.start()
+
+        async def stuck() -> None:
+            await asyncio.wait_for(asyncio.gather(*(remote.stats() for _ in range(3))), timeout=3)
+
+        t0 = time.monotonic()
+        with pytest.raises(TimeoutError):
+            asyncio.run(stuck())
+        assert time.monotonic() - t0 < 30, "a send to the stopped stage held the caller"
+        net.cancel()
+        calls = [remote.rpc.submit("cache", "stats", ()) for _ in range(3)]
+        os.kill(proc.pid, signal.SIGKILL)
+        for call in calls:
+            with pytest.raises(StageDied, match="^stage 1 process was killed by SIGKILL$"):
+                call.result(timeout=30)
     finally:
         engine.close()
 

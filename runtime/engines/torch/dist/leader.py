@@ -1,4 +1,5 @@
-"""Rank 0's side of the stage processes: RPC clients, remote stage handles, the process executor.
+"""Rank 0's side of the stage processes: remote stage handles, the stage processes as one world
+(a dead stage fails it), the process executor. Messages to a stage go through ``rpc.RpcClient``.
 
 The shared loop never knows: a :class:`RemoteStageHandle` is a ``StageHandle`` whose every
 operation is one message to the stage that owns the cache (so ``on_stages`` sends an admission
@@ -9,11 +10,8 @@ other stages through their processes, activations going stage to stage directly.
 from __future__ import annotations
 
 import asyncio
-import itertools
-import signal
 import threading
-from array import array
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from multiprocessing.process import BaseProcess
 from typing import Any, TypeVar
@@ -23,125 +21,14 @@ from torch import Tensor
 
 from runtime.engines.base import LeaseItem, Materialized, MaterializeItem, StageHandle
 from runtime.engines.torch.dist.launch import World, join_torchrun, spawn_stages
+from runtime.engines.torch.dist.rpc import CLOSE_WAIT_S, LinkSender, RpcClient, StageDied, fail
 from runtime.engines.torch.dist.stage_server import Keys, StageSpec, run_chunks
-from runtime.engines.torch.dist.wire import Link
 from runtime.engines.torch.executor import RequestBook
 from runtime.engines.torch.model import StageModel
-from runtime.kvcache.stage_cache import CacheStats, DescriptorMismatch
-from runtime.request import Chunk, Request, Wave
+from runtime.kvcache.stage_cache import CacheStats
+from runtime.request import Chunk, Wave
 
 T = TypeVar("T")
-
-
-class StageDied(RuntimeError):
-    """A stage process died or its link broke; the message names the stage and the cause."""
-
-
-class RpcClient:
-    """Commands to one stage process and its replies, matched by message id.
-
-    Callers send (under a lock, in submission order), one thread receives; a reply resolves a thread-safe future,
-    so the same client serves the asyncio loop (:meth:`call`) and plain code (:meth:`call_sync`).
-    """
-
-    def __init__(self, stage: int, commands: Link, replies: Link, proc: BaseProcess | None = None) -> None:
-        self.stage = stage
-        self._commands, self._replies, self._proc = commands, replies, proc
-        self._ids = itertools.count()
-        self._pending: dict[int, Future[Any]] = {}
-        self._lock = threading.Lock()          # the pending table
-        self._send_lock = threading.Lock()
-        self._dead: str | None = None
-        self._closing = -1
-        self._reader = threading.Thread(target=self._read, name=f"from-stage{stage}", daemon=True)
-        self._reader.start()
-
-    def submit(self, op: str, *args: Any) -> Future[Any]:
-        fut: Future[Any] = Future()
-        with self._send_lock:                  # one sender at a time, messages in call order
-            with self._lock:
-                if self._dead is not None:
-                    fut.set_exception(StageDied(self._dead))
-                    return fut
-                msg_id = next(self._ids)
-                self._pending[msg_id] = fut
-                if op == "shutdown":
-                    self._closing = msg_id
-            # Not under self._lock: a send may wait for the stage to receive while the stage waits
-            # for our reader to take a reply; the reader needs only self._lock.
-            try:
-                self._commands.send_obj((msg_id, op, args))
-            except RuntimeError as exc:        # gloo: the connection is gone
-                self._die(f"stage {self.stage} process {self.exit_cause() or f'is gone: {exc}'}")
-        return fut
-
-    async def call(self, op: str, *args: Any) -> Any:
-        return await asyncio.wrap_future(self.submit(op, *args))
-
-    def call_sync(self, op: str, *args: Any) -> Any:
-        return self.submit(op, *args).result()
-
-    def _read(self) -> None:
-        try:
-            while True:
-                msg_id, ok, value = self._replies.recv_obj()
-                with self._lock:
-                    fut = self._pending.pop(msg_id)
-                if ok:
-                    fut.set_result(value)
-                else:
-                    fut.set_exception(value)
-                if msg_id == self._closing:
-                    return
-        except Exception as exc:          # the process died or the link broke: nothing will answer
-            self._die(f"stage {self.stage} process {self.exit_cause() or f'stopped answering: {exc}'}")
-
-    def exit_cause(self, wait_s: float = 1.0) -> str | None:
-        """How a spawned stage process ended ("was killed by SIGKILL", "exited with code 1"), if it did
-        within ``wait_s`` (a link breaks as its process goes: give it a moment)."""
-        if self._proc is None:
-            return None
-        self._proc.join(timeout=wait_s)
-        code = self._proc.exitcode
-        if code is None:
-            return None
-        if code < 0:
-            try:
-                return f"was killed by {signal.Signals(-code).name}"
-            except ValueError:
-                return f"was killed by signal {-code}"
-        return f"exited with code {code}"
-
-    def _die(self, why: str) -> None:
-        why = why.splitlines()[0]
-        with self._lock:
-            self._dead = self._dead or why
-            pending, self._pending = self._pending, {}
-        for fut in pending.values():
-            if not fut.done():
-                fut.set_exception(StageDied(self._dead))
-
-    @property
-    def alive(self) -> bool:
-        return self._dead is None
-
-    def kill(self) -> None:
-        """Stop a spawned stage process without a word (after another stage died)."""
-        self._die(f"stage {self.stage} stopped: another stage process died")
-        if self._proc is not None:
-            self._proc.kill()
-            self._proc.join(timeout=30)
-
-    def close(self) -> None:
-        try:
-            self.call_sync("shutdown")
-        except StageDied:
-            pass
-        self._reader.join(timeout=30)
-        if self._proc is not None:
-            self._proc.join(timeout=30)
-            if self._proc.is_alive():
-                self._proc.kill()
 
 
 class RemoteStageHandle(StageHandle):
@@ -213,7 +100,12 @@ class RemoteStageHandle(StageHandle):
 
 
 class StageProcesses:
-    """Ranks 1..P-1 as seen from rank 0: started (spawn) or joined (torchrun), built, reset, closed."""
+    """Ranks 1..P-1 as seen from rank 0: started (spawn) or joined (torchrun), built, reset, closed.
+
+    The first stage found dead fails the world: every call to any stage and every send on the link
+    to stage 1 fails with that stage's one line. (A neighbour blocked on a link to the dead stage
+    could otherwise wait out gloo's timeout, and the run with it.)
+    """
 
     def __init__(self, pp: int, launcher: str, cuda: bool) -> None:
         procs: list[BaseProcess] = []
@@ -224,9 +116,43 @@ class StageProcesses:
             if self.world.size != pp:
                 self.world.leave()
                 raise ValueError(f"torchrun started {self.world.size} processes for pp={pp}: they must be equal")
-        self.rpcs = {s: RpcClient(s, self.world.commands[s], self.world.replies[s], procs[s - 1] if procs else None)
-                     for s in range(1, pp)}
+        self._lock = threading.Lock()
+        self._died: str | None = None          # the first dead stage's line
+        self._sends: set[Future[Any]] = set()  # sends to stage 1 not done yet
+        self._to_stage1 = LinkSender("to-stage1-data")
+        self.rpcs: dict[int, RpcClient] = {}
+        for s in range(1, pp):
+            self.rpcs[s] = RpcClient(s, self.world.commands[s], self.world.replies[s],
+                                     procs[s - 1] if procs else None, on_death=self._stage_died)
         self._closed = False
+
+    @property
+    def healthy(self) -> bool:
+        """No stage process has died."""
+        return self._died is None
+
+    def _stage_died(self, why: str) -> None:
+        with self._lock:
+            if self._died is not None:
+                return
+            self._died = why
+            sends, self._sends = self._sends, set()
+        for rpc in list(self.rpcs.values()):
+            rpc.fail(why)
+        for fut in sends:
+            fail(fut, StageDied(why))
+
+    def send_to_stage1(self, fn: Callable[..., None], *args: Any) -> Future[None]:
+        """Run ``fn(*args)`` (a send on the data link to stage 1) on that link's sending thread, after
+        the sends before it. The future fails with StageDied as soon as a stage is found dead."""
+        fut: Future[None] = Future()
+        with self._lock:
+            if self._died is not None:
+                fut.set_exception(StageDied(self._died))
+                return fut
+            self._sends.add(fut)
+        fut.add_done_callback(lambda f: self._sends.discard(f))
+        return self._to_stage1.submit(fut, fn, *args)
 
     def build(self, specs: dict[int, StageSpec]) -> None:
         """Every stage builds its layers and pool at once (weights are made or read in each process)."""
@@ -254,19 +180,25 @@ class StageProcesses:
 
     def close(self, orderly: bool = True) -> None:
         """Stop every stage process: orderly (each drains its links and says goodbye), or - after a
-        stage died, or on an interrupt, when waves may be stuck mid-link - killed at once."""
+        stage died, on an interrupt, or when a goodbye does not come in time - killed at once."""
         if self._closed:
             return
         self._closed = True
-        if orderly and all(rpc.alive for rpc in self.rpcs.values()):
-            if 0 in self.world.data:
-                self.world.data[0].close()     # stage 1's inbound thread ends; each stage passes it on
-            for rpc in self.rpcs.values():
-                rpc.close()
-        else:                                  # a stage died: no orderly shutdown, stop the rest
+        if not (orderly and self.healthy and self._shut_down()):
             for rpc in self.rpcs.values():
                 rpc.kill()
+        self._to_stage1.close()
         self.world.leave()
+
+    def _shut_down(self) -> bool:
+        try:
+            # Stage 1's inbound thread ends; each stage passes the end on to the next.
+            self.send_to_stage1(self.world.data[0].close).result(timeout=CLOSE_WAIT_S)
+            for rpc in self.rpcs.values():
+                rpc.close()
+        except (StageDied, TimeoutError):
+            return False
+        return True
 
 
 class ProcessExecutor(RequestBook):
@@ -283,7 +215,6 @@ class ProcessExecutor(RequestBook):
         self.max_context = max_context
         self._outputs: dict[int, tuple[Keys, Tensor]] = {}
         self._compute = ThreadPoolExecutor(1, thread_name_prefix="stage0")
-        self._send = ThreadPoolExecutor(1, thread_name_prefix="stage0-send")
 
     def reset(self) -> None:
         """A new run: every stage starts with an empty cache and nothing in flight."""
@@ -309,7 +240,7 @@ class ProcessExecutor(RequestBook):
         if stage == 0:
             keys, out = self._outputs.pop(wave.id, ([], torch.empty(0, self.stage0.cfg.hidden_size)))
             await self.procs.blame(asyncio.wrap_future(
-                self._send.submit(self.procs.world.data[0].send_tensor, (wave.id, keys), out)))
+                self.procs.send_to_stage1(self.procs.world.data[0].send_tensor, (wave.id, keys), out)))
         else:
             await self.procs.blame(self.procs.rpcs[stage].call("transfer", wave.id))
 
@@ -320,11 +251,12 @@ class ProcessExecutor(RequestBook):
         return self.procs.rpcs[stage].call_sync("gather_kv", layer, table, num_tokens)  # type: ignore[no-any-return]
 
     def close(self, orderly: bool = True) -> None:
-        """Stop stage 0's threads and every stage process (``orderly=False``: kill them at once)."""
-        if not orderly:                        # first: a thread blocked on a dead link ends with the link
+        """Stop stage 0's compute thread and every stage process (``orderly=False``, or after a stage
+        died: kill them at once, and wait for no thread)."""
+        orderly = orderly and self.procs.healthy
+        if not orderly:
             self.procs.close(orderly=False)
         self._compute.shutdown(wait=orderly)
-        self._send.shutdown(wait=orderly)
         self.procs.close()
 
 
@@ -340,4 +272,5 @@ def start_processes(specs: Sequence[StageSpec], launcher: str, device: torch.dev
         raise
 
 
-__all__ = ["ProcessExecutor", "RemoteStageHandle", "RpcClient", "StageDied", "StageProcesses", "World", "start_processes"]
+__all__ = ["ProcessExecutor", "RemoteStageHandle", "RpcClient", "StageDied", "StageProcesses", "World",
+           "start_processes"]

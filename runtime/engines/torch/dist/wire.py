@@ -35,8 +35,15 @@ class Link:
     objects: Any                  # a torch.distributed process group
     tensors: Any
 
+    @staticmethod
+    def encode(obj: Any) -> bytes:
+        """An object message as it travels (a pickle): whoever encodes it sees a pickling error."""
+        return pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+
     def send_obj(self, obj: Any) -> None:
-        payload = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+        self.send_encoded(self.encode(obj))
+
+    def send_encoded(self, payload: bytes) -> None:
         first = bytearray(FRAME)
         _HEAD.pack_into(first, 0, len(payload))
         room = FRAME - _HEAD.size
