@@ -114,7 +114,8 @@ def serve_stage(rank: int, size: int, init_method: str, cuda: bool) -> None:
     except RuntimeError:                        # gloo: the leader's link is gone
         # One write of the whole line: the stages share the terminal, and a print's separate write
         # of the newline lets two stages' lines run together.
-        os.write(sys.stderr.fileno(), f"wavepp: stage {rank}: the leader is gone (its link closed), stopping\n".encode())
+        line = f"wavepp: stage {rank}: the leader is gone (its link closed), stopping\n"
+        os.write(sys.stderr.fileno(), line.encode())
         os._exit(1)                             # the stage's own threads may still wait on dead links
     finally:
         world.leave()
