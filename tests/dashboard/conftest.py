@@ -7,6 +7,7 @@ import socket
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -70,30 +71,40 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-@pytest.fixture(scope="session")
-def knob_change_store() -> Iterator[str]:
-    """A store holding a finished real-time sim run whose wave budget was halved midway through the
-    dashboard's own write path (the Knobs page's): before/after windows to compare."""
+@contextmanager
+def redis_cluster(prefix: str) -> Iterator[str]:
+    """A store URL on the local Redis (db 13) under a cluster tag of its own; its keys deleted after."""
     import uuid
 
     import redis
 
+    cluster = f"{prefix}-{uuid.uuid4().hex[:8]}"
+    try:
+        yield f"redis://127.0.0.1:6379/13?cluster={cluster}"
+    finally:
+        client = redis.Redis(db=13)
+        keys = list(client.scan_iter(match=f"wavepp:{{{cluster}}}:*"))
+        if keys:
+            client.delete(*keys)
+        client.close()
+
+
+@pytest.fixture(scope="session")
+def knob_change_store() -> Iterator[str]:
+    """A store holding a finished real-time sim run whose wave budget was halved midway through the
+    dashboard's own write path (the Knobs page's): before/after windows to compare."""
     from dashboard.knob_form import parse
     from runtime.knobs import Knobs
 
-    cluster = f"knobchange-{uuid.uuid4().hex[:8]}"
-    url = f"redis://127.0.0.1:6379/13?cluster={cluster}"
-    thread, _, source, snap = live_run(url, 40)
-    changes, errors = parse({"max_wave_tokens": "8192", "min_wave_tokens": "4096"}, Knobs(**snap.knobs.values))  # type: ignore[union-attr]
-    assert not errors
-    # In a thread of its own: the write runs an asyncio loop, and a browser test's playwright may hold
-    # this thread's.
-    writer = threading.Thread(target=lambda: source.write_knobs(changes))
-    writer.start()
-    writer.join(30)
-    thread.join(120)
-    yield url
-    client = redis.Redis(db=13)
-    keys = list(client.scan_iter(match=f"wavepp:{{{cluster}}}:*"))
-    if keys:
-        client.delete(*keys)
+    with redis_cluster("knobchange") as url:
+        thread, _, source, snap = live_run(url, 40)
+        changes, errors = parse({"max_wave_tokens": "8192", "min_wave_tokens": "4096"},
+                                Knobs(**snap.knobs.values))  # type: ignore[union-attr]
+        assert not errors
+        # In a thread of its own: the write runs an asyncio loop, and a browser test's playwright may
+        # hold this thread's.
+        writer = threading.Thread(target=lambda: source.write_knobs(changes))
+        writer.start()
+        writer.join(30)
+        thread.join(120)
+        yield url

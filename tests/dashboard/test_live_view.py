@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import time
-import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -18,17 +17,13 @@ from runtime.bench import BenchConfig, RunRecord, run_one
 from runtime.engines.sim.engine import SimEngine
 from runtime.workloads import parse_workload
 
-from .conftest import APP  # type: ignore[import-not-found]
+from .conftest import APP, redis_cluster  # type: ignore[import-not-found]
 
 
 @pytest.fixture
 def url(dashboard_env: None) -> Iterator[str]:
-    cluster = f"live-{uuid.uuid4().hex[:8]}"
-    yield f"redis://127.0.0.1:6379/13?cluster={cluster}"
-    client = redis.Redis(db=13)
-    keys = list(client.scan_iter(match=f"wavepp:{{{cluster}}}:*"))
-    if keys:
-        client.delete(*keys)
+    with redis_cluster("live") as url:
+        yield url
 
 
 def bench_run(url: str, policy: str) -> RunRecord:

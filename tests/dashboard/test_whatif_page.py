@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -24,7 +23,7 @@ from runtime.whatif import MIN_ARRIVALS
 from runtime.workloads import parse_workload
 from telemetry import names as N
 
-from .conftest import APP, live_run  # type: ignore[import-not-found]
+from .conftest import APP, live_run, redis_cluster  # type: ignore[import-not-found]
 
 
 @pytest.fixture(scope="module")
@@ -146,13 +145,8 @@ def test_bad_input_in_the_form_starts_no_preview(ring1_run: Path, dashboard_env:
 
 @pytest.fixture
 def store_url(dashboard_env: None) -> Iterator[str]:
-    cluster = f"whatif-{uuid.uuid4().hex[:8]}"
-    yield f"redis://127.0.0.1:6379/13?cluster={cluster}"
-    client = redis.Redis(db=13)
-    keys = list(client.scan_iter(match=f"wavepp:{{{cluster}}}:*"))
-    if keys:
-        client.delete(*keys)
-    client.close()
+    with redis_cluster("whatif") as url:
+        yield url
 
 
 def test_preview_on_a_live_store_replays_the_running_sim_it_describes(store_url: str) -> None:
