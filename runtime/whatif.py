@@ -38,6 +38,12 @@ from runtime.workloads import WorkloadSpec
 from telemetry import names as N
 
 MIN_ARRIVALS = 16            # fewer requests than this say too little about a setting
+# A replay starts with an empty pipeline and ends by draining it; the run it replays was full at both
+# ends of the window. So both are measured alike, on the requests that arrived between the first and
+# the last few (2 x the concurrency, at most an eighth of the arrivals, at each end) and the steps
+# from the first of those arrivals until the last of those requests finished (observed_since).
+MEASURE_MARGIN_PER_CLIENT = 2
+MEASURE_MARGIN_FRACTION = 8
 MAX_ARRIVALS = 400           # the most recent ones are replayed (a preview takes seconds, not minutes)
 DEFAULT_WINDOW_S = 60.0
 DEFAULT_TIME_LIMIT_S = 60.0
@@ -72,6 +78,27 @@ class Replay:
     start_ns: int = 0             # the first and the last one's arrival on the run's span clock
     end_ns: int = 0
     observed: tuple[Span, ...] = ()   # the run's spans from the first arrival on (a real-time replay's fit)
+
+    @property
+    def margin(self) -> int:
+        """Arrivals left out of the figures at each end of the replay (:func:`measured_window`)."""
+        return min(MEASURE_MARGIN_PER_CLIENT * self.concurrency, len(self.arrivals) // MEASURE_MARGIN_FRACTION)
+
+    @property
+    def measured_ns(self) -> tuple[int, int]:
+        """The arrivals the figures count, on the run's span clock: from the one after the first
+        ``margin`` to the one before the last ``margin``."""
+        if not self.arrivals:
+            return self.start_ns, self.end_ns
+        return measured_bounds([self.start_ns + round(a.offset_s * 1e9) for a in self.arrivals], self.margin)
+
+
+def measured_bounds(arrived_ns: Sequence[int], margin: int) -> tuple[int, int]:
+    """The first and the last arrival counted of these (sorted): ``margin`` in from each end, and
+    past every arrival at the very first one's time (a closed loop's opening burst is all fill)."""
+    last = arrived_ns[max(len(arrived_ns) - 1 - margin, 0)]
+    later = [t for t in arrived_ns[margin:] if t > arrived_ns[0]]
+    return (later[0] if later and later[0] <= last else arrived_ns[min(margin, len(arrived_ns) - 1)]), last
 
 
 def arrivals_from_spans(spans: Sequence[Span], window_s: float | None = DEFAULT_WINDOW_S,
@@ -315,17 +342,32 @@ def predict_each(replay: Replay, spec: SimSpec, settings: Sequence[tuple[Knobs, 
             runs[n].append(replay_once(replay, spec, knobs, deadline,
                                        label if spec.repeats == 1 else f"{label} ({i}/{spec.repeats})"))
             took[n] += time.monotonic() - started
-    return [Prediction(knobs.as_dict(), median_run([r.figures for r in done]), seconds,
-                       tuple(r.figures.input_tokens_per_s or 0.0 for r in done))
-            for (knobs, _), done, seconds in zip(settings, runs, took, strict=True)]
+    measured = [[measured_figures(r, replay, spec.pp) for r in done] for done in runs]
+    return [Prediction(knobs.as_dict(), median_run(figures), seconds,
+                       tuple(f.input_tokens_per_s or 0.0 for f in figures))
+            for (knobs, _), figures, seconds in zip(settings, measured, took, strict=True)]
+
+
+def measured_figures(record: RunRecord, replay: Replay, num_stages: int) -> RunFigures:
+    """A replay's figures over the arrivals a run's are measured on (``Replay.margin``): not its fill
+    at the start nor its drain at the end, which the run it replays did not have."""
+    arrived = sorted(s["t0"] for s in record.encoded if s["n"] == N.REQUEST)
+    if len(arrived) <= 2 * replay.margin:
+        return record.figures
+    first, last = measured_bounds(arrived, replay.margin)
+    return observed_since(record.encoded, first, num_stages, last, record.meta)
 
 
 def anchored(predictions: Sequence[Prediction], current: RunFigures, observed: RunFigures | None) -> list[Prediction]:
     """Each prediction moved by what separates the replay of the current knobs (``current``) from
     what the run did over the same arrivals (``observed``): rates, makespan and prefill latencies by
-    the ratio, pipeline efficiency by the difference. The replays' level is the part a preview
-    knows least (the machine's load when it runs against when the run ran, prompts rebuilt from their
-    shape); their differences are what it is for. The same when ``observed`` says too little."""
+    the ratio. The replays' speed is the part a preview knows least (the machine's load when it runs
+    against when the run ran, prompts rebuilt from their shape); their differences are what it is
+    for. Pipeline efficiency stays as replayed: a ratio of busy to elapsed time, a machine uniformly
+    slower leaves it as it is, and an offset of the replay's (measured: mostly the preview competing
+    with the runtime for the cores) did not carry over to other settings (it moved a ring=1 change's
+    efficiency 0.05-0.07 off, where the replays alone were within 0.005). The same when ``observed``
+    says too little."""
     if observed is None or observed.completed < MIN_ARRIVALS or not current.input_tokens_per_s \
             or not observed.input_tokens_per_s:
         return list(predictions)
@@ -336,13 +378,10 @@ def anchored(predictions: Sequence[Prediction], current: RunFigures, observed: R
         return value * o / c if value is not None and o is not None and c else value
 
     def move(f: RunFigures) -> RunFigures:
-        eff = f.pipeline_efficiency
-        if eff is not None and observed.pipeline_efficiency is not None and current.pipeline_efficiency is not None:
-            eff = min(max(eff + observed.pipeline_efficiency - current.pipeline_efficiency, 0.0), 1.0)
         return dataclasses.replace(
             f, input_tokens_per_s=by_ratio("input_tokens_per_s", f.input_tokens_per_s),
             computed_tokens_per_s=f.computed_tokens_per_s * rate if f.computed_tokens_per_s is not None else None,
-            makespan_s=f.makespan_s / rate if f.makespan_s is not None else None, pipeline_efficiency=eff,
+            makespan_s=f.makespan_s / rate if f.makespan_s is not None else None,
             prefill_latency_p50_s=by_ratio("prefill_latency_p50_s", f.prefill_latency_p50_s),
             prefill_latency_p95_s=by_ratio("prefill_latency_p95_s", f.prefill_latency_p95_s),
             prefill_latency_p99_s=by_ratio("prefill_latency_p99_s", f.prefill_latency_p99_s))
@@ -382,7 +421,8 @@ def median_run(runs: Sequence[RunFigures]) -> RunFigures:
 def observed_over(spans: Sequence[Span], replay: Replay, num_stages: int) -> RunFigures:
     """What the run itself did over the replayed arrivals (the replay of its current knobs is checked
     against it)."""
-    return observed_since(spans, replay.start_ns, num_stages, replay.end_ns)
+    first, last = replay.measured_ns
+    return observed_since(spans, first, num_stages, last)
 
 
 def check_replay(replay: Replay) -> None:

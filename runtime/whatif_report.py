@@ -64,7 +64,7 @@ def replay_check(current: Prediction, observed: RunFigures) -> str:
             f"{fmt(_diff(observed.pipeline_efficiency, replayed.pipeline_efficiency), '+.3f')})")
     if current.raw is not None:
         line += ("; the predictions are anchored on the run: rates and latencies scaled by that ratio, "
-                 "efficiency moved by that difference")
+                 "efficiency as replayed")
     return line
 
 

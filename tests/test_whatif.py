@@ -54,10 +54,11 @@ def test_a_change_that_must_help_does(ring1: RunRecord) -> None:
 def test_the_same_knobs_predict_what_the_run_did(ring1: RunRecord) -> None:
     """Arrivals, lengths and reusable prefixes are all the replay keeps; for the run's own knobs they
     are enough to predict its throughput and efficiency."""
-    observed = ring1.figures
+    observed = W.observed_over(ring1.encoded, replay(ring1), 4)     # the run without its fill and drain
     current = W.knobs_at_end(ring1.meta, [])
     pred = W.preview(replay(ring1), W.sim_spec(ring1.meta), current, current).proposed.figures
-    assert pred.completed == observed.completed == 96
+    assert pred.completed == observed.completed
+    assert 96 // 2 < observed.completed < 96 - 12      # without a margin of 12 (an eighth) at each end
     assert pred.input_tokens_per_s == pytest.approx(observed.input_tokens_per_s, rel=0.02)
     assert pred.pipeline_efficiency == pytest.approx(observed.pipeline_efficiency, abs=0.02)
     assert pred.good_hit_rate == pytest.approx(observed.good_hit_rate, abs=0.02)
