@@ -197,7 +197,7 @@ class PipelineLoop:
         named |= {f"stage{w.stage}": w.execute_waves() for w in self.stages}
         named |= {f"link{s}": run_link(self.stages[s], self.stages[s + 1]) for s in range(self.num_stages - 1)}
         tasks = [asyncio.create_task(coro, name=name) for name, coro in named.items()]
-        if isinstance(self.workload, TraceWorkload):
+        if isinstance(self.workload, TraceWorkload) and self.workload.open_loop:
             tasks.append(asyncio.create_task(self._open_loop_arrivals(self.workload), name="arrivals"))
         elif isinstance(self.workload, ServerSource):      # requests arrive when clients send them
             port = LoopPort(self._arrive, self.run_state, self.ends, self.result.failures)

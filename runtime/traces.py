@@ -19,7 +19,7 @@ from array import array
 from dataclasses import dataclass
 from pathlib import Path
 
-from runtime.hashing import block_hashes
+from runtime.hashing import ROOT_HASH, block_hashes
 from runtime.request import Request
 
 TRACE_BLOCK_TOKENS = 512
@@ -98,12 +98,15 @@ class TraceWorkload:
 
     ``speed`` replays the trace that many times faster (offsets divided by it). A trace built in
     memory (a what-if replay of a run's arrivals, :mod:`runtime.whatif`) may name its hash ids per
-    KV block (``block_tokens``) and prefixes to compute before the first arrival (``primed``)."""
+    KV block (``block_tokens``) and prefixes to compute before the first arrival (``primed``).
 
-    open_loop = True
+    ``open_loop=False`` (the replay of a closed-loop run): the offsets are ignored and the requests
+    arrive as a closed loop's do, the next one as one finishes (the loop's own closed-loop path,
+    as the run's generator did: the order in which an arrival, an admission round and the next
+    wave's plan run after a wave retires is the run's)."""
 
     def __init__(self, trace: Trace, block_size: int, vocab_size: int, extra: bytes = b"",
-                 speed: float = 1.0) -> None:
+                 speed: float = 1.0, open_loop: bool = True) -> None:
         if trace.block_tokens % block_size:
             raise TraceError(f"the block size {block_size} must divide the trace's {trace.block_tokens}-token blocks")
         if not speed > 0:
@@ -113,9 +116,11 @@ class TraceWorkload:
         self.vocab_size = vocab_size
         self.extra = extra
         self.speed = speed
+        self.open_loop = open_loop
         self.num_requests = len(trace.rows)
         self.issued = 0
         self._blocks: dict[int, array] = {}
+        self._hashed: dict[tuple[int, int], list[int]] = {}
 
     @property
     def exhausted(self) -> bool:
@@ -157,4 +162,20 @@ class TraceWorkload:
         row = self.trace.rows[i]
         tokens = self._tokens(row.hash_ids, row.input_length)
         group = f"h{row.hash_ids[0]}" if row.hash_ids else "cold"
-        return Request(f"t{row.line:06d}", tokens, now, block_hashes(tokens, self.block_size, self.extra), group)
+        return Request(f"t{row.line:06d}", tokens, now, self._hashes(row.hash_ids, tokens), group)
+
+    def _hashes(self, hash_ids: tuple[int, ...], tokens: array) -> list[int]:
+        """``block_hashes(tokens)``, each whole trace block's KV block hashes remembered by (parent hash,
+        hash id): a prefix many requests share is hashed once, as a workload generator hashes only a
+        prompt's new suffix (the arrival's CPU cost, which a real-time loop pays, is the run's)."""
+        size = self.trace.block_tokens
+        out: list[int] = []
+        parent = ROOT_HASH
+        whole = len(tokens) // size
+        for h in hash_ids[:whole]:
+            hashes = self._hashed.get((parent, h))
+            if hashes is None:
+                hashes = self._hashed[(parent, h)] = block_hashes(self._block(h), self.block_size, self.extra, parent)
+            out += hashes
+            parent = hashes[-1]
+        return out + block_hashes(tokens[whole * size:], self.block_size, self.extra, parent)

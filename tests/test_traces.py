@@ -29,6 +29,33 @@ def test_equal_hash_ids_give_equal_tokens_and_block_hashes() -> None:
     assert [w.arrival_offset(i) for i in range(4)] == [0.0, 0.5, 1.0, 1.5]
 
 
+def test_remembered_prefix_hashes_are_the_prompts_own() -> None:
+    """A shared prefix is hashed once (remembered per parent and hash id); every request's hashes are
+    still exactly those of its tokens, for any block size dividing the trace's blocks."""
+    from runtime.hashing import block_hashes
+    for block in (64, 128, 512):
+        w = TraceWorkload(load_trace(GOOD), block, 32000, extra=b"m")
+        for _ in range(w.num_requests):
+            r = w.next_request(0.0)
+            assert r.block_hashes == block_hashes(r.tokens, block, b"m")
+        assert w._hashed                                         # the prefixes were remembered, not rehashed
+
+
+def test_a_closed_loop_trace_workload_arrives_as_requests_finish() -> None:
+    """open_loop=False (a what-if replay of a closed-loop run): the offsets are ignored; the first c
+    arrive at once, each later one when an earlier one finishes."""
+    trace = load_trace(GOOD)
+    engine = SimEngine("llama-3-8b", "h200", 2, kv_blocks=[3000])
+    cfg = BenchConfig(parse_workload("trace:" + GOOD), [2], ["wavepp"], None)
+    record = run_one(engine, cfg, "wavepp", 2, workload=TraceWorkload(trace, 64, 32000, open_loop=False))
+    reqs = sorted((s for s in record.encoded if s["n"] == N.REQUEST), key=lambda s: s["t0"])
+    ends = sorted(s["t1"] for s in reqs)
+    assert len(reqs) == len(trace.rows) and reqs[0]["t0"] == reqs[1]["t0"]
+    for k, later in enumerate(reqs[2:]):
+        assert later["t0"] >= ends[k]                             # never more than 2 outstanding
+    assert reqs[-1]["t0"] < trace.rows[-1].arrival_s * 1e9 + reqs[0]["t0"]   # not at the trace's offsets
+
+
 def test_a_bad_line_fails_with_its_number_or_is_skipped_and_counted() -> None:
     with pytest.raises(TraceError, match=r"bad.jsonl:2: .*\(--on-bad-line skip to replay the rest\)"):
         load_trace(BAD)
