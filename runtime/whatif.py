@@ -19,6 +19,15 @@ run's concurrency (``open_loop=False``: the loop's own closed-loop path, the nex
 one finishes), so a faster setting can show its gain. The path matters in real time: replayed
 through the open-loop arrival task instead, a ring=2 run's 8 requests a wave became 5.6 (the next
 wave was planned before the round that admitted the returning requests), 16 % off in throughput.
+
+What a closed-loop replay cannot know is how the run's clients were grouped: they return in the
+groups their requests finished in, so waves keep the grouping they start with, and the replay starts
+from all clients at once. Measured (real time, 400 arrivals): a sim ring=8 window replayed from that
+burst formed 68 waves where the run formed 72; opened instead at the window's first arrival times it
+formed 116 (each arrival into an idle pipeline is a wave of its own), so the burst stays. A torch
+window recorded at ring=1 replayed at ring=4 gives efficiency 0.90-0.97 from the burst (0.99 opened
+at the arrival times) where the runtime, switched to ring=4 mid-run, measured 0.94-0.99 in five
+runs: the grouping is a spread the run itself has, not a level the replay can fit.
 """
 
 from __future__ import annotations
