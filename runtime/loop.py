@@ -367,7 +367,7 @@ class PipelineLoop:
             attributes = {N.WAVE_ID: wave.id, N.BUDGET: plan.budget, N.TOKENS: wave.num_tokens,
                           N.REQUEST_IDS: [c.request_id for c in plan.chunks]}
             span.set_attributes(attributes | {N.NUM_WAVES_READY: plan.ready_waves, N.NUM_IN_FLIGHT: run.in_flight,
-                                              N.RING: self.ring})
+                                              N.RING: self.ring, N.POLICY: self.policy.name})
         # The wave's own trace: its span lives until the wave retires and parents its stage steps.
         wave.span = self.tel.start(N.WAVE, attributes, root=True, link_to=carried)
         return wave

@@ -174,7 +174,11 @@ class WaveppMetrics:
 
 class MetricsSpanProcessor(SpanProcessor):
     """Turns each recorded span of one run into metric points as it ends (on the loop's thread:
-    a few dictionary lookups and instrument updates, no I/O)."""
+    a few dictionary lookups and instrument updates, no I/O).
+
+    Points carry the policy that runs now: each wave plan names its policy (``wavepp.policy``), and
+    a plan under another one (the ``policy`` knob changed at a wave boundary) moves every later
+    point to that label; the old policy's busy fraction stops being reported."""
 
     def __init__(self, metrics: WaveppMetrics, policy: str) -> None:
         self.m = metrics
@@ -208,6 +212,10 @@ class MetricsSpanProcessor(SpanProcessor):
                     m.admission_interval.record((t1 - self._last_admitting_round) / 1e9, labels)
                 self._last_admitting_round = t1
         elif name == N.WAVE_PLAN:
+            policy = attrs.get(N.POLICY)
+            if isinstance(policy, str) and policy and policy != self.policy:
+                self._switch(policy)
+                labels = self.labels
             tokens = int(attrs.get(N.TOKENS, 0))       # type: ignore[arg-type]
             if tokens > 0:
                 m.waves.add(1, labels)
@@ -218,6 +226,11 @@ class MetricsSpanProcessor(SpanProcessor):
                 m.wave_ring.set(int(attrs.get(N.RING, 0)), labels)                  # type: ignore[arg-type]
         elif name == N.REQUEST:
             self._request(span, attrs, seconds)
+
+    def _switch(self, policy: str) -> None:
+        self.m._reset_busy(self.policy)
+        self.policy, self.labels = policy, {"policy": policy}
+        self.m._reset_busy(policy)
 
     def _request(self, span: ReadableSpan, attrs: Mapping[str, Any], seconds: float) -> None:
         m, labels = self.m, self.labels

@@ -230,7 +230,7 @@ class Telemetry:
     def status(self, snapshot: dict[str, Any]) -> None:
         """A status snapshot of the loop (queues, per-stage KV blocks): the metrics' gauges."""
         if self.metrics is not None:
-            self.metrics.observe_status(self.policy, snapshot)
+            self.metrics.observe_status(str(snapshot.get("policy") or self.policy), snapshot)   # the policy now
 
     def dropped(self) -> dict[str, int]:
         """Spans each exporter dropped so far (queue full, endpoint down), by exporter name."""

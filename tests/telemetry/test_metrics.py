@@ -102,3 +102,42 @@ def test_a_run_feeds_the_queue_and_kv_gauges_from_its_status(metrics: WaveppMetr
     assert value(m["wavepp_requests_waiting"], policy="wavepp") == last["waiting"]
     # Stage completion has its own step (a span per stage for each wave that finishes requests).
     assert value(m["wavepp_stage_step_seconds_count"], step="complete", stage="1") > 0
+
+
+def test_after_a_policy_change_points_carry_the_policy_that_runs(metrics: WaveppMetrics) -> None:
+    """The `policy` knob changed mid-run: waves, steps and requests after the change are counted under
+    the new policy, those before under the old one, none lost; the old busy fraction stops."""
+    import asyncio
+
+    from runtime.engines.sim.clock import run_virtual
+    from runtime.engines.sim.engine import SimEngine
+    from runtime.knobs import Knobs
+    from runtime.loop import PipelineLoop
+    from runtime.workloads import Workload, parse_workload
+    from telemetry import names as N
+
+    engine = SimEngine("llama-3-8b", "h200", 2, kv_blocks=[2000])
+    parts = engine.build()
+    tel = engine.telemetry(metrics=metrics)
+    workload = Workload(parse_workload("reuse90"), 48, 2048, 64, engine.vocab_size, 0)
+    knobs = Knobs(max_wave_tokens=4096, min_wave_tokens=2048)
+
+    async def main() -> None:
+        loop = PipelineLoop(parts.handles, parts.executor, parts.store, knobs, workload, 4, tel, 64)
+        run = asyncio.create_task(loop.run())
+        while loop.next_wave_id < 6:
+            await asyncio.sleep(0.001)
+        loop.set_knobs(knobs.replace(policy="trtllm-pp"))
+        await run
+
+    run_virtual(main())
+    plans = [s for s in tel.finished_spans() if s.name == N.WAVE_PLAN and (s.attributes or {}).get(N.TOKENS)]
+    by_policy = {p: sum(1 for s in plans if s.attributes[N.POLICY] == p) for p in ("wavepp", "trtllm-pp")}
+    assert by_policy["wavepp"] >= 6 and by_policy["trtllm-pp"] > 0
+    m = scrape(metrics.serve(0))
+    for policy, waves in by_policy.items():
+        assert value(m["wavepp_waves_total"], policy=policy) == waves
+    assert value(m["wavepp_requests_total"], outcome="completed") == 48
+    assert value(m["wavepp_requests_total"], policy="trtllm-pp", outcome="completed") > 0
+    assert value(m["wavepp_stage_busy_ratio"], policy="wavepp") == 0                    # no longer reported
+    assert value(m["wavepp_stage_busy_ratio"], policy="trtllm-pp") > 0
