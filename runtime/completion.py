@@ -31,7 +31,8 @@ STATUS_HISTORY = 20_000
 @dataclass(slots=True)
 class LoopResult:
     completions: deque[Completion] = field(default_factory=lambda: deque(maxlen=COMPLETIONS_KEPT))
-    failures: dict[str, str] = field(default_factory=dict)     # request id -> one-line error
+    failures: dict[str, str] = field(default_factory=dict)     # request id -> one-line error (a server drops
+    num_failed: int = 0                                        # each once answered; this counts them all)
     knob_changes: list[tuple[int, dict[str, Any]]] = field(default_factory=list)   # (span-clock ns, changes)
     status: deque[dict[str, Any]] = field(default_factory=lambda: deque(maxlen=STATUS_HISTORY))
 
@@ -131,6 +132,7 @@ class RequestEnds:
         req.state = RequestState.FAILED
         self.executor.forget(req.id)
         self.result.failures[req.id] = error
+        self.result.num_failed += 1
         span = self.spans.pop(req.id)
         self.tel.event(span, N.EVENT_FAILED, {N.ERROR: error})
         span.set_attributes({N.FALLBACKS: req.fallbacks, N.OUTCOME: "failed"})

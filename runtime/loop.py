@@ -384,7 +384,7 @@ class PipelineLoop:
         return {"t": self.tel.now_ns(), "run": self.tel.run_id, "wall": time.time(), "state": state,
                 "policy": self.policy.name, "waiting": self.run_state.num_waiting,
                 "active": self.run_state.num_active, "in_flight": self.run_state.in_flight, "ring": self.ring,
-                "finished": self.num_finished, "failed": len(self.result.failures),
+                "finished": self.num_finished, "failed": self.result.num_failed,
                 "knobs_version": self.knob_watcher.version, "knobs_refused": self.knob_watcher.refused,
                 "stages": stages}
 

@@ -63,6 +63,8 @@ def test_bounded_queue_and_cancellation_in_every_state_release_everything() -> N
             outcome = await asyncio.wait_for(futures[i], 30)
             assert outcome.completion is not None and outcome.completion.request_id == f"r{i}"
         assert source.outstanding == 0 and not loop.result.failures      # a server keeps no record of them
+        # ... but counts them: the two cancelled ended without a completion (its state says which were cancelled)
+        assert (await loop.status())["failed"] == loop.result.num_failed == 2
         loop.done.set()
         await run
         for h in parts.handles:
