@@ -13,6 +13,7 @@ import itertools
 import logging
 import time
 from array import array
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -37,6 +38,30 @@ log = logging.getLogger(__name__)
 
 READY_PROBE_S = 1.0          # /ready: the store must answer within this
 IDLE_RESTART_SPANS = 100_000  # the live idle split holds about this many spans at most
+RATE_WINDOW_S = 30.0         # Retry-After: the answer rate over this many recent seconds
+
+
+class RecentRate:
+    """Requests answered per second over the last ``window_s`` (or since the start, when younger):
+    what the queue drains at now, not the average since the server started (a server idle for an
+    hour and then flooded would tell every client to come back in a minute)."""
+
+    def __init__(self, started: float, window_s: float = RATE_WINDOW_S) -> None:
+        self.started = started
+        self.window_s = window_s
+        self._ends: deque[float] = deque()
+
+    def note(self, t: float) -> None:
+        self._ends.append(t)
+        self._trim(t)
+
+    def per_s(self, t: float) -> float:
+        self._trim(t)
+        return len(self._ends) / max(1e-3, min(self.window_s, t - self.started))
+
+    def _trim(self, t: float) -> None:
+        while self._ends and self._ends[0] < t - self.window_s:
+            self._ends.popleft()
 
 
 class NotServing(Exception):
@@ -102,6 +127,7 @@ class ServerRuntime:
         self._task: asyncio.Task[Any] | None = None
         self._ids = itertools.count()
         self.started_at = time.time()
+        self.answered = RecentRate(time.monotonic())
 
     # ---- life cycle -----------------------------------------------------------------------------
     async def start(self) -> None:
@@ -170,13 +196,9 @@ class ServerRuntime:
         return self.serving and not self.draining and self.source.can_accept()
 
     def retry_after_s(self) -> int:
-        """Seconds the queue would take to drain at the server's average completion rate since it
-        started (at least 1, at most 60)."""
-        loop = self.loop
-        if loop is None:
-            return 1
-        done = loop.num_finished
-        rate = done / max(1e-3, time.time() - self.started_at)
+        """Seconds the queue would take to drain at the rate requests were answered over the last
+        ``RATE_WINDOW_S`` (at least 1, at most 60; 1 when none was answered in that time)."""
+        rate = self.answered.per_s(time.monotonic())
         return max(1, min(60, round(self.source.queued / rate) if rate > 0 else 1))
 
     def make_request(self, token_ids: Sequence[int]) -> Request:
@@ -193,6 +215,7 @@ class ServerRuntime:
 
     async def result(self, req: Request, future: asyncio.Future[Outcome], accepted: float) -> PrefillResult:
         outcome = await future
+        self.answered.note(time.monotonic())
         if outcome.completion is None:
             raise RequestFailed(outcome.error or "failed")
         c = outcome.completion
