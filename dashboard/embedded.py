@@ -25,6 +25,7 @@ from typing import Any
 from runtime.engines.sim.engine import SimEngine
 from runtime.knobs import Knobs
 from runtime.loop import PipelineLoop
+from runtime.run_meta import describe_run
 from runtime.runfile import RunInfo
 from runtime.workloads import Workload, parse_workload
 from store.base import KnobsRecord, StoreError
@@ -96,6 +97,10 @@ class EmbeddedRuntime:
                             self.engine.vocab_size, self.seed)
         self.loop = PipelineLoop(parts.handles, parts.executor, self.store, self.knobs, workload,
                                  self.concurrency, tel, self.engine.block_size)
+        # What this run is (engine, model, stages, workload, knobs: runtime.run_meta), as `wavepp bench`
+        # and `wavepp serve` publish it: the dashboard's Preview replays the run from it.
+        await self.store.run_meta_put(self.run.id, describe_run(self.engine, self.run, self.knobs,
+                                                                [h.capacity for h in parts.handles]))
         self.ready = True
         self._started.set()
         await self.loop.run()
@@ -146,6 +151,11 @@ class _Facade:
     def knobs(self) -> KnobsRecord:
         record: KnobsRecord = self.rt.call(self.rt.store.knobs_get())
         return record
+
+    def run_meta(self) -> dict[str, Any] | None:
+        """The description the runtime published when its run started (None before it did)."""
+        meta: dict[str, Any] | None = self.rt.call(self.rt.store.run_meta_get(self.rt.run.id))
+        return meta
 
     def knob_history(self, count: int) -> list[dict[str, Any]]:
         history: list[dict[str, Any]] = self.rt.call(self.rt.store.knobs_history(count))
@@ -226,6 +236,9 @@ class RemoteRuntime:
 
     def knob_history(self, count: int = 200) -> list[dict[str, Any]]:
         return self._rt.knob_history(count)  # type: ignore[no-any-return]
+
+    def run_meta(self) -> dict[str, Any] | None:
+        return self._rt.run_meta()  # type: ignore[no-any-return]
 
     def set_knobs(self, changes: dict[str, Any]) -> KnobsRecord:
         version, values = self._rt.set_knobs(changes)

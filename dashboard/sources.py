@@ -290,17 +290,10 @@ class EmbeddedSource:
         return record
 
     def run_meta(self, snap: Snapshot) -> dict[str, Any]:
-        """From the arguments the runtime was started with, and its stages as its status shows them."""
-        engine_args, runtime_args = getattr(self.runtime, "engine_args", {}), getattr(self.runtime, "runtime_args", {})
-        kind = engine_args.get("kind", "")
-        deployment = snap.knobs.deployment if snap.knobs else None
-        meta: dict[str, Any] = {
-            "engine": kind, "model": engine_args.get("model"), "hardware": engine_args.get("hardware"),
-            "pp": snap.num_stages, "capacities": snap.capacities,
-            "block_size": deployment.block_size if deployment else engine_args.get("block_size", 64),
-            "concurrency": runtime_args.get("concurrency"), "workload": runtime_args.get("workload", "")}
-        if kind == "sim":
-            meta["sim"] = {k: engine_args.get(k) for k in ("model", "hardware", "gpus_per_stage", "cost_model",
-                                                            "cost_profile", "perf_dir", "time_scale", "realtime")
-                           if engine_args.get(k) is not None}
-        return meta
+        """The description the runtime published when its run started (``runtime.run_meta``, as a
+        bench or a server publishes it to its store); empty while it has not (the preview says so)."""
+        try:
+            meta = self.runtime.run_meta()
+        except Exception:                    # noqa: BLE001 - a runtime not answering: nothing to replay
+            meta = None
+        return dict(meta or {})

@@ -80,13 +80,7 @@ def main() -> None:
         time.sleep(window + 5)                      # warm-up: a full window of arrivals under the start knobs
         for text in args.change or (TORCH_CHANGES if torch_engine else SIM_CHANGES):
             pull()
-            status = remote.status(1)[-1]
-            caps = [int(s["capacity"]) for s in status["stages"]]
-            sim_args = None if torch_engine else {k: engine_args[k] for k in ("model", "hardware", "time_scale",
-                                                                             "realtime")}
-            meta = {"engine": args.engine, "model": engine_args["model"], "hardware": engine_args.get("hardware"),
-                    "pp": pp, "capacities": caps, "block_size": 64, "concurrency": args.concurrency,
-                    "workload": "reuse90", "sim": sim_args}
+            meta = remote.run_meta() or {}        # what the runtime published when it started (runtime.run_meta)
             spec = sim_spec(meta, args.cost_profile)
             replay = replay_of(spans, meta, window)
             current = from_changes(remote.knobs().values, {})

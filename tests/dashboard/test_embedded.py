@@ -101,3 +101,20 @@ def test_a_killed_runtime_process_is_a_banner_and_restart_starts_a_new_one(child
     assert remote.proc is not old and remote.proc.is_alive() and remote.error is None
     at = _page("Knobs")
     assert not any("not answering" in w.value for w in at.warning)
+
+
+def test_the_runtime_publishes_what_it_runs_and_a_restart_publishes_again(child: Any) -> None:
+    """The Preview replays the embedded run from the description the runtime published when it started
+    (engine, stages, workload, knobs: runtime.run_meta), as a bench or a server does, and a restarted
+    runtime (a new run in a fresh store) publishes its own."""
+    remote = child(requests=8, knobs=Knobs(max_wave_tokens=4096, min_wave_tokens=2048))
+    meta = remote.run_meta()
+    assert meta is not None and meta["run"]["id"] == remote.run_id
+    assert (meta["engine"], meta["pp"], meta["concurrency"], meta["workload"]) == ("sim", 2, 4, "suffix:1024")
+    assert len(meta["capacities"]) == 2 and meta["knobs"]["max_wave_tokens"] == 4096
+    assert meta["sim"]["clock"] == "wall"                   # replayed on the CPU clock (runtime.whatif)
+    _wait_stopped(remote)
+    first = remote.run_id
+    remote.restart()
+    again = remote.run_meta()
+    assert again is not None and again["run"]["id"] == remote.run_id != first
