@@ -154,3 +154,19 @@ def test_torchrun_launcher_outside_torchrun_is_one_line(capsys: pytest.CaptureFi
     assert main(["check-engine", "--launcher", "torchrun"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "torchrun" in err[0], err
+
+
+def test_stage_processes_idle_past_the_link_timeout_still_serve(monkeypatch: pytest.MonkeyPatch,
+                                                                tmp_path: Path) -> None:
+    """A server idle longer than gloo's limit on one receive (10 minutes; 3 s here) used to lose its
+    stages: every link waiting for its next message timed out. The leader's keepalive keeps them busy."""
+    monkeypatch.setenv("WAVEPP_DIST_TIMEOUT_S", "3")
+    cfg_path = tmp_path / "config.json"
+    cfg_path.write_text(json.dumps(small().to_hf_dict()))
+    bench = BenchConfig(parse_workload("reuse90"), [2], ["wavepp"], 4, seed=1, prompt_tokens=160)
+    bench.knobs = bench.knobs.replace(max_wave_tokens=128, min_wave_tokens=64)
+    with TorchEngine(str(cfg_path), pp=3, block_size=16, kv_blocks=[300], launcher="spawn") as engine:
+        assert run_one(engine, bench, "wavepp", 2).figures.completed == 4
+        time.sleep(8)                                   # every link idle for over twice its limit
+        rec = run_one(engine, bench, "wavepp", 2)
+        assert rec.figures.completed == 4 and rec.figures.failed == 0, rec.loop.failures

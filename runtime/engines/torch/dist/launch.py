@@ -28,8 +28,16 @@ import torch.multiprocessing as mp
 from runtime.engines.launchers import LAUNCHERS
 from runtime.engines.torch.dist.wire import Link
 
-__all__ = ["LAUNCHERS", "World", "join_torchrun", "spawn_stages", "threads_per_process", "torchrun_rank"]
-TIMEOUT = datetime.timedelta(minutes=10)
+__all__ = ["LAUNCHERS", "World", "join_torchrun", "link_timeout", "spawn_stages", "threads_per_process",
+           "torchrun_rank"]
+TIMEOUT_ENV = "WAVEPP_DIST_TIMEOUT_S"   # gloo's limit on one send or receive (tests shorten it)
+
+
+def link_timeout() -> datetime.timedelta:
+    """How long one send or receive on a link may take: 10 minutes, or ``$WAVEPP_DIST_TIMEOUT_S``
+    seconds. A link idle that long would time out too; the leader's keepalive (leader.py) keeps
+    every link busier than that."""
+    return datetime.timedelta(seconds=float(os.environ.get(TIMEOUT_ENV) or 600))
 
 
 @dataclass(slots=True)
@@ -50,15 +58,16 @@ class World:
             device = torch.device("cuda", local)
         else:
             device = torch.device("cpu")
-        dist.init_process_group("gloo", init_method=init_method, rank=rank, world_size=size, timeout=TIMEOUT)
+        timeout = link_timeout()
+        dist.init_process_group("gloo", init_method=init_method, rank=rank, world_size=size, timeout=timeout)
         world = cls(rank, size, device)
         for s in range(1, size):
-            g_cmd, g_rep = dist.new_group([0, s], timeout=TIMEOUT), dist.new_group([0, s], timeout=TIMEOUT)
+            g_cmd, g_rep = dist.new_group([0, s], timeout=timeout), dist.new_group([0, s], timeout=timeout)
             world.commands[s] = Link(0, s, g_cmd, g_cmd)
             world.replies[s] = Link(s, 0, g_rep, g_rep)
         for s in range(size - 1):
-            g_obj = dist.new_group([s, s + 1], timeout=TIMEOUT)
-            g_act = dist.new_group([s, s + 1], backend="nccl", timeout=TIMEOUT) if cuda else g_obj
+            g_obj = dist.new_group([s, s + 1], timeout=timeout)
+            g_act = dist.new_group([s, s + 1], backend="nccl", timeout=timeout) if cuda else g_obj
             world.data[s] = Link(s, s + 1, g_obj, g_act)
         return world
 

@@ -20,7 +20,7 @@ import torch
 from torch import Tensor
 
 from runtime.engines.base import LeaseItem, Materialized, MaterializeItem, StageHandle
-from runtime.engines.torch.dist.launch import World, join_torchrun, spawn_stages
+from runtime.engines.torch.dist.launch import World, join_torchrun, link_timeout, spawn_stages
 from runtime.engines.torch.dist.rpc import CLOSE_WAIT_S, LinkSender, RpcClient, StageDied, fail
 from runtime.engines.torch.dist.stage_server import Keys, StageSpec, run_chunks
 from runtime.engines.torch.executor import RequestBook
@@ -29,6 +29,7 @@ from runtime.kvcache.stage_cache import CacheStats
 from runtime.request import Chunk, Wave
 
 T = TypeVar("T")
+KEEPALIVES_PER_TIMEOUT = 4    # every link hears something this many times within gloo's timeout
 
 
 class RemoteStageHandle(StageHandle):
@@ -125,6 +126,22 @@ class StageProcesses:
             self.rpcs[s] = RpcClient(s, self.world.commands[s], self.world.replies[s],
                                      procs[s - 1] if procs else None, on_death=self._stage_died)
         self._closed = False
+        self._stop = threading.Event()
+        self._keeper = threading.Thread(target=self._keepalive, name="stage-keepalive", daemon=True)
+        self._keeper.start()
+
+    def _keepalive(self) -> None:
+        """gloo gives up on a receive after ``link_timeout()``, also on a link that is only idle (a
+        server without requests): every stage's receivers would fail after 10 quiet minutes. So a
+        quarter of that apart, each stage is pinged (its command link and its reply) and passes a
+        keepalive to the next stage (the data links), and stage 1 gets one from here. A dead stage
+        shows through the calls as before."""
+        period = link_timeout().total_seconds() / KEEPALIVES_PER_TIMEOUT
+        while not self._stop.wait(period) and self.healthy:
+            for rpc in self.rpcs.values():
+                rpc.submit("ping")
+            if self.world.size > 1:
+                self.send_to_stage1(self.world.data[0].keepalive)
 
     @property
     def healthy(self) -> bool:
@@ -184,6 +201,8 @@ class StageProcesses:
         if self._closed:
             return
         self._closed = True
+        self._stop.set()
+        self._keeper.join(timeout=CLOSE_WAIT_S)
         if not (orderly and self.healthy and self._shut_down()):
             for rpc in self.rpcs.values():
                 rpc.kill()

@@ -2,7 +2,7 @@
 
 gloo's point-to-point send is a rendezvous: the data moves once the receiver has posted its receive.
 A send to a process that stopped receiving - stuck, stopped, or killed before gloo saw its socket
-close - therefore waits out the process group's timeout (10 minutes, ``launch.TIMEOUT``). Made on
+close - therefore waits out the process group's timeout (10 minutes, ``launch.link_timeout``). Made on
 the caller's thread (the asyncio loop), such a send froze the whole run, asyncio's own timeouts
 included. So nothing here sends on the caller's thread: a caller queues its message and waits on
 a future, a daemon thread per link does the sending, and whoever first sees the stage dead fails

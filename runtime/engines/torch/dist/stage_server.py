@@ -156,6 +156,10 @@ class StageServer:
                 self._answer(msg_id, self._control, (op, args))
 
     def _control(self, op: str, args: tuple[Any, ...]) -> Any:
+        if op == "ping":                       # the leader's keepalive: this link, its reply, the next one
+            if self.next is not None:
+                self._outbound.submit(self.next.keepalive)
+            return None
         if op == "build":
             spec: StageSpec = args[0]
             self.model = spec.build(self.stage, self.world.device)

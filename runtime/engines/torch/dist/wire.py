@@ -23,6 +23,7 @@ import torch.distributed as dist
 from torch import Tensor
 
 FRAME = 1024                      # bytes of the first frame of an object message
+KEEPALIVE = "keepalive"           # a message a link's receiver skips (leader.py: idle links would time out)
 _HEAD = struct.Struct("<q")      # payload length
 
 
@@ -72,8 +73,11 @@ class Link:
             dist.send(t, self.dst, group=self.tensors)
 
     def recv_tensor(self, device: torch.device) -> tuple[Any, Tensor | None]:
-        """``(meta, tensor)``; ``(None, None)`` is the end of the link (see :meth:`close`)."""
+        """``(meta, tensor)``; ``(None, None)`` is the end of the link (see :meth:`close`). Keepalives
+        are skipped."""
         head = self.recv_obj()
+        while head == KEEPALIVE:
+            head = self.recv_obj()
         if head is None:
             return None, None
         meta, shape, dtype = head
@@ -85,3 +89,7 @@ class Link:
     def close(self) -> None:
         """Tell the receiving thread to stop."""
         self.send_obj(None)
+
+    def keepalive(self) -> None:
+        """A message the receiver skips: an idle link hears something before gloo's timeout."""
+        self.send_obj(KEEPALIVE)
