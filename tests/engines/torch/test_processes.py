@@ -170,3 +170,24 @@ def test_stage_processes_idle_past_the_link_timeout_still_serve(monkeypatch: pyt
         time.sleep(8)                                   # every link idle for over twice its limit
         rec = run_one(engine, bench, "wavepp", 2)
         assert rec.figures.completed == 4 and rec.figures.failed == 0, rec.loop.failures
+
+
+def test_a_call_unanswered_past_the_link_timeout_fails_the_stage(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The keepalive keeps the reply link busy, so gloo's timeout no longer ends a stage that is alive but
+    stuck; the leader does: a call unanswered for the link timeout (3 s here) fails with StageDied."""
+    monkeypatch.setenv("WAVEPP_DIST_TIMEOUT_S", "3")
+    engine = TorchEngine("tiny-llama", pp=2, block_size=16, kv_blocks=[64], launcher="spawn")
+    proc = None
+    try:
+        remote = engine.build().handles[1]
+        assert isinstance(remote, RemoteStageHandle)
+        proc = remote.rpc._proc
+        assert proc is not None and proc.pid is not None
+        os.kill(proc.pid, signal.SIGSTOP)
+        call = remote.rpc.submit("cache", "stats", ())
+        with pytest.raises(StageDied, match=r"^stage 1 process did not answer a call within 3 s$"):
+            call.result(timeout=30)
+    finally:
+        if proc is not None and proc.pid is not None:
+            os.kill(proc.pid, signal.SIGKILL)
+        engine.close(orderly=False)

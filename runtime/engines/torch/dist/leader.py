@@ -136,9 +136,10 @@ class StageProcesses:
         quarter of that apart, each stage is pinged (its command link and its reply) and passes a
         keepalive to the next stage (the data links), and stage 1 gets one from here. A dead stage
         shows through the calls as before."""
-        period = link_timeout().total_seconds() / KEEPALIVES_PER_TIMEOUT
-        while not self._stop.wait(period) and self.healthy:
+        limit = link_timeout().total_seconds()
+        while not self._stop.wait(limit / KEEPALIVES_PER_TIMEOUT) and self.healthy:
             for rpc in self.rpcs.values():
+                rpc.overdue(limit)                 # alive but stuck: its pings are answered, its step never
                 rpc.submit("ping")
             if self.world.size > 1:
                 self.send_to_stage1(self.world.data[0].keepalive)

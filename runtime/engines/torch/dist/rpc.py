@@ -110,6 +110,7 @@ class RpcClient:
         self._on_death = on_death
         self._ids = itertools.count()
         self._pending: dict[int, Future[Any]] = {}
+        self._sent_at: dict[int, float] = {}   # when each pending call was asked (overdue)
         self._lock = threading.Lock()          # the pending table, the outbox's order, the cause of death
         self._outbox: queue.SimpleQueue[tuple[int, bytes] | None] = queue.SimpleQueue()
         self._dead: str | None = None
@@ -130,6 +131,7 @@ class RpcClient:
             msg_id = next(self._ids)
             payload = Link.encode((msg_id, op, args))   # an unpicklable argument raises here, in the caller
             self._pending[msg_id] = fut
+            self._sent_at[msg_id] = time.monotonic()
             if op == "shutdown":
                 self._closing = msg_id
             self._outbox.put((msg_id, payload))
@@ -160,6 +162,7 @@ class RpcClient:
                 msg_id, ok, value = self._replies.recv_obj()
                 with self._lock:
                     fut = self._pending.pop(msg_id, None)
+                    self._sent_at.pop(msg_id, None)
                 if fut is not None and ok:
                     resolve(fut, value)
                 elif fut is not None:
@@ -210,11 +213,21 @@ class RpcClient:
                 self._dead = why
             cause = self._dead or why
             pending, self._pending = self._pending, {}
+            self._sent_at.clear()
         self._outbox.put(None)                 # the writer stops (once a send it is stuck in returns)
         for fut in pending.values():
             fail(fut, StageDied(cause))
         if first and propagate and self._on_death is not None:
             self._on_death(cause)
+
+    def overdue(self, limit_s: float) -> None:
+        """A call unanswered for ``limit_s`` ends the stage (``StageDied``, and the world with it): a
+        process alive but stuck in a step. gloo's timeout on the reply link caught it before the
+        keepalive (leader.py) kept that link busy with the answers to its pings."""
+        with self._lock:
+            oldest = min(self._sent_at.values(), default=None)
+        if oldest is not None and time.monotonic() - oldest > limit_s:
+            self._die(f"stage {self.stage} process did not answer a call within {limit_s:g} s")
 
     def fail(self, why: str) -> None:
         """Another stage died: every call to this one fails with ``why`` (the run is over)."""
