@@ -191,3 +191,18 @@ def test_a_call_unanswered_past_the_link_timeout_fails_the_stage(monkeypatch: py
         if proc is not None and proc.pid is not None:
             os.kill(proc.pid, signal.SIGKILL)
         engine.close(orderly=False)
+
+
+def _exits_at_start(rank: int, size: int, init_method: str, cuda: bool) -> None:
+    """A stage process that ends before the rendezvous (a failed import, a missing device)."""
+    os._exit(3)
+
+
+def test_a_stage_that_ends_before_joining_fails_the_start_at_once() -> None:
+    """Rank 0 used to wait out gloo's timeout (10 minutes) in the rendezvous; now the first stage
+    process to end fails it within a poll, naming the stage and how it ended."""
+    from runtime.engines.torch.dist.launch import StageStartFailed, spawn_stages
+    t0 = time.monotonic()
+    with pytest.raises(StageStartFailed, match=r"^stage 1 process exited with code 3 before it joined the others$"):
+        spawn_stages(3, False, target=_exits_at_start)
+    assert time.monotonic() - t0 < 60

@@ -17,7 +17,12 @@ from __future__ import annotations
 
 import datetime
 import os
+import signal
 import socket
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 from multiprocessing.process import BaseProcess
 
@@ -28,8 +33,8 @@ import torch.multiprocessing as mp
 from runtime.engines.launchers import LAUNCHERS
 from runtime.engines.torch.dist.wire import Link
 
-__all__ = ["LAUNCHERS", "World", "join_torchrun", "link_timeout", "spawn_stages", "threads_per_process",
-           "torchrun_rank"]
+__all__ = ["LAUNCHERS", "StageStartFailed", "World", "describe_exit", "join_torchrun", "link_timeout", "spawn_stages",
+           "threads_per_process", "torchrun_rank"]
 TIMEOUT_ENV = "WAVEPP_DIST_TIMEOUT_S"   # gloo's limit on one send or receive (tests shorten it)
 
 
@@ -82,22 +87,59 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def spawn_stages(size: int, cuda: bool) -> tuple[World, list[BaseProcess]]:
-    """Start ranks 1..size-1 on this host and join as rank 0."""
-    from runtime.engines.torch.dist.stage_server import serve_stage  # the workers' entry point
+JOIN_POLL_S = 0.1
+
+
+class StageStartFailed(RuntimeError):
+    """A stage process ended before it joined the world (its one line says how)."""
+
+
+def spawn_stages(size: int, cuda: bool, target: Callable[..., None] | None = None) -> tuple[World, list[BaseProcess]]:
+    """Start ranks 1..size-1 on this host and join as rank 0. A stage process that ends before the
+    rendezvous completes fails it at once (``StageStartFailed``) instead of leaving rank 0 waiting out
+    gloo's timeout. ``target``: the workers' entry point (a test's stand-in)."""
+    from runtime.engines.torch.dist.stage_server import serve_stage
 
     init_method = f"tcp://127.0.0.1:{free_port()}"
     ctx = mp.get_context("spawn")
-    procs: list[BaseProcess] = [ctx.Process(target=serve_stage, args=(rank, size, init_method, cuda), daemon=True,
-                         name=f"wavepp-stage{rank}") for rank in range(1, size)]
+    procs: list[BaseProcess] = [ctx.Process(target=target or serve_stage, args=(rank, size, init_method, cuda),
+                                            daemon=True, name=f"wavepp-stage{rank}") for rank in range(1, size)]
     for p in procs:
         p.start()
+    joined: Future[World] = Future()
+
+    def join() -> None:
+        try:
+            joined.set_result(World.join(0, size, init_method, cuda))
+        except BaseException as exc:       # noqa: BLE001 - handed to the waiting thread
+            joined.set_exception(exc)
+
+    # The rendezvous blocks in C; it waits on a thread of its own while this one watches the stages.
+    threading.Thread(target=join, name="stage-rendezvous", daemon=True).start()
     try:
-        return World.join(0, size, init_method, cuda), procs
+        while True:
+            try:
+                return joined.result(timeout=JOIN_POLL_S), procs
+            except FutureTimeout:
+                pass
+            for rank, p in enumerate(procs, start=1):
+                if p.exitcode is not None:
+                    how = describe_exit(p.exitcode)
+                    raise StageStartFailed(f"stage {rank} process {how} before it joined the others")
     except BaseException:
         for p in procs:
             p.kill()
         raise
+
+
+def describe_exit(code: int) -> str:
+    """A process's exit code in words: 'exited with code 1', 'was killed by SIGKILL'."""
+    if code < 0:
+        try:
+            return f"was killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"was killed by signal {-code}"
+    return f"exited with code {code}"
 
 
 def torchrun_rank() -> tuple[int, int] | None:

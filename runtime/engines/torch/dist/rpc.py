@@ -21,7 +21,6 @@ from __future__ import annotations
 import asyncio
 import itertools
 import queue
-import signal
 import threading
 import time
 from collections.abc import Callable
@@ -30,6 +29,7 @@ from multiprocessing.connection import wait
 from multiprocessing.process import BaseProcess
 from typing import Any, TypeVar
 
+from runtime.engines.torch.dist.launch import describe_exit
 from runtime.engines.torch.dist.wire import Link
 
 T = TypeVar("T")
@@ -192,14 +192,7 @@ class RpcClient:
         # exit code shows up here once that thread has stored it.
         while (code := self._proc.exitcode) is None and time.monotonic() < deadline:
             time.sleep(0.01)
-        if code is None:
-            return None
-        if code < 0:
-            try:
-                return f"was killed by {signal.Signals(-code).name}"
-            except ValueError:
-                return f"was killed by signal {-code}"
-        return f"exited with code {code}"
+        return None if code is None else describe_exit(code)
 
     def _link_broke(self, what: str) -> None:
         # A link breaks as its process goes: give it a moment, to name how it ended.
