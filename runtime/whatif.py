@@ -93,7 +93,7 @@ class Replay:
 
     @property
     def margin(self) -> int:
-        """Arrivals left out of the figures at each end of the replay (:func:`measured_window`)."""
+        """Arrivals left out of the figures at each end of the replay (:func:`measured_figures`)."""
         return min(MEASURE_MARGIN_PER_CLIENT * self.concurrency, len(self.arrivals) // MEASURE_MARGIN_FRACTION)
 
     @property

@@ -13,6 +13,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -104,6 +105,16 @@ def test_a_dead_stage_process_is_an_error_not_a_hang() -> None:
         engine.close()
 
 
+def stopped_stage(engine: TorchEngine) -> tuple[RemoteStageHandle, Any]:
+    """Build ``engine`` and SIGSTOP its stage 1 process: alive, receiving nothing. (handle, process)"""
+    remote = engine.build().handles[1]
+    assert isinstance(remote, RemoteStageHandle)
+    proc = remote.rpc._proc
+    assert proc is not None and proc.pid is not None
+    os.kill(proc.pid, signal.SIGSTOP)
+    return remote, proc
+
+
 def test_a_stuck_stage_process_holds_no_caller_and_its_death_fails_the_calls() -> None:
     """A stage that stops receiving (SIGSTOP) makes gloo's send to it wait out the group timeout -
     as one killed before gloo saw its socket close did, 1 run in 4 on a loaded machine. The caller's
@@ -111,11 +122,7 @@ def test_a_stuck_stage_process_holds_no_caller_and_its_death_fails_the_calls() -
     within seconds, naming the stage."""
     engine = TorchEngine("tiny-llama", pp=2, block_size=16, kv_blocks=[64], launcher="spawn")
     try:
-        remote = engine.build().handles[1]
-        assert isinstance(remote, RemoteStageHandle)
-        proc = remote.rpc._proc
-        assert proc is not None and proc.pid is not None
-        os.kill(proc.pid, signal.SIGSTOP)
+        remote, proc = stopped_stage(engine)
         # The safety net for a regression: a send stuck on this thread wakes when the stage is killed.
         net = threading.Timer(60, os.kill, (proc.pid, signal.SIGKILL))
         net.start()
@@ -179,11 +186,7 @@ def test_a_call_unanswered_past_the_link_timeout_fails_the_stage(monkeypatch: py
     engine = TorchEngine("tiny-llama", pp=2, block_size=16, kv_blocks=[64], launcher="spawn")
     proc = None
     try:
-        remote = engine.build().handles[1]
-        assert isinstance(remote, RemoteStageHandle)
-        proc = remote.rpc._proc
-        assert proc is not None and proc.pid is not None
-        os.kill(proc.pid, signal.SIGSTOP)
+        remote, proc = stopped_stage(engine)
         call = remote.rpc.submit("cache", "stats", ())
         with pytest.raises(StageDied, match=r"^stage 1 process did not answer a call within 3 s$"):
             call.result(timeout=30)
