@@ -207,5 +207,5 @@ def test_a_stage_that_ends_before_joining_fails_the_start_at_once() -> None:
     from runtime.engines.torch.dist.launch import StageStartFailed, spawn_stages
     t0 = time.monotonic()
     with pytest.raises(StageStartFailed, match=r"^stage 1 process exited with code 3 before it joined the others$"):
-        spawn_stages(3, False, target=_exits_at_start)
+        spawn_stages(2, False, target=_exits_at_start)          # one stage: which ends first is not a race
     assert time.monotonic() - t0 < 60
