@@ -44,7 +44,8 @@ class Admission:
 
     def __init__(self, stages: Sequence[StageHandle], admit_stages: Sequence[int], store: Store,
                  block_size: int, telemetry: Telemetry, lookup: ReuseLookup,
-                 reserve: Reserve | None = None) -> None:
+                 reserve: Reserve | None = None, policy: str = "wavepp") -> None:
+        """``policy``: the name of the policy these rounds admit under (each admitted request keeps it)."""
         self.stages = list(stages)
         self.admit_stages = list(admit_stages)
         self.store = store
@@ -52,6 +53,7 @@ class Admission:
         self.tel = telemetry
         self.lookup = lookup
         self.reserve = reserve or SuffixBlocks()
+        self.policy = policy
         self._admitting = [self.stages[s] for s in self.admit_stages]
 
     def _max_blocks(self, r: Request) -> int:
@@ -110,7 +112,8 @@ class Admission:
         for r, k in zip(requests[:n_ok], granted[:n_ok], strict=True):
             r.state = RequestState.ADMITTED
             r.attempts += 1
-            admitted.append(AdmittedRequest(r, k, t, b, attempt=r.attempts, admit_stages=tuple(self.admit_stages)))
+            admitted.append(AdmittedRequest(r, k, t, b, attempt=r.attempts, admit_stages=tuple(self.admit_stages),
+                                            policy=self.policy))
         return admitted, list(requests[n_ok:])
 
 

@@ -93,7 +93,7 @@ class RequestEnds:
 
     def _finish(self, a: AdmittedRequest, tables: tuple[tuple[int, ...], ...]) -> None:
         req = a.request
-        self.run.drop(req.id)
+        self.run.drop(a)
         self.registry.released(req.id)
         req.state = RequestState.DONE
         self.on_computed(req.block_hashes)
@@ -120,12 +120,17 @@ class RequestEnds:
         self.run.capacity.notify()
         self.run.index_dirty.notify()
 
-    async def fail(self, rid: str, error: str) -> None:
-        """An admitted request failed: release it on every stage and end it with ``error``."""
-        a = self.run.drop(rid)
-        await self.release_everywhere(rid)
+    async def fail(self, a: AdmittedRequest, error: str) -> bool:
+        """End admitted request ``a`` with ``error``, releasing it on every stage. Nothing happens
+        (False) when it ended or fell back meanwhile, or is completing: each request ends once, and
+        a stage, a client and the loop may all try to end it at the same moment."""
+        if not self.run.may_end(a):
+            return False
+        self.run.drop(a)
+        await self.release_everywhere(a.id)
         self.fail_unadmitted(a.request, error)
         self.run.changed.notify()
+        return True
 
     def fail_unadmitted(self, req: Request, error: str) -> None:
         """End a request that holds nothing on any stage with ``error``."""
@@ -141,15 +146,28 @@ class RequestEnds:
             self.on_outcome(req.id, error)
         self._ended()
 
-    async def late_fallback(self, rid: str, granted: int, stage: int) -> None:
-        """A stage lacked part of the planned prefix: lower the boundary and start the request over."""
-        a = self.run.drop(rid)
+    async def late_fallback(self, a: AdmittedRequest, granted: int, stage: int) -> None:
+        """A stage lacked part of the planned prefix: lower the boundary and start the request over
+        (nothing, when it ended meanwhile)."""
+        if not self.run.may_end(a):
+            return
         req = a.request
         req.fallbacks += 1
         req.max_reuse_blocks = granted
-        req.state = RequestState.WAITING
-        self.tel.event(self.spans[rid], N.EVENT_FALLBACK, {
+        self.tel.event(self.spans[req.id], N.EVENT_FALLBACK, {
             N.STAGE: stage, N.FROM_BLOCKS: a.reuse_blocks, N.REUSE_BLOCKS: granted,
             N.FROM_TOKENS: a.reused_tokens, N.TO_TOKENS: granted * a.block_size})
-        await self.release_everywhere(rid)
-        self.run.requeue(req)
+        await self._start_over(a)
+
+    async def readmit(self, a: AdmittedRequest, stage: int, reason: str) -> None:
+        """Send ``a`` back to admission with its boundary kept (nothing, when it ended meanwhile)."""
+        if not self.run.may_end(a):
+            return
+        self.tel.event(self.spans[a.id], N.EVENT_READMITTED, {N.STAGE: stage, N.ERROR: reason})
+        await self._start_over(a)
+
+    async def _start_over(self, a: AdmittedRequest) -> None:
+        self.run.drop(a)
+        a.request.state = RequestState.WAITING
+        await self.release_everywhere(a.id)
+        self.run.requeue(a.request)

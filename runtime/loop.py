@@ -113,7 +113,7 @@ class PipelineLoop:
         self.policy: Policy = get_policy(knobs.policy)
         self.admit_stages = self.policy.stage_admission.admit_stages(self.num_stages)
         self.admission = Admission(self.handles, self.admit_stages, self.store, self.block_size, self.tel,
-                                   self.policy.lookup, self.policy.reserve)
+                                   self.policy.lookup, self.policy.reserve, self.policy.name)
         self.planner = self.policy.make_planner(knobs, self.num_stages, self.block_size)
         self.ring = self.policy.ring_size(knobs, self.num_stages)
 

@@ -1,5 +1,8 @@
 """Recomputation after a late fallback: busy time a stage spent on work a fallback threw away.
 
+(A re-admission - a request sent back to admission with its boundary kept, after a policy change
+left it no room on a stage - discards its chunks the same way and counts the same.)
+
 A late fallback (a baseline's stage-local admission finds less of the prefix than the first
 stage promised, :mod:`runtime.mechanisms.stage_admission`) releases the request everywhere and
 sends it back to admission with a lower boundary. Every chunk of it a stage ran before the
@@ -23,6 +26,8 @@ from typing import Any
 from telemetry import names as N
 
 Span = dict[str, Any]
+# The events after which a request starts over, its earlier chunks discarded.
+RESTARTS = (N.EVENT_FALLBACK, N.EVENT_READMITTED)
 
 
 class RecomputeTracker:
@@ -41,7 +46,7 @@ class RecomputeTracker:
                 self._execute(sp)
             elif sp["n"] == N.REQUEST:
                 rid = str(sp["a"].get(N.REQUEST_ID))
-                last = max((int(t) for name, t, _ in sp.get("ev", ()) if name == N.EVENT_FALLBACK), default=0)
+                last = max((int(t) for name, t, _ in sp.get("ev", ()) if name in RESTARTS), default=0)
                 self._last_fallback[rid] = last
                 for t0, stage, seconds in self._pending.pop(rid, ()):
                     self._settle(rid, t0, stage, seconds)

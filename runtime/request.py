@@ -58,6 +58,9 @@ class AdmittedRequest:
     attempt: int = 0             # which admission of the request this is; stale chunks are skipped
     admit_stages: tuple[int, ...] = ()   # stages that leased + escrowed at admission (others admit locally)
     local_stages: set[int] = field(default_factory=set)   # stages that admitted it locally since (baselines)
+    # The policy it was admitted under: its stages keep to that policy's rules (stage admission,
+    # reserve) until it ends, whatever the policy knob says meanwhile.
+    policy: str = field(default="wavepp", kw_only=True)
 
     def __post_init__(self) -> None:
         self.scheduled = self.completed = self.reuse_blocks * self.block_size

@@ -13,7 +13,7 @@ retirements, requests put back), ``capacity`` (blocks freed on some stage) and `
 
 from __future__ import annotations
 
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Iterable, Sequence
 
 from runtime.request import AdmittedRequest, Chunk, Request, Wave
@@ -26,6 +26,10 @@ class RunState:
         self._waiting: deque[Request] = deque()
         self._active: dict[str, AdmittedRequest] = {}
         self._in_flight: dict[int, Wave] = {}           # planned, not yet retired, in plan order
+        # Admitted requests whose last chunk left the last stage: their stages are attaching their
+        # blocks now. Too late to cancel or fail them - the ending under way is theirs.
+        self._completing: set[str] = set()
+        self._by_policy: Counter[str] = Counter()        # admitted requests per policy they were admitted under
         self.admitting = 0           # requests inside an admission round right now
         self.executing = 0           # stages inside a step right now
         self.num_admitted = 0
@@ -60,6 +64,11 @@ class RunState:
     def get(self, rid: str) -> AdmittedRequest | None:
         return self._active.get(rid)
 
+    def cancellable(self, rid: str) -> AdmittedRequest | None:
+        """The admitted request ``rid`` if it may still be ended early (failed, cancelled): admitted
+        and not already completing."""
+        return None if rid in self._completing else self._active.get(rid)
+
     def live(self, chunk: Chunk) -> AdmittedRequest | None:
         """The request ``chunk`` belongs to, if that admission of it is still the live one (a chunk
         of a request that failed or fell back meanwhile is stale and is skipped)."""
@@ -70,10 +79,22 @@ class RunState:
         """Whether ``a`` is still admitted (not failed, not sent back by a fallback) since it was."""
         return self._active.get(a.id) is a
 
+    def may_end(self, a: AdmittedRequest) -> bool:
+        """Whether ``a`` may still be failed or sent back: held, and not completing."""
+        return self.holds(a) and a.id not in self._completing
+
+    def admitted_under_others(self, policy: str) -> bool:
+        """Whether some admitted request was admitted under another policy than ``policy`` (the
+        ``policy`` knob changed while requests were admitted: their rules differ)."""
+        return any(n for name, n in self._by_policy.items() if name != policy)
+
     def completes_ahead(self, wave_id: int) -> bool:
-        """Whether a wave ahead of ``wave_id``, still in flight, finishes a request - the only thing
-        that frees blocks on a stage waiting to prepare ``wave_id`` (waves behind it cannot pass it)."""
-        return any(c.is_last for w in self._in_flight.values() if w.id < wave_id for c in w.chunks)
+        """Whether a wave ahead of ``wave_id``, still in flight, finishes a live request - the only
+        thing that frees blocks on a stage waiting to prepare ``wave_id`` (waves behind it cannot
+        pass it). A stale last chunk finishes nothing: its request was released already (and its
+        release woke ``capacity``, as every completion does - so a waiter re-asks then)."""
+        return any(c.is_last and self.live(c) is not None
+                   for w in self._in_flight.values() if w.id < wave_id for c in w.chunks)
 
     def unscheduled_tokens(self) -> int:
         return sum(a.remaining for a in self._active.values())
@@ -113,6 +134,7 @@ class RunState:
         n = 0
         for a in admitted:
             self._active[a.id] = a
+            self._by_policy[a.policy] += 1
             n += 1
         self.num_admitted += n
         self._waiting.extendleft(reversed(deferred))
@@ -132,7 +154,7 @@ class RunState:
 
     def computed(self, chunks: Iterable[Chunk]) -> list[AdmittedRequest]:
         """The last stage ran ``chunks`` (live ones): their tokens are complete; answers the
-        requests whose last chunk this was."""
+        requests whose last chunk this was - from now on they are completing (see ``cancellable``)."""
         done = []
         for c in chunks:
             a = self.live(c)
@@ -141,6 +163,7 @@ class RunState:
             a.completed += c.length
             if c.is_last:
                 done.append(a)
+                self._completing.add(a.id)
         return done
 
     def retired(self, wave: Wave) -> None:
@@ -148,9 +171,11 @@ class RunState:
         del self._in_flight[wave.id]
         self.changed.notify()
 
-    def drop(self, rid: str) -> AdmittedRequest:
-        """Take ``rid`` out of the active set (it finished, failed or falls back)."""
-        return self._active.pop(rid)
+    def drop(self, a: AdmittedRequest) -> None:
+        """Take ``a`` out of the active set (it finished, failed or falls back)."""
+        del self._active[a.id]
+        self._completing.discard(a.id)
+        self._by_policy[a.policy] -= 1
 
     def withdraw(self, rid: str) -> Request | None:
         """Take a waiting request out of the line (its client went away); None when it is not waiting."""

@@ -130,10 +130,10 @@ class ServerSource:
         return future
 
     async def cancel(self, request_id: str, reason: str = CANCELLED) -> bool:
-        """Withdraw a request (its client went away); False when it was no longer in flight."""
+        """Withdraw a request (its client went away); False when it was no longer in flight. A
+        request already completing is not withdrawn: it ends with its completion, whoever listens."""
         if request_id not in self._futures:
             return False
-        self.num_cancelled += 1
         self._cancel[request_id] = reason
         await self._withdraw(request_id)
         return True
@@ -154,7 +154,13 @@ class ServerSource:
             return
         waiting = loop.run.withdraw(rid)
         if waiting is not None:                      # holds nothing on any stage
+            self.num_cancelled += 1
             loop.ends.fail_unadmitted(waiting, self._cancel.pop(rid))
-        elif loop.run.get(rid) is not None:    # admitted: its lease and escrow released on every stage
-            await loop.ends.fail(rid, self._cancel.pop(rid))
-        # else: inside an admission round right now; withdrawn on the next wake-up after it
+            return
+        admitted = loop.run.cancellable(rid)
+        if admitted is not None:    # admitted: its lease and escrow released on every stage
+            reason = self._cancel.pop(rid)
+            if await loop.ends.fail(admitted, reason):
+                self.num_cancelled += 1
+        # else: inside an admission round right now (withdrawn on the next wake-up after it), or
+        # completing (its completion answers it, and _done forgets the cancellation)

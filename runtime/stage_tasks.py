@@ -4,8 +4,9 @@ to the next stage. A stage learns of a wave when it is planned (its schedule), s
 it before the activations arrive; it runs the wave once both are there.
 
 A chunk whose request failed or fell back meanwhile is skipped ("stale": its attempt is no longer
-live). Before a stage prepares a chunk, the policy's stage admission runs (a stage that was not
-part of admission leases and escrows on the first chunk; a prefix it lacks is a late fallback).
+live). Before a stage prepares a chunk, the stage admission of the policy the chunk's request was
+admitted under runs (a stage that was not part of admission leases and escrows on the first chunk;
+a prefix it lacks is a late fallback) - a policy switched meanwhile applies to later admissions.
 
 A :class:`StageWorker` sees one stage's handle, the run state (:mod:`runtime.run_state`), where
 requests end (:mod:`runtime.completion`) and the policy in force - nothing else of the loop.
@@ -20,7 +21,8 @@ from typing import TYPE_CHECKING
 from runtime.completion import RequestEnds
 from runtime.engines.base import MaterializeItem, StageExecutor, StageHandle
 from runtime.kvcache.stage_cache import DescriptorMismatch
-from runtime.mechanisms.stage_admission import LateFallback
+from runtime.mechanisms.stage_admission import Fail, FallBack, Readmit
+from runtime.policies import get_policy
 from runtime.request import Chunk, Wave
 from runtime.run_state import RunState
 from telemetry import names as N
@@ -85,24 +87,26 @@ class StageWorker:
             a = run.live(chunk)
             if a is None:
                 continue
-            try:
-                await policy.stage_admission.before_chunk(self, wave.id, a, chunk)
-            except DescriptorMismatch as exc:
-                await self.ends.fail(chunk.request_id, str(exc))
-                continue
-            except LateFallback as fb:
-                await self.ends.late_fallback(chunk.request_id, fb.granted, self.stage)
-                continue
-            ready.append(chunk)
+            rules = get_policy(a.policy)        # the policy it was admitted under, not the one now
+            match await rules.stage_admission.before_chunk(self, wave.id, a, chunk, rules.reserve):
+                case FallBack(granted):
+                    await self.ends.late_fallback(a, granted, self.stage)
+                case Readmit(reason):
+                    await self.ends.readmit(a, self.stage, reason)
+                case Fail(reason):
+                    await self.ends.fail(a, reason)
+                case _:
+                    ready.append(chunk)
         ready = [c for c in ready if run.live(c) is not None]
         made = await self.handle.materialize_many(
             [MaterializeItem(c.request_id, c.start, c.length, c.reuse_blocks) for c in ready])
         tables: dict[str, list[int]] = {}
         for chunk, table in zip(ready, made.tables, strict=True):
-            if run.live(chunk) is None:
+            a = run.live(chunk)
+            if a is None:
                 continue                        # failed on another stage meanwhile (released there)
             if isinstance(table, DescriptorMismatch):
-                await self.ends.fail(chunk.request_id, str(table))
+                await self.ends.fail(a, str(table))
             else:
                 tables[chunk.request_id] = table
         return tables, made.evictions

@@ -17,6 +17,7 @@ STAGE_WAIT = "wavepp.stage.wait"                 # a stage blocked on capacity (
 # ---- events on spans ---------------------------------------------------------------------------
 EVENT_ADMITTED = "wavepp.admitted"               # on the request span, at admission time
 EVENT_FALLBACK = "wavepp.fallback"               # reuse boundary lowered after the first lookup
+EVENT_READMITTED = "wavepp.readmitted"           # released everywhere and sent back to admission, boundary kept
 EVENT_FAILED = "wavepp.failed"
 EVENT_KNOBS = "wavepp.knobs.changed"             # on the plan span of the first wave under new knobs
 EVENT_KNOBS_REFUSED = "wavepp.knobs.refused"     # on the next plan span after the runtime refused a record

@@ -69,13 +69,59 @@ def test_a_chunk_of_a_dropped_attempt_is_stale_after_the_request_comes_back() ->
         run.admitted([first := admit(run.take(1)[0], 2)], [])
         old = Chunk("a", 32, 32, 2, True, first.attempt)
         assert run.live(old) is first and run.holds(first)
-        assert run.drop("a") is first
+        run.drop(first)
         run.requeue(r)                          # a late fallback puts it back at the head
         assert run.live(old) is None and not run.holds(first)
         run.admitted([second := admit(run.take(1)[0], 0)], [])
         assert run.live(old) is None            # the old attempt's chunk stays stale
         assert run.live(Chunk("a", 0, 64, 0, True, second.attempt)) is second
         assert run.pending_first_chunks() == [r.block_hashes]     # admitted, nothing scheduled yet
+    asyncio.run(go())
+
+
+def test_a_request_whose_last_chunk_ran_is_completing_and_no_longer_cancellable() -> None:
+    async def go() -> None:
+        run = RunState(2)
+        run.arrive(req("a"))
+        run.admitted([a := admit(run.take(1)[0], 0)], [])
+        wave = Wave(0, [Chunk("a", 0, 64, 0, True, a.attempt)], 64, 0.0)
+        run.planned(wave)
+        assert run.cancellable("a") is a and run.may_end(a)
+        assert run.computed(wave.chunks) == [a]       # the last stage ran its last chunk
+        assert run.cancellable("a") is None and not run.may_end(a) and run.holds(a)
+        run.drop(a)                                   # its completion takes it out
+        assert run.get("a") is None and run.num_active == 0
+    asyncio.run(go())
+
+
+def test_only_a_live_last_chunk_ahead_promises_room() -> None:
+    async def go() -> None:
+        run = RunState(2)
+        for rid in ("a", "b"):
+            run.arrive(req(rid))
+        run.admitted([a := admit(run.take(1)[0], 0), admit(run.take(1)[0], 0)], [])
+        run.planned(Wave(0, [Chunk("a", 0, 64, 0, True, a.attempt)], 64, 0.0))
+        run.planned(Wave(1, [Chunk("b", 0, 64, 0, True, 1)], 64, 0.0))
+        assert run.completes_ahead(1)
+        run.drop(a)                                   # a failed: its last chunk ahead frees nothing
+        assert not run.completes_ahead(1)
+    asyncio.run(go())
+
+
+def test_it_knows_when_admitted_requests_follow_different_policies() -> None:
+    async def go() -> None:
+        run = RunState(2)
+        for rid in ("a", "b"):
+            run.arrive(req(rid))
+        first = admit(run.take(1)[0], 0)
+        run.admitted([first], [])
+        assert not run.admitted_under_others(first.policy)
+        other = admit(run.take(1)[0], 0)
+        other.policy = "trtllm-pp"
+        run.admitted([other], [])
+        assert run.admitted_under_others("wavepp") and run.admitted_under_others("trtllm-pp")
+        run.drop(other)
+        assert not run.admitted_under_others("wavepp")
     asyncio.run(go())
 
 

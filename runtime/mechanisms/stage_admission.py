@@ -1,8 +1,11 @@
 """Stage admission: which stages lease and escrow when a request is admitted, and what a stage
 does before it prepares a chunk of a request it was not part of.
 
-A stage that admits late may lack part of the prefix the first stage promised: it answers with
-what it has (:class:`LateFallback`), the request's boundary is lowered and it starts over.
+The hook answers a typed verdict the stage worker acts on: :data:`READY` (prepare the chunk),
+:class:`FallBack` (a stage that admits late lacks part of the prefix the first stage promised: the
+request's boundary is lowered and it starts over), :class:`Readmit` (the request cannot get room
+here before it blocks the stage, and only because requests admitted under another policy hold it:
+it goes back to admission) or :class:`Fail`.
 """
 
 from __future__ import annotations
@@ -11,7 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 from runtime.engines.base import LeaseItem
-from runtime.kvcache.stage_cache import DescriptorMismatch
+from runtime.mechanisms.reserve import Reserve
 from runtime.request import AdmittedRequest, Chunk
 from telemetry import names as N
 
@@ -19,12 +22,34 @@ if TYPE_CHECKING:
     from runtime.stage_tasks import StageWorker
 
 
-class LateFallback(Exception):
-    """A stage holds less of the planned prefix than the first stage promised."""
+@dataclass(frozen=True, slots=True)
+class Ready:
+    """Prepare the chunk."""
 
-    def __init__(self, granted: int) -> None:
-        super().__init__(granted)
-        self.granted = granted
+
+@dataclass(frozen=True, slots=True)
+class FallBack:
+    """The stage holds only ``granted`` blocks of the planned prefix: lower the boundary, start over."""
+
+    granted: int
+
+
+@dataclass(frozen=True, slots=True)
+class Readmit:
+    """Release the request everywhere and send it back to admission, boundary unchanged."""
+
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Fail:
+    """End the request with ``reason``."""
+
+    reason: str
+
+
+StageVerdict = Ready | FallBack | Readmit | Fail
+READY = Ready()
 
 
 class StageAdmission(Protocol):
@@ -35,9 +60,11 @@ class StageAdmission(Protocol):
         """The stages an admission round leases and escrows on."""
         ...
 
-    async def before_chunk(self, stage: StageWorker, wave_id: int, a: AdmittedRequest, chunk: Chunk) -> None:
-        """``stage`` is about to prepare ``chunk`` of wave ``wave_id``; may raise DescriptorMismatch
-        or LateFallback. A chunk whose request is no longer live afterwards is skipped by the caller."""
+    async def before_chunk(self, stage: StageWorker, wave_id: int, a: AdmittedRequest, chunk: Chunk,
+                           reserve: Reserve) -> StageVerdict:
+        """``stage`` is about to prepare ``chunk`` of wave ``wave_id``: what to do with it.
+        ``reserve``: what a stage escrowing here sets aside (the request's own policy's). A chunk
+        whose request is no longer live afterwards is skipped by the caller."""
         ...
 
 
@@ -51,8 +78,9 @@ class EveryStage:
     def admit_stages(self, num_stages: int) -> list[int]:
         return list(range(num_stages))
 
-    async def before_chunk(self, stage: StageWorker, wave_id: int, a: AdmittedRequest, chunk: Chunk) -> None:
-        return None
+    async def before_chunk(self, stage: StageWorker, wave_id: int, a: AdmittedRequest, chunk: Chunk,
+                           reserve: Reserve) -> StageVerdict:
+        return READY
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,17 +90,23 @@ class OnFirstChunk:
     reaches it, matching the prefix alone, and waits when it cannot fit the schedule
     (``_pp_retry_until_can_schedule``, "may cause bubbles"); nothing reconciles different
     reusable lengths across ranks (``resource_manager.py``), so a rank that lacks part of the
-    first rank's prefix forces a late fall back to the lowest common boundary (DESIGN §3)."""
+    first rank's prefix forces a late fall back to the lowest common boundary (DESIGN §3).
+
+    When no wave ahead will free room, ``_pp_retry_until_can_schedule`` raises (RuntimeError
+    without a KV cache transceiver, i.e. in aggregated serving): here the request fails. Except
+    when requests admitted under another policy (a ``policy`` knob change) share the stage's pool:
+    their escrow, not this policy's own schedule, holds the room, so the request is re-admitted."""
 
     name: str = "first-chunk"
 
     def admit_stages(self, num_stages: int) -> list[int]:
         return [0]
 
-    async def before_chunk(self, stage: StageWorker, wave_id: int, a: AdmittedRequest, chunk: Chunk) -> None:
+    async def before_chunk(self, stage: StageWorker, wave_id: int, a: AdmittedRequest, chunk: Chunk,
+                           reserve: Reserve) -> StageVerdict:
         s, run = stage.stage, stage.run
         if s in a.admit_stages or s in a.local_stages:
-            return
+            return READY
         req, handle = a.request, stage.handle
 
         async def dropped_meanwhile() -> bool:
@@ -87,15 +121,17 @@ class OnFirstChunk:
                                        remote=False)
         a.local_stages.add(s)              # released everywhere on failure or fallback, like the rest
         if await dropped_meanwhile():
-            return
+            return READY
         if granted < chunk.reuse_blocks:
-            raise LateFallback(granted)
-        need = stage.policy().reserve.blocks(req.num_tokens, granted, stage.block_size)
+            return FallBack(granted)
+        need = reserve.blocks(req.num_tokens, granted, stage.block_size)
         while not await handle.escrow([(req.id, need)], remote=False):
             if not run.completes_ahead(wave_id):
-                raise DescriptorMismatch(f"stage {s} lacks KV capacity for stage 0's schedule of request {req.id}")
+                why = f"stage {s} lacks KV capacity for stage 0's schedule of request {req.id}"
+                return Readmit(why) if run.admitted_under_others(a.policy) else Fail(why)
             with stage.tel.span(N.STAGE_WAIT, {N.STAGE: s, N.REQUEST_ID: req.id}):
                 await run.capacity.wait()
             if await dropped_meanwhile():
-                return
+                return READY
         await dropped_meanwhile()          # the escrow message may have landed after a release
+        return READY

@@ -1,6 +1,8 @@
 """Policies by name: presets, and ablations written ``NAME+KIND=VARIANT[+…]``
 (e.g. ``wavepp+lookup=first-stage``, ``trtllm-pp+charge=position0``)."""
 
+import functools
+
 from runtime.policies.base import KIND_FIELDS, VARIANTS, Policy
 from runtime.policies.trtllm_pp import TRTLLM_PP, TRTLLM_PP_LEGACY
 from runtime.policies.wavepp import WAVEPP
@@ -8,9 +10,10 @@ from runtime.policies.wavepp import WAVEPP
 POLICIES: dict[str, Policy] = {p.name: p for p in (WAVEPP, TRTLLM_PP, TRTLLM_PP_LEGACY)}
 
 
+@functools.lru_cache(maxsize=256)
 def get_policy(spec: str) -> Policy:
     """A preset by name, with any ``+KIND=VARIANT`` swaps applied in order; ValueError names
-    what is unknown."""
+    what is unknown. Cached: a policy is frozen, and stages look up each request's own by name."""
     name, *swaps = spec.split("+")
     try:
         policy = POLICIES[name]

@@ -234,6 +234,9 @@ def create_app(rt: ServerRuntime, served_model: str, tokenizer: Any = None) -> F
                            {"Retry-After": str(rt.retry_after_s())}) from None
         results: asyncio.Future[list[PrefillResult]] = asyncio.gather(
             *(rt.result(r, f, accepted) for r, f in zip(reqs, futures, strict=True)))
+        # After a disconnect nobody reads the outcome (a cancelled request's RequestFailed, or the
+        # CancelledError of results.cancel()): retrieved here so asyncio does not log it as lost.
+        results.add_done_callback(lambda f: f.cancelled() or f.exception())
         gone: asyncio.Future[None] = asyncio.ensure_future(disconnected(request))
         try:
             await asyncio.wait([results, gone], return_when=asyncio.FIRST_COMPLETED)  # type: ignore[type-var]
