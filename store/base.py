@@ -34,6 +34,12 @@ from runtime.knobs import Deployment
 # runtime.runfile.RunInfo); a viewer shows a handful of recent runs.
 RUN_META_CAP = 64
 
+# The largest knobs version a write stores: 2**53 - 1, the last integer a double counts exactly (Redis
+# runs Lua 5.1, whose numbers are doubles; JSON readers such as a browser's are the same). A stored
+# version beyond it - or at it, which leaves no room for the next write - is another client's
+# corruption: read as absent, so the next write replaces it with version 1.
+KNOBS_VERSION_MAX = 2**53 - 1
+
 
 class StoreError(Exception):
     """The store cannot be used (unreachable, wrong credentials, malformed URL): one line for the user."""
@@ -137,7 +143,8 @@ class Store(Protocol):
         write them as a new version with its history entry (both or neither).
 
         Raises ``runtime.knobs.KnobError`` (nothing written) naming every bad value, and
-        ``StoreError`` when ``expected_version`` is given and no longer current.
+        ``StoreError`` when ``expected_version`` is given and no longer current, or when the record
+        changed under every one of a bounded number of compare-and-set attempts (it never spins).
         """
         ...
 
