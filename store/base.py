@@ -138,9 +138,12 @@ class Store(Protocol):
     # ---- knobs -----------------------------------------------------------------------------
     async def knobs_get(self) -> KnobsRecord: ...
 
-    async def knobs_set(self, changes: dict[str, Any], expected_version: int | None = None) -> KnobsRecord:
-        """Validate ``changes`` merged over the current values, against the deployment record, and
-        write them as a new version with its history entry (both or neither).
+    async def knobs_set(self, changes: dict[str, Any], expected_version: int | None = None,
+                        deployment: Deployment | None = None) -> KnobsRecord:
+        """Validate ``changes`` merged over the current values, against ``deployment`` - or, when the
+        writer does not have it at hand (the CLI, the dashboard), the deployment record - and write
+        them as a new version with its history entry (both or neither). The running runtime and its
+        server pass their own: the record is shared, and another client may have written it.
 
         Raises ``runtime.knobs.KnobError`` (nothing written) naming every bad value, and
         ``StoreError`` when ``expected_version`` is given and no longer current, or when the record

@@ -398,19 +398,21 @@ class RedisStore:
         return decode_knobs(await self._knob_state())
 
     @_translate
-    async def knobs_set(self, changes: dict[str, Any], expected_version: int | None = None) -> KnobsRecord:
+    async def knobs_set(self, changes: dict[str, Any], expected_version: int | None = None,
+                        deployment: Deployment | None = None) -> KnobsRecord:
         for _ in range(KNOB_WRITE_ATTEMPTS):
             state = await self._knob_state()
             current = decode_knobs(state)
             if expected_version is not None and expected_version != current.version:
                 raise StoreError(f"knobs changed meanwhile (version {current.version}, expected {expected_version})")
-            values = from_changes(current.values, changes, current.deployment).as_dict()   # KnobError: nothing written
+            against = deployment or current.deployment
+            values = from_changes(current.values, changes, against).as_dict()   # KnobError: nothing written
             self.round_trips += 1
             reply = await self._knobs(keys=self.knob_keys(), args=[
                 "write", *state, current.version + 1, json.dumps(values), json.dumps(changes), KNOB_HISTORY_CAP])
             if reply[0] >= 0:                  # -1: someone wrote in between: read again
                 notes = [current.note] + [HISTORY_REPLACED] * reply[1]
-                return KnobsRecord(reply[0], values, current.deployment, "; ".join(n for n in notes if n) or None)
+                return KnobsRecord(reply[0], values, against, "; ".join(n for n in notes if n) or None)
             if reply[0] == -2:                 # decode_version keeps current.version + 1 in bounds
                 raise StoreError(f"redis at {self.url.where}: the knobs script refused record number "
                                  f"{current.version + 1} (out of [1, {KNOBS_VERSION_MAX}])")

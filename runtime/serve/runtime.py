@@ -22,7 +22,7 @@ from runtime.engines.base import EngineParts, now
 from runtime.engines.common import store_source
 from runtime.hashing import block_hashes
 from runtime.idle_causes import LiveIdle
-from runtime.knobs import Knobs, check_block_size
+from runtime.knobs import Deployment, Knobs, check_block_size
 from runtime.loop import PipelineLoop
 from runtime.policies.base import Policy
 from runtime.request import Request
@@ -155,6 +155,12 @@ class ServerRuntime:
             self.error = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
             log.error("the pipeline loop stopped: %s", self.error)
         self.source.fail_all(self.error or "the server stopped")
+
+    @property
+    def deployment(self) -> Deployment:
+        """What this server's engine fixes: knob writes it takes are validated against this, never
+        against the store's deployment record, which any client can write."""
+        return Deployment(self.engine.block_size, self.engine.pp)
 
     @property
     def serving(self) -> bool:
