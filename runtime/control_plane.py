@@ -112,13 +112,13 @@ class KnobWatcher:
     """
 
     def __init__(self, store: Store, deployment: Deployment, apply: Callable[[Knobs, int], None],
-                 refuse: Callable[[int, str], None]) -> None:
+                 refuse: Callable[[int, str], None], knobs: Knobs | None = None) -> None:
         self.store = store
         self.deployment = deployment
         self.apply = apply
         self.refuse = refuse
         self.version = -1                     # the version the runtime runs with (from its next wave)
-        self.knobs = Knobs()                  # ... and its values
+        self.knobs = knobs or Knobs()         # ... and its values (the runtime's starting knobs, until published)
         self.refused: dict[str, Any] | None = None   # the last refusal: {"version", "reason", "running"}
         self._seen = -1                       # the last version read (accepted or refused)
         self._notes: set[str] = set()

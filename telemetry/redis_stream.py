@@ -1,7 +1,9 @@
 """Span exporter to a capped Redis stream (``wavepp:{<cluster>}:spans``), which the dashboard reads.
 
 Every span carries its run's id; the hash ``wavepp:{<cluster>}:runs`` maps each id to the run's
-label, so a viewer lists runs by id without reading the whole stream.
+label, so a viewer lists runs by id without reading the whole stream. The exporter adds a run's
+label with its first spans; :meth:`RedisSpanExporter.register_run` writes it at once (a run
+publishes it at start, and again when the store came back empty).
 
 The stream is open to every client of the Redis: a reader skips and counts what is not a span
 (:func:`read_spans`), so one foreign entry never breaks a page that shows the stream.
@@ -61,6 +63,15 @@ class RedisSpanExporter(SpanExporter):
             return SpanExportResult.SUCCESS
         except redis.RedisError as exc:
             raise ConnectionError(f"Redis unreachable: {exc}") from None   # the processor reports it once
+
+    def register_run(self, run_id: str, label: str) -> None:
+        """Map ``run_id`` to ``label`` in the run index now: one HSET on this exporter's client, in
+        the caller's thread (redis-py's pool is thread-safe). ConnectionError when Redis fails it."""
+        try:
+            self.client.hset(self.runs_key, run_id, label)
+        except redis.RedisError as exc:
+            raise ConnectionError(f"Redis unreachable: {exc}") from None
+        self._registered.add(run_id)
 
     def shutdown(self) -> None:
         self.client.close()

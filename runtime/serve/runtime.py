@@ -134,14 +134,14 @@ class ServerRuntime:
         """Build the stages, open the store and start the loop (returns once it takes requests)."""
         self.parts = self.engine.build()
         self.store = self.parts.store = await self.engine.open_store(self.store_deadline_s)
-        # What this run is, for viewers of the store (the dashboard's Preview of a live server).
-        await self.store.run_meta_put(self.run.id, describe_run(self.engine, self.run, self.knobs,
-                                                                [h.capacity for h in self.parts.handles]))
         # A server keeps no span list, only the bounded ring (/v1/spans); the process's metrics (/metrics)
         # and, from OTEL_* / the store, OTLP and the Redis span stream (telemetry.setup).
         self.tel = self.engine.telemetry(self.run, keep=False, ring=self.ring, metrics=self.metrics)
+        # What this run is, for viewers of the store (the dashboard's Preview of a live server): the loop
+        # publishes it when it starts, and again when the store comes back empty.
+        meta = describe_run(self.engine, self.run, self.knobs, [h.capacity for h in self.parts.handles])
         self.loop = PipelineLoop(self.parts.handles, self.parts.executor, self.store, self.knobs, self.source,
-                                 1, self.tel, self.engine.block_size)
+                                 1, self.tel, self.engine.block_size, meta=meta)
         self._task = asyncio.create_task(self.loop.run(), name="pipeline-loop")
         self._task.add_done_callback(self._stopped)
         while not self.source.ready and not self._task.done():
