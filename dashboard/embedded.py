@@ -95,15 +95,18 @@ class EmbeddedRuntime:
         tel = self.engine.telemetry(self.run, keep=False, ring=self.ring)   # spans go to the bounded ring only
         workload = Workload(self.spec, self.requests, self.prompt_tokens, self.engine.block_size,
                             self.engine.vocab_size, self.seed)
+        # What this run is (engine, model, stages, workload, knobs: runtime.run_meta), published by the
+        # loop as `wavepp bench` and `wavepp serve` publish it: the dashboard's Preview replays the run from it.
+        meta = describe_run(self.engine, self.run, self.knobs, [h.capacity for h in parts.handles])
         self.loop = PipelineLoop(parts.handles, parts.executor, self.store, self.knobs, workload,
-                                 self.concurrency, tel, self.engine.block_size)
-        # What this run is (engine, model, stages, workload, knobs: runtime.run_meta), as `wavepp bench`
-        # and `wavepp serve` publish it: the dashboard's Preview replays the run from it.
-        await self.store.run_meta_put(self.run.id, describe_run(self.engine, self.run, self.knobs,
-                                                                [h.capacity for h in parts.handles]))
+                                 self.concurrency, tel, self.engine.block_size, meta=meta)
+        run = asyncio.create_task(self.loop.run())
+        published = asyncio.create_task(self.loop.published.wait())
+        await asyncio.wait([run, published], return_when=asyncio.FIRST_COMPLETED)   # started, or failed to
+        published.cancel()
         self.ready = True
         self._started.set()
-        await self.loop.run()
+        await run
 
 
 # ---- the runtime in a child process ---------------------------------------------------------

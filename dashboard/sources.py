@@ -21,7 +21,7 @@ import redis
 from runtime.runfile import SavedRun, load_runs
 from store.base import KnobsRecord, StoreError
 from store.urls import StoreUrl, parse_store_url
-from telemetry.redis_stream import read_run_labels, read_spans
+from telemetry.redis_stream import SpanStreamReader, read_run_labels
 
 LIVE_SPANS_KEPT = 250_000     # per run
 LIVE_STATUS_KEPT = 5_000      # per run
@@ -154,8 +154,13 @@ class StoreSource:
         self._runs: dict[str, _RunLog] = {}                # insertion order = order of first appearance
         self._labels: dict[str, str] = {}
         self._described: dict[str, dict[str, Any]] = {}   # run id -> its description (runs held only)
-        self._after = "-"
+        self._stream = SpanStreamReader(self.client, self.url)
         self._lock = threading.Lock()
+
+    @property
+    def spans_skipped(self) -> int:
+        """Entries of the span stream that were not spans (another client's), skipped so far."""
+        return self._stream.skipped
 
     def runs(self) -> list[SavedRun]:
         return []
@@ -169,13 +174,14 @@ class StoreSource:
 
     def _poll(self) -> None:
         while True:
-            spans, self._after = read_spans(self.client, self.url, self._after)
+            before = self._stream.after
+            spans = self._stream.read()
             by_run: dict[str, list[dict[str, Any]]] = {}
             for s in spans:
                 by_run.setdefault(s.get("run", ""), []).append(s)
             for run_id, mine in by_run.items():
                 self._log(run_id).add_spans(mine)
-            if not spans:
+            if self._stream.after == before:     # caught up (a batch of foreign entries alone is not the end)
                 break
         raw = self.client.get(f"{self.prefix}:status")
         if raw:

@@ -113,10 +113,10 @@ def run_one(engine: Engine, cfg: BenchConfig, policy_name: str, concurrency: int
 
     async def main() -> LoopResult:
         parts.store = await engine.open_store(cfg.store_deadline_s)
-        # The saved run's meta, in the store from the start: a viewer of a live store can replay the run.
-        await parts.store.run_meta_put(run.id, meta)
+        # The saved run's meta goes to the store when the loop starts (and again if the store comes
+        # back empty): a viewer of a live store can replay the run.
         loop = PipelineLoop(parts.handles, parts.executor, parts.store, knobs, workload,
-                            concurrency, tel, engine.block_size, stall_timeout_s=cfg.stall_timeout_s)
+                            concurrency, tel, engine.block_size, stall_timeout_s=cfg.stall_timeout_s, meta=meta)
         if progress is not None:
             loop.progress = lambda done, total: progress(label, done, total)
         try:

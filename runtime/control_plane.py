@@ -105,19 +105,24 @@ class KnobWatcher:
     dashboard shows it as a banner. A record that is gone (the store restarted empty, or was
     cleared) or corrupt is written back from the knobs the runtime runs with, so they survive the
     store. Nothing here stops a run: a corrupt entry is reported once and read as absent.
+
+    The deployment record is this runtime's: one that differs from ``deployment`` (another client
+    wrote it, or it is gone or corrupt) is rewritten at the next poll, reported once; nothing the
+    runtime validates is ever checked against the stored one.
     """
 
     def __init__(self, store: Store, deployment: Deployment, apply: Callable[[Knobs, int], None],
-                 refuse: Callable[[int, str], None]) -> None:
+                 refuse: Callable[[int, str], None], knobs: Knobs | None = None) -> None:
         self.store = store
         self.deployment = deployment
         self.apply = apply
         self.refuse = refuse
         self.version = -1                     # the version the runtime runs with (from its next wave)
-        self.knobs = Knobs()                  # ... and its values
+        self.knobs = knobs or Knobs()         # ... and its values (the runtime's starting knobs, until published)
         self.refused: dict[str, Any] | None = None   # the last refusal: {"version", "reason", "running"}
         self._seen = -1                       # the last version read (accepted or refused)
         self._notes: set[str] = set()
+        self._deployment_reported = False
 
     async def publish(self, knobs: Knobs) -> None:
         """Publish the deployment and make the store's record equal to ``knobs`` (the runtime's)."""
@@ -128,7 +133,7 @@ class KnobWatcher:
         self.knobs = knobs
         try:
             if changes or record.version == 0:
-                record = await self.store.knobs_set(changes)
+                record = await self.store.knobs_set(changes, deployment=self.deployment)
         except KnobError as exc:              # the stored record is another client's, and invalid
             self._seen = record.version
             self._refuse(record.version, str(exc))
@@ -141,14 +146,17 @@ class KnobWatcher:
             await self.poll()
 
     async def poll(self) -> None:
-        """Read the record once: write it back if it is gone, apply or refuse a new version."""
+        """Read the record once: write it back if it is gone, put the deployment record back if it is
+        not this runtime's, apply or refuse a new version."""
         record = await self.store.knobs_get()
         self._report(record.note)
-        if record.version == 0 or record.deployment is None:
+        if record.version == 0:
             log.warning("no knobs record in the store (restarted empty, cleared or corrupt): writing back "
                         "the knobs of version %d", self.version)
             await self.publish(self.knobs)
             return
+        if record.deployment != self.deployment:
+            await self._restore_deployment(record.deployment)
         if record.version == self._seen:
             return
         self._seen = record.version
@@ -159,6 +167,14 @@ class KnobWatcher:
             return
         self.version, self.knobs, self.refused = record.version, knobs, None
         self.apply(knobs, record.version)
+
+    async def _restore_deployment(self, found: Deployment | None) -> None:
+        if not self._deployment_reported:     # a client rewriting it in a loop must not flood the log
+            self._deployment_reported = True
+            log.warning("the deployment record in the store is %s, not this runtime's %s (another client wrote "
+                        "it?): rewriting it (later rewrites are not reported)",
+                        found.as_dict() if found else "absent or corrupt", self.deployment.as_dict())
+        await self.store.deployment_put(self.deployment)
 
     def _refuse(self, version: int, reason: str) -> None:
         log.error("refusing knobs version %d: %s (keeping version %d)", version, reason, self.version)

@@ -41,6 +41,7 @@ from runtime.index_publisher import IndexPublisher
 from runtime.knobs import Deployment, Knobs, check_block_size
 from runtime.policies import get_policy
 from runtime.policies.base import Policy
+from runtime.publications import Publication, Publications
 from runtime.request import Chunk, Request, Wave
 from runtime.run_state import RunState
 from runtime.server_source import LoopPort, ServerSource
@@ -67,9 +68,10 @@ class PipelineLoop:
     def __init__(self, handles: Sequence[StageHandle], executor: StageExecutor, store: Store,
                  knobs: Knobs, workload: Workload | TraceWorkload | ServerSource, concurrency: int,
                  telemetry: Telemetry, block_size: int, publish_plans: bool = True,
-                 stall_timeout_s: float = DEFAULT_STALL_TIMEOUT_S) -> None:
+                 stall_timeout_s: float = DEFAULT_STALL_TIMEOUT_S, meta: dict[str, Any] | None = None) -> None:
         """``stall_timeout_s``: end the run with :class:`runtime.watchdog.Stalled` when nothing
-        happens that long while work waits (the deadlock guard)."""
+        happens that long while work waits (the deadlock guard). ``meta``: what the run is
+        (:func:`runtime.run_meta.describe_run`), published under the run's id for viewers of the store."""
         if concurrency < 1:
             raise ValueError(f"concurrency must be >= 1, got {concurrency}")
         if not stall_timeout_s > 0:
@@ -100,7 +102,9 @@ class PipelineLoop:
         self.stages = [StageWorker(s, h, executor, telemetry, self.run_state, self.ends, lambda: self.policy,
                                    block_size) for s, h in enumerate(self.handles)]
         self.knob_watcher = KnobWatcher(store, Deployment(block_size, self.num_stages),
-                                        lambda knobs, version: self.set_knobs(knobs), self._knobs_refused)
+                                        lambda knobs, version: self.set_knobs(knobs), self._knobs_refused, knobs)
+        self.publications = Publications(self._publications(meta))
+        self.published = asyncio.Event()              # what the run publishes at start is in the store
         self.min_capacity = min(h.capacity for h in self.handles)
         self._pending_knobs: Knobs | None = None
         self._plan_events: list[tuple[str, dict[str, Any]]] = []  # knob changes and refusals: on the next wave plan
@@ -121,6 +125,21 @@ class PipelineLoop:
     def set_knobs(self, knobs: Knobs) -> None:
         """Apply new knobs at the next wave boundary (KnobError now if this deployment cannot use them)."""
         self._pending_knobs = check_block_size(knobs, self.block_size)
+
+    def _publications(self, meta: dict[str, Any] | None) -> list[Publication]:
+        """Everything the run publishes at start - and again when the store came back empty."""
+        items = []
+        if meta is not None:
+            run_id = self.tel.run_id
+            items.append(Publication("the run's description", lambda: self.store.run_meta_put(run_id, meta)))
+
+        async def label() -> None:
+            self.tel.publish_run()
+        items.append(Publication("the run's label", label))
+        # The knobs the runtime runs with by then (the starting ones at start), and the deployment.
+        items.append(Publication("the deployment and the knobs",
+                                 lambda: self.knob_watcher.publish(self.knob_watcher.knobs)))
+        return items
 
     def _knobs_refused(self, version: int, reason: str) -> None:
         self._plan_events.append((N.EVENT_KNOBS_REFUSED, {N.KNOBS_VERSION: version, N.ERROR: reason}))
@@ -183,10 +202,11 @@ class PipelineLoop:
             report("could not record the run's final status (%s): %s", state, exc)
 
     async def _run(self) -> LoopResult:
-        await self.prime()
-        await self.knob_watcher.publish(self.knobs)
+        await self.publications.publish()
         if isinstance(self.store, ResilientStore):
-            self.store.on_reconnect.append(self.publisher.rebuild)
+            self.store.on_reconnect += [self.publications.republish, self.publisher.rebuild]
+        self.published.set()
+        await self.prime()
         named = {"dispatcher": self._dispatcher(), "admission": self._admission_task(),
                  "publisher": self._publisher(), "store-writer": self.writer.run(),
                  "heartbeat": self.registry.heartbeat(), "knobs": self.knob_watcher.run(),

@@ -34,6 +34,12 @@ from runtime.knobs import Deployment
 # runtime.runfile.RunInfo); a viewer shows a handful of recent runs.
 RUN_META_CAP = 64
 
+# The largest knobs version a write stores: 2**53 - 1, the last integer a double counts exactly (Redis
+# runs Lua 5.1, whose numbers are doubles; JSON readers such as a browser's are the same). A stored
+# version beyond it - or at it, which leaves no room for the next write - is another client's
+# corruption: read as absent, so the next write replaces it with version 1.
+KNOBS_VERSION_MAX = 2**53 - 1
+
 
 class StoreError(Exception):
     """The store cannot be used (unreachable, wrong credentials, malformed URL): one line for the user."""
@@ -132,12 +138,16 @@ class Store(Protocol):
     # ---- knobs -----------------------------------------------------------------------------
     async def knobs_get(self) -> KnobsRecord: ...
 
-    async def knobs_set(self, changes: dict[str, Any], expected_version: int | None = None) -> KnobsRecord:
-        """Validate ``changes`` merged over the current values, against the deployment record, and
-        write them as a new version with its history entry (both or neither).
+    async def knobs_set(self, changes: dict[str, Any], expected_version: int | None = None,
+                        deployment: Deployment | None = None) -> KnobsRecord:
+        """Validate ``changes`` merged over the current values, against ``deployment`` - or, when the
+        writer does not have it at hand (the CLI, the dashboard), the deployment record - and write
+        them as a new version with its history entry (both or neither). The running runtime and its
+        server pass their own: the record is shared, and another client may have written it.
 
         Raises ``runtime.knobs.KnobError`` (nothing written) naming every bad value, and
-        ``StoreError`` when ``expected_version`` is given and no longer current.
+        ``StoreError`` when ``expected_version`` is given and no longer current, or when the record
+        changed under every one of a bounded number of compare-and-set attempts (it never spins).
         """
         ...
 

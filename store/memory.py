@@ -130,14 +130,16 @@ class MemoryStore:
     async def knobs_get(self) -> KnobsRecord:
         return self._knobs
 
-    async def knobs_set(self, changes: dict[str, Any], expected_version: int | None = None) -> KnobsRecord:
+    async def knobs_set(self, changes: dict[str, Any], expected_version: int | None = None,
+                        deployment: Deployment | None = None) -> KnobsRecord:
         current = self._knobs
         if expected_version is not None and expected_version != current.version:
             raise StoreError(f"knobs changed meanwhile (version {current.version}, expected {expected_version})")
-        knobs = from_changes(current.values, changes, current.deployment)
+        against = deployment or current.deployment
+        knobs = from_changes(current.values, changes, against)
         self._knobs = KnobsRecord(current.version + 1, knobs.as_dict(), current.deployment)
         self._knob_history.append({"version": self._knobs.version, "time": time.time(), "changes": dict(changes)})
-        return self._knobs
+        return dataclasses.replace(self._knobs, deployment=against)
 
     async def knobs_history(self, count: int) -> list[dict[str, Any]]:
         return list(self._knob_history)[-count:] if count > 0 else []

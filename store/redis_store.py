@@ -23,7 +23,7 @@ import redis.asyncio as aioredis
 from redis import exceptions as rex
 
 from runtime.knobs import Deployment, Knobs, echo, from_changes
-from store.base import RUN_META_CAP, HintResult, KnobsRecord, RegistryEntry, StoreError
+from store.base import KNOBS_VERSION_MAX, RUN_META_CAP, HintResult, KnobsRecord, RegistryEntry, StoreError
 from store.resilient import StoreUnavailable
 from store.urls import StoreUrl, parse_store_url
 
@@ -31,6 +31,9 @@ log = logging.getLogger(__name__)
 
 PLAN_LOG_CAP = 10_000
 KNOB_HISTORY_CAP = 1_000
+# Compare-and-set rounds one knob write may take: each lost round means another write landed in
+# between, so this many in a row is a client rewriting the record in a loop, not contention.
+KNOB_WRITE_ATTEMPTS = 64
 T = TypeVar("T")
 RUN_META = "runs:meta"         # run id -> its description (JSON), beside telemetry's ``runs`` (id -> label)
 # The Redis type this store keeps under each key (after ``wavepp:{cluster}:``). Knobs and their
@@ -168,6 +171,16 @@ def read_knobs(client: redis.Redis, prefix: str, count: int) -> tuple[KnobsRecor
 HISTORY_REPLACED = "the knob history was not a stream (another client wrote that key): started a new one"
 
 
+def decode_version(text: str) -> int | None:
+    """A stored knobs version, or None when it is not one: plain ASCII digits, at least 1 and below
+    :data:`KNOBS_VERSION_MAX` (the next write's version must fit too). The length is checked before
+    ``int``, which refuses strings of over 4300 digits with a ValueError of its own."""
+    if not (text.isascii() and text.isdigit()) or len(text) > len(str(KNOBS_VERSION_MAX)):
+        return None
+    version = int(text)
+    return version if 1 <= version < KNOBS_VERSION_MAX else None
+
+
 def decode_knobs(state: Sequence[str]) -> KnobsRecord:
     """The state ``knobs.lua`` reads -> a record. Entries that are not what WavePP writes (another
     client's) read as absent, with a note saying what was found."""
@@ -179,11 +192,12 @@ def decode_knobs(state: Sequence[str]) -> KnobsRecord:
             decoded = json.loads(values)
         except ValueError:                 # JSONDecodeError
             decoded = None
-        if (version.isascii() and version.isdigit() and int(version) >= 1) and isinstance(decoded, dict):
-            record = KnobsRecord(int(version), decoded)
+        number = decode_version(version)
+        if number is not None and isinstance(decoded, dict):
+            record = KnobsRecord(number, decoded)
         else:
             notes.append(f"the knobs record is not valid (version {echo(version)}, values {echo(values)}: "
-                         "expected a positive integer and a JSON object): read as absent")
+                         f"expected an integer in [1, {KNOBS_VERSION_MAX}) and a JSON object): read as absent")
     elif knobs_type != "none":
         notes.append(f"the knobs key holds a Redis {knobs_type}, not a hash: read as absent")
     found = None
@@ -384,21 +398,28 @@ class RedisStore:
         return decode_knobs(await self._knob_state())
 
     @_translate
-    async def knobs_set(self, changes: dict[str, Any], expected_version: int | None = None) -> KnobsRecord:
-        while True:
+    async def knobs_set(self, changes: dict[str, Any], expected_version: int | None = None,
+                        deployment: Deployment | None = None) -> KnobsRecord:
+        for _ in range(KNOB_WRITE_ATTEMPTS):
             state = await self._knob_state()
             current = decode_knobs(state)
             if expected_version is not None and expected_version != current.version:
                 raise StoreError(f"knobs changed meanwhile (version {current.version}, expected {expected_version})")
-            values = from_changes(current.values, changes, current.deployment).as_dict()   # KnobError: nothing written
+            against = deployment or current.deployment
+            values = from_changes(current.values, changes, against).as_dict()   # KnobError: nothing written
             self.round_trips += 1
             reply = await self._knobs(keys=self.knob_keys(), args=[
                 "write", *state, current.version + 1, json.dumps(values), json.dumps(changes), KNOB_HISTORY_CAP])
-            if reply[0] >= 0:                  # else someone wrote in between: read again
+            if reply[0] >= 0:                  # -1: someone wrote in between: read again
                 notes = [current.note] + [HISTORY_REPLACED] * reply[1]
-                return KnobsRecord(reply[0], values, current.deployment, "; ".join(n for n in notes if n) or None)
+                return KnobsRecord(reply[0], values, against, "; ".join(n for n in notes if n) or None)
+            if reply[0] == -2:                 # decode_version keeps current.version + 1 in bounds
+                raise StoreError(f"redis at {self.url.where}: the knobs script refused record number "
+                                 f"{current.version + 1} (out of [1, {KNOBS_VERSION_MAX}])")
             if expected_version is not None:
                 raise StoreError("knobs changed meanwhile; read them again")
+        raise StoreError(f"the knobs record kept changing during {KNOB_WRITE_ATTEMPTS} write attempts in a row "
+                         "(another client rewriting it in a loop?): nothing written")
 
     @_translate
     async def knobs_history(self, count: int) -> list[dict[str, Any]]:

@@ -1,7 +1,12 @@
 """Span exporter to a capped Redis stream (``wavepp:{<cluster>}:spans``), which the dashboard reads.
 
 Every span carries its run's id; the hash ``wavepp:{<cluster>}:runs`` maps each id to the run's
-label, so a viewer lists runs by id without reading the whole stream.
+label, so a viewer lists runs by id without reading the whole stream. The exporter adds a run's
+label with its first spans; :meth:`RedisSpanExporter.register_run` writes it at once (a run
+publishes it at start, and again when the store came back empty).
+
+The stream is open to every client of the Redis: a reader skips and counts what is not a span
+(:func:`read_spans`), so one foreign entry never breaks a page that shows the stream.
 
 Memory stays bounded: ``XADD … MAXLEN ~ cap`` trims the oldest entries. The exporter runs in the
 batch processor's worker thread (``telemetry.batch``) with its own synchronous client; an
@@ -11,9 +16,9 @@ never disturbs the runtime.
 
 from __future__ import annotations
 
-import json
+import logging
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import redis
 from opentelemetry.sdk.trace import ReadableSpan
@@ -21,7 +26,9 @@ from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from store.urls import StoreUrl
 from telemetry.batch import DropCountingBatchProcessor
-from telemetry.span_codec import dumps, run_of
+from telemetry.span_codec import dumps, loads, run_of
+
+log = logging.getLogger(__name__)
 
 SPAN_STREAM_CAP = 200_000
 
@@ -57,6 +64,15 @@ class RedisSpanExporter(SpanExporter):
         except redis.RedisError as exc:
             raise ConnectionError(f"Redis unreachable: {exc}") from None   # the processor reports it once
 
+    def register_run(self, run_id: str, label: str) -> None:
+        """Map ``run_id`` to ``label`` in the run index now: one HSET on this exporter's client, in
+        the caller's thread (redis-py's pool is thread-safe). ConnectionError when Redis fails it."""
+        try:
+            self.client.hset(self.runs_key, run_id, label)
+        except redis.RedisError as exc:
+            raise ConnectionError(f"Redis unreachable: {exc}") from None
+        self._registered.add(run_id)
+
     def shutdown(self) -> None:
         self.client.close()
 
@@ -68,14 +84,47 @@ def span_stream_processor(url: StoreUrl) -> DropCountingBatchProcessor:
                                       max_queue=1 << 18, batch=4096, backoff_s=1.0)
 
 
-def read_spans(client: redis.Redis, url: StoreUrl, after: str = "-",
-               count: int = 10_000) -> tuple[list[dict[str, Any]], str]:
-    """Spans appended after stream id ``after`` (exclusive; "-" = from the start), and the last id read."""
+class SpanRead(NamedTuple):
+    spans: list[dict[str, Any]]      # in stream order
+    last: str                        # the last stream id read, skipped entries included
+    skipped: int                     # entries that were not spans (another client appended them)
+
+
+def read_spans(client: redis.Redis, url: StoreUrl, after: str = "-", count: int = 10_000) -> SpanRead:
+    """Spans appended after stream id ``after`` (exclusive; "-" = from the start). An entry that is
+    not a span (no ``s`` field, or one :func:`telemetry.span_codec.loads` refuses) is skipped and
+    counted; ``last`` moves past it, so the next read does not see it again."""
     start = "-" if after == "-" else f"({after}"
     rows: list[Any] = client.xrange(stream_key(url), min=start, count=count) or []
-    spans = [json.loads(fields[b"s"]) for _, fields in rows]
+    spans = []
+    for _, fields in rows:
+        raw = fields.get(b"s")
+        span = loads(raw) if raw is not None else None
+        if span is not None:
+            spans.append(span)
     last = rows[-1][0].decode() if rows else after
-    return spans, last
+    return SpanRead(spans, last, len(rows) - len(spans))
+
+
+class SpanStreamReader:
+    """Reads the span stream on from where it left off, counting the entries it skipped
+    (``skipped``) and saying so in one log line, the first time: a viewer polls every second."""
+
+    def __init__(self, client: redis.Redis, url: StoreUrl) -> None:
+        self.client = client
+        self.url = url
+        self.after = "-"
+        self.skipped = 0
+
+    def read(self) -> list[dict[str, Any]]:
+        """The spans appended since the last read (at most one batch; empty once caught up)."""
+        read = read_spans(self.client, self.url, self.after)
+        self.after = read.last
+        if read.skipped and not self.skipped:
+            log.warning("span stream %s: skipped %d entries that are not spans (written by another client?); "
+                        "later ones are counted, not reported", stream_key(self.url), read.skipped)
+        self.skipped += read.skipped
+        return read.spans
 
 
 def read_run_labels(client: redis.Redis, url: StoreUrl) -> dict[str, str]:

@@ -18,12 +18,13 @@ a span it does not sample is still *recorded*: local consumers see every span, o
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from opentelemetry import trace
 from opentelemetry.context import Context
@@ -48,6 +49,11 @@ from telemetry import names as N
 from telemetry.batch import DropCountingBatchProcessor
 from telemetry.config import TelemetryConfig
 from telemetry.metrics import WaveppMetrics, process_metrics, process_metrics_if_any
+
+if TYPE_CHECKING:
+    from telemetry.redis_stream import RedisSpanExporter
+
+log = logging.getLogger(__name__)
 
 # Virtual time 0 is this instant (2026-01-01T00:00:00Z): deterministic timestamps for the sim.
 SIM_EPOCH_NS = 1_767_225_600_000_000_000
@@ -140,6 +146,7 @@ class Telemetry:
         anything asked for them)."""
         self.enabled = enabled              # False: spans are not recorded (micro-benchmarks of mechanisms)
         self.run_id = run_id
+        self.run_label = run_label
         self.policy = policy
         self.config = cfg = config or current_config()
         self._clock = clock
@@ -156,12 +163,16 @@ class Telemetry:
         if metrics is not None:
             self.provider.add_span_processor(metrics.span_processor(policy))
         self.exporters: list[DropCountingBatchProcessor] = []
+        self._stream: RedisSpanExporter | None = None
         if cfg.exports:
             if ring is not None:
                 self.provider.add_span_processor(ring)
             if stream is not None and stream.kind == "redis":
-                from telemetry.redis_stream import span_stream_processor
-                self.exporters.append(span_stream_processor(stream))
+                from telemetry.redis_stream import RedisSpanExporter, span_stream_processor
+                processor = span_stream_processor(stream)
+                assert isinstance(processor.exporter, RedisSpanExporter)
+                self._stream = processor.exporter
+                self.exporters.append(processor)
             if cfg.otlp:
                 from telemetry.otlp import otlp_processor
                 self.exporters.append(otlp_processor(cfg))
@@ -231,6 +242,18 @@ class Telemetry:
         """A status snapshot of the loop (queues, per-stage KV blocks): the metrics' gauges."""
         if self.metrics is not None:
             self.metrics.observe_status(str(snapshot.get("policy") or self.policy), snapshot)   # the policy now
+
+    def publish_run(self) -> None:
+        """Write the run's label where viewers of the span stream list runs (its Redis run index)
+        now, not with the first exported spans (an idle server has none); a no-op without a span
+        stream. Best effort, like every export: a failure is one log line, never the run's. The
+        caller's thread waits for one HSET (bounded by the exporter's 2 s socket timeout)."""
+        if self._stream is None or not self.run_id:
+            return
+        try:
+            self._stream.register_run(self.run_id, self.run_label)
+        except ConnectionError as exc:
+            log.warning("span stream: could not publish the run's label (%s); its first exported spans will", exc)
 
     def dropped(self) -> dict[str, int]:
         """Spans each exporter dropped so far (queue full, endpoint down), by exporter name."""

@@ -2,7 +2,8 @@
 the dashboard reads, whether the spans come from the stream, a saved run or this process.
 
 ``run`` is the id of the run the span belongs to (the provider's ``wavepp.run.id`` resource
-attribute), so several runs in one stream, ring or file never mix."""
+attribute), so several runs in one stream, ring or file never mix. :func:`loads` reads it back and
+refuses what is not one: the Redis stream is open to other clients."""
 
 from __future__ import annotations
 
@@ -45,3 +46,31 @@ def encode(span: ReadableSpan) -> dict[str, Any]:
 
 def dumps(span: ReadableSpan) -> str:
     return json.dumps(encode(span), separators=(",", ":"))
+
+
+# The compact form's fields and their JSON types: the first five are always there (what every
+# reader indexes), the rest only when the span has them.
+_REQUIRED: dict[str, type] = {"n": str, "t0": int, "t1": int, "a": dict, "id": str}
+_OPTIONAL: dict[str, type] = {"tr": str, "run": str, "p": str, "err": str, "ev": list, "ln": list}
+
+
+def loads(raw: bytes | str) -> dict[str, Any] | None:
+    """The compact span :func:`dumps` wrote, or None when ``raw`` is not one: not UTF-8, not JSON,
+    nested past the parser's recursion limit, or an object without the fields and types above."""
+    try:
+        span = json.loads(raw)
+    except (ValueError, RecursionError):       # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        return None
+    if not isinstance(span, dict):
+        return None
+    for name, kind in _REQUIRED.items():
+        if not _is(span.get(name), kind):
+            return None
+    for name, kind in _OPTIONAL.items():
+        if name in span and not _is(span[name], kind):
+            return None
+    return span
+
+
+def _is(value: Any, kind: type) -> bool:
+    return isinstance(value, kind) and not isinstance(value, bool)     # JSON true is no timestamp

@@ -105,19 +105,20 @@ class PrivateRedis:
     def url(self, cluster: str) -> str:
         return f"redis://127.0.0.1:{self.port}/0?cluster={cluster}"
 
-    def restart_when(self, done_at: int, pause_s: float) -> Callable[[str, int, int], None]:
-        """A bench progress callback: once ``done_at`` requests finished, kill the server, keep it
-        down ``pause_s`` (the runtime runs on without it) and start it again, empty."""
-        def bounce() -> None:
-            self.proc.kill()
-            self.proc.wait()
-            time.sleep(pause_s)
-            self.proc = _start_redis(self.port, self.workdir)
-            self.restarted.set()
+    def bounce(self, pause_s: float) -> None:
+        """Kill the server, keep it down ``pause_s`` (the runtime runs on without it) and start it
+        again, empty."""
+        self.proc.kill()
+        self.proc.wait()
+        time.sleep(pause_s)
+        self.proc = _start_redis(self.port, self.workdir)
+        self.restarted.set()
 
+    def restart_when(self, done_at: int, pause_s: float) -> Callable[[str, int, int], None]:
+        """A bench progress callback: once ``done_at`` requests finished, :meth:`bounce` the server."""
         def progress(label: str, done: int, total: int) -> None:
             if done == done_at and not self.restarted.is_set():
-                threading.Thread(target=bounce, daemon=True).start()
+                threading.Thread(target=self.bounce, args=(pause_s,), daemon=True).start()
         return progress
 
     def stop(self) -> None:
@@ -146,6 +147,8 @@ def test_redis_restart_mid_run_loses_no_request_and_the_index_is_rebuilt(tmp_pat
                 await store.close()
 
         assert asyncio.run(counts()) == [h.cache.pool.num_cached for h in rec.parts.handles]
+        published = _published(server.port, "restart", rec.run.id)          # issue 23 item 9
+        assert (published["meta"], published["label"]) == (rec.run.id, rec.run.label)
     finally:
         server.stop()
 
@@ -251,5 +254,61 @@ def test_knobs_survive_a_store_restart(tmp_path: Path) -> None:
         record = asyncio.run(_knobs(url))
         assert record.version >= 1 and record.values == expected
         assert record.deployment is not None and record.deployment.block_size == 64
+    finally:
+        server.stop()
+
+
+REPUBLISHED_WITHIN_S = 5.0       # the reconnect backoff reaches 2 s at most
+
+
+def _published(port: int, cluster: str, run_id: str) -> dict[str, object]:
+    """What a viewer of the store finds of run ``run_id``: its description, its label, the knobs'
+    version and the deployment (None where absent, or while the server does not answer)."""
+    client = redis.Redis(port=port, socket_timeout=0.5, socket_connect_timeout=0.5)
+    prefix = f"wavepp:{{{cluster}}}"
+    try:
+        meta = client.hget(f"{prefix}:runs:meta", run_id)
+        label = client.hget(f"{prefix}:runs", run_id)
+        version = client.hget(f"{prefix}:knobs", "version")
+        deployment = client.get(f"{prefix}:deployment")
+    except redis.RedisError:
+        return {"meta": None, "label": None, "knobs": None, "deployment": None}
+    finally:
+        client.close()
+    return {"meta": json.loads(meta)["run"]["id"] if meta else None, "label": label.decode() if label else None,
+            "knobs": int(version) if version else None, "deployment": json.loads(deployment) if deployment else None}
+
+
+def test_a_server_republishes_what_it_published_at_start_after_the_store_restarts_empty(tmp_path: Path) -> None:
+    """Issue 23 item 9: Redis restarts empty under an idle server. Its run description and label
+    (what the dashboard lists and replays the run from) come back within a few seconds, with the
+    knobs and the deployment; today only the knobs and the deployment did."""
+    from runtime.knobs import Knobs
+    from runtime.serve.runtime import ServerRuntime
+
+    server = PrivateRedis(tmp_path)
+    engine = SimEngine("llama-3-8b", "h200", 2, kv_blocks=[2000], store_url=server.url("republish"), realtime=True)
+    rt = ServerRuntime(engine, Knobs(ring=3), max_queue=8)
+    expected = {"meta": rt.run.id, "label": rt.run.label, "knobs": 1, "deployment": {"block_size": 64, "num_stages": 2}}
+    seen: dict[str, object] = {}
+
+    async def scenario() -> None:
+        await rt.start()
+        try:
+            seen["start"] = _published(server.port, "republish", rt.run.id)
+            await asyncio.to_thread(server.bounce, 0.3)
+            deadline = time.monotonic() + REPUBLISHED_WITHIN_S
+            while time.monotonic() < deadline:
+                seen["after"] = _published(server.port, "republish", rt.run.id)
+                if seen["after"] == expected:
+                    break
+                await asyncio.sleep(0.05)
+        finally:
+            await rt.stop()
+
+    try:
+        asyncio.run(scenario())
+        assert seen["start"] == expected                 # the label too, before any span was exported
+        assert seen["after"] == expected
     finally:
         server.stop()

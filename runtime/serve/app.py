@@ -350,7 +350,7 @@ def create_app(rt: ServerRuntime, served_model: str, tokenizer: Any = None) -> F
         versioned with history; the loop applies them at its next wave boundary."""
         try:
             changes = body.changes.model_dump(exclude_none=True)   # type: ignore[attr-defined]
-            record = await store_call(lambda s: s.knobs_set(changes, body.expected_version))
+            record = await store_call(lambda s: s.knobs_set(changes, body.expected_version, rt.deployment))
         except KnobError as exc:
             raise ApiError(422, str(exc), exc.field) from None
         return await knobs_view(record)

@@ -22,7 +22,7 @@ from runtime.engines.base import EngineParts, now
 from runtime.engines.common import store_source
 from runtime.hashing import block_hashes
 from runtime.idle_causes import LiveIdle
-from runtime.knobs import Knobs, check_block_size
+from runtime.knobs import Deployment, Knobs, check_block_size
 from runtime.loop import PipelineLoop
 from runtime.policies.base import Policy
 from runtime.request import Request
@@ -134,14 +134,14 @@ class ServerRuntime:
         """Build the stages, open the store and start the loop (returns once it takes requests)."""
         self.parts = self.engine.build()
         self.store = self.parts.store = await self.engine.open_store(self.store_deadline_s)
-        # What this run is, for viewers of the store (the dashboard's Preview of a live server).
-        await self.store.run_meta_put(self.run.id, describe_run(self.engine, self.run, self.knobs,
-                                                                [h.capacity for h in self.parts.handles]))
         # A server keeps no span list, only the bounded ring (/v1/spans); the process's metrics (/metrics)
         # and, from OTEL_* / the store, OTLP and the Redis span stream (telemetry.setup).
         self.tel = self.engine.telemetry(self.run, keep=False, ring=self.ring, metrics=self.metrics)
+        # What this run is, for viewers of the store (the dashboard's Preview of a live server): the loop
+        # publishes it when it starts, and again when the store comes back empty.
+        meta = describe_run(self.engine, self.run, self.knobs, [h.capacity for h in self.parts.handles])
         self.loop = PipelineLoop(self.parts.handles, self.parts.executor, self.store, self.knobs, self.source,
-                                 1, self.tel, self.engine.block_size)
+                                 1, self.tel, self.engine.block_size, meta=meta)
         self._task = asyncio.create_task(self.loop.run(), name="pipeline-loop")
         self._task.add_done_callback(self._stopped)
         while not self.source.ready and not self._task.done():
@@ -155,6 +155,12 @@ class ServerRuntime:
             self.error = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
             log.error("the pipeline loop stopped: %s", self.error)
         self.source.fail_all(self.error or "the server stopped")
+
+    @property
+    def deployment(self) -> Deployment:
+        """What this server's engine fixes: knob writes it takes are validated against this, never
+        against the store's deployment record, which any client can write."""
+        return Deployment(self.engine.block_size, self.engine.pp)
 
     @property
     def serving(self) -> bool:

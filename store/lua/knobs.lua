@@ -9,8 +9,16 @@
 -- ARGV[1] = 'read' returns the state {knobs type, version, values, deployment type, deployment}
 -- ('' where absent). ARGV[1] = 'write': ARGV[2..6] the state the writer read; ARGV[7] the new
 -- version; ARGV[8] the new values (JSON); ARGV[9] the changes (JSON); ARGV[10] the history cap.
--- Returns {version, 1 if a history of the wrong type was replaced else 0}, or {-1} when the state
--- changed since the writer read it.
+-- Returns {version, 1 if a history of the wrong type was replaced else 0}, {-1} when the state
+-- changed since the writer read it, or {-2} (nothing written) when the new version is not an integer
+-- in [1, 2^53 - 1]: Lua's numbers are doubles, and beyond 2^53 a version no longer counts (and
+-- beyond 2^63 its integer reply wraps negative, which a writer took for "changed, try again").
+local MAX_VERSION = 9007199254740991  -- 2^53 - 1 (store.base.KNOBS_VERSION_MAX)
+
+local function version_in_bounds(text)
+  if #text > 16 or not string.match(text, '^[1-9]%d*$') then return false end
+  return tonumber(text) <= MAX_VERSION
+end
 local function state()
   local knobs_type = redis.call('TYPE', KEYS[1]).ok
   local version, values = '', ''
@@ -26,6 +34,7 @@ end
 
 local now = state()
 if ARGV[1] == 'read' then return now end
+if not version_in_bounds(ARGV[7]) then return {-2} end
 for i = 1, 5 do
   if now[i] ~= ARGV[i + 1] then return {-1} end
 end

@@ -1,6 +1,7 @@
 """Knob entries another client corrupted (issue 16 item 4, issue 17 item 5): a reader gets them as
 absent with a one-line note, never an exception; a write replaces them and completes with its
-history, or changes nothing."""
+history, or changes nothing. A version is a bounded integer (issue 23 item 3): one out of bounds is
+corrupt too, and no write spins on it."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import redis
 
 from runtime.cli import main
 from runtime.knobs import Deployment, Knobs
+from store.base import KNOBS_VERSION_MAX, StoreError
 from store.redis_store import RedisStore
 
 Corrupt = Callable[[redis.Redis, str], Any]
@@ -22,7 +24,15 @@ CORRUPTIONS: dict[str, Corrupt] = {
     "knobs-version-not-int": lambda r, p: r.hset(f"{p}:knobs", mapping={"version": "x", "values": "{}"}),
     "knobs-wrong-type": lambda r, p: r.set(f"{p}:knobs", "hello"),
     "knobs-a-list": lambda r, p: r.rpush(f"{p}:knobs", "a", "b"),
+    # Versions Lua's doubles cannot count from: the write's reply came back as -2**63 and knobs_set
+    # read again and wrote again, forever (a history entry each time).
+    "knobs-version-41-digits": lambda r, p: r.hset(f"{p}:knobs", mapping={"version": "1" * 41, "values": "{}"}),
+    "knobs-version-over-int64": lambda r, p: r.hset(f"{p}:knobs", mapping={"version": str(2**63), "values": "{}"}),
+    "knobs-version-at-the-max": lambda r, p: r.hset(f"{p}:knobs", mapping={"version": str(KNOBS_VERSION_MAX),
+                                                                          "values": "{}"}),
+    "knobs-version-5000-digits": lambda r, p: r.hset(f"{p}:knobs", mapping={"version": "9" * 5000, "values": "{}"}),
 }
+WRITE_WITHIN_S = 5.0        # a write that takes longer is spinning
 
 
 def _run(url: str, body: Callable[[RedisStore], Any]) -> Any:
@@ -50,7 +60,7 @@ def test_a_corrupt_knobs_record_reads_as_absent_and_the_next_write_replaces_it(r
         record = await store.knobs_get()
         assert (record.version, record.values) == (0, Knobs().as_dict())
         assert record.note and "read as absent" in record.note and "\n" not in record.note
-        written = await store.knobs_set({"ring": 4})
+        written = await asyncio.wait_for(store.knobs_set({"ring": 4}), WRITE_WITHIN_S)
         assert written.version == 1 and written.values == {**Knobs().as_dict(), "ring": 4}
         assert written.note == record.note                  # says what it replaced
         again = await store.knobs_get()
@@ -114,4 +124,44 @@ def test_a_deployment_change_between_read_and_write_is_noticed(redis_store_url: 
             "write", *state, 1, '{"max_wave_tokens": 8256}', "{}", 10])
         assert reply == [-1]
         assert (await store.knobs_get()).version == 0
+    _run(redis_store_url, body)
+
+
+@pytest.mark.timeout(60)
+def test_cli_write_over_a_huge_version_returns(redis_store_url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """`wavepp knobs --set ring=2` over a 41-digit version: one warning line, version 1 written (it
+    never returned)."""
+    client, prefix = _plain(redis_store_url)
+    client.hset(f"{prefix}:knobs", mapping={"version": "1" * 41, "values": "{}"})
+    assert main(["knobs", "--store", redis_store_url, "--set", "ring=2"]) == 0
+    out, err = capsys.readouterr()
+    assert "knobs version 1" in out
+    assert len(err.strip().splitlines()) == 1 and "version" in err and "read as absent" in err
+    assert client.hget(f"{prefix}:knobs", "version") == b"1"
+    assert client.xlen(f"{prefix}:knobs:history") == 1
+
+
+@pytest.mark.parametrize("version", [KNOBS_VERSION_MAX + 1, 2**63, 0, -3])
+def test_the_script_writes_no_version_out_of_bounds(redis_store_url: str, version: int) -> None:
+    """The Lua side checks the version it is asked to write too (a double is exact up to 2**53 only)."""
+    async def body(store: RedisStore) -> None:
+        state = await store._knob_state()
+        reply = await store._knobs(keys=store.knob_keys(), args=["write", *state, version, "{}", "{}", 10])
+        assert reply == [-2]
+        assert await store.client.exists(*store.knob_keys()[:2]) == 0        # nothing written
+    _run(redis_store_url, body)
+
+
+def test_a_record_that_keeps_changing_ends_the_write(redis_store_url: str,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """The compare-and-set retries a bounded number of times, then says so: it never spins."""
+    async def body(store: RedisStore) -> None:
+        async def always_changed(*args: Any, **kwargs: Any) -> list[int]:
+            if kwargs.get("args", [""])[0] == "read":
+                return await real(*args, **kwargs)        # type: ignore[no-any-return]
+            return [-1]
+        real = store._knobs
+        monkeypatch.setattr(store, "_knobs", always_changed)
+        with pytest.raises(StoreError, match="kept changing"):
+            await asyncio.wait_for(store.knobs_set({"ring": 4}), WRITE_WITHIN_S)
     _run(redis_store_url, body)

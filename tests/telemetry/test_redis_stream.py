@@ -1,0 +1,85 @@
+"""The span stream as the dashboard reads it (issue 23 item 4): entries another client appended
+(no ``s`` field, not JSON, JSON that is not a span) are skipped and counted once, never raised; the
+spans around them come back in order."""
+
+from __future__ import annotations
+
+import json
+import logging
+import uuid
+from collections.abc import Iterator
+
+import pytest
+import redis
+
+from dashboard.sources import StoreSource
+from store.urls import parse_store_url
+from telemetry.redis_stream import read_spans, stream_key
+
+FOREIGN: list[dict[str, bytes | str]] = [
+    {"x": "notjson"},                                       # no "s" field: was KeyError: b's'
+    {"s": "notjson"},                                       # not JSON: was JSONDecodeError
+    {"s": "[1, 2]"},                                        # JSON, not an object
+    {"s": json.dumps({"n": 3, "t0": 1})},                   # an object, not a span
+    {"s": b"\xff\xfe{}"},                                   # not UTF-8
+    {"s": "[" * 100_000},                                   # nested past the parser's recursion limit
+]
+
+
+def span(i: int, run: str = "run-a") -> dict[str, object]:
+    """A span in the compact form the exporter writes (telemetry.span_codec.encode)."""
+    return {"n": "wavepp.stage.execute", "t0": 1_000 * i, "t1": 1_000 * i + 500, "a": {"wavepp.stage": 0},
+            "id": f"{i:016x}", "tr": f"{i:032x}", "run": run}
+
+
+@pytest.fixture
+def url() -> Iterator[str]:
+    """A store URL on the local Redis (db 13) under a cluster of its own; its keys deleted after."""
+    cluster = f"stream-{uuid.uuid4().hex[:8]}"
+    client = redis.Redis(db=13)
+    try:
+        yield f"redis://127.0.0.1:6379/13?cluster={cluster}"
+    finally:
+        keys = list(client.scan_iter(match=f"wavepp:{{{cluster}}}:*"))
+        if keys:
+            client.delete(*keys)
+        client.close()
+
+
+def _append(client: redis.Redis, url: str, *entries: dict[str, bytes | str]) -> None:
+    for fields in entries:
+        client.xadd(stream_key(parse_store_url(url)), fields)  # type: ignore[arg-type]
+
+
+def test_foreign_entries_are_skipped_and_counted(url: str) -> None:
+    client = redis.Redis.from_url(url.partition("?")[0])
+    good = [span(i) for i in range(4)]
+    _append(client, url, {"s": json.dumps(good[0])}, *FOREIGN[:3], {"s": json.dumps(good[1])}, *FOREIGN[3:],
+            *({"s": json.dumps(s)} for s in good[2:]))
+    read = read_spans(client, parse_store_url(url))
+    assert read.spans == good
+    assert read.skipped == len(FOREIGN)
+    last = client.xrevrange(stream_key(parse_store_url(url)), count=1)[0][0].decode()  # type: ignore[index]
+    assert read.last == last                              # the reader moves past the bad entries too
+    again = read_spans(client, parse_store_url(url), read.last)
+    assert (again.spans, again.skipped, again.last) == ([], 0, last)
+
+
+def test_the_dashboards_source_shows_the_good_spans_and_reports_the_bad_once(
+        url: str, caplog: pytest.LogCaptureFixture) -> None:
+    """Today StoreSource.snapshot raises KeyError: b's' at every poll until the stream is deleted."""
+    client = redis.Redis.from_url(url.partition("?")[0])
+    _append(client, url, {"s": json.dumps(span(0))}, *FOREIGN, {"s": json.dumps(span(1))})
+    source = StoreSource(url)
+    with caplog.at_level(logging.WARNING):
+        snap = source.snapshot()
+        assert snap.error is None
+        assert [s["id"] for s in snap.spans] == [span(0)["id"], span(1)["id"]]
+        assert source.spans_skipped == len(FOREIGN)
+        _append(client, url, {"x": "again"}, {"s": json.dumps(span(2))})
+        snap = source.snapshot()
+        snap = source.snapshot()                          # a poll with nothing new counts nothing again
+    assert [s["id"] for s in snap.spans] == [span(i)["id"] for i in range(3)]
+    assert source.spans_skipped == len(FOREIGN) + 1
+    lines = [r.getMessage() for r in caplog.records if "span stream" in r.getMessage()]
+    assert len(lines) == 1 and "\n" not in lines[0], lines
