@@ -9,7 +9,6 @@ A source never raises to the page: a store that cannot be reached is reported in
 from __future__ import annotations
 
 import asyncio
-import json
 import threading
 from collections import deque
 from collections.abc import Sequence
@@ -20,6 +19,7 @@ import redis
 
 from runtime.runfile import SavedRun, load_runs
 from store.base import KnobsRecord, StoreError
+from store.redis_store import decode_status
 from store.urls import StoreUrl, parse_store_url
 from telemetry.redis_stream import SpanStreamReader, read_run_labels
 
@@ -183,10 +183,9 @@ class StoreSource:
                 self._log(run_id).add_spans(mine)
             if self._stream.after == before:     # caught up (a batch of foreign entries alone is not the end)
                 break
-        raw = self.client.get(f"{self.prefix}:status")
-        if raw:
-            status = json.loads(raw)
-            self._log(status.get("run", "")).add_status(status)
+        status = decode_status(self.client.get(f"{self.prefix}:status"))
+        if status is not None:
+            self._log(status["run"]).add_status(status)
         if any(r not in self._labels for r in self._runs):
             self._labels |= read_run_labels(self.client, self.url)
 

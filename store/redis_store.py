@@ -138,6 +138,21 @@ def decode_run_meta(run_id: str, raw: bytes | str | None) -> dict[str, Any] | No
     return meta
 
 
+def decode_status(raw: bytes | str | None) -> dict[str, Any] | None:
+    """A status snapshot from its JSON; one that is not a JSON object (another client wrote it) is absent."""
+    if not raw:
+        return None
+    try:
+        status = json.loads(raw)
+    except (ValueError, UnicodeDecodeError):
+        status = None
+    if not (isinstance(status, dict) and isinstance(status.get("t"), int) and isinstance(status.get("run"), str)
+            and isinstance(status.get("stages"), list)):
+        _report_once("the status snapshot", "is not a runtime's status record: ignored")
+        return None
+    return status
+
+
 def read_run_meta(client: redis.Redis, prefix: str, run_id: str) -> dict[str, Any] | None:
     """:meth:`RedisStore.run_meta_get` with a synchronous client (the dashboard); a key of the wrong
     Redis type reads as absent."""
@@ -448,8 +463,7 @@ class RedisStore:
     @_translate
     async def status_get(self) -> dict[str, Any] | None:
         self.round_trips += 1
-        raw = await self.client.get(self.key("status"))
-        return json.loads(raw) if raw else None
+        return decode_status(await self.client.get(self.key("status")))
 
     # ---- run descriptions ------------------------------------------------------------------
     @_translate

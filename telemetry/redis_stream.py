@@ -130,4 +130,5 @@ class SpanStreamReader:
 def read_run_labels(client: redis.Redis, url: StoreUrl) -> dict[str, str]:
     """Run id -> label of every run that streamed spans to this cluster."""
     raw: dict[bytes, bytes] = client.hgetall(runs_key(url)) or {}  # type: ignore[assignment]
-    return {k.decode(): v.decode() for k, v in raw.items()}
+    # Bytes another client wrote need not be UTF-8: shown with replacement characters, never raised.
+    return {k.decode(errors="replace"): v.decode(errors="replace") for k, v in raw.items()}

@@ -83,3 +83,17 @@ def test_the_dashboards_source_shows_the_good_spans_and_reports_the_bad_once(
     assert source.spans_skipped == len(FOREIGN) + 1
     lines = [r.getMessage() for r in caplog.records if "span stream" in r.getMessage()]
     assert len(lines) == 1 and "\n" not in lines[0], lines
+
+
+@pytest.mark.parametrize("status", [b"notjson", b"[1, 2]", b'{"x": 1}', b'{"t": "soon", "run": 3, "stages": {}}', b"\xff"])
+def test_a_foreign_status_record_or_run_label_never_breaks_the_page(url: str, status: bytes) -> None:
+    """The status key and the run labels are read at every poll too: another client's value there is
+    ignored (status) or shown with replacement characters (a label that is not UTF-8)."""
+    client = redis.Redis.from_url(url.partition("?")[0])
+    prefix = f"wavepp:{{{parse_store_url(url).cluster}}}"
+    _append(client, url, {"s": json.dumps(span(0))})
+    client.set(f"{prefix}:status", status)
+    client.hset(f"{prefix}:runs", "run-a", b"\xffbad label")
+    snap = StoreSource(url).snapshot()
+    assert snap.error is None and [s["id"] for s in snap.spans] == [span(0)["id"]]
+    assert snap.status == []
