@@ -85,7 +85,8 @@ def test_the_dashboards_source_shows_the_good_spans_and_reports_the_bad_once(
     assert len(lines) == 1 and "\n" not in lines[0], lines
 
 
-@pytest.mark.parametrize("status", [b"notjson", b"[1, 2]", b'{"x": 1}', b'{"t": "soon", "run": 3, "stages": {}}', b"\xff"])
+@pytest.mark.parametrize("status", [b"notjson", b"[1, 2]", b'{"x": 1}', b'{"t": "soon", "run": 3, "stages": {}}',
+                                    b"\xff"])
 def test_a_foreign_status_record_or_run_label_never_breaks_the_page(url: str, status: bytes) -> None:
     """The status key and the run labels are read at every poll too: another client's value there is
     ignored (status) or shown with replacement characters (a label that is not UTF-8)."""
