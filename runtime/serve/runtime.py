@@ -39,6 +39,7 @@ log = logging.getLogger(__name__)
 READY_PROBE_S = 1.0          # /ready: the store must answer within this
 IDLE_RESTART_SPANS = 100_000  # the live idle split holds about this many spans at most
 RATE_WINDOW_S = 30.0         # Retry-After: the answer rate over this many recent seconds
+CUT_STOP_S = 2.0             # a second signal: the loop gets this long to end its tasks, then is cancelled
 
 
 class RecentRate:
@@ -124,6 +125,7 @@ class ServerRuntime:
         self.loop: PipelineLoop | None = None
         self.error: str | None = None             # why the loop stopped, when it failed
         self.draining = False
+        self.cut_short = False                    # a second signal: stopping at once, see cut()
         self._task: asyncio.Task[Any] | None = None
         self._ids = itertools.count()
         self.started_at = time.time()
@@ -172,17 +174,30 @@ class ServerRuntime:
             await self.source.cancel_all("the server shut down before the request finished")
         return left
 
+    def cut(self, reason: str) -> int:
+        """Stop serving at once (a second signal): every request not yet answered is answered with
+        ``reason`` now, without waiting for the loop to release its lease and escrow - the process is
+        ending, and a loop that is stuck is often why a second signal came. Returns how many were cut;
+        :meth:`stop` then skips the lease check (those leases are still held)."""
+        self.draining = self.cut_short = True
+        left = self.source.outstanding
+        self.source.fail_all(reason)
+        return left
+
     async def stop(self) -> None:
         """End the loop, check that no lease or escrow is left, close the store and the telemetry."""
         if self._task is not None and self.loop is not None:
             if not self._task.done():
                 self.loop.done.set()
+            if self.cut_short:       # stopping at once: a loop slow to end its tasks is cancelled
+                await asyncio.wait([self._task], timeout=CUT_STOP_S)
+                self._task.cancel()
             try:
                 await self._task
-            except Exception:                   # noqa: BLE001 - said once by _stopped
+            except (Exception, asyncio.CancelledError):   # noqa: BLE001 - said once by _stopped
                 pass
         try:
-            if self.parts is not None and self.error is None:
+            if self.parts is not None and self.error is None and not self.cut_short:
                 for h in self.parts.handles:
                     await h.check()
         finally:
