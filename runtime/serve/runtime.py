@@ -13,7 +13,6 @@ import itertools
 import logging
 import time
 from array import array
-from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -28,6 +27,7 @@ from runtime.policies.base import Policy
 from runtime.request import Request
 from runtime.run_meta import describe_run
 from runtime.runfile import RunInfo
+from runtime.serve.drain_rate import DrainRate
 from runtime.server_source import Outcome, ServerSource
 from store.base import Store
 from telemetry.metrics import process_metrics
@@ -38,31 +38,8 @@ log = logging.getLogger(__name__)
 
 READY_PROBE_S = 1.0          # /ready: the store must answer within this
 IDLE_RESTART_SPANS = 100_000  # the live idle split holds about this many spans at most
-RATE_WINDOW_S = 30.0         # Retry-After: the answer rate over this many recent seconds
+RETRY_AFTER_MAX_S = 60       # a 429's Retry-After is at most this
 CUT_STOP_S = 2.0             # a second signal: the loop gets this long to end its tasks, then is cancelled
-
-
-class RecentRate:
-    """Requests answered per second over the last ``window_s`` (or since the start, when younger):
-    what the queue drains at now, not the average since the server started (a server idle for an
-    hour and then flooded would tell every client to come back in a minute)."""
-
-    def __init__(self, started: float, window_s: float = RATE_WINDOW_S) -> None:
-        self.started = started
-        self.window_s = window_s
-        self._ends: deque[float] = deque()
-
-    def note(self, t: float) -> None:
-        self._ends.append(t)
-        self._trim(t)
-
-    def per_s(self, t: float) -> float:
-        self._trim(t)
-        return len(self._ends) / max(1e-3, min(self.window_s, t - self.started))
-
-    def _trim(self, t: float) -> None:
-        while self._ends and self._ends[0] < t - self.window_s:
-            self._ends.popleft()
 
 
 class NotServing(Exception):
@@ -129,7 +106,7 @@ class ServerRuntime:
         self._task: asyncio.Task[Any] | None = None
         self._ids = itertools.count()
         self.started_at = time.time()
-        self.answered = RecentRate(time.monotonic())
+        self.answered = DrainRate()             # answers per busy second: a 429's Retry-After
 
     # ---- life cycle -----------------------------------------------------------------------------
     async def start(self) -> None:
@@ -211,10 +188,13 @@ class ServerRuntime:
         return self.serving and not self.draining and self.source.can_accept()
 
     def retry_after_s(self) -> int:
-        """Seconds the queue would take to drain at the rate requests were answered over the last
-        ``RATE_WINDOW_S`` (at least 1, at most 60; 1 when none was answered in that time)."""
-        rate = self.answered.per_s(time.monotonic())
-        return max(1, min(60, round(self.source.queued / rate) if rate > 0 else 1))
+        """Seconds the queue would take to drain at the recent rate (:mod:`runtime.serve.drain_rate`:
+        answers per second the server was busy, over its last answers): ``round(queued / rate)``,
+        at least 1 and at most ``RETRY_AFTER_MAX_S``; 1 before any answer."""
+        rate = self.answered.per_s(time.monotonic(), busy=self.source.outstanding > 0)
+        if rate is None:
+            return 1
+        return max(1, min(RETRY_AFTER_MAX_S, round(self.source.queued / rate)))
 
     def make_request(self, token_ids: Sequence[int]) -> Request:
         rid = f"http-{self.run.id[-6:]}-{next(self._ids)}"
@@ -226,7 +206,11 @@ class ServerRuntime:
         if not self.serving or self.draining:
             raise NotServing("draining: the server is shutting down" if self.draining
                              else f"not serving: {self.error or 'starting'}")
-        return self.source.submit(req)
+        idle = self.source.outstanding == 0
+        future = self.source.submit(req)
+        if idle:                                 # the idle time before it is no part of the drain rate
+            self.answered.busy(time.monotonic())
+        return future
 
     async def result(self, req: Request, future: asyncio.Future[Outcome], accepted: float) -> PrefillResult:
         outcome = await future
