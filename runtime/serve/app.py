@@ -4,7 +4,8 @@ Every error is one JSON shape, OpenAI's: ``{"error": {"message", "type", "param"
 ``param`` names the field at fault (``token_ids``, ``max_tokens``, ``body``). Backpressure:
 ``429`` with ``Retry-After`` when the admission queue is full, ``503`` while draining or when the
 runtime stopped, ``413`` for a body past ``--max-body-bytes``, ``422`` for a prompt that is too
-long or malformed. A client that disconnects before its answer cancels its request.
+long or malformed, or for more prompts in one request than the queue ever holds. A client that
+disconnects before its answer cancels its request.
 """
 
 # No `from __future__ import annotations`: FastAPI reads the request models of create_app from the
@@ -217,7 +218,7 @@ def create_app(rt: ServerRuntime, served_model: str, tokenizer: Any = None) -> F
                            else f"the runtime is not serving: {rt.error or 'starting'}", None,
                            "service_unavailable", {"Retry-After": "5"})
         if rt.source.queued + len(prompts) > rt.source.max_queue or not rt.can_accept():
-            raise ApiError(429, f"the admission queue is full ({rt.source.max_queue} requests waiting)", None,
+            raise ApiError(429, queue_full_message(rt.source.queued, rt.source.max_queue, len(prompts)), None,
                            "rate_limit_exceeded", {"Retry-After": str(rt.retry_after_s())})
         reqs, futures = [], []
         try:
@@ -282,6 +283,9 @@ def create_app(rt: ServerRuntime, served_model: str, tokenizer: Any = None) -> F
             raise ApiError(404, f"the model {body.model!r} does not exist (this server: {served_model!r})",
                            "model", "not_found_error")
         prompts = _prompt_list(body.prompt)
+        if len(prompts) > rt.source.max_queue:       # could never fit the queue: a 429 would be retried forever
+            raise ApiError(422, f"{len(prompts)} prompts in one request, more than the admission queue holds "
+                                f"(--max-queue {rt.source.max_queue}): send at most {rt.source.max_queue}", "prompt")
         ids = [tokenize(p, "prompt") if isinstance(p, str) else p for p in prompts]
         for one in ids:
             check_ids(one, "prompt")
@@ -432,6 +436,15 @@ async def disconnected(request: Request) -> None:
             return
 
 
+def queue_full_message(queued: int, max_queue: int, num_prompts: int = 1) -> str:
+    """A 429's message: the requests waiting now and the limit (a request of ``num_prompts`` needs
+    that many places in the queue)."""
+    waiting = f"{queued} request{'' if queued == 1 else 's'} waiting (--max-queue {max_queue})"
+    if num_prompts == 1:
+        return f"the admission queue is full: {waiting}"
+    return f"the admission queue has no room for {num_prompts} prompts: {waiting}"
+
+
 PREFILL_PATHS = ("/v1/prefill", "/v1/completions")
 
 
@@ -457,7 +470,7 @@ class AdmissionGate:
             kind = "service_unavailable"
         else:
             status, retry = 429, str(rt.retry_after_s())
-            message = f"the admission queue is full ({rt.source.max_queue} requests waiting)"
+            message = queue_full_message(rt.source.queued, rt.source.max_queue)
             kind = "rate_limit_exceeded"
         body = json.dumps(error_body(status, message, None, kind)).encode()
         await send({"type": "http.response.start", "status": status,

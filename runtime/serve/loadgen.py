@@ -12,7 +12,9 @@ same requests. Arrivals:
 The server's figures (throughput, pipeline efficiency, latencies, admission cadence) are computed
 from the spans it finished during the measured window (``GET /v1/spans``), by the same code as the
 in-process bench (:func:`runtime.report.compute_figures`); the client adds its own latencies (send
-to answer), its throughput, and the requests the server refused (429) or failed.
+to answer), its throughput, and the requests the server refused (429) or failed. The run's policy
+is what those waves ran (their plan spans' ``wavepp.policy``), not the server's policy when the
+bench started: a knob change waits for the loop's next wave.
 """
 
 from __future__ import annotations
@@ -30,10 +32,12 @@ from runtime.report import RunFigures, compute_figures, percentile
 from runtime.request import Request
 from runtime.traces import TraceWorkload
 from runtime.workloads import Workload, WorkloadSpec, make_workload
+from telemetry import names as N
 
 Progress = Callable[[str, int, int], None]
 MAX_OPEN_CONNECTIONS = 256          # open loop: connections the client keeps at most
 SPAN_PAGE_AFTER_ALL = 1 << 62          # ``after`` past any sequence number: only the ring's last number
+POLICY_JOIN = "->"                      # a policy that changed during a run: its names in wave order
 
 
 class LoadError(Exception):
@@ -68,13 +72,31 @@ class ClientFigures:
 
 @dataclass(slots=True)
 class UrlRun:
-    figures: RunFigures
+    figures: RunFigures                     # its policy: policy_label(policies)
     client: ClientFigures
     server: dict[str, Any]
+    policies: list[str]                     # what the measured waves ran, in order (wave_policies)
 
     def as_dict(self) -> dict[str, Any]:
-        return {**asdict(self.figures), "url": self.server["url"], "client": self.client.as_dict(),
-                "knobs": self.server.get("knobs")}
+        return {**asdict(self.figures), "policies": self.policies, "url": self.server["url"],
+                "client": self.client.as_dict(), "knobs": self.server.get("knobs")}
+
+
+def wave_policies(spans: list[dict[str, Any]]) -> list[str]:
+    """The policies the waves among ``spans`` (compact form) ran, in plan order, one name per stretch
+    (``[a, b, a]`` for a change to ``b`` and back); a plan span that planned no wave has none."""
+    plans = sorted((s for s in spans if s["n"] == N.WAVE_PLAN and N.POLICY in s["a"]), key=lambda s: s["t0"])
+    names: list[str] = []
+    for s in plans:
+        if not names or names[-1] != s["a"][N.POLICY]:
+            names.append(str(s["a"][N.POLICY]))
+    return names
+
+
+def policy_label(policies: list[str], server_policy: str) -> str:
+    """A run's policy: the names its waves ran joined by POLICY_JOIN; the server's own when no wave
+    was measured."""
+    return POLICY_JOIN.join(policies) if policies else server_policy
 
 
 class LoadGenerator:
@@ -118,9 +140,10 @@ class LoadGenerator:
             workload = self.workload(info)
             for tokens, _ in workload.primed_prompts():        # already seen: sent first, not measured
                 await self._send(client, list(tokens), None, retry=True)
-            start_seq = (await self.server_info(client))["last"]
+            at_start = await self.server_info(client)
+            start_seq = at_start["last"]
             clients = ClientFigures()
-            label = f"{info['policy']} {self.mode}"
+            label = self.mode            # no policy: what the waves run is known once they have run
             total = workload.num_requests
             done = 0
 
@@ -139,11 +162,12 @@ class LoadGenerator:
                 await self._closed(client, workload, clients, finished)
             clients.wall_s = time.monotonic() - start
             spans = await self._spans(client, start_seq)
-        meta = {"policy": info["policy"], "engine": info["engine"], "model": info["model"], "hardware": "http",
-                "concurrency": self.concurrency, "workload": self.spec.name,
+        policies = wave_policies(spans)
+        meta = {"policy": policy_label(policies, at_start["policy"]), "engine": info["engine"], "model": info["model"],
+                "hardware": "http", "concurrency": self.concurrency, "workload": self.spec.name,
                 "inline_admission": info.get("inline_admission", False)}
         figures = compute_figures(spans, info["pp"], meta)
-        return UrlRun(figures, clients, {**info, "url": self.url})
+        return UrlRun(figures, clients, {**info, "url": self.url}, policies)
 
     @property
     def mode(self) -> str:

@@ -1,9 +1,13 @@
 """``wavepp serve``: the runtime as an HTTP server (uvicorn), drained on SIGTERM.
 
-The pipeline loop and the HTTP server share one asyncio event loop. The first SIGTERM (or
-Ctrl-C) drains: new requests get ``503``, the accepted ones get up to ``--drain-s`` seconds to
-finish (what is left then is cancelled, its leases and escrow released), then the server stops
-and checks that no stage kept a lease or escrow. A second signal stops at once.
+The pipeline loop and the HTTP server share one asyncio event loop. The port is bound before any
+work but listens only once the runtime is up; a signal while it starts stops the start (exit 0).
+After that, the first SIGTERM (or Ctrl-C) drains: new requests get ``503``, the accepted ones get
+up to ``--drain-s`` seconds to finish (what is left then is cancelled, its leases and escrow
+released), then the server stops and checks that no stage kept a lease or escrow (exit 0). A
+second signal stops at once: every request not yet answered is answered ``503`` (or, past a short
+grace, its connection closes), the lease check is skipped, and the server exits 1 with a last line
+saying how many it cut.
 """
 
 from __future__ import annotations
@@ -21,10 +25,14 @@ from typing import Any
 import uvicorn
 
 from runtime.engines.common import store_source
-from runtime.serve.app import AdmissionGate, BodyLimit, create_app
+from runtime.serve.app import AdmissionGate, BodyLimit, create_app, error_body
 from runtime.serve.runtime import ServerRuntime, build_engine
 
 log = logging.getLogger(__name__)
+
+CUT_GRACE_S = 1.0        # a second signal: how long cut requests' handlers get to write their 503
+EXIT_CUT = 1             # the exit code of a server stopped at once by a second signal
+CUT_REASON = "the server stopped at once (a second signal) before the request finished"
 
 
 class Tokenizer:
@@ -51,32 +59,112 @@ class Tokenizer:
 
 
 class DrainingServer(uvicorn.Server):
-    """uvicorn, with the first SIGTERM/SIGINT draining the runtime before the server stops."""
+    """uvicorn, with a SIGTERM/SIGINT while the runtime starts stopping the start, the first one
+    after it draining the runtime before the server stops, and a second one cutting that short.
+    Made on the event loop that serves (its signal handler hands work to that loop)."""
 
     def __init__(self, config: uvicorn.Config, rt: ServerRuntime, drain_s: float) -> None:
         super().__init__(config)
         self.rt = rt
         self.drain_s = drain_s
         self.drained: int | None = None          # requests cancelled at the drain deadline
-        self._aio: asyncio.AbstractEventLoop | None = None
-        self._signalled = False
-
-    async def serve(self, sockets: Any = None) -> None:
+        self.cut: int | None = None              # requests cut by a second signal (None: there was none)
+        self.stopped_starting: str | None = None  # the signal that stopped the start, if one did
         self._aio = asyncio.get_running_loop()
-        await super().serve(sockets)
+        self._starting: asyncio.Task[None] | None = None
+        self._signals = 0
+        self._jobs: set[asyncio.Task[None]] = set()   # the drain and the cut (a task nobody holds may vanish)
+
+    async def start_runtime(self) -> bool:
+        """Start the runtime; False when a signal stopped the start first (:meth:`ServerRuntime.stop`
+        then ends what had started)."""
+        self._starting = asyncio.create_task(self.rt.start())
+        if self.stopped_starting is not None:    # the signal came before the task existed
+            self._starting.cancel()
+        try:
+            await self._starting
+        except asyncio.CancelledError:
+            if self.stopped_starting is None:    # our own task was cancelled, not the start by a signal
+                raise
+        return self.stopped_starting is None     # also False when the start ended before the cancel ran
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
-        if self._signalled or self._aio is None:     # a second signal: stop now
-            self.should_exit = self.force_exit = True
+        if self._starting is None or not self._starting.done():      # nothing accepted yet: just stop
+            self.stopped_starting = self.stopped_starting or signal.Signals(sig).name
+            if self._starting is not None:
+                self._aio.call_soon_threadsafe(self._starting.cancel)
             return
-        self._signalled = True
-        print(f"wavepp serve: {signal.Signals(sig).name}: draining (up to {self.drain_s:g} s), new requests get 503",
-              file=sys.stderr, flush=True)
-        self._aio.call_soon_threadsafe(lambda: self._aio.create_task(self._drain()))  # type: ignore[union-attr]
+        self._signals += 1
+        if self._signals == 1:
+            print(f"wavepp serve: {signal.Signals(sig).name}: draining (up to {self.drain_s:g} s), "
+                  "new requests get 503", file=sys.stderr, flush=True)
+            self._spawn(self._drain)
+        elif self._signals == 2:
+            self._spawn(self._cut)
+
+    def _spawn(self, job: Any) -> None:
+        """Run ``job()`` on the server's loop (a signal handler runs between two of its steps)."""
+        def start() -> None:
+            task = asyncio.get_running_loop().create_task(job())
+            self._jobs.add(task)
+            task.add_done_callback(self._jobs.discard)
+        self._aio.call_soon_threadsafe(start)
 
     async def _drain(self) -> None:
         self.drained = await self.rt.drain(self.drain_s)
-        self.should_exit = True
+        if not self.rt.cut_short:                  # a cut stops the server itself
+            self.should_exit = True
+
+    async def _cut(self) -> None:
+        """A second signal: answer every unanswered request 503 now, give their handlers a moment
+        to write it, cancel the handlers still running after that (:class:`CutGuard` answers for
+        them), then stop without waiting for connections."""
+        self.cut = self.rt.cut(CUT_REASON)
+        await self._handlers_done(CUT_GRACE_S)     # the cut requests' handlers write their 503
+        for task in self.server_state.tasks:         # still busy (a body still arriving, a store call)
+            task.cancel()
+        await self._handlers_done(CUT_GRACE_S)
+        self.should_exit = self.force_exit = True
+
+    async def _handlers_done(self, timeout_s: float) -> None:
+        """Wait until no request handler runs, or ``timeout_s``."""
+        if self.server_state.tasks:
+            await asyncio.wait(list(self.server_state.tasks), timeout=timeout_s)
+
+
+class CutGuard:
+    """ASGI middleware: a request still running when a second signal cut the server short has its
+    handler cancelled (:meth:`DrainingServer._cut`); that cancel is the shutdown, not a fault, so it
+    ends here - answered a JSON 503 when nothing of its response was sent yet, else left to uvicorn,
+    which closes the connection - instead of reaching uvicorn as a traceback and a text 500."""
+
+    def __init__(self, app: Any, rt: ServerRuntime) -> None:
+        self.app = app
+        self.rt = rt
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def tracked(message: dict[str, Any]) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, receive, tracked)
+        except asyncio.CancelledError:
+            if not self.rt.cut_short:
+                raise
+            if not started:
+                body = json.dumps(error_body(503, CUT_REASON, None, "service_unavailable")).encode()
+                await send({"type": "http.response.start", "status": 503,
+                            "headers": [(b"content-type", b"application/json"),
+                                        (b"content-length", str(len(body)).encode()), (b"retry-after", b"5")]})
+                await send({"type": "http.response.body", "body": body})
+            # else the response is half sent: returning leaves uvicorn to close the connection
 
 
 def run_server(settings: dict[str, Any], announce: Any = print) -> int:
@@ -96,37 +184,60 @@ def run_server(settings: dict[str, Any], announce: Any = print) -> int:
                            settings["store_deadline"])
         served = settings["served_model_name"] or settings["model"] or ("tiny-llama" if engine.name == "torch"
                                                                          else "llama-3-8b")
-        app = AdmissionGate(BodyLimit(create_app(rt, served, tokenizer), settings["max_body_bytes"]), rt)
+        app = CutGuard(AdmissionGate(BodyLimit(create_app(rt, served, tokenizer), settings["max_body_bytes"]), rt),
+                       rt)
         return asyncio.run(_main(rt, app, settings, served, announce))
     finally:
         engine.close()
 
 
 async def _main(rt: ServerRuntime, app: Any, settings: dict[str, Any], served: str, announce: Any) -> int:
-    sock = _listen(settings["host"], settings["port"])       # a port in use is one line before any work
-    await rt.start()
+    # The port is bound now - a port in use is one line before any work - but listens only once the
+    # runtime is up (when /ready would answer 200): until then a client's connect is refused at once,
+    # so it retries or its balancer picks another server, instead of being accepted and hearing
+    # nothing for as long as the start takes (the stages' build, the store). Serving 503 while
+    # starting would also answer, but needs the HTTP server running beside a half-built runtime.
+    sock = _bind(settings["host"], settings["port"])
     config = uvicorn.Config(app, lifespan="off", access_log=False, log_level="warning", timeout_graceful_shutdown=5)
     server = DrainingServer(config, rt, settings["drain_s"])
-    host, port = sock.getsockname()[:2]
-    serving = asyncio.create_task(server.serve(sockets=[sock]))
-    while not server.started and not serving.done():
-        await asyncio.sleep(0.02)
-    announce(json.dumps({"listening": f"http://{host}:{port}", "engine": rt.engine.name, "model": served,
-                         "pp": rt.engine.pp, "store": store_source(rt.engine.store_url), "run": rt.run.id}),
-             flush=True)
-    try:
-        await serving
-    finally:
-        await rt.stop()
+    # From here to the end a signal goes to the server: while starting it stops the start, then it
+    # drains (uvicorn's serve() installs the same handler again while it runs).
+    with server.capture_signals():
+        try:
+            if not await server.start_runtime():
+                return _stopped_starting(server)
+            _listen(sock, settings["host"], settings["port"])
+            host, port = sock.getsockname()[:2]
+            serving = asyncio.create_task(server.serve(sockets=[sock]))
+            while not server.started and not serving.done():
+                await asyncio.sleep(0.02)
+            announce(json.dumps({"listening": f"http://{host}:{port}", "engine": rt.engine.name, "model": served,
+                                 "pp": rt.engine.pp, "store": store_source(rt.engine.store_url), "run": rt.run.id}),
+                     flush=True)
+            await serving
+        finally:
+            await rt.stop()
     if rt.error is not None:
         raise RuntimeError(f"the pipeline loop stopped: {rt.error}")
+    if server.cut is not None:
+        print(f"wavepp serve: stopped at once (a second signal): {server.cut} request(s) cut (answered 503 or "
+              "their connection closed); leases and escrow not checked", file=sys.stderr, flush=True)
+        return EXIT_CUT
     left = server.drained or 0
     print(f"wavepp serve: stopped ({left} request(s) cancelled at the drain deadline)" if left else
           "wavepp serve: stopped (every accepted request was answered)", file=sys.stderr, flush=True)
     return 0
 
 
-def _listen(host: str, port: int) -> socket.socket:
+def _stopped_starting(server: DrainingServer) -> int:
+    # Said once the start's own finally has run (the caller's rt.stop), so this is the last line.
+    print(f"wavepp serve: {server.stopped_starting} while starting: stopped (no request was accepted)",
+          file=sys.stderr, flush=True)
+    return 0
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    """The server's socket, bound (the port is taken) but not listening yet."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -138,6 +249,15 @@ def _listen(host: str, port: int) -> socket.socket:
     except (OSError, OverflowError) as exc:
         sock.close()
         raise ValueError(f"cannot listen on {host}:{port}: {getattr(exc, 'strerror', None) or exc}") from None
-    sock.listen(2048)
     sock.set_inheritable(True)
     return sock
+
+
+def _listen(sock: socket.socket, host: str, port: int) -> None:
+    # Can still fail: on Linux another SO_REUSEADDR socket may bind the port while neither listens,
+    # and the first to listen keeps it (the same one line, only after the start).
+    try:
+        sock.listen(2048)
+    except OSError as exc:
+        sock.close()
+        raise ValueError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None

@@ -13,7 +13,6 @@ import itertools
 import logging
 import time
 from array import array
-from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -28,6 +27,7 @@ from runtime.policies.base import Policy
 from runtime.request import Request
 from runtime.run_meta import describe_run
 from runtime.runfile import RunInfo
+from runtime.serve.drain_rate import DrainRate
 from runtime.server_source import Outcome, ServerSource
 from store.base import Store
 from telemetry.metrics import process_metrics
@@ -38,30 +38,8 @@ log = logging.getLogger(__name__)
 
 READY_PROBE_S = 1.0          # /ready: the store must answer within this
 IDLE_RESTART_SPANS = 100_000  # the live idle split holds about this many spans at most
-RATE_WINDOW_S = 30.0         # Retry-After: the answer rate over this many recent seconds
-
-
-class RecentRate:
-    """Requests answered per second over the last ``window_s`` (or since the start, when younger):
-    what the queue drains at now, not the average since the server started (a server idle for an
-    hour and then flooded would tell every client to come back in a minute)."""
-
-    def __init__(self, started: float, window_s: float = RATE_WINDOW_S) -> None:
-        self.started = started
-        self.window_s = window_s
-        self._ends: deque[float] = deque()
-
-    def note(self, t: float) -> None:
-        self._ends.append(t)
-        self._trim(t)
-
-    def per_s(self, t: float) -> float:
-        self._trim(t)
-        return len(self._ends) / max(1e-3, min(self.window_s, t - self.started))
-
-    def _trim(self, t: float) -> None:
-        while self._ends and self._ends[0] < t - self.window_s:
-            self._ends.popleft()
+RETRY_AFTER_MAX_S = 60       # a 429's Retry-After is at most this
+CUT_STOP_S = 2.0             # a second signal: the loop gets this long to end its tasks, then is cancelled
 
 
 class NotServing(Exception):
@@ -124,10 +102,11 @@ class ServerRuntime:
         self.loop: PipelineLoop | None = None
         self.error: str | None = None             # why the loop stopped, when it failed
         self.draining = False
+        self.cut_short = False                    # a second signal: stopping at once, see cut()
         self._task: asyncio.Task[Any] | None = None
         self._ids = itertools.count()
         self.started_at = time.time()
-        self.answered = RecentRate(time.monotonic())
+        self.answered = DrainRate()             # answers per busy second: a 429's Retry-After
 
     # ---- life cycle -----------------------------------------------------------------------------
     async def start(self) -> None:
@@ -178,17 +157,30 @@ class ServerRuntime:
             await self.source.cancel_all("the server shut down before the request finished")
         return left
 
+    def cut(self, reason: str) -> int:
+        """Stop serving at once (a second signal): every request not yet answered is answered with
+        ``reason`` now, without waiting for the loop to release its lease and escrow - the process is
+        ending, and a loop that is stuck is often why a second signal came. Returns how many were cut;
+        :meth:`stop` then skips the lease check (those leases are still held)."""
+        self.draining = self.cut_short = True
+        left = self.source.outstanding
+        self.source.fail_all(reason)
+        return left
+
     async def stop(self) -> None:
         """End the loop, check that no lease or escrow is left, close the store and the telemetry."""
         if self._task is not None and self.loop is not None:
             if not self._task.done():
                 self.loop.done.set()
+            if self.cut_short:       # stopping at once: a loop slow to end its tasks is cancelled
+                await asyncio.wait([self._task], timeout=CUT_STOP_S)
+                self._task.cancel()
             try:
                 await self._task
-            except Exception:                   # noqa: BLE001 - said once by _stopped
+            except (Exception, asyncio.CancelledError):   # noqa: BLE001 - said once by _stopped
                 pass
         try:
-            if self.parts is not None and self.error is None:
+            if self.parts is not None and self.error is None and not self.cut_short:
                 for h in self.parts.handles:
                     await h.check()
         finally:
@@ -202,10 +194,13 @@ class ServerRuntime:
         return self.serving and not self.draining and self.source.can_accept()
 
     def retry_after_s(self) -> int:
-        """Seconds the queue would take to drain at the rate requests were answered over the last
-        ``RATE_WINDOW_S`` (at least 1, at most 60; 1 when none was answered in that time)."""
-        rate = self.answered.per_s(time.monotonic())
-        return max(1, min(60, round(self.source.queued / rate) if rate > 0 else 1))
+        """Seconds the queue would take to drain at the recent rate (:mod:`runtime.serve.drain_rate`:
+        answers per second the server was busy, over its last answers): ``round(queued / rate)``,
+        at least 1 and at most ``RETRY_AFTER_MAX_S``; 1 before any answer."""
+        rate = self.answered.per_s(time.monotonic(), busy=self.source.outstanding > 0)
+        if rate is None:
+            return 1
+        return max(1, min(RETRY_AFTER_MAX_S, round(self.source.queued / rate)))
 
     def make_request(self, token_ids: Sequence[int]) -> Request:
         rid = f"http-{self.run.id[-6:]}-{next(self._ids)}"
@@ -217,7 +212,11 @@ class ServerRuntime:
         if not self.serving or self.draining:
             raise NotServing("draining: the server is shutting down" if self.draining
                              else f"not serving: {self.error or 'starting'}")
-        return self.source.submit(req)
+        idle = self.source.outstanding == 0
+        future = self.source.submit(req)
+        if idle:                                 # the idle time before it is no part of the drain rate
+            self.answered.busy(time.monotonic())
+        return future
 
     async def result(self, req: Request, future: asyncio.Future[Outcome], accepted: float) -> PrefillResult:
         outcome = await future

@@ -105,3 +105,39 @@ def test_the_drain_deadline_cancels_what_is_left(start_server: Callable[..., Any
     assert time.monotonic() - start < 20
     assert answer and answer[0].status_code == 503 and "shut down" in answer[0].json()["error"]["message"]
     assert "1 request(s) cancelled at the drain deadline" in server.errors()
+
+
+def test_a_request_that_cannot_fit_the_queue_is_422_and_a_429_says_how_many_are_waiting(
+        start_server: Callable[..., Any]) -> None:
+    # 100 KV blocks per stage hold three 32-block prompts; a slow clock keeps the rest waiting.
+    server = start_server("--engine", "sim", "--pp", "2", "--kv-blocks", "100", "--max-queue", "4",
+                          "--time-scale", "2000")
+
+    def completions(num_prompts: int) -> httpx.Response:
+        prompts = [ids(100 + i, 256) for i in range(num_prompts)]
+        return httpx.post(f"{server.url}/v1/completions", json={"prompt": prompts, "max_tokens": 0}, timeout=120)
+
+    too_many = completions(5)                       # more prompts than the queue holds: can never succeed
+    assert too_many.status_code == 422, too_many.text
+    error = too_many.json()["error"]
+    assert error["param"] == "prompt" and "5 prompts" in error["message"] and "4" in error["message"], error
+    assert "retry-after" not in too_many.headers
+    pool = ThreadPoolExecutor(8)
+    try:
+        for i in range(5):                          # 3 admitted, 2 waiting
+            pool.submit(post, server.url, i)
+        server.wait_for(lambda s: s["active"] == 3 and s["server"]["queued"] == 2)
+        no_room = completions(3)                    # 2 waiting + 3 > 4: refused for now
+        assert no_room.status_code == 429, no_room.text
+        message = no_room.json()["error"]["message"]
+        assert "2 requests waiting" in message and "4" in message, message
+        assert int(no_room.headers["retry-after"]) >= 1
+        for i in range(5, 7):                       # the queue is full: 4 waiting
+            pool.submit(post, server.url, i)
+        server.wait_for(lambda s: s["server"]["queued"] == 4)
+        full = post(server.url, 9, 256)             # answered by the admission gate
+        assert full.status_code == 429
+        assert "4 requests waiting" in full.json()["error"]["message"], full.text
+    finally:
+        server.kill()
+        pool.shutdown(wait=True, cancel_futures=True)

@@ -22,7 +22,7 @@ def test_the_gate_refuses_before_reading_the_body() -> None:
         await send({"type": "http.response.body", "body": b"ok"})
 
     rt = SimpleNamespace(serving=True, draining=False, error=None, accept=False,
-                         source=SimpleNamespace(max_queue=7), retry_after_s=lambda: 3)
+                         source=SimpleNamespace(max_queue=7, queued=7), retry_after_s=lambda: 3)
     rt.can_accept = lambda: rt.accept and not rt.draining
 
     async def main() -> None:
@@ -30,7 +30,8 @@ def test_the_gate_refuses_before_reading_the_body() -> None:
         async with httpx.AsyncClient(transport=transport, base_url="http://gate") as client:
             full = await client.post("/v1/prefill", content=b"not even json")
             assert full.status_code == 429 and full.headers["retry-after"] == "3"
-            assert full.json()["error"]["type"] == "rate_limit_exceeded" and "(7 requests" in full.text
+            assert full.json()["error"]["type"] == "rate_limit_exceeded"
+            assert "7 requests waiting (--max-queue 7)" in full.text      # the true number, and the limit
             assert (await client.post("/v1/completions", content=b"{}")).status_code == 429
             assert (await client.get("/v1/state")).status_code == 200       # not a prefill: passes
             rt.draining = True

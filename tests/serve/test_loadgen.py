@@ -13,6 +13,7 @@ from typing import Any
 
 from runtime.bench import BenchConfig, run_one
 from runtime.engines.sim.engine import SimEngine
+from runtime.serve.loadgen import policy_label, wave_policies
 from runtime.workloads import parse_workload
 
 TRACE = Path(__file__).resolve().parents[1] / "data" / "traces" / "good.jsonl"
@@ -81,3 +82,35 @@ def test_bench_url_refuses_engine_flags_and_an_unreachable_server(tmp_path: Path
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 2 and done.stderr.startswith("wavepp: error: cannot reach http://127.0.0.1:9")
     assert done.stderr.count("\n") == 1
+
+
+def test_the_policy_label_is_what_the_measured_waves_ran(start_server: Callable[..., Any], tmp_path: Path) -> None:
+    server = start_server("--engine", "sim", "--pp", "2", "--kv-blocks", "3000", "--time-scale", "0.05",
+                          "--policy", "trtllm-pp")
+    put = server.client.put("/v1/knobs", json={"changes": {"policy": "wavepp"}})
+    assert put.status_code == 200, put.text
+    # The loop holds the new knobs for its next wave; idle, it still says trtllm-pp when the bench starts.
+    server.wait_for(lambda s: s["knobs_version"] == put.json()["version"])
+    assert server.client.get("/v1/spans", params={"after": 1 << 62}).json()["policy"] == "trtllm-pp"
+    out = tmp_path / "url.json"
+    done = subprocess.run([sys.executable, "-m", "runtime.cli", "bench", "--url", server.url, "--json", str(out),
+                           "--workload", "reuse90", "--concurrency", "2", "--requests", "12",
+                           "--prompt-tokens", "1024"], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    [run] = json.loads(out.read_text())["runs"]
+    assert run["policy"] == "wavepp" and run["policies"] == ["wavepp"]      # every measured wave ran wavepp
+    assert "trtllm-pp" not in done.stdout, done.stdout                      # nor does the table say otherwise
+    assert server.stop() == 0, server.errors()
+
+
+def test_a_policy_that_changed_during_the_run_is_named_in_wave_order() -> None:
+    def plan(t0: int, policy: str | None) -> dict[str, Any]:
+        attrs = {"wavepp.tokens": 0} if policy is None else {"wavepp.tokens": 64, "wavepp.policy": policy}
+        return {"n": "wavepp.wave.plan", "t0": t0, "t1": t0 + 1, "a": attrs}
+
+    spans = [plan(3, "wavepp"), plan(1, "trtllm-pp"), plan(2, None), plan(4, "wavepp"),
+             {"n": "wavepp.request", "t0": 0, "t1": 9, "a": {"wavepp.policy": "trtllm-pp-legacy"}},
+             plan(5, "trtllm-pp")]
+    assert wave_policies(spans) == ["trtllm-pp", "wavepp", "trtllm-pp"]     # a plan with no wave ran nothing
+    assert policy_label(["trtllm-pp", "wavepp"], "x") == "trtllm-pp->wavepp"
+    assert policy_label([], "wavepp") == "wavepp"                           # no wave measured: the server's
