@@ -121,7 +121,7 @@ class ServerSource:
         if self.loop is None:
             raise RuntimeError("the pipeline loop is not running")
         if not self.can_accept():
-            raise QueueFull(f"the admission queue is full ({self.max_queue} requests)")
+            raise QueueFull(f"the admission queue is full ({self.queued} requests waiting, at most {self.max_queue})")
         if request.id in self._futures:
             raise ValueError(f"request id {request.id!r} is already in flight")
         future: asyncio.Future[Outcome] = asyncio.get_running_loop().create_future()

@@ -249,8 +249,9 @@ def create_app(rt: ServerRuntime, served_model: str, tokenizer: Any = None) -> F
             try:
                 return results.result()
             except RequestFailed as exc:
-                status = 503 if not rt.serving or rt.draining else 500
-                raise ApiError(status, str(exc), None, "server_error") from None
+                if not rt.serving or rt.draining:    # ended by the shutdown, not by the request itself
+                    raise ApiError(503, str(exc), None, "service_unavailable", {"Retry-After": "5"}) from None
+                raise ApiError(500, str(exc), None, "server_error") from None
         finally:
             gone.cancel()
 

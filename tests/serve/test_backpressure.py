@@ -104,6 +104,7 @@ def test_the_drain_deadline_cancels_what_is_left(start_server: Callable[..., Any
     worker.join(30)
     assert time.monotonic() - start < 20
     assert answer and answer[0].status_code == 503 and "shut down" in answer[0].json()["error"]["message"]
+    assert answer[0].json()["error"]["type"] == "service_unavailable" and answer[0].headers["retry-after"] == "5"
     assert "1 request(s) cancelled at the drain deadline" in server.errors()
 
 
