@@ -2,7 +2,7 @@
 
 Every block is in exactly one of these states::
 
-    FREE      in ``free`` - no hash, no owner
+    FREE      handed back (``_returned``) or never used - no hash, no owner
     OWNED     held by one request (being written); not in the tree; ref_count >= 1
     CACHED    in the tree (``by_hash``), keyed by its chained hash, under its parent
 
@@ -19,6 +19,12 @@ Unheld cached blocks are *reclaimable*: evicting leaves one by one frees them al
 are *evictable* and sit in ``lru`` (oldest first); an escrow may also *name* one as its victim
 (``named``): still cached and still a hit, but set aside for eviction at materialization.
 The escrow bookkeeping itself lives in :mod:`runtime.kvcache.stage_cache`.
+
+Free blocks come in two kinds: ones handed back (``_returned``, reused last-in first-out) and
+ones never used yet (ids ``_fresh`` and up, handed out lowest first). A block's :class:`Block`
+record is made the first time it leaves the free list, so a pool of hundreds of thousands of
+blocks (a simulated B300 stage) costs nothing to build and its checks cover only blocks in use.
+The order is that of one list ``[n-1, ..., _fresh] + _returned`` popped from the end.
 """
 
 from __future__ import annotations
@@ -45,8 +51,9 @@ class BlockPool:
         if num_blocks <= 0:
             raise ValueError(f"a stage needs at least one KV block, got {num_blocks}")
         self.num_blocks = num_blocks
-        self.blocks = [Block(i) for i in range(num_blocks)]
-        self.free: list[int] = list(range(num_blocks - 1, -1, -1))   # pop() hands out low ids first
+        self.blocks: list[Block] = []                                 # ids [0, _fresh): made when first used
+        self._fresh = 0                                               # lowest id never used
+        self._returned: list[int] = []                                # free again; pop() reuses the last first
         self.by_hash: dict[int, int] = {}
         self.lru: OrderedDict[int, None] = OrderedDict()              # evictable, not named; oldest first
         self.named: dict[int, str] = {}                               # evictable, named victim -> request id
@@ -56,7 +63,7 @@ class BlockPool:
     # ---- queries ---------------------------------------------------------------------------
     @property
     def num_free(self) -> int:
-        return len(self.free)
+        return len(self._returned) + self.num_blocks - self._fresh
 
     @property
     def num_evictable(self) -> int:
@@ -128,12 +135,39 @@ class BlockPool:
         if b.ref_count:
             return
         if b.hash is None:
-            self.free.append(block_id)              # an owned block nobody attached: back to free
+            self._returned.append(block_id)         # an owned block nobody attached: back to free
         elif not b.held_children:
             self._unhold(b)
 
     def take_free(self) -> int:
-        return self.free.pop()
+        """The next free block (IndexError when none is left)."""
+        if self._returned:
+            return self._returned.pop()
+        return self.take_free_many(1)[0]
+
+    def take_free_many(self, n: int) -> list[int]:
+        """``n`` free blocks off the free list, in the order ``take_free`` hands them out read
+        backwards (so ``pop()`` on the result hands them out in that order): reused ones first, then
+        the lowest never-used ids."""
+        if n > self.num_free:
+            raise IndexError(f"{n} free blocks asked for, {self.num_free} left")
+        if n <= 0:
+            return []
+        returned = self._returned
+        reused = min(n, len(returned))
+        out = returned[len(returned) - reused:]
+        del returned[len(returned) - reused:]
+        fresh = n - reused
+        if fresh:
+            start = self._fresh
+            self.blocks.extend(Block(i) for i in range(start, start + fresh))
+            self._fresh = start + fresh
+            out = list(range(start + fresh - 1, start - 1, -1)) + out
+        return out
+
+    def give_back(self, block_ids: list[int]) -> None:
+        """Free blocks taken with ``take_free_many`` and never owned, in the order they came."""
+        self._returned.extend(block_ids)
 
     def own(self, block_id: int) -> int:
         """Mark a block taken off the free list as OWNED by one request."""
@@ -188,12 +222,14 @@ class BlockPool:
         b = self.blocks[block_id]
         assert b.hash is None, "a cached block is released by unpin, not here"
         b.ref_count = 0
-        self.free.append(block_id)
+        self._returned.append(block_id)
 
     def check(self) -> None:
         """Assert the pool's structural invariants (tests call this after every run)."""
-        seen_free = set(self.free)
-        assert len(seen_free) == len(self.free), "a block is twice in the free list"
+        seen_free = set(self._returned)
+        assert len(seen_free) == len(self._returned), "a block is twice in the free list"
+        assert all(bid < self._fresh for bid in seen_free), "a never-used block was handed back"
+        assert len(self.blocks) == self._fresh
         children = [0] * self.num_blocks
         held_children = [0] * self.num_blocks
         depth: dict[int, int] = {-1: 0}

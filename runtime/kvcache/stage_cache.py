@@ -158,9 +158,8 @@ class StageCache:
         if num_blocks > self.available_blocks():
             return False
         pool = self.pool
-        take = min(num_blocks, len(pool.free))
-        ticket = EscrowTicket(free_blocks=pool.free[len(pool.free) - take:] if take else [])
-        del pool.free[len(pool.free) - take:]
+        take = min(num_blocks, pool.num_free)
+        ticket = EscrowTicket(free_blocks=pool.take_free_many(take))
         victims = list(islice(pool.lru, num_blocks - take))
         for bid in victims:
             del pool.lru[bid]
@@ -239,7 +238,7 @@ class StageCache:
         if pool.named.get(victim) != rid:
             # The victim gained an owner (or was taken) since the escrow: replace it.
             self.num_victim_replacements += 1
-            if pool.free:
+            if pool.num_free:
                 return pool.own(pool.take_free())
             victim = next(iter(pool.lru)) if pool.lru else next(iter(pool.named))
         self._detached.append(pool.evict(victim))
@@ -300,7 +299,7 @@ class StageCache:
         ticket = self.tickets.pop(rid, None)
         if ticket is None:
             return
-        self.pool.free.extend(ticket.free_blocks)
+        self.pool.give_back(ticket.free_blocks)
         for v in ticket.victims:
             if self.pool.named.get(v) == rid:
                 del self.pool.named[v]
