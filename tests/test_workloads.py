@@ -33,6 +33,9 @@ def drain(w: Workload) -> list[Request]:
     ("suffix4k", WorkloadSpec("suffix", 4096)),
     ("suffix:1", WorkloadSpec("suffix", 1)),
     (" reuse90 ", WorkloadSpec("reuse90")),
+    ("docs:64", WorkloadSpec("docs", 4096, documents=64)),
+    ("docs:8:suffix=512:zipf=0", WorkloadSpec("docs", 512, documents=8, zipf=0.0)),
+    ("docs:8:zipf=1.5", WorkloadSpec("docs", 4096, documents=8, zipf=1.5)),
 ])
 def test_parse_accepted_forms(text: str, spec: WorkloadSpec) -> None:
     """Each documented form parses to its spec; suffix4k is suffix:4096."""
@@ -41,17 +44,18 @@ def test_parse_accepted_forms(text: str, spec: WorkloadSpec) -> None:
 
 def test_spec_name_round_trips() -> None:
     """A spec's name parses back to the same spec."""
-    for text in ("cold", "reuse90", "mixed", "suffix:4096", "suffix4k"):
+    for text in ("cold", "reuse90", "mixed", "suffix:4096", "suffix4k", "docs:9", "docs:9:suffix=100:zipf=0.5"):
         spec = parse_workload(text)
         assert parse_workload(spec.name) == spec
     assert parse_workload("suffix4k").name == "suffix:4096"
 
 
 @pytest.mark.parametrize("text", ["bogus", "suffix:0", "suffix:x", "suffix:", "suffix:-5", "suffix", "",
-                                  "suffix:4k"])
+                                  "suffix:4k", "docs:0", "docs:", "docs:x", "docs:4:zipf=-1", "docs:4:zipf=nan",
+                                  "docs:4:suffix=0", "docs:4:colour=red", "docs:２"])
 def test_parse_rejects(text: str) -> None:
     """Unknown names and non-positive or non-numeric suffix lengths raise ValueError naming the forms."""
-    with pytest.raises(ValueError, match="suffix:N"):
+    with pytest.raises(ValueError, match="suffix:N|docs:N|suffix=TOKENS"):
         parse_workload(text)
 
 
@@ -64,7 +68,7 @@ def test_workload_rejects_bad_sizes(n: int, prompt: int) -> None:
 
 # ---- determinism and hashes ------------------------------------------------------------------
 
-@pytest.mark.parametrize("name", ["cold", "reuse90", "mixed", "suffix:512"])
+@pytest.mark.parametrize("name", ["cold", "reuse90", "mixed", "suffix:512", "docs:6"])
 def test_deterministic_for_a_seed(name: str) -> None:
     """Two instances with one seed give the same ids, tokens, hashes, groups and primed prefixes."""
     a, b = make(name), make(name)
@@ -75,7 +79,7 @@ def test_deterministic_for_a_seed(name: str) -> None:
     assert [r.tokens for r in drain(make(name, seed=8))] != [r.tokens for r in ra]
 
 
-@pytest.mark.parametrize("name", ["cold", "reuse90", "mixed", "suffix:100"])
+@pytest.mark.parametrize("name", ["cold", "reuse90", "mixed", "suffix:100", "docs:5:suffix=100"])
 @pytest.mark.parametrize("extra", [b"", b"rev-2"])
 def test_hashes_equal_full_recomputation(name: str, extra: bytes) -> None:
     """A request's hashes (prefix hashes + chained suffix) equal block_hashes of its tokens from scratch."""
@@ -209,7 +213,8 @@ def test_sessions_outgrow_uneven_pools_and_the_stages_evict_differently() -> Non
         assert rec.figures.good_hit_rate is not None and 0 < rec.figures.good_hit_rate < 1
 
 
-@pytest.mark.parametrize("name", ["cold", "reuse90", "mixed", "suffix:300", "suffix:4096", "sessions:3"])
+@pytest.mark.parametrize("name", ["cold", "reuse90", "mixed", "suffix:300", "suffix:4096", "sessions:3",
+                                  "docs:20:suffix=300"])
 @pytest.mark.parametrize("seed", range(4))
 def test_longest_prompt_bounds_every_prompt(name: str, seed: int) -> None:
     """No primed prefix and no request is longer than ``longest_prompt`` says (the up-front check
@@ -237,3 +242,50 @@ def test_the_default_workload_of_every_built_in_model_fits_its_context() -> None
 def test_a_requested_prompt_length_that_does_not_fit_is_refused() -> None:
     with pytest.raises(ValueError, match="makes prompts of up to .* the model's context is 8192"):
         fit_prompt_tokens(parse_workload("suffix4k"), 4096, 4096, 8192, 64)
+
+
+# ---- docs: many distinct long contexts ----------------------------------------------------------
+
+def test_docs_requests_are_a_document_plus_a_new_question_of_the_suffix_length() -> None:
+    w = Workload(parse_workload("docs:10:suffix=200"), 60, 1000, B, VOCAB, 3)
+    for r in drain(w):
+        d = int(r.group.removeprefix("d"))
+        doc = w.doc_lengths[d]
+        assert r.num_tokens == doc + 200
+        assert r.tokens[:doc] == w._document(d).tokens             # the same document every time
+        assert 448 <= doc <= 1472 and doc % B == 0                 # [m/2, 3m/2], whole blocks (rounded down)
+    assert w.primed_prompts() == []                                # docs start cold
+
+
+def test_docs_popularity_follows_zipf_and_the_working_set_counts_each_used_document_once() -> None:
+    n, draws = 20, 4000
+    w = Workload(parse_workload("docs:20:zipf=1"), draws, 640, B, VOCAB, 1)
+    counts = [0] * n
+    for r in drain(w):
+        counts[int(r.group.removeprefix("d"))] += 1
+    harmonic = sum(1 / (k + 1) for k in range(n))
+    for rank in (0, 1, 4):                                         # P(rank r) = (1/(r+1)) / H_n
+        expected = draws / (rank + 1) / harmonic
+        assert abs(counts[rank] - expected) < 4 * expected ** 0.5 + 5, (rank, counts[rank], expected)
+    assert counts[0] > counts[1] > counts[9]
+    used = [d for d in range(n) if counts[d]]
+    assert w.working_set_tokens() == sum(w.doc_lengths[d] for d in used)
+    uniform = Workload(parse_workload("docs:20:zipf=0"), draws, 640, B, VOCAB, 1)
+    spread = [0] * n
+    for r in drain(uniform):
+        spread[int(r.group.removeprefix("d"))] += 1
+    assert all(abs(c - draws / n) < 5 * (draws / n) ** 0.5 for c in spread), spread   # zipf=0: all alike
+
+
+def test_a_document_is_the_same_whatever_the_order_of_requests() -> None:
+    a = Workload(parse_workload("docs:30"), 10, 640, B, VOCAB, 5)
+    b = Workload(parse_workload("docs:30"), 10, 640, B, VOCAB, 5)
+    b._document(29)                                                # made out of order
+    assert a._document(29) == b._document(29) and a._document(3) == b._document(3)
+
+
+def test_the_working_set_of_the_shared_prefix_workloads() -> None:
+    w = make("reuse90", n=200)
+    drain(w)
+    assert w.working_set_tokens() == sum(len(t) for t, _ in w.primed_prompts())   # all 8 groups drawn
+    assert make("cold").working_set_tokens() == 0
