@@ -127,3 +127,21 @@ def test_every_grafana_query_names_a_metric_the_runtime_exports(start_server: Ca
     missing = sorted(queried - exported)
     assert not missing, f"the dashboard queries metrics the runtime does not export: {missing}"
     assert server.stop() == 0, server.errors()
+
+
+def test_the_readme_says_what_listens_where_and_how_to_lock_it_down() -> None:
+    """One section names every listener (each service compose publishes among them), what a client
+    of the API can do, what the admin token guards, and how to set it in compose and the stack."""
+    start = README.find("## What is exposed and how to lock it down")
+    assert start >= 0, "README.md has no lock-down section"
+    section = README[start:README.index("\n## ", start + 1)]
+    published = {name for name, s in yaml.safe_load(COMPOSE.read_text())["services"].items() if s.get("ports")}
+    words = {"runtime": "API", "dashboard": "dashboard", "grafana": "Grafana", "prometheus": "Prometheus",
+             "jaeger": "Jaeger"}
+    assert set(words) == published, "a published service is missing from this test's words"
+    for needed in [*words.values(), "wavepp serve", "wavepp dashboard", "--metrics-port", "--launcher spawn",
+                   "torchrun", "wavepp stack", "Redis", "`WAVEPP_ADMIN_TOKEN`", "`WAVEPP_PUBLISH_HOST`",
+                   "Authorization: Bearer", "PUT /v1/knobs", "POST /v1/prefill", ".env", "redis://:***@",
+                   "GLOO_SOCKET_IFNAME", "requirepass"]:
+        assert needed in section, f"the lock-down section does not mention {needed}"
+    assert len(section.splitlines()) < 60, "keep it short: the reference lives elsewhere"
