@@ -23,6 +23,7 @@ from dashboard.screens.common import runtime_banner, span_age
 from dashboard.screens.knobs import refusal_banner
 from dashboard.sources import EmbeddedSource, RunFileSource, Snapshot, StoreSource
 from dashboard.view import View, ViewCache
+from store.urls import redact
 
 REFRESH_S = 1.0
 NEWEST = ""                 # run choice of a live view: follow the newest run until the operator picks one
@@ -100,9 +101,9 @@ def main() -> None:
     try:
         source = get_source(spec)
     except Exception as exc:                         # one clear banner, never a traceback
-        st.error(f"Cannot open the dashboard's source: {exc}")
+        st.error(f"Cannot open the dashboard's source: {redact(str(exc))}")
         return
-    st.sidebar.caption(f"source: {spec}")
+    st.sidebar.caption(f"source: {redact(spec)}")     # the spec is the URL the source connects with
     run_id = _pick_run()
     view = load(spec, run_id)
     _run_selector(view.snap, source.live)

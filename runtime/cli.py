@@ -678,7 +678,8 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
 
     import dashboard
     app = os.path.join(os.path.dirname(dashboard.__file__), "app.py")
-    print(f"WavePP dashboard ({source}): http://{args.host}:{args.port}  (Ctrl-C to stop)", flush=True)
+    from store.urls import redact
+    print(f"WavePP dashboard ({redact(source)}): http://{args.host}:{args.port}  (Ctrl-C to stop)", flush=True)
     flags = {"server_port": args.port, "server_address": args.host, "server_headless": True,
              "browser_gatherUsageStats": False, "server_fileWatcherType": "none", "global_developmentMode": False,
              "server_runOnSave": False,

@@ -28,7 +28,7 @@ class RunInfo:
     workload: str
     concurrency: int
     engine: str
-    source: str             # where it ran: the store ("memory", "redis://host:port/db?cluster=…") or "embedded"
+    source: str             # where it ran: the store (StoreUrl.shown: no password) or "embedded"
     started: float          # wall-clock start, epoch seconds (also for virtual-time runs)
 
     @classmethod

@@ -3,18 +3,23 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from store.base import StoreError
 
 _CLUSTER = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+# ``scheme://[user]:password@``: the password runs to the last "@" before a space or a quote, as
+# urlsplit reads it, so one with an unescaped "@" or "/" is hidden whole, never in part.
+_PASSWORD = re.compile(r"(\b[A-Za-z][A-Za-z0-9+.-]*://[^\s\"<>/@:]*:)[^\s\"<>]*@")
 
 
 @dataclass(frozen=True, slots=True)
 class StoreUrl:
     kind: str                    # "memory" | "redis"
-    url: str = ""                # the redis URL without our own query parameters
+    # The redis URL without our own query parameters, password included: for redis-py only, never
+    # shown (not in the repr either); what a person or a file sees is :attr:`shown`.
+    url: str = field(default="", repr=False)
     host: str = ""
     port: int = 0
     db: int = 0
@@ -25,10 +30,21 @@ class StoreUrl:
     def where(self) -> str:
         return f"{self.host}:{self.port}/{self.db}"
 
+    @property
+    def shown(self) -> str:
+        """The store as printed, logged, put in a run's label or on a page: ``memory`` or the URL
+        with its password hidden (``redis://:***@host:6379/0?cluster=name``)."""
+        if self.kind == "memory":
+            return "memory"
+        userinfo, at, _ = urlsplit(self.url).netloc.rpartition("@")
+        return redact(f"{'rediss' if self.tls else 'redis'}://{userinfo}{at}{self.where}?cluster={self.cluster}")
+
 
 def redact(text: str) -> str:
-    """The URL with any password replaced, for messages."""
-    return re.sub(r"(://[^/@:]*:)[^/@]*@", r"\1***@", text)
+    """``text`` with the password of every URL in it replaced by ``***`` (``redis://:***@host``,
+    ``rediss://user:***@host``; the user name stays). The one redaction: whatever may show a store
+    URL (output, logs, pages, run labels, spans) passes it through here or uses ``StoreUrl.shown``."""
+    return _PASSWORD.sub(r"\1***@", text)
 
 
 def parse_store_url(text: str) -> StoreUrl:

@@ -10,6 +10,7 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
+from dashboard import admin
 from dashboard.knob_form import field_types, parse, stored
 from dashboard.screens import whatif
 from dashboard.view import View
@@ -41,6 +42,8 @@ def render_knobs(view: View) -> None:
                  f"{record.deployment.num_stages} stages)" if record.deployment else "")
         st.caption(f"version {record.version} — the runtime applies a new version at its next wave boundary{where}")
         current = stored(record.values)
+        if view.snap.live:
+            admin.token_field()
         _form(view, current, record.deployment, meta, opts)
     whatif.results(view)
     whatif.suggest_controls(view, meta, opts, current)
@@ -107,6 +110,9 @@ def _form(view: View, current: Knobs, deployment: Deployment | None, meta: dict[
         return
     if previewed:
         whatif.start_preview(view, meta, opts, current, dataclasses.replace(current, **changes))
+        return
+    if not admin.may_write():
+        st.error(admin.REFUSED)
         return
     try:
         record = view.source.write_knobs(changes)

@@ -14,6 +14,7 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
+from dashboard import admin
 from dashboard.view import View
 from dashboard.whatif_jobs import Inputs, Job, change_time_ns, inputs
 from runtime.knobs import KnobError, Knobs
@@ -168,6 +169,9 @@ def _apply_button(view: View, changes: dict[str, Any], predicted: Prediction, la
 
 def applied(view: View, changes: dict[str, Any], predicted: Prediction) -> None:
     """Write ``changes`` and remember the prediction for predicted vs observed after the change."""
+    if not admin.may_write():
+        st.error(admin.REFUSED)
+        return
     try:
         record = view.source.write_knobs(changes)
     except (KnobError, StoreError) as exc:

@@ -51,5 +51,5 @@ def run_telemetry(url: StoreUrl, virtual: bool, run: RunInfo | None = None, keep
 
 
 def store_source(url: StoreUrl) -> str:
-    """The store part of a run's label (no password)."""
-    return "memory" if url.kind == "memory" else f"redis://{url.where}?cluster={url.cluster}"
+    """The store part of a run's label and of ``wavepp serve``'s announce line (no password)."""
+    return url.shown

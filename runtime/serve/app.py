@@ -5,7 +5,8 @@ Every error is one JSON shape, OpenAI's: ``{"error": {"message", "type", "param"
 ``429`` with ``Retry-After`` when the admission queue is full, ``503`` while draining or when the
 runtime stopped, ``413`` for a body past ``--max-body-bytes``, ``422`` for a prompt that is too
 long or malformed, or for more prompts in one request than the queue ever holds. A client that
-disconnects before its answer cancels its request.
+disconnects before its answer cancels its request. With an admin token (``WAVEPP_ADMIN_TOKEN``) a
+knob write without it is ``401`` (:func:`admin_guard`).
 """
 
 # No `from __future__ import annotations`: FastAPI reads the request models of create_app from the
@@ -13,13 +14,14 @@ disconnects before its answer cancels its request.
 
 import asyncio
 import dataclasses
+import hmac
 import json
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Annotated, Any, Literal
 
-from fastapi import FastAPI, Request
+from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictBool, create_model
@@ -65,6 +67,26 @@ ERRORS: dict[int | str, dict[str, Any]] = {
         (429, "the admission queue is full: retry after Retry-After seconds"),
         (500, "the runtime failed the request"),
         (503, "draining (SIGTERM), starting, or the runtime stopped"))}
+
+
+def admin_guard(token: str | None) -> Callable[[Request], None]:
+    """A dependency of the endpoints that change the server (knob writes). With an admin ``token``
+    a request must carry ``Authorization: Bearer <token>``, compared in constant time; otherwise it
+    is 401 with ``WWW-Authenticate`` (RFC 6750), before its body is validated. Without a token
+    anyone who reaches the port may write: the server listens on loopback by default."""
+    expected = token.encode() if token else None
+
+    def guard(request: Request) -> None:
+        if expected is None:
+            return
+        scheme, _, given = request.headers.get("authorization", "").partition(" ")
+        if scheme.lower() != "bearer" or not given.strip():
+            raise ApiError(401, "changing knobs needs the admin token: send Authorization: Bearer <token>", None,
+                           "authentication_error", {"WWW-Authenticate": 'Bearer realm="wavepp"'})
+        if not hmac.compare_digest(given.strip().encode(), expected):
+            raise ApiError(401, "the admin token is wrong", None, "authentication_error",
+                           {"WWW-Authenticate": 'Bearer realm="wavepp", error="invalid_token"'})
+    return guard
 
 
 class KvHandle(BaseModel):
@@ -125,8 +147,9 @@ class StreamOptions(BaseModel):
     include_usage: StrictBool = False
 
 
-def create_app(rt: ServerRuntime, served_model: str, tokenizer: Any = None) -> FastAPI:
-    """The API over one :class:`ServerRuntime` (started and stopped by the caller)."""
+def create_app(rt: ServerRuntime, served_model: str, tokenizer: Any = None, admin_token: str | None = None) -> FastAPI:
+    """The API over one :class:`ServerRuntime` (started and stopped by the caller); ``admin_token``:
+    what knob writes need (:func:`admin_guard`)."""
     vocab = rt.engine.vocab_size
     block_size = rt.engine.block_size
     # Types made for this server (vocabulary, prompt limit): mypy sees them as values, pydantic as types.
@@ -349,10 +372,14 @@ def create_app(rt: ServerRuntime, served_model: str, tokenizer: Any = None) -> F
         return await knobs_view(await store_call(lambda s: s.knobs_get()))
 
     @app.put("/v1/knobs", responses={**ERRORS, 409: {"model": ErrorResponse,
-                                                      "description": "expected_version is no longer current"}})
+                                                      "description": "expected_version is no longer current"},
+                                      401: {"model": ErrorResponse, "description": "the server has an admin token "
+                                            "and Authorization: Bearer does not carry it"}},
+             dependencies=[Depends(admin_guard(admin_token))])
     async def knobs_put(body: KnobsUpdate) -> dict[str, Any]:
         """Change knobs: validated against the running deployment (every bad knob named, nothing written),
-        versioned with history; the loop applies them at its next wave boundary."""
+        versioned with history; the loop applies them at its next wave boundary. With an admin token
+        (``WAVEPP_ADMIN_TOKEN``) only with ``Authorization: Bearer <token>``."""
         try:
             changes = body.changes.model_dump(exclude_none=True)   # type: ignore[attr-defined]
             record = await store_call(lambda s: s.knobs_set(changes, body.expected_version, rt.deployment))

@@ -41,6 +41,13 @@ def _port(text: str) -> int:
     return int(text)
 
 
+def _token(text: str) -> str:
+    # The message never repeats the value: it is a secret, and this line goes to stderr.
+    if not text or not text.isascii() or not text.isprintable() or " " in text:
+        raise ValueError("must be printable ASCII without spaces (the value is not shown)")
+    return text
+
+
 def _choice(*names: str) -> Callable[[str], str]:
     def parse(text: str) -> str:
         if text not in names:
@@ -90,6 +97,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("drain_s", _positive_float, 30.0, "SIGTERM: seconds to finish in-flight requests (new ones get 503)"),
     Option("store_deadline", _positive_float, None, "a store unreachable this many seconds fails the server "
                                                     "(default: wait it out)"),
+    Option("admin_token", _token, None, "PUT /v1/knobs needs Authorization: Bearer TOKEN (default: open); the "
+                                        "dashboard reads the same variable. Prefer the variable: a flag shows in ps"),
 )
 
 

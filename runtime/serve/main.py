@@ -184,8 +184,8 @@ def run_server(settings: dict[str, Any], announce: Any = print) -> int:
                            settings["store_deadline"])
         served = settings["served_model_name"] or settings["model"] or ("tiny-llama" if engine.name == "torch"
                                                                          else "llama-3-8b")
-        app = CutGuard(AdmissionGate(BodyLimit(create_app(rt, served, tokenizer), settings["max_body_bytes"]), rt),
-                       rt)
+        app = CutGuard(AdmissionGate(BodyLimit(create_app(rt, served, tokenizer, settings["admin_token"]),
+                                               settings["max_body_bytes"]), rt), rt)
         return asyncio.run(_main(rt, app, settings, served, announce))
     finally:
         engine.close()

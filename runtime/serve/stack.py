@@ -10,6 +10,7 @@ then Redis; a child that dies stops the others and the stack exits 1 naming it.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import signal
 import socket
@@ -36,11 +37,12 @@ def free_port() -> int:
 
 
 def serve_flags(given: dict[str, Any]) -> list[str]:
-    """The ``wavepp serve`` flags given to the stack, passed on (the rest come from ``WAVEPP_*``)."""
+    """The ``wavepp serve`` flags given to the stack, passed on (the rest come from ``WAVEPP_*``; the
+    admin token too, in the environment: :meth:`Stack.env`)."""
     flags = []
     for opt in OPTIONS:
         value = given.get(opt.dest)
-        if value is None or opt.dest in ("host", "store"):
+        if value is None or opt.dest in ("host", "store", "admin_token"):
             continue
         flags += [opt.flag, ",".join(map(str, value)) if isinstance(value, list) else str(value)]
     return flags
@@ -62,6 +64,12 @@ class Stack:
         self.log = log
         self.procs: dict[str, subprocess.Popen[Any]] = {}
 
+    def env(self) -> dict[str, str]:
+        """The server's and the dashboard's environment: an ``--admin-token`` given to the stack
+        reaches both as ``WAVEPP_ADMIN_TOKEN`` (never as a flag: a command line shows in ps)."""
+        token = self.given.get("admin_token")
+        return {**os.environ, "WAVEPP_ADMIN_TOKEN": token} if token else dict(os.environ)
+
     def start(self) -> dict[str, Any]:
         self.procs["redis"] = subprocess.Popen(
             [self.redis_bin, "--port", str(self.redis_port), "--bind", "127.0.0.1", "--save", "", "--appendonly",
@@ -70,7 +78,7 @@ class Stack:
         wavepp = [sys.executable, "-m", "runtime.cli"]
         serve = subprocess.Popen([*wavepp, "serve", "--host", "127.0.0.1", "--store", self.store,
                                   *serve_flags(self.given)], stdout=subprocess.PIPE, stderr=self.log, text=True,
-                                 start_new_session=True)
+                                 start_new_session=True, env=self.env())
         self.procs["serve"] = serve
         assert serve.stdout is not None
         line = serve.stdout.readline()            # printed once it listens
@@ -81,7 +89,7 @@ class Stack:
         self._wait("serve", lambda: _http_ok(f"{api}/ready"))
         self.procs["dashboard"] = subprocess.Popen(
             [*wavepp, "dashboard", "--store", self.store, "--host", "127.0.0.1", "--port", str(self.dashboard_port)],
-            stdout=self.log or subprocess.DEVNULL, stderr=subprocess.STDOUT, start_new_session=True)
+            stdout=self.log or subprocess.DEVNULL, stderr=subprocess.STDOUT, start_new_session=True, env=self.env())
         dashboard = f"http://127.0.0.1:{self.dashboard_port}/"
         self._wait("dashboard", lambda: _http_ok(f"{dashboard}_stcore/health"))
         return {"api": api, "dashboard": dashboard, "store": self.store,

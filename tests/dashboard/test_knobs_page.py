@@ -112,3 +112,29 @@ def test_every_knob_carries_its_help_from_the_schema(dashboard_env: None) -> Non
     assert all(widgets[n].help == describe(n) for n in names)
     table = next(d.value for d in at.dataframe if "unit" in d.value.columns)
     assert list(table["knob"]) == list(HELP) and table["unit"].str.len().min() > 0
+
+
+def test_with_an_admin_token_the_page_asks_for_it_and_writes_nothing_until_it_matches(
+        dashboard_env: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Apply wrote to the store whoever had the page open. With WAVEPP_ADMIN_TOKEN in the
+    dashboard's environment (as `wavepp serve` reads it for PUT /v1/knobs) the page has an Admin
+    token field and a write without the right token is refused, nothing written."""
+    url = fresh_url()
+    assert not [w for w in knobs_page(url).text_input if w.label == "Admin token"]     # no token: no field
+    monkeypatch.setenv("WAVEPP_ADMIN_TOKEN", "s3cret")
+    at = knobs_page(url)
+
+    def apply(token: str | None) -> None:
+        if token is not None:
+            next(w for w in at.text_input if w.label == "Admin token").input(token)
+        field(at, "ring").input("4")
+        next(b for b in at.button if b.label == "Apply").click().run()
+        assert not at.exception
+
+    for typed in (None, "wrong", "s3cre", "s3cret2"):
+        apply(typed)
+        assert any("needs the admin token" in e.value for e in at.error), [e.value for e in at.error]
+        assert not at.success and version(url) == 0
+    apply("s3cret")
+    assert at.success and "version 1" in at.success[0].value, [e.value for e in at.error]
+    assert version(url) == 1

@@ -5,6 +5,7 @@ running `wavepp serve` exports."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -24,11 +25,14 @@ DASHBOARD = ROOT / "deploy" / "grafana" / "dashboards" / "wavepp.json"
 SERVICES = {"redis", "runtime", "dashboard", "otel-collector", "jaeger", "prometheus", "grafana"}
 
 
-def docker_compose(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
+def docker_compose(*args: str, cwd: Path = ROOT, token: str | None = "t0ken") -> subprocess.CompletedProcess[str]:
+    """``docker-compose ARGS`` with ``WAVEPP_ADMIN_TOKEN`` set to ``token`` (None: unset; it is required)."""
     binary = shutil.which("docker-compose")
     if binary is None:
         pytest.fail("docker-compose is not installed: `make services` installs Debian's package", pytrace=False)
-    return subprocess.run([binary, *args], cwd=cwd, capture_output=True, text=True, timeout=120)
+    env = {k: v for k, v in os.environ.items() if k != "WAVEPP_ADMIN_TOKEN"}
+    env |= {"WAVEPP_ADMIN_TOKEN": token} if token is not None else {}
+    return subprocess.run([binary, *args], cwd=cwd, capture_output=True, text=True, timeout=120, env=env)
 
 
 def test_docker_compose_validates_the_file_and_refuses_a_broken_copy(tmp_path: Path) -> None:
@@ -38,6 +42,25 @@ def test_docker_compose_validates_the_file_and_refuses_a_broken_copy(tmp_path: P
     broken.write_text(COMPOSE.read_text().replace("condition: service_healthy", "condition: when_it_feels_like_it", 1))
     refused = docker_compose("-f", str(broken), "config", "-q", cwd=tmp_path)
     assert refused.returncode != 0 and "condition" in refused.stderr
+
+
+def test_knob_writes_need_a_token_and_ports_are_published_on_loopback(tmp_path: Path) -> None:
+    """compose published the API and the dashboard on every interface of the host, and PUT /v1/knobs
+    needed no credentials. Now compose refuses to start without WAVEPP_ADMIN_TOKEN, hands it to the
+    runtime and the dashboard, and publishes every port on 127.0.0.1 unless WAVEPP_PUBLISH_HOST says."""
+    refused = docker_compose("-f", str(COMPOSE), "config", "-q", token=None)
+    assert refused.returncode != 0 and "set WAVEPP_ADMIN_TOKEN" in refused.stderr
+    done = docker_compose("-f", str(COMPOSE), "config", token="t0ken")
+    assert done.returncode == 0, done.stderr
+    services = yaml.safe_load(done.stdout)["services"]
+    for name in ("runtime", "dashboard"):
+        assert services[name]["environment"]["WAVEPP_ADMIN_TOKEN"] == "t0ken", name
+    published = [(name, port) for name, service in services.items() for port in service.get("ports", [])]
+    assert {name for name, _ in published} == {"runtime", "dashboard", "jaeger", "prometheus", "grafana"}
+    for name, port in published:                     # docker-compose 1.29 prints "HOST:PUBLISHED:TARGET/tcp"
+        assert str(port).startswith("127.0.0.1:"), (name, port)
+    raw = yaml.safe_load(COMPOSE.read_text())["services"]
+    assert all(p.startswith("${WAVEPP_PUBLISH_HOST:-127.0.0.1}:") for s in raw.values() for p in s.get("ports", []))
 
 
 def test_the_services_are_wired_to_each_other() -> None:
@@ -104,3 +127,21 @@ def test_every_grafana_query_names_a_metric_the_runtime_exports(start_server: Ca
     missing = sorted(queried - exported)
     assert not missing, f"the dashboard queries metrics the runtime does not export: {missing}"
     assert server.stop() == 0, server.errors()
+
+
+def test_the_readme_says_what_listens_where_and_how_to_lock_it_down() -> None:
+    """One section names every listener (each service compose publishes among them), what a client
+    of the API can do, what the admin token guards, and how to set it in compose and the stack."""
+    start = README.find("## What is exposed and how to lock it down")
+    assert start >= 0, "README.md has no lock-down section"
+    section = README[start:README.index("\n## ", start + 1)]
+    published = {name for name, s in yaml.safe_load(COMPOSE.read_text())["services"].items() if s.get("ports")}
+    words = {"runtime": "API", "dashboard": "dashboard", "grafana": "Grafana", "prometheus": "Prometheus",
+             "jaeger": "Jaeger"}
+    assert set(words) == published, "a published service is missing from this test's words"
+    for needed in [*words.values(), "wavepp serve", "wavepp dashboard", "--metrics-port", "--launcher spawn",
+                   "torchrun", "wavepp stack", "Redis", "`WAVEPP_ADMIN_TOKEN`", "`WAVEPP_PUBLISH_HOST`",
+                   "Authorization: Bearer", "PUT /v1/knobs", "POST /v1/prefill", ".env", "redis://:***@",
+                   "GLOO_SOCKET_IFNAME", "requirepass"]:
+        assert needed in section, f"the lock-down section does not mention {needed}"
+    assert len(section.splitlines()) < 60, "keep it short: the reference lives elsewhere"

@@ -5,9 +5,11 @@ the shared loop, and a dead stage process is an error, never a hang."""
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -196,6 +198,80 @@ def test_a_call_unanswered_past_the_link_timeout_fails_the_stage(monkeypatch: py
         engine.close(orderly=False)
 
 
+def _process_tree(root: int) -> list[int]:
+    """``root`` and every process under it (from /proc: the suite has no psutil)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue                                   # ended meanwhile
+            children.setdefault(int(stat.rsplit(")", 1)[1].split()[1]), []).append(int(entry))
+    tree, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        tree.append(pid)
+        todo += children.get(pid, [])
+    return tree
+
+
+def _listening(pids: list[int]) -> set[tuple[str, int]]:
+    """(address, port) of every listening TCP socket the processes ``pids`` hold (/proc/net/tcp[6])."""
+    inodes = set()
+    for pid in pids:
+        try:
+            fds = os.listdir(f"/proc/{pid}/fd")
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                link = os.readlink(f"/proc/{pid}/fd/{fd}")
+            except OSError:
+                continue
+            if link.startswith("socket:["):
+                inodes.add(link[len("socket:["):-1])
+    found = set()
+    for table, family in (("/proc/net/tcp", socket.AF_INET), ("/proc/net/tcp6", socket.AF_INET6)):
+        for line in Path(table).read_text().splitlines()[1:]:
+            fields = line.split()
+            (address, port), state, inode = fields[1].split(":"), fields[3], fields[9]
+            if state == "0A" and inode in inodes:                        # 0A: LISTEN
+                raw = bytes.fromhex(address)                             # 32-bit words in host order
+                words = [raw[i:i + 4][::-1] if sys.byteorder == "little" else raw[i:i + 4]
+                         for i in range(0, len(raw), 4)]
+                found.add((socket.inet_ntop(family, b"".join(words)), int(port, 16)))
+    return found
+
+
+def _loopback(address: str) -> bool:
+    ip = ipaddress.ip_address(address)
+    mapped = getattr(ip, "ipv4_mapped", None)
+    return ip.is_loopback or bool(mapped and mapped.is_loopback)
+
+
+def test_every_socket_of_a_spawned_world_listens_on_loopback_only() -> None:
+    """Every stage is on this host, yet the rendezvous store (torch's TCPStore, started by
+    init_method=tcp://127.0.0.1:…) listened on every interface ("*:PORT"): now it listens on
+    127.0.0.1, and gloo's links on the loopback interface (GLOO_SOCKET_IFNAME; without it gloo takes
+    the address the hostname resolves to, which on this machine is 127.0.0.1 anyway)."""
+    before = _listening(_process_tree(os.getpid()))
+    engine = TorchEngine("tiny-llama", pp=2, block_size=16, kv_blocks=[64], launcher="spawn")
+    try:
+        remote = engine.build().handles[1]
+        assert isinstance(remote, RemoteStageHandle) and remote.rpc._proc is not None
+        assert asyncio.run(remote.lease([LeaseItem("r", [1, 2, 3], 0, 40)])) == [0]   # the links carry a call
+        tree = _process_tree(os.getpid())
+        assert remote.rpc._proc.pid in tree
+        opened = _listening(tree) - before
+        assert len(opened) >= 2, opened                     # the store, and gloo's listeners
+        assert all(_loopback(address) for address, _ in opened), sorted(opened)
+        environ = Path(f"/proc/{remote.rpc._proc.pid}/environ").read_bytes().split(b"\0")
+        assert b"GLOO_SOCKET_IFNAME=lo" in environ
+    finally:
+        engine.close()
+
+
 def _exits_at_start(rank: int, size: int, init_method: str, cuda: bool) -> None:
     """A stage process that ends before the rendezvous (a failed import, a missing device)."""
     os._exit(3)
@@ -209,3 +285,4 @@ def test_a_stage_that_ends_before_joining_fails_the_start_at_once() -> None:
     with pytest.raises(StageStartFailed, match=r"^stage 1 process exited with code 3 before it joined the others$"):
         spawn_stages(2, False, target=_exits_at_start)          # one stage: which ends first is not a race
     assert time.monotonic() - t0 < 60
+

@@ -4,7 +4,7 @@ hosts stage s (its KV pool and its cache: lease and escrow happen there).
 Launchers:
 
 - ``spawn``: this process is rank 0 and starts ranks 1..P-1 on this host (``torch.multiprocessing``
-  spawn context), rendezvous on a free loopback port;
+  spawn context); every socket of the world listens on loopback only (:func:`spawn_stages`);
 - ``torchrun``: every rank is started by ``torchrun`` (one host or several); rank 0 runs the
   command, the others serve their stage (``runtime.cli`` hands them to :func:`serve_stage`).
 
@@ -25,6 +25,7 @@ from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 from multiprocessing.process import BaseProcess
+from urllib.parse import urlsplit
 
 import torch
 import torch.distributed as dist
@@ -55,8 +56,10 @@ class World:
     data: dict[int, Link] = field(default_factory=dict)
 
     @classmethod
-    def join(cls, rank: int, size: int, init_method: str, cuda: bool) -> World:
-        """Rendezvous and create every link (all ranks call this with the same size and cuda)."""
+    def join(cls, rank: int, size: int, init_method: str, cuda: bool, store: dist.Store | None = None) -> World:
+        """Rendezvous and create every link (all ranks call this with the same size and cuda).
+        ``init_method``: ``env://`` (torchrun), or ``tcp://127.0.0.1:PORT`` (spawned), where rank 0
+        hosts the rendezvous ``store`` itself (:func:`loopback_store`) and the others are its clients."""
         if cuda:
             local = int(os.environ.get("LOCAL_RANK", rank)) % torch.cuda.device_count()
             torch.cuda.set_device(local)
@@ -64,7 +67,15 @@ class World:
         else:
             device = torch.device("cpu")
         timeout = link_timeout()
-        dist.init_process_group("gloo", init_method=init_method, rank=rank, world_size=size, timeout=timeout)
+        if store is None and init_method.startswith("tcp://"):
+            # Not init_method=: rank 0 passes its store, and torch prefixes the keys of a store made
+            # from an init_method ("default_pg/") but not of one passed in; both sides pass one.
+            where = urlsplit(init_method)
+            store = dist.TCPStore(where.hostname or "127.0.0.1", where.port or 0, size, False, timeout)
+        if store is not None:
+            dist.init_process_group("gloo", store=store, rank=rank, world_size=size, timeout=timeout)
+        else:
+            dist.init_process_group("gloo", init_method=init_method, rank=rank, world_size=size, timeout=timeout)
         world = cls(rank, size, device)
         for s in range(1, size):
             g_cmd, g_rep = dist.new_group([0, s], timeout=timeout), dist.new_group([0, s], timeout=timeout)
@@ -81,10 +92,34 @@ class World:
             dist.destroy_process_group()
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
+def loopback_store(size: int) -> tuple[dist.TCPStore, int]:
+    """Rank 0's rendezvous store, listening on 127.0.0.1 only, and its port. ``tcp://`` (and
+    ``env://``) start a TCPStore that listens on every interface whatever host they name, so the
+    store gets a socket bound here (which also leaves no gap between choosing the port and binding it)."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
         sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+        sock.listen(size)
+        port = int(sock.getsockname()[1])
+        store = dist.TCPStore("127.0.0.1", port, size, True, link_timeout(), wait_for_workers=False,
+                              master_listen_fd=sock.fileno())
+    except BaseException:
+        sock.close()
+        raise
+    sock.detach()                      # the store owns the descriptor now
+    return store, port
+
+
+def keep_links_local(cuda: bool) -> None:
+    """Gloo's (and NCCL's bootstrap) listeners on the loopback interface, unless the operator chose
+    one (the variable is set). Without it gloo listens on the address the hostname resolves to and
+    NCCL on the first non-loopback interface: reachable from the network although every rank is
+    here. Set in this process's environment for good: the stages inherit it, and NCCL reads its
+    variable when the first activation goes out, after the rendezvous."""
+    names = {name for _, name in socket.if_nameindex()}
+    loopback = next((n for n in ("lo", "lo0") if n in names), "lo")
+    for var in ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME") if cuda else ("GLOO_SOCKET_IFNAME",):
+        os.environ.setdefault(var, loopback)
 
 
 JOIN_POLL_S = 0.1
@@ -97,10 +132,14 @@ class StageStartFailed(RuntimeError):
 def spawn_stages(size: int, cuda: bool, target: Callable[..., None] | None = None) -> tuple[World, list[BaseProcess]]:
     """Start ranks 1..size-1 on this host and join as rank 0. A stage process that ends before the
     rendezvous completes fails it at once (``StageStartFailed``) instead of leaving rank 0 waiting out
-    gloo's timeout. ``target``: the workers' entry point (a test's stand-in)."""
+    gloo's timeout. Every rank is on this host, so nothing of the world listens beyond loopback:
+    neither the rendezvous store (:func:`loopback_store`) nor the links (:func:`keep_links_local`).
+    ``target``: the workers' entry point (a test's stand-in)."""
     from runtime.engines.torch.dist.stage_server import serve_stage
 
-    init_method = f"tcp://127.0.0.1:{free_port()}"
+    keep_links_local(cuda)
+    store, port = loopback_store(size)
+    init_method = f"tcp://127.0.0.1:{port}"          # the stages connect to rank 0's store as clients
     ctx = mp.get_context("spawn")
     procs: list[BaseProcess] = [ctx.Process(target=target or serve_stage, args=(rank, size, init_method, cuda),
                                             daemon=True, name=f"wavepp-stage{rank}") for rank in range(1, size)]
@@ -110,7 +149,7 @@ def spawn_stages(size: int, cuda: bool, target: Callable[..., None] | None = Non
 
     def join() -> None:
         try:
-            joined.set_result(World.join(0, size, init_method, cuda))
+            joined.set_result(World.join(0, size, init_method, cuda, store=store))
         except BaseException as exc:       # noqa: BLE001 - handed to the waiting thread
             joined.set_exception(exc)
 
