@@ -185,7 +185,7 @@ class StoreSource:
                 break
         status = decode_status(self.client.get(f"{self.prefix}:status"))
         if status is not None:
-            self._log(status["run"]).add_status(status)
+            self._log(status.get("run", "")).add_status(status)
         if any(r not in self._labels for r in self._runs):
             self._labels |= read_run_labels(self.client, self.url)
 

@@ -146,7 +146,7 @@ def decode_status(raw: bytes | str | None) -> dict[str, Any] | None:
         status = json.loads(raw)
     except (ValueError, UnicodeDecodeError):
         status = None
-    if not (isinstance(status, dict) and isinstance(status.get("t"), int) and isinstance(status.get("run"), str)
+    if not (isinstance(status, dict) and isinstance(status.get("t"), int) and isinstance(status.get("run", ""), str)
             and isinstance(status.get("stages"), list)):
         _report_once("the status snapshot", "is not a runtime's status record: ignored")
         return None
