@@ -11,6 +11,7 @@ WORKDIR /opt/wavepp
 
 RUN pip install --index-url "${TORCH_INDEX_URL}" "torch==${TORCH_VERSION}"
 COPY pyproject.toml README.md ./
+COPY wavepp ./wavepp
 COPY runtime ./runtime
 COPY store ./store
 COPY telemetry ./telemetry

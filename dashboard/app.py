@@ -18,12 +18,12 @@ from typing import Any
 
 import streamlit as st
 
-from dashboard.screens import PAGES
-from dashboard.screens.common import runtime_banner, span_age
-from dashboard.screens.knobs import refusal_banner
-from dashboard.sources import EmbeddedSource, RunFileSource, Snapshot, StoreSource
-from dashboard.view import View, ViewCache
-from store.urls import redact
+from wavepp.dashboard.screens import PAGES
+from wavepp.dashboard.screens.common import runtime_banner, span_age
+from wavepp.dashboard.screens.knobs import refusal_banner
+from wavepp.dashboard.sources import EmbeddedSource, RunFileSource, Snapshot, StoreSource
+from wavepp.dashboard.view import View, ViewCache
+from wavepp.store.urls import redact
 
 REFRESH_S = 1.0
 NEWEST = ""                 # run choice of a live view: follow the newest run until the operator picks one
@@ -38,7 +38,7 @@ def get_source(spec: str) -> Any:
     if kind == "store":
         return StoreSource(arg)
     if kind == "embedded":
-        from dashboard import embedded
+        from wavepp.dashboard import embedded
         if embedded.CURRENT is None:
             raise ValueError("no embedded runtime in this process: start it with `wavepp dashboard`")
         return EmbeddedSource(embedded.CURRENT)

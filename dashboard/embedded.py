@@ -22,15 +22,15 @@ from collections.abc import Coroutine
 from multiprocessing.managers import BaseManager
 from typing import Any
 
-from runtime.engines.sim.engine import SimEngine
-from runtime.knobs import Knobs
-from runtime.loop import PipelineLoop
-from runtime.run_meta import describe_run
-from runtime.runfile import RunInfo
-from runtime.workloads import Workload, parse_workload
-from store.base import KnobsRecord, StoreError
-from store.memory import MemoryStore
-from telemetry.ring import SpanRing
+from wavepp.runtime.engines.sim.engine import SimEngine
+from wavepp.runtime.knobs import Knobs
+from wavepp.runtime.loop import PipelineLoop
+from wavepp.runtime.run_meta import describe_run
+from wavepp.runtime.runfile import RunInfo
+from wavepp.runtime.workloads import Workload, parse_workload
+from wavepp.store.base import KnobsRecord, StoreError
+from wavepp.store.memory import MemoryStore
+from wavepp.telemetry.ring import SpanRing
 
 log = logging.getLogger(__name__)
 
@@ -119,7 +119,7 @@ def make_engine(spec: dict[str, Any]) -> Any:
     """``{"kind": "torch" | "sim", …constructor arguments}`` -> the engine."""
     args = {k: v for k, v in spec.items() if k != "kind"}
     if spec["kind"] == "torch":
-        from runtime.engines.torch.engine import TorchEngine
+        from wavepp.runtime.engines.torch.engine import TorchEngine
         return TorchEngine(**args)
     return SimEngine(**args)
 

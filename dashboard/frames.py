@@ -14,9 +14,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from runtime.idle_causes import IdleInterval
-from runtime.report import admitted_event
-from telemetry import names as N
+from wavepp.runtime.idle_causes import IdleInterval
+from wavepp.runtime.report import admitted_event
+from wavepp.telemetry import names as N
 
 Span = dict[str, Any]
 STEP_KINDS = {N.MATERIALIZE: "materialize", N.EXECUTE: "execute", N.SEND: "send", N.STAGE_WAIT: "wait"}

@@ -12,7 +12,7 @@ import dataclasses
 from dataclasses import fields
 from typing import Any
 
-from runtime.knobs import Deployment, Knobs, kind, parse_texts, problems
+from wavepp.runtime.knobs import Deployment, Knobs, kind, parse_texts, problems
 
 
 def field_types() -> dict[str, str]:

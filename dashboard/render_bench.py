@@ -28,10 +28,10 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from dashboard import charts
-from dashboard.frames import idle_window
-from dashboard.sources import RunFileSource
-from dashboard.view import make_view
+from wavepp.dashboard import charts
+from wavepp.dashboard.frames import idle_window
+from wavepp.dashboard.sources import RunFileSource
+from wavepp.dashboard.view import make_view
 
 CHROMIUM = "/usr/bin/chromium"
 FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
@@ -117,13 +117,13 @@ def halve() -> None:
     before and after with the same tables the Pipeline and Admission pages draw."""
     import asyncio
 
-    from dashboard.frames import build
-    from runtime.engines.sim.clock import run_virtual
-    from runtime.engines.sim.engine import SimEngine
-    from runtime.knobs import Knobs
-    from runtime.loop import PipelineLoop
-    from runtime.workloads import Workload, parse_workload
-    from telemetry.span_codec import encode
+    from wavepp.dashboard.frames import build
+    from wavepp.runtime.engines.sim.clock import run_virtual
+    from wavepp.runtime.engines.sim.engine import SimEngine
+    from wavepp.runtime.knobs import Knobs
+    from wavepp.runtime.loop import PipelineLoop
+    from wavepp.runtime.workloads import Workload, parse_workload
+    from wavepp.telemetry.span_codec import encode
 
     engine = SimEngine("llama-3-8b", "h200", 4)
     parts, tel = engine.build(), engine.telemetry()
@@ -200,7 +200,7 @@ def marker(url: str = "redis://127.0.0.1:6379/13?cluster=render-bench-cpu", port
     import redis
     from playwright.sync_api import sync_playwright
 
-    from telemetry import names as N
+    from wavepp.telemetry import names as N
     client = redis.Redis.from_url(url.split("?")[0])
     key = f"wavepp:{{{url.split('cluster=')[1]}}}:spans"
     rows: list[Any] = client.xrevrange(key, count=5000) or []

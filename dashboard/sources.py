@@ -17,11 +17,11 @@ from typing import Any, Protocol
 
 import redis
 
-from runtime.runfile import SavedRun, load_runs
-from store.base import KnobsRecord, StoreError
-from store.redis_store import decode_status
-from store.urls import StoreUrl, parse_store_url
-from telemetry.redis_stream import SpanStreamReader, read_run_labels
+from wavepp.runtime.runfile import SavedRun, load_runs
+from wavepp.store.base import KnobsRecord, StoreError
+from wavepp.store.redis_store import decode_status
+from wavepp.store.urls import StoreUrl, parse_store_url
+from wavepp.telemetry.redis_stream import SpanStreamReader, read_run_labels
 
 LIVE_SPANS_KEPT = 250_000     # per run
 LIVE_STATUS_KEPT = 5_000      # per run
@@ -190,7 +190,7 @@ class StoreSource:
             self._labels |= read_run_labels(self.client, self.url)
 
     def _knobs(self) -> tuple[KnobsRecord, list[dict[str, Any]]]:
-        from store.redis_store import read_knobs
+        from wavepp.store.redis_store import read_knobs
         return read_knobs(self.client, self.prefix, 200)
 
     def snapshot(self, run_id: str | None = None) -> Snapshot:
@@ -216,7 +216,7 @@ class StoreSource:
         """The description the runtime published when the run started (``Store.run_meta_put``: a saved
         run's meta). A store written by an older runtime holds none: then only the stages the status
         records show, and no engine (Preview says why)."""
-        from store.redis_store import read_run_meta
+        from wavepp.store.redis_store import read_run_meta
         with self._lock:
             meta = self._described.get(snap.run_id)
             if meta is None and snap.run_id:
@@ -233,7 +233,7 @@ class StoreSource:
                 "block_size": snap.knobs.deployment.block_size if snap.knobs and snap.knobs.deployment else 64}
 
     def write_knobs(self, changes: dict[str, Any]) -> KnobsRecord:
-        from store.redis_store import RedisStore
+        from wavepp.store.redis_store import RedisStore
 
         async def write() -> KnobsRecord:
             store = await RedisStore.connect(self.url)

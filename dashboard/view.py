@@ -6,12 +6,12 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
-from dashboard.frames import FrameBuilder, Frames
-from dashboard.sources import Snapshot, Source
-from runtime.idle_causes import IdleInterval
-from runtime.policies import get_policy
-from runtime.report import FigureAccumulator, RunFigures
-from telemetry import names as N
+from wavepp.dashboard.frames import FrameBuilder, Frames
+from wavepp.dashboard.sources import Snapshot, Source
+from wavepp.runtime.idle_causes import IdleInterval
+from wavepp.runtime.policies import get_policy
+from wavepp.runtime.report import FigureAccumulator, RunFigures
+from wavepp.telemetry import names as N
 
 
 @dataclass(slots=True)

@@ -13,8 +13,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from runtime.whatif import Replay, SimSpec, WhatIfError, knobs_at_end, replay_of, sim_spec
-from telemetry import names as N
+from wavepp.runtime.whatif import Replay, SimSpec, WhatIfError, knobs_at_end, replay_of, sim_spec
+from wavepp.telemetry import names as N
 
 Span = dict[str, Any]
 

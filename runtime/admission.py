@@ -20,16 +20,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from runtime.control_plane import LeaseRegistry
-from runtime.engines.base import LeaseItem, StageHandle, now, on_stages
-from runtime.knobs import Knobs
-from runtime.mechanisms.reserve import Reserve, SuffixBlocks
-from runtime.mechanisms.reuse_lookup import ReuseLookup
-from runtime.request import AdmittedRequest, Request, RequestState
-from runtime.run_state import RunState
-from store.base import Store
-from telemetry import names as N
-from telemetry.setup import Telemetry
+from wavepp.runtime.control_plane import LeaseRegistry
+from wavepp.runtime.engines.base import LeaseItem, StageHandle, now, on_stages
+from wavepp.runtime.knobs import Knobs
+from wavepp.runtime.mechanisms.reserve import Reserve, SuffixBlocks
+from wavepp.runtime.mechanisms.reuse_lookup import ReuseLookup
+from wavepp.runtime.request import AdmittedRequest, Request, RequestState
+from wavepp.runtime.run_state import RunState
+from wavepp.store.base import Store
+from wavepp.telemetry import names as N
+from wavepp.telemetry.setup import Telemetry
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,16 +20,16 @@ from collections import deque
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from runtime.admission import Admission
-from runtime.engines.base import StageHandle
-from runtime.hashing import block_hashes, token_array
-from runtime.index_publisher import IndexPublisher
-from runtime.kvcache.stage_cache import StageCache
-from runtime.mechanisms.reuse_lookup import HintIndex
-from runtime.report import percentile
-from runtime.request import Request
-from store.urls import open_store, parse_store_url
-from telemetry.setup import Telemetry
+from wavepp.runtime.admission import Admission
+from wavepp.runtime.engines.base import StageHandle
+from wavepp.runtime.hashing import block_hashes, token_array
+from wavepp.runtime.index_publisher import IndexPublisher
+from wavepp.runtime.kvcache.stage_cache import StageCache
+from wavepp.runtime.mechanisms.reuse_lookup import HintIndex
+from wavepp.runtime.report import percentile
+from wavepp.runtime.request import Request
+from wavepp.store.urls import open_store, parse_store_url
+from wavepp.telemetry.setup import Telemetry
 
 ARRIVAL_BATCH = 250
 

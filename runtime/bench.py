@@ -14,22 +14,22 @@ from typing import Any, Protocol
 
 from opentelemetry.sdk.trace import ReadableSpan
 
-from runtime.engines.base import EngineParts
-from runtime.engines.common import store_source
-from runtime.knobs import Knobs
-from runtime.loop import LoopResult, PipelineLoop
-from runtime.report import RunFigures, compute_figures
-from runtime.run_meta import describe_run
-from runtime.runfile import RunInfo, SavedRun
-from runtime.traces import TraceWorkload
-from runtime.watchdog import DEFAULT_STALL_TIMEOUT_S
-from runtime.workloads import Workload, WorkloadSpec, make_workload
-from store.base import Store
-from store.urls import StoreUrl
-from telemetry.config import TelemetryConfig
-from telemetry.metrics import WaveppMetrics
-from telemetry.setup import Telemetry, current_config
-from telemetry.span_codec import encode
+from wavepp.runtime.engines.base import EngineParts
+from wavepp.runtime.engines.common import store_source
+from wavepp.runtime.knobs import Knobs
+from wavepp.runtime.loop import LoopResult, PipelineLoop
+from wavepp.runtime.report import RunFigures, compute_figures
+from wavepp.runtime.run_meta import describe_run
+from wavepp.runtime.runfile import RunInfo, SavedRun
+from wavepp.runtime.traces import TraceWorkload
+from wavepp.runtime.watchdog import DEFAULT_STALL_TIMEOUT_S
+from wavepp.runtime.workloads import Workload, WorkloadSpec, make_workload
+from wavepp.store.base import Store
+from wavepp.store.urls import StoreUrl
+from wavepp.telemetry.config import TelemetryConfig
+from wavepp.telemetry.metrics import WaveppMetrics
+from wavepp.telemetry.setup import Telemetry, current_config
+from wavepp.telemetry.span_codec import encode
 
 
 class Engine(Protocol):
@@ -150,8 +150,8 @@ def prepare_store(url: StoreUrl, reset: bool) -> str | None:
     the in-process store, which starts empty). Raises StoreError when the store cannot be reached."""
     if url.kind != "redis":
         return None
-    from store.redis_store import RUN_META, RedisStore
-    from telemetry.redis_stream import runs_key, stream_key
+    from wavepp.store.redis_store import RUN_META, RedisStore
+    from wavepp.telemetry.redis_stream import runs_key, stream_key
 
     async def clear() -> tuple[int, int]:
         store = await RedisStore.connect(url)

@@ -14,9 +14,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn, TypeVar
 
-from runtime import cli_telemetry
-from runtime.engines.launchers import LAUNCHER_HELP, LAUNCHERS
-from runtime.engines.sim.perf_tables import PERF_DIR_ENV
+from wavepp.runtime import cli_telemetry
+from wavepp.runtime.engines.launchers import LAUNCHER_HELP, LAUNCHERS
+from wavepp.runtime.engines.sim.perf_tables import PERF_DIR_ENV
 
 EXIT_USAGE = 2
 EXIT_FAILED = 1
@@ -294,7 +294,7 @@ def build_parser() -> _Parser:
     c.add_argument("--redis", default=None, help="also measure one round trip to this Redis URL")
     c.add_argument("--json", dest="json_path", type=output_file, default=None)
     cli_telemetry.add_trace_parser(sub, output_file)
-    from runtime.serve.config import add_arguments as add_serve_arguments
+    from wavepp.runtime.serve.config import add_arguments as add_serve_arguments
     srv = sub.add_parser("serve", help="the runtime as an HTTP server: /v1/prefill, /v1/completions, knobs, state")
     add_serve_arguments(srv)
     stk = sub.add_parser("stack", help="redis-server, wavepp serve and the dashboard as processes on loopback")
@@ -340,12 +340,12 @@ def cmd_bench(args: argparse.Namespace) -> int:
         return cmd_bench_url(args)
     if args.rate is not None:
         raise UsageError("--rate: only with --url (an in-process bench is closed loop, or a trace's own arrivals)")
-    from runtime.engines.sim.engine import SimEngine
-    from runtime.knobs import KnobError, check_block_size
-    from runtime.policies import get_policy
-    from runtime.traces import load_trace
-    from runtime.workloads import fit_prompt_tokens, parse_workload
-    from store.base import StoreError
+    from wavepp.runtime.engines.sim.engine import SimEngine
+    from wavepp.runtime.knobs import KnobError, check_block_size
+    from wavepp.runtime.policies import get_policy
+    from wavepp.runtime.traces import load_trace
+    from wavepp.runtime.workloads import fit_prompt_tokens, parse_workload
+    from wavepp.store.base import StoreError
 
     engine: Any = None
     try:
@@ -364,7 +364,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
             refuse_flags_of_other_engine(args)
             cli_telemetry.apply(args)
             if args.engine == "torch":
-                from runtime.engines.torch.engine import TorchEngine
+                from wavepp.runtime.engines.torch.engine import TorchEngine
                 args.model = args.model or "tiny-llama"
                 engine = TorchEngine(args.model, args.pp, args.block_size, args.kv_blocks, args.kv_memory_mb or 256.0,
                                      args.seed, store_url=args.store, launcher=args.launcher or "threads")
@@ -412,11 +412,11 @@ def cmd_bench_url(args: argparse.Namespace) -> int:
     """``wavepp bench --url``: the load generator against a running server, one run per concurrency."""
     import asyncio
 
-    from runtime.progress import BenchProgress, print_table
-    from runtime.report import fmt
-    from runtime.serve.loadgen import LoadError, LoadGenerator, UrlRun
-    from runtime.traces import TraceError, load_trace
-    from runtime.workloads import parse_workload
+    from wavepp.runtime.progress import BenchProgress, print_table
+    from wavepp.runtime.report import fmt
+    from wavepp.runtime.serve.loadgen import LoadError, LoadGenerator, UrlRun
+    from wavepp.runtime.traces import TraceError, load_trace
+    from wavepp.runtime.workloads import parse_workload
 
     defaults = build_parser().parse_args(["bench"])
     given = sorted(f"--{k.replace('_', '-')}" for k, v in vars(args).items()
@@ -471,11 +471,11 @@ def cmd_bench_url(args: argparse.Namespace) -> int:
 def _bench(args: argparse.Namespace, spec: Any, engine: Any, sim: Any, knobs: Any) -> int:
     """Run every (concurrency, policy) pair; the outputs of the runs that finished are written even
     when a later one fails, then the failure is raised."""
-    from runtime.bench import BenchConfig, RunRecord, iter_bench, prepare_store, run_bench
-    from runtime.progress import BenchProgress, print_table
-    from runtime.report import fmt
-    from runtime.watchdog import Stalled
-    from store.base import StoreError
+    from wavepp.runtime.bench import BenchConfig, RunRecord, iter_bench, prepare_store, run_bench
+    from wavepp.runtime.progress import BenchProgress, print_table
+    from wavepp.runtime.report import fmt
+    from wavepp.runtime.watchdog import Stalled
+    from wavepp.store.base import StoreError
     requests = args.requests if spec.kind == "trace" else args.requests or max(512, 4 * max(args.concurrency))
     cfg = BenchConfig(spec, args.concurrency, args.policy, requests, args.seed, args.prompt_tokens, knobs,
                       args.model, args.hardware, args.stall_timeout, args.store_deadline, args.telemetry)
@@ -536,21 +536,21 @@ def _write_outputs(args: argparse.Namespace, records: Sequence[Any]) -> None:
         write_output(args.json_path, lambda p: Path(p).write_text(json.dumps({"runs": runs}, indent=1)))
         print(f"wrote {args.json_path}")
     if args.save_run:
-        from runtime.runfile import save_runs
+        from wavepp.runtime.runfile import save_runs
         write_output(args.save_run, lambda p: save_runs(p, [r.saved() for r in records]))
         print(f"wrote {args.save_run} (wavepp dashboard --run {args.save_run})")
     if args.trace:
-        from telemetry.chrome_trace import write_trace
+        from wavepp.telemetry.chrome_trace import write_trace
         write_output(args.trace, lambda p: write_trace(p, ((r.label, r.encoded, args.pp) for r in records)))
         print(f"wrote {args.trace} (open in https://ui.perfetto.dev)")
 
 
 def cmd_grid(args: argparse.Namespace) -> int:
-    from runtime.engines.sim.engine import SimEngine
-    from runtime.grid import GridSpec, run_grid, summary, to_markdown
-    from runtime.policies import get_policy
-    from runtime.progress import BenchProgress
-    from runtime.workloads import parse_workload
+    from wavepp.runtime.engines.sim.engine import SimEngine
+    from wavepp.runtime.grid import GridSpec, run_grid, summary, to_markdown
+    from wavepp.runtime.policies import get_policy
+    from wavepp.runtime.progress import BenchProgress
+    from wavepp.runtime.workloads import parse_workload
 
     spec = GridSpec(args.models, args.hardware, args.pp, args.workloads, args.concurrency, args.policy,
                     args.requests, args.seed, args.perf_dir, args.host_scale)
@@ -579,8 +579,8 @@ def cmd_grid(args: argparse.Namespace) -> int:
 def cmd_admission_bench(args: argparse.Namespace) -> int:
     import asyncio
 
-    from runtime.admission_bench import admission_bench
-    from store.base import StoreError
+    from wavepp.runtime.admission_bench import admission_bench
+    from wavepp.store.base import StoreError
     if args.prompt_tokens < 2 * args.block_size:
         raise UsageError(f"--prompt-tokens must be at least 2 blocks ({2 * args.block_size})")
     try:
@@ -604,9 +604,9 @@ def cmd_admission_bench(args: argparse.Namespace) -> int:
 def cmd_knobs(args: argparse.Namespace) -> int:
     import asyncio
 
-    from runtime.knobs import KnobError, parse_texts
-    from store.base import KnobsRecord, StoreError
-    from store.urls import open_store, parse_store_url
+    from wavepp.runtime.knobs import KnobError, parse_texts
+    from wavepp.store.base import KnobsRecord, StoreError
+    from wavepp.store.urls import open_store, parse_store_url
 
     raw = {}
     for item in args.changes:
@@ -648,16 +648,16 @@ def cmd_knobs(args: argparse.Namespace) -> int:
 def cmd_dashboard(args: argparse.Namespace) -> int:
     import os
 
-    from store.base import StoreError
+    from wavepp.store.base import StoreError
     if args.cost_profile:
-        from runtime.engines.calibrate import load_profile
+        from wavepp.runtime.engines.calibrate import load_profile
         try:
             load_profile(args.cost_profile)
         except ValueError as exc:
             raise UsageError(str(exc)) from None
         os.environ["WAVEPP_COST_PROFILE"] = os.path.abspath(args.cost_profile)   # dashboard.screens.whatif
     if args.run:
-        from runtime.runfile import load_runs
+        from wavepp.runtime.runfile import load_runs
         try:
             load_runs(args.run)
         except ValueError as exc:
@@ -676,9 +676,9 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
     os.environ["WAVEPP_DASHBOARD"] = source
     from streamlit.web import bootstrap
 
-    import dashboard
-    app = os.path.join(os.path.dirname(dashboard.__file__), "app.py")
-    from store.urls import redact
+    import wavepp.dashboard
+    app = os.path.join(os.path.dirname(wavepp.dashboard.__file__), "app.py")
+    from wavepp.store.urls import redact
     print(f"WavePP dashboard ({redact(source)}): http://{args.host}:{args.port}  (Ctrl-C to stop)", flush=True)
     flags = {"server_port": args.port, "server_address": args.host, "server_headless": True,
              "browser_gatherUsageStats": False, "server_fileWatcherType": "none", "global_developmentMode": False,
@@ -693,9 +693,9 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
 
 
 async def _check_store(url: str) -> None:
-    from store.urls import open_store, parse_store_url
+    from wavepp.store.urls import open_store, parse_store_url
     if parse_store_url(url).kind != "redis":
-        from store.base import StoreError
+        from wavepp.store.base import StoreError
         raise StoreError("a live dashboard reads a shared store: give --store redis://…")
     store = await open_store(url)
     await store.close()
@@ -703,9 +703,9 @@ async def _check_store(url: str) -> None:
 
 def _start_embedded(args: argparse.Namespace) -> None:
     """The runtime (torch engine, or the sim slowed to real time) in a child process serving the dashboard."""
-    from dashboard import embedded
-    from runtime.knobs import KnobError
-    from runtime.workloads import parse_workload
+    from wavepp.dashboard import embedded
+    from wavepp.runtime.knobs import KnobError
+    from wavepp.runtime.workloads import parse_workload
     torch_engine = args.engine == "torch"
     if torch_engine:
         engine_args = {"kind": "torch", "model": args.model or "tiny-llama", "pp": args.pp or 2}
@@ -730,8 +730,8 @@ def _start_embedded(args: argparse.Namespace) -> None:
 def _whatif_inputs(args: argparse.Namespace) -> tuple[Any, Any, Any, Any]:
     """(replay, sim, current knobs, the run's own figures over the replayed arrivals) of the saved run
     ``args`` names; UsageError says what is wrong."""
-    from runtime import whatif
-    from runtime.runfile import load_runs
+    from wavepp.runtime import whatif
+    from wavepp.runtime.runfile import load_runs
     try:
         runs = load_runs(args.runfile)
         run = next((r for r in runs if r.id == args.run_id), None) if args.run_id else (runs[0] if runs else None)
@@ -752,7 +752,7 @@ T = TypeVar("T")
 def _run_whatif(replays: Callable[[Any], T]) -> T:
     """Run ``replays(progress)`` with a progress line on a terminal (rewritten in place, ended
     here); past its time limit the command fails (exit 1), a replay that cannot run is bad input."""
-    from runtime import whatif
+    from wavepp.runtime import whatif
     progress = None
     if sys.stderr.isatty():
         progress = lambda fraction, label: print(f"\r{fraction:5.0%} {label:24s}", end="",  # noqa: E731
@@ -770,7 +770,7 @@ def _run_whatif(replays: Callable[[Any], T]) -> T:
 
 def _print_whatif(rows: Any, proposed: str, replay_line: str, json_path: str | None, data: Any) -> None:
     """The side-by-side table, the replay check line, and the JSON when asked for."""
-    from runtime.whatif_report import table
+    from wavepp.runtime.whatif_report import table
     print(table(rows, ("figure", "current", proposed, "change")))
     print(replay_line)
     if json_path:
@@ -779,9 +779,9 @@ def _print_whatif(rows: Any, proposed: str, replay_line: str, json_path: str | N
 
 
 def cmd_preview(args: argparse.Namespace) -> int:
-    from runtime import whatif
-    from runtime.knobs import Deployment, KnobError, from_changes, parse_texts
-    from runtime.whatif_report import compare_rows, preview_dict, replay_check, spread_line
+    from wavepp.runtime import whatif
+    from wavepp.runtime.knobs import Deployment, KnobError, from_changes, parse_texts
+    from wavepp.runtime.whatif_report import compare_rows, preview_dict, replay_check, spread_line
     replay, spec, current, observed = _whatif_inputs(args)
     raw = {}
     for item in args.changes:
@@ -809,8 +809,8 @@ def cmd_preview(args: argparse.Namespace) -> int:
 
 
 def cmd_suggest(args: argparse.Namespace) -> int:
-    from runtime.whatif_report import compare_rows, replay_check, suggestion_dict, suggestion_line
-    from runtime.whatif_suggest import Goal, suggest
+    from wavepp.runtime.whatif_report import compare_rows, replay_check, suggestion_dict, suggestion_line
+    from wavepp.runtime.whatif_suggest import Goal, suggest
     replay, spec, current, observed = _whatif_inputs(args)
     result = _run_whatif(lambda progress: suggest(replay, spec, current, Goal(args.goal, args.floor),
                                                   args.time_limit, progress))
@@ -822,10 +822,10 @@ def cmd_suggest(args: argparse.Namespace) -> int:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    from runtime.knobs import KnobError
-    from runtime.serve.config import resolve
-    from runtime.serve.main import run_server
-    from store.base import StoreError
+    from wavepp.runtime.knobs import KnobError
+    from wavepp.runtime.serve.config import resolve
+    from wavepp.runtime.serve.main import run_server
+    from wavepp.store.base import StoreError
     try:
         settings = resolve(vars(args))
         return run_server(settings)
@@ -836,7 +836,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def cmd_stack(args: argparse.Namespace) -> int:
-    from runtime.serve.stack import StackError, run_stack
+    from wavepp.runtime.serve.stack import StackError, run_stack
     try:
         return run_stack(vars(args), args.dashboard_port, args.redis_port, args.cluster)
     except ValueError as exc:
@@ -846,8 +846,8 @@ def cmd_stack(args: argparse.Namespace) -> int:
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
-    from runtime.engines.calibrate import calibrate, fit_error, save_profile
-    from runtime.engines.torch.engine import TorchEngine
+    from wavepp.runtime.engines.calibrate import calibrate, fit_error, save_profile
+    from wavepp.runtime.engines.torch.engine import TorchEngine
     try:
         with TorchEngine(args.model, args.pp, args.block_size, kv_memory_mb=args.kv_memory_mb) as engine:
             profile = calibrate(engine, max_wave_tokens=args.max_wave_tokens)
@@ -864,7 +864,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
 
 
 def cmd_check_engine(args: argparse.Namespace) -> int:
-    from runtime.engines.torch.check import run_check
+    from wavepp.runtime.engines.torch.check import run_check
     if args.reuse < 0:
         raise UsageError(f"--reuse must be >= 0, got {args.reuse}")
     try:
@@ -880,7 +880,7 @@ def cmd_check_engine(args: argparse.Namespace) -> int:
 
 
 def cmd_cost_table(args: argparse.Namespace) -> int:
-    from runtime.engines.sim.cost_compare import compare_step_times, markdown
+    from wavepp.runtime.engines.sim.cost_compare import compare_step_times, markdown
     try:
         rows = compare_step_times(args.model, args.hardware, args.pp, args.stage, args.tokens, args.context,
                                   args.gpus_per_stage, args.perf_dir)
@@ -892,8 +892,8 @@ def cmd_cost_table(args: argparse.Namespace) -> int:
 
 
 def cmd_calibrate_coordination(args: argparse.Namespace) -> int:
-    from runtime.engines.coordination import measure
-    from store.base import StoreError
+    from wavepp.runtime.engines.coordination import measure
+    from wavepp.store.base import StoreError
     try:
         costs = measure(redis_url=args.redis).as_dict()
     except StoreError as exc:
@@ -984,7 +984,7 @@ class _Interrupts:
 
 def serve_if_worker() -> bool:
     """Under torchrun every rank runs this command: ranks 1..P-1 serve their stage until rank 0 ends."""
-    from runtime.engines.torch.dist.launch import torchrun_rank
+    from wavepp.runtime.engines.torch.dist.launch import torchrun_rank
     ranks = torchrun_rank()
     if ranks is None:
         raise UsageError("--launcher torchrun: start the command with torchrun (RANK/WORLD_SIZE are not set)")
@@ -993,7 +993,7 @@ def serve_if_worker() -> bool:
         return False
     import torch
 
-    from runtime.engines.torch.dist.stage_server import serve_stage
+    from wavepp.runtime.engines.torch.dist.stage_server import serve_stage
     serve_stage(rank, size, "env://", torch.cuda.is_available())
     return True
 

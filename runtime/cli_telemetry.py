@@ -7,7 +7,7 @@ import argparse
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from telemetry.config import MODES, TelemetryConfig
+from wavepp.telemetry.config import MODES, TelemetryConfig
 
 
 def telemetry_modes(text: str) -> list[str]:
@@ -36,8 +36,8 @@ def add_bench_flags(b: argparse.ArgumentParser) -> None:
 def apply(args: argparse.Namespace) -> None:
     """Read the ``OTEL_*`` environment with the flags (ConfigError, a ValueError, on a bad value) and
     start the metrics endpoint when asked."""
-    from telemetry.metrics import process_metrics
-    from telemetry.setup import configure
+    from wavepp.telemetry.metrics import process_metrics
+    from wavepp.telemetry.setup import configure
 
     cfg = TelemetryConfig.from_env(metrics_port=args.metrics_port)
     configure(cfg)
@@ -83,9 +83,9 @@ def add_trace_parser(sub: Any, output_file: Callable[[str], str]) -> None:
 def cmd_trace(args: argparse.Namespace, write_output: Callable[[str, Any], None]) -> int:
     from pathlib import Path
 
-    from runtime.runfile import load_runs
-    from telemetry.chrome_trace import write_trace
-    from telemetry.otlp_json import dumps_otlp_json
+    from wavepp.runtime.runfile import load_runs
+    from wavepp.telemetry.chrome_trace import write_trace
+    from wavepp.telemetry.otlp_json import dumps_otlp_json
 
     runs = load_runs(args.runfile)              # ValueError (one line) when it is not a saved run
     if args.format == "chrome":

@@ -14,15 +14,15 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from runtime.control_plane import LeaseRegistry
-from runtime.engines.base import StageExecutor, StageHandle, now
-from runtime.request import AdmittedRequest, Chunk, Completion, Request, RequestState, Wave
-from runtime.run_state import RunState
-from telemetry import names as N
-from telemetry.setup import Telemetry
+from wavepp.runtime.control_plane import LeaseRegistry
+from wavepp.runtime.engines.base import StageExecutor, StageHandle, now
+from wavepp.runtime.request import AdmittedRequest, Chunk, Completion, Request, RequestState, Wave
+from wavepp.runtime.run_state import RunState
+from wavepp.telemetry import names as N
+from wavepp.telemetry.setup import Telemetry
 
 if TYPE_CHECKING:
-    from runtime.policies.base import Policy
+    from wavepp.runtime.policies.base import Policy
 
 COMPLETIONS_KEPT = 100_000     # a long-running (live) loop keeps the most recent ones
 STATUS_HISTORY = 20_000

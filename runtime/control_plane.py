@@ -18,11 +18,11 @@ import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-from runtime.engines.base import StageHandle
-from runtime.knobs import Deployment, KnobError, Knobs, from_dict
-from runtime.request import AdmittedRequest
-from store.base import RegistryEntry, Store
-from store.resilient import StoreGone
+from wavepp.runtime.engines.base import StageHandle
+from wavepp.runtime.knobs import Deployment, KnobError, Knobs, from_dict
+from wavepp.runtime.request import AdmittedRequest
+from wavepp.store.base import RegistryEntry, Store
+from wavepp.store.resilient import StoreGone
 
 log = logging.getLogger(__name__)
 

@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from multiprocessing import get_context
 from typing import Any
 
-from runtime.idle_causes import CAUSES
-from runtime.report import fmt
+from wavepp.runtime.idle_causes import CAUSES
+from wavepp.runtime.report import fmt
 
 DEFAULT_MODELS = ("glm-5.2", "minimax-m2.7")
 DEFAULT_WORKLOADS = ("cold", "reuse90", "mixed", "suffix4k", "suffix16k")
@@ -67,9 +67,9 @@ def idle_shares(figures: dict[str, Any]) -> dict[str, float]:
 
 def run_setting(spec: GridSpec, model: str, workload: str, concurrency: int) -> GridRow:
     """Every policy on one setting (runs in a worker process when ``jobs > 1``)."""
-    from runtime.bench import BenchConfig, run_one
-    from runtime.engines.sim.engine import SimEngine
-    from runtime.workloads import parse_workload
+    from wavepp.runtime.bench import BenchConfig, run_one
+    from wavepp.runtime.engines.sim.engine import SimEngine
+    from wavepp.runtime.workloads import parse_workload
 
     engine = SimEngine(model, spec.hardware, spec.pp, perf_dir=spec.perf_dir, host_work_scale=spec.host_scale)
     requests = spec.requests or max(512, 4 * concurrency)

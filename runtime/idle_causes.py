@@ -31,7 +31,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
-from telemetry import names as N
+from wavepp.telemetry import names as N
 
 CAUSES = ("fill", "drain", "kv_capacity", "preparation", "transfer", "previous_stage", "admission",
           "ring_full", "no_work", "other")

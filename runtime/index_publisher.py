@@ -10,8 +10,8 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 
-from runtime.engines.base import StageHandle, on_stages
-from store.base import Store
+from wavepp.runtime.engines.base import StageHandle, on_stages
+from wavepp.store.base import Store
 
 
 class IndexPublisher:

@@ -174,7 +174,7 @@ def _unknown() -> str:
 
 
 def _policy_problem(value: Any) -> str | None:
-    from runtime.policies import get_policy  # policies build on knobs: imported when used
+    from wavepp.runtime.policies import get_policy  # policies build on knobs: imported when used
     if not isinstance(value, str):
         return f"expected a policy name, got {echo(value)}"
     try:

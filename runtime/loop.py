@@ -33,26 +33,26 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from runtime.admission import Admission, AdmissionQueue
-from runtime.completion import LoopResult, RequestEnds
-from runtime.control_plane import KnobWatcher, LeaseRegistry, StoreWriter
-from runtime.engines.base import LeaseItem, MaterializeItem, StageExecutor, StageHandle, now
-from runtime.index_publisher import IndexPublisher
-from runtime.knobs import Deployment, Knobs, check_block_size
-from runtime.policies import get_policy
-from runtime.policies.base import Policy
-from runtime.publications import Publication, Publications
-from runtime.request import Chunk, Request, Wave
-from runtime.run_state import RunState
-from runtime.server_source import LoopPort, ServerSource
-from runtime.stage_tasks import StageWorker, run_link
-from runtime.traces import TraceWorkload
-from runtime.watchdog import DEFAULT_STALL_TIMEOUT_S, watch
-from runtime.workloads import Workload
-from store.base import Store
-from store.resilient import ResilientStore
-from telemetry import names as N
-from telemetry.setup import Telemetry
+from wavepp.runtime.admission import Admission, AdmissionQueue
+from wavepp.runtime.completion import LoopResult, RequestEnds
+from wavepp.runtime.control_plane import KnobWatcher, LeaseRegistry, StoreWriter
+from wavepp.runtime.engines.base import LeaseItem, MaterializeItem, StageExecutor, StageHandle, now
+from wavepp.runtime.index_publisher import IndexPublisher
+from wavepp.runtime.knobs import Deployment, Knobs, check_block_size
+from wavepp.runtime.policies import get_policy
+from wavepp.runtime.policies.base import Policy
+from wavepp.runtime.publications import Publication, Publications
+from wavepp.runtime.request import Chunk, Request, Wave
+from wavepp.runtime.run_state import RunState
+from wavepp.runtime.server_source import LoopPort, ServerSource
+from wavepp.runtime.stage_tasks import StageWorker, run_link
+from wavepp.runtime.traces import TraceWorkload
+from wavepp.runtime.watchdog import DEFAULT_STALL_TIMEOUT_S, watch
+from wavepp.runtime.workloads import Workload
+from wavepp.store.base import Store
+from wavepp.store.resilient import ResilientStore
+from wavepp.telemetry import names as N
+from wavepp.telemetry.setup import Telemetry
 
 log = logging.getLogger(__name__)
 

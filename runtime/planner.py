@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from runtime.request import AdmittedRequest, Chunk
+from wavepp.runtime.request import AdmittedRequest, Chunk
 
 Position = Callable[[AdmittedRequest], int]    # where the budget charges a request's next chunk from
 

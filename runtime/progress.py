@@ -9,8 +9,8 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from runtime.idle_causes import top_causes
-from runtime.report import RunFigures, fmt
+from wavepp.runtime.idle_causes import top_causes
+from wavepp.runtime.report import RunFigures, fmt
 
 
 class BenchProgress:

@@ -15,7 +15,7 @@ import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
-from store.resilient import StoreGone
+from wavepp.store.resilient import StoreGone
 
 log = logging.getLogger(__name__)
 

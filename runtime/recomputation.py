@@ -23,7 +23,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any
 
-from telemetry import names as N
+from wavepp.telemetry import names as N
 
 Span = dict[str, Any]
 # The events after which a request starts over, its earlier chunks discarded.

@@ -28,9 +28,9 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from runtime.idle_causes import IdleInterval, IdleTracker, sums
-from runtime.recomputation import RecomputeTracker
-from telemetry import names as N
+from wavepp.runtime.idle_causes import IdleInterval, IdleTracker, sums
+from wavepp.runtime.recomputation import RecomputeTracker
+from wavepp.telemetry import names as N
 
 
 def percentile(values: Sequence[float], q: float) -> float | None:

@@ -10,9 +10,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from runtime.knobs import Knobs
-from runtime.policies import get_policy
-from runtime.runfile import RunInfo
+from wavepp.runtime.knobs import Knobs
+from wavepp.runtime.policies import get_policy
+from wavepp.runtime.runfile import RunInfo
 
 
 def describe_run(engine: Any, run: RunInfo, knobs: Knobs, capacities: Sequence[int], model: str | None = None,

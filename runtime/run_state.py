@@ -16,8 +16,8 @@ from __future__ import annotations
 from collections import Counter, deque
 from collections.abc import Iterable, Sequence
 
-from runtime.request import AdmittedRequest, Chunk, Request, Wave
-from runtime.wakeup import Wakeup
+from wavepp.runtime.request import AdmittedRequest, Chunk, Request, Wave
+from wavepp.runtime.wakeup import Wakeup
 
 
 class RunState:

@@ -21,9 +21,9 @@ from array import array
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from runtime.completion import RequestEnds
-from runtime.request import Completion, Request
-from runtime.run_state import RunState
+from wavepp.runtime.completion import RequestEnds
+from wavepp.runtime.request import Completion, Request
+from wavepp.runtime.run_state import RunState
 
 FOREVER = 10**12            # a server's loop runs until it is stopped
 CANCELLED = "cancelled by the client"

@@ -18,18 +18,18 @@ import asyncio
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from runtime.completion import RequestEnds
-from runtime.engines.base import MaterializeItem, StageExecutor, StageHandle
-from runtime.kvcache.stage_cache import DescriptorMismatch
-from runtime.mechanisms.stage_admission import Fail, FallBack, Readmit
-from runtime.policies import get_policy
-from runtime.request import Chunk, Wave
-from runtime.run_state import RunState
-from telemetry import names as N
-from telemetry.setup import Telemetry
+from wavepp.runtime.completion import RequestEnds
+from wavepp.runtime.engines.base import MaterializeItem, StageExecutor, StageHandle
+from wavepp.runtime.kvcache.stage_cache import DescriptorMismatch
+from wavepp.runtime.mechanisms.stage_admission import Fail, FallBack, Readmit
+from wavepp.runtime.policies import get_policy
+from wavepp.runtime.request import Chunk, Wave
+from wavepp.runtime.run_state import RunState
+from wavepp.telemetry import names as N
+from wavepp.telemetry.setup import Telemetry
 
 if TYPE_CHECKING:
-    from runtime.policies.base import Policy
+    from wavepp.runtime.policies.base import Policy
 
 
 class StageWorker:

@@ -19,8 +19,8 @@ from array import array
 from dataclasses import dataclass
 from pathlib import Path
 
-from runtime.hashing import ROOT_HASH, block_hashes
-from runtime.request import Request
+from wavepp.runtime.hashing import ROOT_HASH, block_hashes
+from wavepp.runtime.request import Request
 
 TRACE_BLOCK_TOKENS = 512
 BAD_LINE_MODES = ("skip", "fail")

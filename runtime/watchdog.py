@@ -14,8 +14,8 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 
-from runtime.engines.base import StageHandle, now
-from runtime.run_state import RunState
+from wavepp.runtime.engines.base import StageHandle, now
+from wavepp.runtime.run_state import RunState
 
 DEFAULT_STALL_TIMEOUT_S = 60.0
 

@@ -38,16 +38,16 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from runtime.bench import BenchConfig, RunRecord, run_one
-from runtime.engines.sim.clock import measure_wake
-from runtime.engines.sim.engine import SimEngine
-from runtime.knobs import Knobs
-from runtime.report import RunFigures, compute_figures
-from runtime.traces import Trace, TraceRow, TraceWorkload
-from runtime.whatif_calibrate import describe as describe_fit
-from runtime.whatif_calibrate import fit_cpu_scale, fit_steps
-from runtime.workloads import WorkloadSpec
-from telemetry import names as N
+from wavepp.runtime.bench import BenchConfig, RunRecord, run_one
+from wavepp.runtime.engines.sim.clock import measure_wake
+from wavepp.runtime.engines.sim.engine import SimEngine
+from wavepp.runtime.knobs import Knobs
+from wavepp.runtime.report import RunFigures, compute_figures
+from wavepp.runtime.traces import Trace, TraceRow, TraceWorkload
+from wavepp.runtime.whatif_calibrate import describe as describe_fit
+from wavepp.runtime.whatif_calibrate import fit_cpu_scale, fit_steps
+from wavepp.runtime.workloads import WorkloadSpec
+from wavepp.telemetry import names as N
 
 MIN_ARRIVALS = 16            # fewer requests than this say too little about a setting
 # A replay starts with an empty pipeline and ends by draining it; the run it replays was full at both
@@ -233,7 +233,7 @@ NO_CALIBRATION = ("no calibration: a torch run is previewed in the sim calibrate
 def sim_spec(meta: Mapping[str, Any], cost_profile: str | None = None) -> SimSpec:
     """The sim for a run described by ``meta`` (engine, model, hardware, pp, block_size, capacities;
     a sim run's ``sim`` arguments). A torch run needs ``cost_profile``; WhatIfError says why not."""
-    from runtime.engines.calibrate import load_profile
+    from wavepp.runtime.engines.calibrate import load_profile
     engine, pp, block = str(meta.get("engine", "")), int(meta.get("pp") or 0), int(meta.get("block_size") or 64)
     capacities = tuple(int(c) for c in meta.get("capacities") or ())
     if pp < 1 or len(capacities) != pp:
@@ -508,7 +508,7 @@ def replay_of(spans: Sequence[Span], meta: Mapping[str, Any], window_s: float | 
 
 def knobs_at_end(meta: Mapping[str, Any], knob_changes: Sequence[Mapping[str, Any]]) -> Knobs:
     """The knobs a saved run ended with: its starting knobs and every change it recorded."""
-    from runtime.knobs import KnobError, from_changes
+    from wavepp.runtime.knobs import KnobError, from_changes
     values = dict(meta.get("knobs") or {})
     for change in knob_changes:
         values.update(change.get("changes") or {})

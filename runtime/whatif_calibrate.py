@@ -30,8 +30,8 @@ import statistics
 from collections.abc import Sequence
 from typing import Any
 
-from runtime.engines.sim.costmodel import ChunkShape, CostModel
-from telemetry import names as N
+from wavepp.runtime.engines.sim.costmodel import ChunkShape, CostModel
+from wavepp.telemetry import names as N
 
 Span = dict[str, Any]
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from runtime.report import RunFigures, fmt
-from runtime.whatif import Prediction, PreviewResult, gain, idle_shares
-from runtime.whatif_suggest import Suggestion
+from wavepp.runtime.report import RunFigures, fmt
+from wavepp.runtime.whatif import Prediction, PreviewResult, gain, idle_shares
+from wavepp.runtime.whatif_suggest import Suggestion
 
 Row = tuple[str, str, str, str]          # figure, current, proposed (or observed), change
 

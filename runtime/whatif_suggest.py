@@ -10,9 +10,9 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from runtime.knobs import Knobs
-from runtime.report import RunFigures
-from runtime.whatif import (
+from wavepp.runtime.knobs import Knobs
+from wavepp.runtime.report import RunFigures
+from wavepp.runtime.whatif import (
     DEFAULT_TIME_LIMIT_S,
     Deadline,
     Prediction,

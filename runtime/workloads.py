@@ -28,9 +28,9 @@ import random
 from array import array
 from dataclasses import dataclass
 
-from runtime.hashing import block_hashes
-from runtime.request import Request
-from runtime.traces import TraceWorkload, load_trace
+from wavepp.runtime.hashing import block_hashes
+from wavepp.runtime.request import Request
+from wavepp.runtime.traces import TraceWorkload, load_trace
 
 ALIASES = {"suffix4k": "suffix:4096", "suffix16k": "suffix:16384"}
 DOC_SUFFIX_TOKENS = 4096       # docs: the new question after the document

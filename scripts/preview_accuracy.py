@@ -20,11 +20,11 @@ import json
 import time
 from typing import Any
 
-from dashboard.embedded import start_child
-from dashboard.whatif_jobs import change_time_ns
-from runtime.knobs import CPU_KNOBS, Knobs, from_changes
-from runtime.report import fmt
-from runtime.whatif import gain, observed_over, observed_since, preview, replay_of, sim_spec
+from wavepp.dashboard.embedded import start_child
+from wavepp.dashboard.whatif_jobs import change_time_ns
+from wavepp.runtime.knobs import CPU_KNOBS, Knobs, from_changes
+from wavepp.runtime.report import fmt
+from wavepp.runtime.whatif import gain, observed_over, observed_since, preview, replay_of, sim_spec
 
 SIM_CHANGES = ["ring=2", "ring=8", "max_wave_tokens=4096,min_wave_tokens=1024"]
 TORCH_CHANGES = ["ring=1", "ring=4", "max_wave_tokens=512,min_wave_tokens=256"]

@@ -23,8 +23,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from runtime import whatif as W
-from runtime.runfile import load_runs
+from wavepp.runtime import whatif as W
+from wavepp.runtime.runfile import load_runs
 
 
 def main() -> None:

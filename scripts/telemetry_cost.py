@@ -24,11 +24,11 @@ import tracemalloc
 from pathlib import Path
 from typing import Any
 
-from telemetry import names as N
-from telemetry.config import TelemetryConfig
-from telemetry.receiver import OtlpReceiver
-from telemetry.ring import SpanRing
-from telemetry.setup import Telemetry
+from wavepp.telemetry import names as N
+from wavepp.telemetry.config import TelemetryConfig
+from wavepp.telemetry.receiver import OtlpReceiver
+from wavepp.telemetry.ring import SpanRing
+from wavepp.telemetry.setup import Telemetry
 
 WAVEPP = str(Path(sys.executable).parent / "wavepp")
 BENCHES = {

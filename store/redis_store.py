@@ -22,10 +22,10 @@ import redis
 import redis.asyncio as aioredis
 from redis import exceptions as rex
 
-from runtime.knobs import Deployment, Knobs, echo, from_changes
-from store.base import KNOBS_VERSION_MAX, RUN_META_CAP, HintResult, KnobsRecord, RegistryEntry, StoreError
-from store.resilient import StoreUnavailable
-from store.urls import StoreUrl, parse_store_url
+from wavepp.runtime.knobs import Deployment, Knobs, echo, from_changes
+from wavepp.store.base import KNOBS_VERSION_MAX, RUN_META_CAP, HintResult, KnobsRecord, RegistryEntry, StoreError
+from wavepp.store.resilient import StoreUnavailable
+from wavepp.store.urls import StoreUrl, parse_store_url
 
 log = logging.getLogger(__name__)
 

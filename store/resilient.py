@@ -19,7 +19,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from store.base import StoreError
+from wavepp.store.base import StoreError
 
 log = logging.getLogger(__name__)
 

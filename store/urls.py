@@ -6,7 +6,7 @@ import re
 from dataclasses import dataclass, field
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from store.base import StoreError
+from wavepp.store.base import StoreError
 
 _CLUSTER = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 # ``scheme://[user]:password@``: the password runs to the last "@" before a space or a quote, as
@@ -82,7 +82,7 @@ async def open_store(text: str):  # type: ignore[no-untyped-def]
     """Open (and for Redis, connect to and check) the store a URL names."""
     url = parse_store_url(text)
     if url.kind == "memory":
-        from store.memory import MemoryStore
+        from wavepp.store.memory import MemoryStore
         return MemoryStore()
-    from store.redis_store import RedisStore
+    from wavepp.store.redis_store import RedisStore
     return await RedisStore.connect(url)

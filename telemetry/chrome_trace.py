@@ -17,7 +17,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from telemetry import names as N
+from wavepp.telemetry import names as N
 
 Span = dict[str, Any]       # compact form (telemetry.span_codec)
 Event = dict[str, Any]

@@ -32,7 +32,7 @@ from opentelemetry.trace import StatusCode
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.exposition import MetricsHandler
 
-from telemetry import names as N
+from wavepp.telemetry import names as N
 
 # Bucket boundaries (seconds) per histogram, from what each measures on the sim and on a CPU torch run.
 INTERVAL_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0)

@@ -12,8 +12,8 @@ import logging
 
 from opentelemetry.sdk.trace.export import SpanExporter
 
-from telemetry.batch import DropCountingBatchProcessor
-from telemetry.config import TelemetryConfig
+from wavepp.telemetry.batch import DropCountingBatchProcessor
+from wavepp.telemetry.config import TelemetryConfig
 
 _SDK_EXPORTER_LOGGERS = ("opentelemetry.exporter.otlp",)   # http and grpc exporters, their clients
 

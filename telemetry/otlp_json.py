@@ -12,7 +12,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from telemetry import names as N
+from wavepp.telemetry import names as N
 
 Span = dict[str, Any]
 STATUS_ERROR = 2

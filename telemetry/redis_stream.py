@@ -24,9 +24,9 @@ import redis
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
-from store.urls import StoreUrl
-from telemetry.batch import DropCountingBatchProcessor
-from telemetry.span_codec import dumps, loads, run_of
+from wavepp.store.urls import StoreUrl
+from wavepp.telemetry.batch import DropCountingBatchProcessor
+from wavepp.telemetry.span_codec import dumps, loads, run_of
 
 log = logging.getLogger(__name__)
 

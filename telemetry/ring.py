@@ -14,7 +14,7 @@ from typing import Any
 from opentelemetry.context import Context
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 
-from telemetry.span_codec import encode
+from wavepp.telemetry.span_codec import encode
 
 
 class SpanRing(SpanProcessor):

@@ -44,14 +44,14 @@ from opentelemetry.trace import Link, Span, SpanKind, Status, StatusCode
 from opentelemetry.trace.span import TraceState
 from opentelemetry.util.types import Attributes as OtelAttributes
 
-from store.urls import StoreUrl
-from telemetry import names as N
-from telemetry.batch import DropCountingBatchProcessor
-from telemetry.config import TelemetryConfig
-from telemetry.metrics import WaveppMetrics, process_metrics, process_metrics_if_any
+from wavepp.store.urls import StoreUrl
+from wavepp.telemetry import names as N
+from wavepp.telemetry.batch import DropCountingBatchProcessor
+from wavepp.telemetry.config import TelemetryConfig
+from wavepp.telemetry.metrics import WaveppMetrics, process_metrics, process_metrics_if_any
 
 if TYPE_CHECKING:
-    from telemetry.redis_stream import RedisSpanExporter
+    from wavepp.telemetry.redis_stream import RedisSpanExporter
 
 log = logging.getLogger(__name__)
 
@@ -168,13 +168,13 @@ class Telemetry:
             if ring is not None:
                 self.provider.add_span_processor(ring)
             if stream is not None and stream.kind == "redis":
-                from telemetry.redis_stream import RedisSpanExporter, span_stream_processor
+                from wavepp.telemetry.redis_stream import RedisSpanExporter, span_stream_processor
                 processor = span_stream_processor(stream)
                 assert isinstance(processor.exporter, RedisSpanExporter)
                 self._stream = processor.exporter
                 self.exporters.append(processor)
             if cfg.otlp:
-                from telemetry.otlp import otlp_processor
+                from wavepp.telemetry.otlp import otlp_processor
                 self.exporters.append(otlp_processor(cfg))
         for p in self.exporters:
             self.provider.add_span_processor(p)

@@ -13,7 +13,7 @@ from typing import Any
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import StatusCode
 
-from telemetry import names as N
+from wavepp.telemetry import names as N
 
 
 def run_of(span: ReadableSpan) -> tuple[str, str]:

@@ -5,16 +5,16 @@ from __future__ import annotations
 import asyncio
 import random
 
-from runtime.admission import Admission
-from runtime.engines.base import StageHandle
-from runtime.hashing import block_hashes, token_array
-from runtime.index_publisher import IndexPublisher
-from runtime.kvcache.stage_cache import StageCache
-from runtime.mechanisms.reuse_lookup import FirstStageTree, HintIndex
-from runtime.request import Request
-from store.memory import MemoryStore
-from telemetry import names as N
-from telemetry.setup import Telemetry
+from wavepp.runtime.admission import Admission
+from wavepp.runtime.engines.base import StageHandle
+from wavepp.runtime.hashing import block_hashes, token_array
+from wavepp.runtime.index_publisher import IndexPublisher
+from wavepp.runtime.kvcache.stage_cache import StageCache
+from wavepp.runtime.mechanisms.reuse_lookup import FirstStageTree, HintIndex
+from wavepp.runtime.request import Request
+from wavepp.store.memory import MemoryStore
+from wavepp.telemetry import names as N
+from wavepp.telemetry.setup import Telemetry
 
 B = 4
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from runtime.cli import main
+from wavepp.runtime.cli import main
 
 DATA = Path(__file__).parent / "data" / "bad_inputs"
 CASES: list[dict[str, Any]] = json.loads((DATA / "cases.json").read_text())["cases"]

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from runtime.cli import main
+from wavepp.runtime.cli import main
 
 WAVEPP = Path(sys.executable).parent / "wavepp"
 SMALL = ["--model", "llama-3-8b", "--hardware", "h200", "--pp", "2", "--concurrency", "4", "--requests", "16",

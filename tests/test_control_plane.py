@@ -15,12 +15,12 @@ import httpx
 import pytest
 import redis
 
-from runtime.control_plane import KNOB_POLL_S, KnobWatcher
-from runtime.engines.sim.engine import SimEngine
-from runtime.knobs import Deployment, KnobError, Knobs
-from runtime.serve.app import create_app
-from runtime.serve.runtime import ServerRuntime
-from store.redis_store import RedisStore
+from wavepp.runtime.control_plane import KNOB_POLL_S, KnobWatcher
+from wavepp.runtime.engines.sim.engine import SimEngine
+from wavepp.runtime.knobs import Deployment, KnobError, Knobs
+from wavepp.runtime.serve.app import create_app
+from wavepp.runtime.serve.runtime import ServerRuntime
+from wavepp.store.redis_store import RedisStore
 
 OWN = Deployment(64, 2)
 FOREIGN = [{"block_size": 7, "num_stages": 99},        # valid-looking: a PUT of ring=2 failed on 16384 % 7

@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from runtime import bench
-from runtime.cli import main
+from wavepp.runtime import bench
+from wavepp.runtime.cli import main
 
 WAVEPP = Path(sys.executable).parent / "wavepp"
 SIM = ["bench", "--model", "llama-3-8b", "--hardware", "h200", "--pp", "2", "--concurrency", "4",

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from runtime.cli import main
-from runtime.grid import GridSpec, run_grid, summary, to_markdown
+from wavepp.runtime.cli import main
+from wavepp.runtime.grid import GridSpec, run_grid, summary, to_markdown
 
 SPEC = GridSpec(models=("llama-3-8b",), hardware="h200", pp=2, workloads=("reuse90", "suffix:256"),
                 concurrencies=(4,), policies=("wavepp", "trtllm-pp", "trtllm-pp-legacy"), requests=12)

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from runtime.hashing import ROOT_HASH, block_hashes
+from wavepp.runtime.hashing import ROOT_HASH, block_hashes
 
 B = 16
 

@@ -7,11 +7,11 @@ from typing import Any
 
 import pytest
 
-from runtime.bench import BenchConfig, run_one
-from runtime.engines.sim.engine import SimEngine
-from runtime.idle_causes import CAUSES, idle_causes, idle_intervals, sums, top_causes
-from runtime.workloads import parse_workload
-from telemetry import names as N
+from wavepp.runtime.bench import BenchConfig, run_one
+from wavepp.runtime.engines.sim.engine import SimEngine
+from wavepp.runtime.idle_causes import CAUSES, idle_causes, idle_intervals, sums, top_causes
+from wavepp.runtime.workloads import parse_workload
+from wavepp.telemetry import names as N
 
 MS = 1_000_000
 
@@ -99,8 +99,8 @@ def test_a_live_split_settles_exactly_the_idle_time_before_its_horizon() -> None
     """A server's idle counters (runtime.idle_causes.LiveIdle): spans fed in pieces, settled after
     each; what settled is, per stage, exactly the time up to the last horizon that the stage was
     not executing (no drain), and a settle with nothing new gives nothing."""
-    from runtime.idle_causes import LiveIdle
-    from telemetry.span_codec import encode
+    from wavepp.runtime.idle_causes import LiveIdle
+    from wavepp.telemetry.span_codec import encode
     engine = SimEngine("llama-3-8b", "h200", 4, block_size=64, kv_blocks=[1000, 200, 1000, 1000])
     cfg = BenchConfig(parse_workload("reuse90"), [8], ["trtllm-pp"], 48, 0, prompt_tokens=2048)
     spans = sorted((encode(s) for s in run_one(engine, cfg, "trtllm-pp", 8).spans), key=lambda s: s["t1"])

@@ -13,13 +13,13 @@ from typing import TypeVar
 
 import pytest
 
-from runtime.bench import BenchConfig, RunRecord, run_one
-from runtime.engines.base import StageHandle
-from runtime.engines.sim.engine import SimEngine
-from runtime.hashing import block_hashes, token_array
-from runtime.kvcache.stage_cache import StageCache
-from runtime.watchdog import Stalled
-from runtime.workloads import parse_workload
+from wavepp.runtime.bench import BenchConfig, RunRecord, run_one
+from wavepp.runtime.engines.base import StageHandle
+from wavepp.runtime.engines.sim.engine import SimEngine
+from wavepp.runtime.hashing import block_hashes, token_array
+from wavepp.runtime.kvcache.stage_cache import StageCache
+from wavepp.runtime.watchdog import Stalled
+from wavepp.runtime.workloads import parse_workload
 
 POLICIES = ["wavepp", "trtllm-pp"]
 T = TypeVar("T")
@@ -129,7 +129,7 @@ def test_a_run_that_cannot_progress_ends_with_a_diagnosis(monkeypatch: pytest.Mo
 
 def test_a_stalled_bench_is_one_line_and_exit_1(monkeypatch: pytest.MonkeyPatch,
                                                 capsys: pytest.CaptureFixture[str]) -> None:
-    from runtime.cli import main
+    from wavepp.runtime.cli import main
 
     async def never(self: StageHandle, items, remote: bool = True) -> int:  # type: ignore[no-untyped-def]
         return 0

@@ -7,10 +7,10 @@ import itertools
 
 import pytest
 
-from runtime.bench import BenchConfig, RunRecord, run_one
-from runtime.engines.sim.engine import SimEngine
-from runtime.workloads import parse_workload
-from telemetry import names as N
+from wavepp.runtime.bench import BenchConfig, RunRecord, run_one
+from wavepp.runtime.engines.sim.engine import SimEngine
+from wavepp.runtime.workloads import parse_workload
+from wavepp.telemetry import names as N
 
 POLICIES = ["wavepp", "trtllm-pp"]
 
@@ -169,9 +169,9 @@ def test_wave_plan_spans_link_the_requests_they_carry() -> None:
 
 def test_a_knob_change_reaches_the_next_wave() -> None:
     """set_knobs mid-run: the next wave-plan span names the change and plans with the new budget."""
-    from runtime.engines.sim.clock import run_virtual
-    from runtime.loop import PipelineLoop
-    from runtime.workloads import Workload
+    from wavepp.runtime.engines.sim.clock import run_virtual
+    from wavepp.runtime.loop import PipelineLoop
+    from wavepp.runtime.workloads import Workload
 
     engine = small_engine()
     parts = engine.build()
@@ -239,7 +239,7 @@ def test_a_stage_prepares_the_next_wave_while_it_executes_one_ahead_at_most(poli
 
 
 def test_a_wave_completes_its_finished_requests_in_one_message_per_stage(monkeypatch: pytest.MonkeyPatch) -> None:
-    from runtime.engines.base import StageHandle
+    from wavepp.runtime.engines.base import StageHandle
     calls: list[tuple[int, int]] = []
     real = StageHandle.complete_many
 

@@ -8,9 +8,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from runtime.knobs import KnobError, Knobs, check_block_size
-from runtime.planner import MpuBudget, MpuPlanner, budget_candidates, pack_fcfs, pack_static
-from runtime.request import AdmittedRequest, Chunk, Request
+from wavepp.runtime.knobs import KnobError, Knobs, check_block_size
+from wavepp.runtime.planner import MpuBudget, MpuPlanner, budget_candidates, pack_fcfs, pack_static
+from wavepp.runtime.request import AdmittedRequest, Chunk, Request
 
 B = 64
 

@@ -10,17 +10,17 @@ from types import SimpleNamespace
 
 import pytest
 
-from dashboard.sources import Snapshot
-from dashboard.view import make_view
-from runtime.bench import BenchConfig, run_one
-from runtime.engines.sim.engine import SimEngine
-from runtime.knobs import POLICY_NAMES, KnobError, Knobs
-from runtime.mechanisms.token_charge import FromPositionZero, SuffixOnly
-from runtime.planner import pack_static
-from runtime.policies import POLICIES, VARIANTS, get_policy
-from runtime.request import AdmittedRequest, Chunk, Request
-from runtime.workloads import parse_workload
-from telemetry.span_codec import encode
+from wavepp.dashboard.sources import Snapshot
+from wavepp.dashboard.view import make_view
+from wavepp.runtime.bench import BenchConfig, run_one
+from wavepp.runtime.engines.sim.engine import SimEngine
+from wavepp.runtime.knobs import POLICY_NAMES, KnobError, Knobs
+from wavepp.runtime.mechanisms.token_charge import FromPositionZero, SuffixOnly
+from wavepp.runtime.planner import pack_static
+from wavepp.runtime.policies import POLICIES, VARIANTS, get_policy
+from wavepp.runtime.request import AdmittedRequest, Chunk, Request
+from wavepp.runtime.workloads import parse_workload
+from wavepp.telemetry.span_codec import encode
 
 B = 64
 
@@ -125,8 +125,8 @@ def test_charging_from_position_zero_costs_the_baseline_waves(tmp_path: Path) ->
 
 
 def test_a_composed_policy_runs_on_the_torch_engine(tmp_path: Path) -> None:
-    from runtime.engines.torch.config import DecoderConfig
-    from runtime.engines.torch.engine import TorchEngine
+    from wavepp.runtime.engines.torch.config import DecoderConfig
+    from wavepp.runtime.engines.torch.engine import TorchEngine
 
     cfg_model = DecoderConfig(vocab_size=512, hidden_size=64, intermediate_size=128, num_layers=4, num_heads=4,
                               num_kv_heads=2, max_position=2048)
@@ -144,8 +144,8 @@ def test_a_composed_policy_runs_on_the_torch_engine(tmp_path: Path) -> None:
 def test_reserving_for_the_whole_prompt_admits_fewer_when_the_pool_binds(monkeypatch: pytest.MonkeyPatch) -> None:
     """Prompts of 32 blocks reusing ~28 on a 160-block stage 0: the suffix reservation admits
     many at once, the whole-prompt one (before TRT-LLM PR #11490) far fewer."""
-    from runtime.kvcache.stage_cache import StageCache
-    from runtime.mechanisms.reserve import SuffixBlocks, WholePrompt
+    from wavepp.runtime.kvcache.stage_cache import StageCache
+    from wavepp.runtime.mechanisms.reserve import SuffixBlocks, WholePrompt
     assert SuffixBlocks().blocks(2048, 28, 64) == 4
     assert WholePrompt().blocks(2048, 28, 64) == 32
     peak = {"now": 0}
@@ -173,9 +173,9 @@ def test_lockstep_host_work_walks_pending_prompts_on_the_stage_tree() -> None:
     """A radix walk per pending prompt, block by block until the first miss (PR #13095)."""
     import asyncio
 
-    from runtime.engines.base import StageHandle
-    from runtime.hashing import block_hashes, token_array
-    from runtime.kvcache.stage_cache import StageCache
+    from wavepp.runtime.engines.base import StageHandle
+    from wavepp.runtime.hashing import block_hashes, token_array
+    from wavepp.runtime.kvcache.stage_cache import StageCache
     cache = StageCache(0, 64, B)
     cached = block_hashes(token_array(list(range(640))), B)          # 10 blocks
     assert cache.prime("p", cached, 640)

@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from runtime.recomputation import RecomputeTracker, recomputation_s
-from telemetry import names as N
+from wavepp.runtime.recomputation import RecomputeTracker, recomputation_s
+from wavepp.telemetry import names as N
 
 MS = 1_000_000
 

@@ -12,10 +12,10 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import Status, StatusCode, Tracer
 
-from runtime.report import compute_figures, percentile
-from telemetry import names as N
-from telemetry.setup import SIM_EPOCH_NS
-from telemetry.span_codec import encode
+from wavepp.runtime.report import compute_figures, percentile
+from wavepp.telemetry import names as N
+from wavepp.telemetry.setup import SIM_EPOCH_NS
+from wavepp.telemetry.span_codec import encode
 
 META = {"policy": "wavepp", "engine": "sim", "model": "m", "hardware": "h", "concurrency": 4, "workload": "w"}
 

@@ -15,14 +15,14 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from runtime.engines.sim.clock import run_virtual
-from runtime.engines.sim.engine import SimEngine
-from runtime.hashing import block_hashes
-from runtime.loop import PipelineLoop
-from runtime.policies import POLICIES, VARIANTS
-from runtime.request import Request
-from runtime.runfile import RunInfo
-from runtime.server_source import CANCELLED, Outcome, ServerSource
+from wavepp.runtime.engines.sim.clock import run_virtual
+from wavepp.runtime.engines.sim.engine import SimEngine
+from wavepp.runtime.hashing import block_hashes
+from wavepp.runtime.loop import PipelineLoop
+from wavepp.runtime.policies import POLICIES, VARIANTS
+from wavepp.runtime.request import Request
+from wavepp.runtime.runfile import RunInfo
+from wavepp.runtime.server_source import CANCELLED, Outcome, ServerSource
 
 BLOCK = 64
 # Every registered preset and every single-mechanism ablation of each.

@@ -13,11 +13,11 @@ from pathlib import Path
 
 import redis
 
-from dashboard.sources import StoreSource
-from runtime.bench import BenchConfig, run_one
-from runtime.engines.sim.engine import SimEngine
-from runtime.workloads import parse_workload
-from store.redis_store import RedisStore
+from wavepp.dashboard.sources import StoreSource
+from wavepp.runtime.bench import BenchConfig, run_one
+from wavepp.runtime.engines.sim.engine import SimEngine
+from wavepp.runtime.workloads import parse_workload
+from wavepp.store.redis_store import RedisStore
 
 WAVEPP = Path(sys.executable).parent / "wavepp"
 SMALL = ["bench", "--model", "llama-3-8b", "--hardware", "h200", "--pp", "2", "--concurrency", "4",
@@ -120,8 +120,8 @@ def test_a_run_describes_itself_in_the_store_from_its_start_and_the_store_source
 
 def test_a_server_describes_its_run_in_the_store_when_it_starts() -> None:
     """`wavepp serve` publishes the same description: an open-loop run of the engine it serves."""
-    from runtime.knobs import Knobs
-    from runtime.serve.runtime import ServerRuntime
+    from wavepp.runtime.knobs import Knobs
+    from wavepp.runtime.serve.runtime import ServerRuntime
 
     url = fresh_url()
     engine = SimEngine("llama-3-8b", "h200", 2, kv_blocks=[2000, 1800], store_url=url, realtime=True, time_scale=5.0)
@@ -204,10 +204,10 @@ def test_a_bench_keeps_the_deployments_knobs_and_says_what_it_cleared() -> None:
 
 def test_a_run_that_fails_says_so_in_its_last_status_record() -> None:
     """A viewer tells a crashed runtime from a finished one by the last status record's state."""
-    from runtime.engines.sim.clock import run_virtual
-    from runtime.loop import PipelineLoop
-    from runtime.runfile import RunInfo
-    from runtime.workloads import Workload
+    from wavepp.runtime.engines.sim.clock import run_virtual
+    from wavepp.runtime.loop import PipelineLoop
+    from wavepp.runtime.runfile import RunInfo
+    from wavepp.runtime.workloads import Workload
 
     engine = SimEngine("llama-3-8b", "h200", 2, kv_blocks=[2000])
     parts = engine.build()
@@ -242,7 +242,7 @@ def test_a_run_that_fails_says_so_in_its_last_status_record() -> None:
 
 
 def test_a_server_run_is_labelled_open_loop_not_c0() -> None:
-    from runtime.runfile import RunInfo
+    from wavepp.runtime.runfile import RunInfo
     label = RunInfo.new("wavepp", "serve", 0, "torch", "memory").label
     assert label.startswith("wavepp serve open loop · torch · memory · ") and "c=0" not in label
     assert " c=16 · " in RunInfo.new("wavepp", "reuse90", 16, "sim", "memory").label

@@ -7,8 +7,8 @@ import asyncio
 from array import array
 from pathlib import Path
 
-from runtime.request import AdmittedRequest, Chunk, Request, Wave
-from runtime.run_state import RunState
+from wavepp.runtime.request import AdmittedRequest, Chunk, Request, Wave
+from wavepp.runtime.run_state import RunState
 
 B = 16
 
@@ -134,8 +134,8 @@ def test_stage_completion_and_mechanism_code_never_see_the_loop_object() -> None
     for f in files:
         tree = ast.parse(f.read_text())
         imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
-        assert "runtime.loop" not in imported, f"{f.name} imports runtime.loop"
+        assert "wavepp.runtime.loop" not in imported, f"{f.name} imports wavepp.runtime.loop"
         assert "PipelineLoop" not in f.read_text(), f"{f.name} names PipelineLoop"
     # A request source (wavepp serve's) gets a LoopPort, not the loop.
     source = ast.parse((root / "server_source.py").read_text())
-    assert "runtime.loop" not in {n.module for n in ast.walk(source) if isinstance(n, ast.ImportFrom)}
+    assert "wavepp.runtime.loop" not in {n.module for n in ast.walk(source) if isinstance(n, ast.ImportFrom)}

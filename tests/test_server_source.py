@@ -9,12 +9,12 @@ from array import array
 
 import pytest
 
-from runtime.engines.sim.engine import SimEngine
-from runtime.hashing import block_hashes
-from runtime.loop import PipelineLoop
-from runtime.request import Request
-from runtime.runfile import RunInfo
-from runtime.server_source import CANCELLED, QueueFull, ServerSource
+from wavepp.runtime.engines.sim.engine import SimEngine
+from wavepp.runtime.hashing import block_hashes
+from wavepp.runtime.loop import PipelineLoop
+from wavepp.runtime.request import Request
+from wavepp.runtime.runfile import RunInfo
+from wavepp.runtime.server_source import CANCELLED, QueueFull, ServerSource
 
 BLOCK = 64
 

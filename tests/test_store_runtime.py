@@ -14,13 +14,13 @@ from pathlib import Path
 import pytest
 import redis
 
-from runtime.bench import BenchConfig, run_one
-from runtime.engines.sim.clock import run_virtual
-from runtime.engines.sim.engine import SimEngine
-from runtime.loop import PipelineLoop
-from runtime.workloads import Workload, parse_workload
-from store.redis_store import RedisStore
-from telemetry import names as N
+from wavepp.runtime.bench import BenchConfig, run_one
+from wavepp.runtime.engines.sim.clock import run_virtual
+from wavepp.runtime.engines.sim.engine import SimEngine
+from wavepp.runtime.loop import PipelineLoop
+from wavepp.runtime.workloads import Workload, parse_workload
+from wavepp.store.redis_store import RedisStore
+from wavepp.telemetry import names as N
 
 
 def test_a_knob_written_to_the_store_reaches_the_next_waves() -> None:
@@ -155,7 +155,7 @@ def test_redis_restart_mid_run_loses_no_request_and_the_index_is_rebuilt(tmp_pat
 
 @pytest.mark.parametrize("url", ["redis://127.0.0.1:1/0"])
 def test_unreachable_store_at_start_is_one_line(url: str, capsys: pytest.CaptureFixture[str]) -> None:
-    from runtime.cli import main
+    from wavepp.runtime.cli import main
     assert main(["bench", "--store", url, "--quiet", "--requests", "4", "--concurrency", "1"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "cannot reach redis" in err[0]
@@ -283,8 +283,8 @@ def test_a_server_republishes_what_it_published_at_start_after_the_store_restart
     """Issue 23 item 9: Redis restarts empty under an idle server. Its run description and label
     (what the dashboard lists and replays the run from) come back within a few seconds, with the
     knobs and the deployment; today only the knobs and the deployment did."""
-    from runtime.knobs import Knobs
-    from runtime.serve.runtime import ServerRuntime
+    from wavepp.runtime.knobs import Knobs
+    from wavepp.runtime.serve.runtime import ServerRuntime
 
     server = PrivateRedis(tmp_path)
     engine = SimEngine("llama-3-8b", "h200", 2, kv_blocks=[2000], store_url=server.url("republish"), realtime=True)

@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from runtime.bench import BenchConfig, run_one
-from runtime.cli import main
-from runtime.engines.sim.engine import SimEngine
-from runtime.traces import TraceError, TraceWorkload, load_trace
-from runtime.workloads import parse_workload
-from telemetry import names as N
+from wavepp.runtime.bench import BenchConfig, run_one
+from wavepp.runtime.cli import main
+from wavepp.runtime.engines.sim.engine import SimEngine
+from wavepp.runtime.traces import TraceError, TraceWorkload, load_trace
+from wavepp.runtime.workloads import parse_workload
+from wavepp.telemetry import names as N
 
 DATA = Path(__file__).parent / "data" / "traces"
 GOOD, BAD = str(DATA / "good.jsonl"), str(DATA / "bad.jsonl")
@@ -32,7 +32,7 @@ def test_equal_hash_ids_give_equal_tokens_and_block_hashes() -> None:
 def test_remembered_prefix_hashes_are_the_prompts_own() -> None:
     """A shared prefix is hashed once (remembered per parent and hash id); every request's hashes are
     still exactly those of its tokens, for any block size dividing the trace's blocks."""
-    from runtime.hashing import block_hashes
+    from wavepp.runtime.hashing import block_hashes
     for block in (64, 128, 512):
         w = TraceWorkload(load_trace(GOOD), block, 32000, extra=b"m")
         for _ in range(w.num_requests):

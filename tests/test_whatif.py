@@ -8,17 +8,17 @@ from pathlib import Path
 
 import pytest
 
-from runtime import whatif as W
-from runtime import whatif_suggest as S
-from runtime.bench import BenchConfig, RunRecord, run_one
-from runtime.cli import main
-from runtime.engines.calibrate import FORMAT
-from runtime.engines.coordination import DEFAULT_COSTS
-from runtime.engines.sim.engine import SimEngine
-from runtime.knobs import Knobs
-from runtime.runfile import save_runs
-from runtime.whatif_report import spread_line
-from runtime.workloads import parse_workload
+from wavepp.runtime import whatif as W
+from wavepp.runtime import whatif_suggest as S
+from wavepp.runtime.bench import BenchConfig, RunRecord, run_one
+from wavepp.runtime.cli import main
+from wavepp.runtime.engines.calibrate import FORMAT
+from wavepp.runtime.engines.coordination import DEFAULT_COSTS
+from wavepp.runtime.engines.sim.engine import SimEngine
+from wavepp.runtime.knobs import Knobs
+from wavepp.runtime.runfile import save_runs
+from wavepp.runtime.whatif_report import spread_line
+from wavepp.runtime.workloads import parse_workload
 
 KNOBS = Knobs(max_wave_tokens=8192, min_wave_tokens=4096)
 

@@ -10,17 +10,17 @@ from typing import Any
 
 import pytest
 
-from runtime import whatif as W
-from runtime.bench import BenchConfig, run_one
-from runtime.engines.sim.clock import CpuClockLoop, measure_wake, run_virtual
-from runtime.engines.sim.costmodel import ChunkShape
-from runtime.engines.sim.engine import SimEngine
-from runtime.knobs import Knobs
-from runtime.report import compute_figures
-from runtime.whatif_calibrate import describe, fit_cpu_scale, fit_steps
-from runtime.whatif_report import replay_check, spread_line
-from runtime.workloads import parse_workload
-from telemetry import names as N
+from wavepp.runtime import whatif as W
+from wavepp.runtime.bench import BenchConfig, run_one
+from wavepp.runtime.engines.sim.clock import CpuClockLoop, measure_wake, run_virtual
+from wavepp.runtime.engines.sim.costmodel import ChunkShape
+from wavepp.runtime.engines.sim.engine import SimEngine
+from wavepp.runtime.knobs import Knobs
+from wavepp.runtime.report import compute_figures
+from wavepp.runtime.whatif_calibrate import describe, fit_cpu_scale, fit_steps
+from wavepp.runtime.whatif_report import replay_check, spread_line
+from wavepp.runtime.workloads import parse_workload
+from wavepp.telemetry import names as N
 
 KNOBS = Knobs(max_wave_tokens=8192, min_wave_tokens=4096)
 
@@ -232,7 +232,7 @@ def test_a_suggestion_that_won_the_screening_by_luck_is_dropped_when_replayed_ag
         monkeypatch: pytest.MonkeyPatch) -> None:
     """Suggest screens with one replay per setting; the winner is replayed again beside the current
     knobs, and proposed only if it still wins."""
-    from runtime import whatif_suggest as S
+    from wavepp.runtime import whatif_suggest as S
     current = Knobs(max_wave_tokens=8192, min_wave_tokens=4096, ring=8)
     lucky = current.replace(ring=16)
 

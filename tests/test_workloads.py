@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from runtime.hashing import block_hashes
-from runtime.request import Request
-from runtime.workloads import Workload, WorkloadSpec, fit_prompt_tokens, longest_prompt, parse_workload
+from wavepp.runtime.hashing import block_hashes
+from wavepp.runtime.request import Request
+from wavepp.runtime.workloads import Workload, WorkloadSpec, fit_prompt_tokens, longest_prompt, parse_workload
 
 B = 64
 VOCAB = 1000
@@ -200,8 +200,8 @@ def test_a_session_turn_extends_the_previous_prompt_of_its_conversation() -> Non
 
 
 def test_sessions_outgrow_uneven_pools_and_the_stages_evict_differently() -> None:
-    from runtime.bench import BenchConfig, run_one
-    from runtime.engines.sim.engine import SimEngine
+    from wavepp.runtime.bench import BenchConfig, run_one
+    from wavepp.runtime.engines.sim.engine import SimEngine
     engine = SimEngine("llama-3-8b", "h200", 2, block_size=64, kv_blocks=[300, 200])
     cfg = BenchConfig(parse_workload("sessions:12"), [4], ["wavepp"], 120, 0, prompt_tokens=2048)
     for policy in ("wavepp", "trtllm-pp"):
@@ -228,8 +228,8 @@ def test_longest_prompt_bounds_every_prompt(name: str, seed: int) -> None:
 def test_the_default_workload_of_every_built_in_model_fits_its_context() -> None:
     """The default prompt length shrinks so that the default workload fits the context: llama-3-8b
     (8192) on suffix4k used to fail 47 of 64 requests."""
-    from runtime.engines.sim.profiles import MODELS
-    from runtime.engines.torch.config import PROFILES
+    from wavepp.runtime.engines.sim.profiles import MODELS
+    from wavepp.runtime.engines.torch.config import PROFILES
     contexts = {name: (m.max_context, min(32768, m.max_context // 2), "suffix4k") for name, m in MODELS.items()}
     contexts |= {name: (c.max_position, min(1024, c.max_position // 2), "reuse90") for name, c in PROFILES.items()}
     for name, (context, default, workload) in contexts.items():

@@ -3,12 +3,12 @@
 (Not named `pages/`: Streamlit would take that folder for its own multipage navigation.)
 """
 
-from dashboard.screens.admission import render_admission
-from dashboard.screens.cache import render_cache
-from dashboard.screens.compare import render_compare
-from dashboard.screens.knobs import render_knobs
-from dashboard.screens.pipeline import render_pipeline
-from dashboard.screens.throughput import render_throughput
+from wavepp.dashboard.screens.admission import render_admission
+from wavepp.dashboard.screens.cache import render_cache
+from wavepp.dashboard.screens.compare import render_compare
+from wavepp.dashboard.screens.knobs import render_knobs
+from wavepp.dashboard.screens.pipeline import render_pipeline
+from wavepp.dashboard.screens.throughput import render_throughput
 
 PAGES = {
     "Pipeline": render_pipeline,

@@ -6,9 +6,9 @@ import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
-from dashboard import charts
-from dashboard.screens.common import metric, no_data
-from dashboard.view import View
+from wavepp.dashboard import charts
+from wavepp.dashboard.screens.common import metric, no_data
+from wavepp.dashboard.view import View
 
 
 def render_admission(view: View) -> None:

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from dashboard import charts
-from dashboard.screens.common import metric, no_data
-from dashboard.view import View
+from wavepp.dashboard import charts
+from wavepp.dashboard.screens.common import metric, no_data
+from wavepp.dashboard.view import View
 
 
 def render_cache(view: View) -> None:

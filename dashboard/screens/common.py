@@ -8,8 +8,8 @@ from typing import Any
 
 import streamlit as st
 
-from dashboard.sources import Snapshot
-from dashboard.view import View
+from wavepp.dashboard.sources import Snapshot
+from wavepp.dashboard.view import View
 
 SILENT_AFTER_S = 5.0        # a running runtime writes a status record every 0.25 s
 

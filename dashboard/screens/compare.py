@@ -7,11 +7,11 @@ import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
-from dashboard import charts
-from dashboard.frames import build, idle_window, window_figures
-from dashboard.screens.common import FIGURES
-from dashboard.view import View
-from runtime.runfile import SavedRun, load_runs
+from wavepp.dashboard import charts
+from wavepp.dashboard.frames import build, idle_window, window_figures
+from wavepp.dashboard.screens.common import FIGURES
+from wavepp.dashboard.view import View
+from wavepp.runtime.runfile import SavedRun, load_runs
 
 FIELDS = ["input_tokens_per_s", "computed_tokens_per_s", "pipeline_efficiency", "makespan_s",
           "admission_interval_p50_s", "admission_interval_p99_s", "requests_per_round_mean",

@@ -10,14 +10,14 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
-from dashboard import admin
-from dashboard.knob_form import field_types, parse, stored
-from dashboard.screens import whatif
-from dashboard.view import View
-from dashboard.whatif_jobs import saved_knobs
-from runtime.knobs import HELP, Deployment, KnobError, Knobs, choices, describe
-from runtime.whatif import WhatIfError
-from store.base import StoreError
+from wavepp.dashboard import admin
+from wavepp.dashboard.knob_form import field_types, parse, stored
+from wavepp.dashboard.screens import whatif
+from wavepp.dashboard.view import View
+from wavepp.dashboard.whatif_jobs import saved_knobs
+from wavepp.runtime.knobs import HELP, Deployment, KnobError, Knobs, choices, describe
+from wavepp.runtime.whatif import WhatIfError
+from wavepp.store.base import StoreError
 
 
 def render_knobs(view: View) -> None:

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import streamlit as st
 
-from dashboard import charts
-from dashboard.frames import Frames, busy_over_time, idle_shares, idle_window, reading
-from dashboard.screens.common import no_data
-from dashboard.view import View
-from runtime.idle_causes import MEANING
+from wavepp.dashboard import charts
+from wavepp.dashboard.frames import Frames, busy_over_time, idle_shares, idle_window, reading
+from wavepp.dashboard.screens.common import no_data
+from wavepp.dashboard.view import View
+from wavepp.runtime.idle_causes import MEANING
 
 DETAIL_WAVES = 48       # the detail view opens on about this many recent waves (SVG bars stay quick)
 

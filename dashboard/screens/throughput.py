@@ -6,11 +6,11 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from dashboard import charts
-from dashboard.frames import min_samples, percentiles_by_bin, request_waterfall
-from dashboard.screens.common import metric, no_data
-from dashboard.view import View
-from runtime.knobs import echo
+from wavepp.dashboard import charts
+from wavepp.dashboard.frames import min_samples, percentiles_by_bin, request_waterfall
+from wavepp.dashboard.screens.common import metric, no_data
+from wavepp.dashboard.view import View
+from wavepp.runtime.knobs import echo
 
 BINS = 60
 

@@ -14,11 +14,11 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
-from dashboard import admin
-from dashboard.view import View
-from dashboard.whatif_jobs import Inputs, Job, change_time_ns, inputs
-from runtime.knobs import KnobError, Knobs
-from runtime.whatif import (
+from wavepp.dashboard import admin
+from wavepp.dashboard.view import View
+from wavepp.dashboard.whatif_jobs import Inputs, Job, change_time_ns, inputs
+from wavepp.runtime.knobs import KnobError, Knobs
+from wavepp.runtime.whatif import (
     DEFAULT_TIME_LIMIT_S,
     DEFAULT_WINDOW_S,
     MIN_ARRIVALS,
@@ -29,9 +29,9 @@ from runtime.whatif import (
     observed_since,
     preview,
 )
-from runtime.whatif_report import Row, compare_rows, replay_check, spread_line, suggestion_line
-from runtime.whatif_suggest import Goal, Suggestion, suggest
-from store.base import StoreError
+from wavepp.runtime.whatif_report import Row, compare_rows, replay_check, spread_line, suggestion_line
+from wavepp.runtime.whatif_suggest import Goal, Suggestion, suggest
+from wavepp.store.base import StoreError
 
 PROFILE_ENV = "WAVEPP_COST_PROFILE"       # `wavepp dashboard --cost-profile FILE`
 JOB, APPLIED = "whatif_job", "whatif_applied"

@@ -17,9 +17,9 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
-from runtime.kvcache.stage_cache import CacheStats, DescriptorMismatch, StageCache
-from runtime.request import Chunk, Request, Wave
-from store.base import Store
+from wavepp.runtime.kvcache.stage_cache import CacheStats, DescriptorMismatch, StageCache
+from wavepp.runtime.request import Chunk, Request, Wave
+from wavepp.store.base import Store
 
 T = TypeVar("T")
 

@@ -36,8 +36,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from runtime.engines.coordination import CoordinationCosts, measure
-from runtime.engines.sim.costmodel import ChunkShape
+from wavepp.runtime.engines.coordination import CoordinationCosts, measure
+from wavepp.runtime.engines.sim.costmodel import ChunkShape
 
 GRID_L = (0, 256, 512, 1024, 1536, 2048, 3072)
 GRID_X = (16, 64, 128, 256, 512, 1024)
@@ -83,7 +83,7 @@ def wave_grid(max_context: int, max_wave_tokens: int, grid_l: Sequence[int] = GR
 
 
 def _time_stage(stage: Any, first: bool, hidden: int, block_size: int, wave: Wave, repeats: int) -> float:
-    from runtime.engines.torch.model import ChunkSpec
+    from wavepp.runtime.engines.torch.model import ChunkSpec
     L, x, n = wave
     per = -(-(L + x) // block_size)
     # Each chunk reads its own blocks, as different requests do (not one prefix n times from cache).

@@ -4,16 +4,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from runtime.engines.base import now
-from runtime.engines.coordination import CoordinationCosts, CostedStore
-from runtime.runfile import RunInfo
-from store.base import Store
-from store.memory import MemoryStore
-from store.redis_store import RedisStore
-from store.resilient import ResilientStore
-from store.threaded import ThreadedStore
-from store.urls import StoreUrl
-from telemetry.setup import SIM_EPOCH_NS, Telemetry
+from wavepp.runtime.engines.base import now
+from wavepp.runtime.engines.coordination import CoordinationCosts, CostedStore
+from wavepp.runtime.runfile import RunInfo
+from wavepp.store.base import Store
+from wavepp.store.memory import MemoryStore
+from wavepp.store.redis_store import RedisStore
+from wavepp.store.resilient import ResilientStore
+from wavepp.store.threaded import ThreadedStore
+from wavepp.store.urls import StoreUrl
+from wavepp.telemetry.setup import SIM_EPOCH_NS, Telemetry
 
 
 async def open_run_store(url: StoreUrl, virtual: bool, costs: CoordinationCosts,

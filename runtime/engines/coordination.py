@@ -16,9 +16,9 @@ import time
 from dataclasses import dataclass, fields
 from typing import Any
 
-from runtime.hashing import block_hashes
-from runtime.kvcache.stage_cache import StageCache
-from store.memory import MemoryStore
+from wavepp.runtime.hashing import block_hashes
+from wavepp.runtime.kvcache.stage_cache import StageCache
+from wavepp.store.memory import MemoryStore
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,7 +158,7 @@ async def _measure_store(hashes: list[int], calls: int = 2000) -> tuple[float, f
 
 
 async def _measure_redis(url: str, calls: int = 1000) -> float:
-    from store.redis_store import RedisStore
+    from wavepp.store.redis_store import RedisStore
     store = await RedisStore.connect(url)
     try:
         best = float("inf")
@@ -247,8 +247,8 @@ def _measure_host(tokens: list[int], block_size: int, num_active: int = 128) -> 
     ``num_active`` admitted requests, per request) and a prompt copy (per token)."""
     from array import array
 
-    from runtime.planner import StaticPlanner
-    from runtime.request import AdmittedRequest, Request
+    from wavepp.runtime.planner import StaticPlanner
+    from wavepp.runtime.request import AdmittedRequest, Request
 
     prompt = array("i", tokens)
     active = [AdmittedRequest(Request(f"r{i}", prompt, 0.0, []), 0, 0.0, block_size) for i in range(num_active)]

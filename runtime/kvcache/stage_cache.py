@@ -19,8 +19,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from itertools import islice
 
-from runtime.kvcache.block_pool import BlockPool
-from store.probe import longest_prefix_in
+from wavepp.runtime.kvcache.block_pool import BlockPool
+from wavepp.store.probe import longest_prefix_in
 
 
 class DescriptorMismatch(Exception):

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
-    from runtime.admission import AdmissionQueue
+    from wavepp.runtime.admission import AdmissionQueue
 
 
 class AdmissionDrive(Protocol):

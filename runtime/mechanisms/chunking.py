@@ -8,9 +8,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-from runtime.knobs import Knobs
-from runtime.mechanisms.token_charge import TokenCharge
-from runtime.planner import MpuBudget, MpuPlanner, Planner, StaticPlanner
+from wavepp.runtime.knobs import Knobs
+from wavepp.runtime.mechanisms.token_charge import TokenCharge
+from wavepp.runtime.planner import MpuBudget, MpuPlanner, Planner, StaticPlanner
 
 
 class Chunking(Protocol):

@@ -25,10 +25,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
-from runtime.request import Wave
+from wavepp.runtime.request import Wave
 
 if TYPE_CHECKING:
-    from runtime.stage_tasks import StageWorker
+    from wavepp.runtime.stage_tasks import StageWorker
 
 
 class HostWork(Protocol):

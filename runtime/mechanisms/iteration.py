@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from runtime.knobs import Knobs
+from wavepp.runtime.knobs import Knobs
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,8 +10,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from runtime.engines.base import StageHandle
-from store.base import Store
+from wavepp.runtime.engines.base import StageHandle
+from wavepp.store.base import Store
 
 
 class ReuseLookup(Protocol):

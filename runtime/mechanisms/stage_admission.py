@@ -13,13 +13,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
-from runtime.engines.base import LeaseItem
-from runtime.mechanisms.reserve import Reserve
-from runtime.request import AdmittedRequest, Chunk
-from telemetry import names as N
+from wavepp.runtime.engines.base import LeaseItem
+from wavepp.runtime.mechanisms.reserve import Reserve
+from wavepp.runtime.request import AdmittedRequest, Chunk
+from wavepp.telemetry import names as N
 
 if TYPE_CHECKING:
-    from runtime.stage_tasks import StageWorker
+    from wavepp.runtime.stage_tasks import StageWorker
 
 
 @dataclass(frozen=True, slots=True)

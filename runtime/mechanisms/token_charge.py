@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-from runtime.request import AdmittedRequest
+from wavepp.runtime.request import AdmittedRequest
 
 
 class TokenCharge(Protocol):

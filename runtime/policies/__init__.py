@@ -3,9 +3,9 @@
 
 import functools
 
-from runtime.policies.base import KIND_FIELDS, VARIANTS, Policy
-from runtime.policies.trtllm_pp import TRTLLM_PP, TRTLLM_PP_LEGACY
-from runtime.policies.wavepp import WAVEPP
+from wavepp.runtime.policies.base import KIND_FIELDS, VARIANTS, Policy
+from wavepp.runtime.policies.trtllm_pp import TRTLLM_PP, TRTLLM_PP_LEGACY
+from wavepp.runtime.policies.wavepp import WAVEPP
 
 POLICIES: dict[str, Policy] = {p.name: p for p in (WAVEPP, TRTLLM_PP, TRTLLM_PP_LEGACY)}
 

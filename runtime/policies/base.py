@@ -11,16 +11,16 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from runtime.knobs import Knobs
-from runtime.mechanisms.admission_drive import AdmissionDrive, AsyncRounds, InlineRounds
-from runtime.mechanisms.chunking import CHUNKINGS, Chunking, Mpu, Static
-from runtime.mechanisms.host_work import HostWork, Lockstep, Overlapped
-from runtime.mechanisms.iteration import FillWaves, RequestRelay, ReturnPath, Ring
-from runtime.mechanisms.reserve import Reserve, SuffixBlocks, WholePrompt
-from runtime.mechanisms.reuse_lookup import FirstStageTree, HintIndex, ReuseLookup
-from runtime.mechanisms.stage_admission import EveryStage, OnFirstChunk, StageAdmission
-from runtime.mechanisms.token_charge import FromPositionZero, SuffixOnly, TokenCharge
-from runtime.planner import Planner
+from wavepp.runtime.knobs import Knobs
+from wavepp.runtime.mechanisms.admission_drive import AdmissionDrive, AsyncRounds, InlineRounds
+from wavepp.runtime.mechanisms.chunking import CHUNKINGS, Chunking, Mpu, Static
+from wavepp.runtime.mechanisms.host_work import HostWork, Lockstep, Overlapped
+from wavepp.runtime.mechanisms.iteration import FillWaves, RequestRelay, ReturnPath, Ring
+from wavepp.runtime.mechanisms.reserve import Reserve, SuffixBlocks, WholePrompt
+from wavepp.runtime.mechanisms.reuse_lookup import FirstStageTree, HintIndex, ReuseLookup
+from wavepp.runtime.mechanisms.stage_admission import EveryStage, OnFirstChunk, StageAdmission
+from wavepp.runtime.mechanisms.token_charge import FromPositionZero, SuffixOnly, TokenCharge
+from wavepp.runtime.planner import Planner
 
 
 @dataclass(frozen=True, slots=True)

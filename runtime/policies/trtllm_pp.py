@@ -25,15 +25,15 @@ runs only in disaggregated serving with a KV transceiver.
 
 import dataclasses
 
-from runtime.mechanisms.admission_drive import InlineRounds
-from runtime.mechanisms.chunking import Static
-from runtime.mechanisms.host_work import Lockstep
-from runtime.mechanisms.iteration import FillWaves, RequestRelay, ReturnPath, Ring
-from runtime.mechanisms.reserve import WholePrompt
-from runtime.mechanisms.reuse_lookup import FirstStageTree
-from runtime.mechanisms.stage_admission import OnFirstChunk
-from runtime.mechanisms.token_charge import FromPositionZero, SuffixOnly
-from runtime.policies.base import Policy
+from wavepp.runtime.mechanisms.admission_drive import InlineRounds
+from wavepp.runtime.mechanisms.chunking import Static
+from wavepp.runtime.mechanisms.host_work import Lockstep
+from wavepp.runtime.mechanisms.iteration import FillWaves, RequestRelay, ReturnPath, Ring
+from wavepp.runtime.mechanisms.reserve import WholePrompt
+from wavepp.runtime.mechanisms.reuse_lookup import FirstStageTree
+from wavepp.runtime.mechanisms.stage_admission import OnFirstChunk
+from wavepp.runtime.mechanisms.token_charge import FromPositionZero, SuffixOnly
+from wavepp.runtime.policies.base import Policy
 
 #: The behaviour of TensorRT-LLM main as read from its source (2026): reuse-credited token budget.
 TRTLLM_PP = Policy("trtllm-pp", admission=InlineRounds(), lookup=FirstStageTree(), stage_admission=OnFirstChunk(),

@@ -1,12 +1,12 @@
 """WavePP: admission off the critical path (DESIGN §2)."""
 
-from runtime.mechanisms.admission_drive import AsyncRounds
-from runtime.mechanisms.chunking import Mpu
-from runtime.mechanisms.iteration import FillWaves, RequestRelay, Ring
-from runtime.mechanisms.reuse_lookup import HintIndex
-from runtime.mechanisms.stage_admission import EveryStage
-from runtime.mechanisms.token_charge import SuffixOnly
-from runtime.policies.base import Policy
+from wavepp.runtime.mechanisms.admission_drive import AsyncRounds
+from wavepp.runtime.mechanisms.chunking import Mpu
+from wavepp.runtime.mechanisms.iteration import FillWaves, RequestRelay, Ring
+from wavepp.runtime.mechanisms.reuse_lookup import HintIndex
+from wavepp.runtime.mechanisms.stage_admission import EveryStage
+from wavepp.runtime.mechanisms.token_charge import SuffixOnly
+from wavepp.runtime.policies.base import Policy
 
 #: Async admission rounds beside the loop; hint index over all stages; lease + escrow on every
 #: stage; MPU wave budget with hysteresis (charged only for uncached tokens); a ring of R = 2P

@@ -27,12 +27,12 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response, Streami
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictBool, create_model
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from runtime.knobs import KnobError, Knobs, in_blocks, int_range
-from runtime.knobs import choices as knob_choices
-from runtime.knobs import kind as knob_kind
-from runtime.serve.runtime import NotServing, PrefillResult, RequestFailed, ServerRuntime
-from runtime.server_source import QueueFull
-from store.base import StoreError
+from wavepp.runtime.knobs import KnobError, Knobs, in_blocks, int_range
+from wavepp.runtime.knobs import choices as knob_choices
+from wavepp.runtime.knobs import kind as knob_kind
+from wavepp.runtime.serve.runtime import NotServing, PrefillResult, RequestFailed, ServerRuntime
+from wavepp.runtime.server_source import QueueFull
+from wavepp.store.base import StoreError
 
 MAX_PROMPTS = 64          # prompts in one completions request
 MAX_PROBLEMS = 8          # validation problems named in one error message

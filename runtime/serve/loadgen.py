@@ -28,11 +28,11 @@ from typing import Any
 
 import httpx
 
-from runtime.report import RunFigures, compute_figures, percentile
-from runtime.request import Request
-from runtime.traces import TraceWorkload
-from runtime.workloads import Workload, WorkloadSpec, make_workload
-from telemetry import names as N
+from wavepp.runtime.report import RunFigures, compute_figures, percentile
+from wavepp.runtime.request import Request
+from wavepp.runtime.traces import TraceWorkload
+from wavepp.runtime.workloads import Workload, WorkloadSpec, make_workload
+from wavepp.telemetry import names as N
 
 Progress = Callable[[str, int, int], None]
 MAX_OPEN_CONNECTIONS = 256          # open loop: connections the client keeps at most
@@ -123,7 +123,7 @@ class LoadGenerator:
         return dict(r.json())
 
     def workload(self, info: dict[str, Any]) -> Workload | TraceWorkload:
-        from runtime.workloads import fit_prompt_tokens
+        from wavepp.runtime.workloads import fit_prompt_tokens
         tokens = self.prompt_tokens
         if self.spec.kind != "trace":
             tokens = fit_prompt_tokens(self.spec, tokens, info["default_prompt_tokens"], info["max_prompt_tokens"],

@@ -24,9 +24,9 @@ from typing import Any
 
 import uvicorn
 
-from runtime.engines.common import store_source
-from runtime.serve.app import AdmissionGate, BodyLimit, create_app, error_body
-from runtime.serve.runtime import ServerRuntime, build_engine
+from wavepp.runtime.engines.common import store_source
+from wavepp.runtime.serve.app import AdmissionGate, BodyLimit, create_app, error_body
+from wavepp.runtime.serve.runtime import ServerRuntime, build_engine
 
 log = logging.getLogger(__name__)
 
@@ -169,9 +169,9 @@ class CutGuard:
 
 def run_server(settings: dict[str, Any], announce: Any = print) -> int:
     """Build everything from ``settings`` (ValueError: bad input), serve until drained; 0 when clean."""
-    from runtime.knobs import KnobError
-    from telemetry.config import TelemetryConfig
-    from telemetry.setup import configure
+    from wavepp.runtime.knobs import KnobError
+    from wavepp.telemetry.config import TelemetryConfig
+    from wavepp.telemetry.setup import configure
     configure(TelemetryConfig.from_env())          # OTEL_*: OTLP export, sampling (a bad value: one line)
     engine = build_engine(settings)
     try:

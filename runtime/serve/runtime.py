@@ -17,22 +17,22 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from runtime.engines.base import EngineParts, now
-from runtime.engines.common import store_source
-from runtime.hashing import block_hashes
-from runtime.idle_causes import LiveIdle
-from runtime.knobs import Deployment, Knobs, check_block_size
-from runtime.loop import PipelineLoop
-from runtime.policies.base import Policy
-from runtime.request import Request
-from runtime.run_meta import describe_run
-from runtime.runfile import RunInfo
-from runtime.serve.drain_rate import DrainRate
-from runtime.server_source import Outcome, ServerSource
-from store.base import Store
-from telemetry.metrics import process_metrics
-from telemetry.ring import SpanRing
-from telemetry.setup import Telemetry
+from wavepp.runtime.engines.base import EngineParts, now
+from wavepp.runtime.engines.common import store_source
+from wavepp.runtime.hashing import block_hashes
+from wavepp.runtime.idle_causes import LiveIdle
+from wavepp.runtime.knobs import Deployment, Knobs, check_block_size
+from wavepp.runtime.loop import PipelineLoop
+from wavepp.runtime.policies.base import Policy
+from wavepp.runtime.request import Request
+from wavepp.runtime.run_meta import describe_run
+from wavepp.runtime.runfile import RunInfo
+from wavepp.runtime.serve.drain_rate import DrainRate
+from wavepp.runtime.server_source import Outcome, ServerSource
+from wavepp.store.base import Store
+from wavepp.telemetry.metrics import process_metrics
+from wavepp.telemetry.ring import SpanRing
+from wavepp.telemetry.setup import Telemetry
 
 log = logging.getLogger(__name__)
 
@@ -68,11 +68,11 @@ class RequestFailed(Exception):
 def build_engine(settings: dict[str, Any]) -> Any:
     """The engine the settings name (real time: a server answers on the wall clock)."""
     if settings["engine"] == "torch":
-        from runtime.engines.torch.engine import TorchEngine
+        from wavepp.runtime.engines.torch.engine import TorchEngine
         return TorchEngine(settings["model"] or "tiny-llama", settings["pp"], settings["block_size"],
                            settings["kv_blocks"], settings["kv_memory_mb"], settings["seed"],
                            store_url=settings["store"], launcher=settings["launcher"])
-    from runtime.engines.sim.engine import SimEngine
+    from wavepp.runtime.engines.sim.engine import SimEngine
     return SimEngine(settings["model"] or "llama-3-8b", settings["hardware"], settings["pp"],
                      settings["block_size"], settings["kv_blocks"], store_url=settings["store"],
                      realtime=True, time_scale=settings["time_scale"])

@@ -21,7 +21,7 @@ import urllib.request
 from collections.abc import Callable
 from typing import IO, Any
 
-from runtime.serve.config import OPTIONS
+from wavepp.runtime.serve.config import OPTIONS
 
 START_TIMEOUT_S = 120.0
 
@@ -75,7 +75,7 @@ class Stack:
             [self.redis_bin, "--port", str(self.redis_port), "--bind", "127.0.0.1", "--save", "", "--appendonly",
              "no"], stdout=self.log or subprocess.DEVNULL, stderr=subprocess.STDOUT, start_new_session=True)
         self._wait("redis", lambda: _answers_ping(self.redis_port))
-        wavepp = [sys.executable, "-m", "runtime.cli"]
+        wavepp = [sys.executable, "-m", "wavepp"]
         serve = subprocess.Popen([*wavepp, "serve", "--host", "127.0.0.1", "--store", self.store,
                                   *serve_flags(self.given)], stdout=subprocess.PIPE, stderr=self.log, text=True,
                                  start_new_session=True, env=self.env())

@@ -13,12 +13,12 @@ from typing import Any
 
 import pytest
 
-from dashboard.sources import Snapshot, StoreSource
-from runtime.bench import BenchConfig, run_one
-from runtime.engines.sim.engine import SimEngine
-from runtime.runfile import save_runs
-from runtime.workloads import parse_workload
-from telemetry import names as N
+from wavepp.dashboard.sources import Snapshot, StoreSource
+from wavepp.runtime.bench import BenchConfig, run_one
+from wavepp.runtime.engines.sim.engine import SimEngine
+from wavepp.runtime.runfile import save_runs
+from wavepp.runtime.workloads import parse_workload
+from wavepp.telemetry import names as N
 
 APP = str(Path(__file__).resolve().parents[2] / "dashboard" / "app.py")
 
@@ -93,8 +93,8 @@ def redis_cluster(prefix: str) -> Iterator[str]:
 def knob_change_store() -> Iterator[str]:
     """A store holding a finished real-time sim run whose wave budget was halved midway through the
     dashboard's own write path (the Knobs page's): before/after windows to compare."""
-    from dashboard.knob_form import parse
-    from runtime.knobs import Knobs
+    from wavepp.dashboard.knob_form import parse
+    from wavepp.runtime.knobs import Knobs
 
     with redis_cluster("knobchange") as url:
         thread, _, source, snap = live_run(url, 40)

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from dashboard.screens import PAGES
-from runtime.runfile import load_runs
+from wavepp.dashboard.screens import PAGES
+from wavepp.runtime.runfile import load_runs
 
 from .conftest import APP  # type: ignore[import-not-found]
 
@@ -92,10 +92,10 @@ def test_pipeline_page_shows_recomputation_only_where_late_fallbacks_happened(
     """Stage 1 holds a fifth of the others' pool: the baseline finds missing prefixes late and runs
     discarded chunks again; its whole-run recomputation tiles are the bench's recompute_s. wavepp
     lowers boundaries at lease time and shows no such tiles."""
-    from runtime.bench import BenchConfig, run_one
-    from runtime.engines.sim.engine import SimEngine
-    from runtime.runfile import save_runs
-    from runtime.workloads import parse_workload
+    from wavepp.runtime.bench import BenchConfig, run_one
+    from wavepp.runtime.engines.sim.engine import SimEngine
+    from wavepp.runtime.runfile import save_runs
+    from wavepp.runtime.workloads import parse_workload
 
     engine = SimEngine("llama-3-8b", "h200", 4, block_size=64, kv_blocks=[1000, 200, 1000, 1000])
     cfg = BenchConfig(parse_workload("reuse90"), [8], ["trtllm-pp", "wavepp"], 64, prompt_tokens=2048)
@@ -116,10 +116,10 @@ def test_pipeline_page_shows_recomputation_only_where_late_fallbacks_happened(
 
 def test_a_one_request_run_says_it_has_no_cadence(tmp_path: Path, dashboard_env: None) -> None:
     """Today: "0.00 ms" for p50 and p99 and two blank charts with no note."""
-    from runtime.bench import BenchConfig, run_one
-    from runtime.engines.sim.engine import SimEngine
-    from runtime.runfile import save_runs
-    from runtime.workloads import parse_workload
+    from wavepp.runtime.bench import BenchConfig, run_one
+    from wavepp.runtime.engines.sim.engine import SimEngine
+    from wavepp.runtime.runfile import save_runs
+    from wavepp.runtime.workloads import parse_workload
 
     engine = SimEngine("llama-3-8b", "h200", 2, kv_blocks=[2000])
     cfg = BenchConfig(parse_workload("reuse90"), [1], ["wavepp"], 1, prompt_tokens=2048)
@@ -138,8 +138,8 @@ def test_pipeline_page_colours_every_bubble_by_its_cause(saved_run: Path, dashbo
     run the bars are the bench's idle causes (the same split)."""
     import json
 
-    from dashboard.charts import PALETTE, cause_name
-    from runtime.idle_causes import MEANING
+    from wavepp.dashboard.charts import PALETTE, cause_name
+    from wavepp.runtime.idle_causes import MEANING
 
     run = load_runs(saved_run)[0]
     at = run_page(f"run:{saved_run}", "Pipeline")

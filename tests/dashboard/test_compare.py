@@ -7,11 +7,11 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from dashboard.screens.common import FIGURES
-from runtime.bench import BenchConfig, run_one
-from runtime.engines.sim.engine import SimEngine
-from runtime.runfile import load_runs, save_runs
-from runtime.workloads import parse_workload
+from wavepp.dashboard.screens.common import FIGURES
+from wavepp.runtime.bench import BenchConfig, run_one
+from wavepp.runtime.engines.sim.engine import SimEngine
+from wavepp.runtime.runfile import load_runs, save_runs
+from wavepp.runtime.workloads import parse_workload
 
 from .test_app import run_page  # type: ignore[import-not-found]
 

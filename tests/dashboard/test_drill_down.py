@@ -10,9 +10,9 @@ from pathlib import Path
 
 from streamlit.testing.v1 import AppTest
 
-from runtime.idle_causes import MEANING
-from runtime.runfile import load_runs
-from telemetry import names as N
+from wavepp.runtime.idle_causes import MEANING
+from wavepp.runtime.runfile import load_runs
+from wavepp.telemetry import names as N
 
 from .conftest import APP  # type: ignore[import-not-found]
 from .test_app import run_page  # type: ignore[import-not-found]

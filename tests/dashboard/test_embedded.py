@@ -14,9 +14,9 @@ import pytest
 import streamlit as st
 from streamlit.testing.v1 import AppTest
 
-from dashboard import embedded
-from dashboard.screens import PAGES
-from runtime.knobs import Knobs
+from wavepp.dashboard import embedded
+from wavepp.dashboard.screens import PAGES
+from wavepp.runtime.knobs import Knobs
 
 from .conftest import APP  # type: ignore[import-not-found]
 

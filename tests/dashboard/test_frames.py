@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from dashboard.frames import build, busy_over_time, idle_shares, idle_window, reading
-from runtime.idle_causes import MEANING, idle_intervals
-from telemetry import names as N
+from wavepp.dashboard.frames import build, busy_over_time, idle_shares, idle_window, reading
+from wavepp.runtime.idle_causes import MEANING, idle_intervals
+from wavepp.telemetry import names as N
 
 S = 1_000_000_000   # ns per second
 
@@ -79,7 +79,7 @@ def test_latency_percentiles_only_where_a_bin_holds_enough_samples() -> None:
 
     import pandas as pd
 
-    from dashboard.frames import min_samples, percentiles_by_bin
+    from wavepp.dashboard.frames import min_samples, percentiles_by_bin
     assert (min_samples(50), min_samples(95), min_samples(99)) == (2, 20, 100)
     # bin (0, 1]: empty; (1, 2]: 3 samples; (2, 3]: 25 samples
     times = pd.Series([1.5] * 3 + [2.5] * 25)
@@ -99,7 +99,7 @@ def test_the_whole_run_strip_is_each_stages_busy_share_per_bin() -> None:
     import numpy as np
     import pandas as pd
 
-    from dashboard.frames import busy_bins
+    from wavepp.dashboard.frames import busy_bins
     rng = random.Random(3)
     for _ in range(100):
         rows, t = [], 0.0

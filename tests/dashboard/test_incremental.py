@@ -11,8 +11,8 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from dashboard.sources import RunFileSource, Snapshot
-from dashboard.view import View, ViewCache, make_view
+from wavepp.dashboard.sources import RunFileSource, Snapshot
+from wavepp.dashboard.view import View, ViewCache, make_view
 
 
 def same(a: View, b: View) -> None:

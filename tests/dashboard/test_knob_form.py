@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import redis
 
-from runtime.knobs import Deployment
-from store.redis_store import RedisStore
+from wavepp.runtime.knobs import Deployment
+from wavepp.store.redis_store import RedisStore
 
 from .test_knobs_page import field, fresh_url, knobs_page, version  # type: ignore[import-not-found]
 

@@ -11,10 +11,10 @@ import uuid
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from dashboard.knob_form import parse
-from runtime.knobs import Knobs
-from store.redis_store import RedisStore
-from telemetry import names as N
+from wavepp.dashboard.knob_form import parse
+from wavepp.runtime.knobs import Knobs
+from wavepp.store.redis_store import RedisStore
+from wavepp.telemetry import names as N
 
 from .conftest import APP, live_run  # type: ignore[import-not-found]
 
@@ -99,7 +99,7 @@ def test_every_knob_carries_its_help_from_the_schema(dashboard_env: None) -> Non
     """Issue 13: the form listed raw names with no unit, meaning or range."""
     from dataclasses import fields
 
-    from runtime.knobs import _RANGES, HELP, describe
+    from wavepp.runtime.knobs import _RANGES, HELP, describe
     names = [f.name for f in fields(Knobs)]
     assert set(HELP) == set(names)                             # a knob added without help fails here
     text = describe("max_wave_tokens")

@@ -13,9 +13,9 @@ import pytest
 import redis
 from streamlit.testing.v1 import AppTest
 
-from runtime.bench import BenchConfig, RunRecord, run_one
-from runtime.engines.sim.engine import SimEngine
-from runtime.workloads import parse_workload
+from wavepp.runtime.bench import BenchConfig, RunRecord, run_one
+from wavepp.runtime.engines.sim.engine import SimEngine
+from wavepp.runtime.workloads import parse_workload
 
 from .conftest import APP, redis_cluster  # type: ignore[import-not-found]
 
@@ -96,8 +96,8 @@ def test_a_banner_says_when_the_runtime_stopped(url: str, change: dict[str, Any]
 def test_tables_are_recomputed_only_when_new_spans_arrive(url: str) -> None:
     """Today every refresh rebuilt every table from every span (62% of a core for one viewer of a
     finished run). Now a view is keyed on the stream position: the same position, the same tables."""
-    from dashboard.sources import StoreSource
-    from dashboard.view import ViewCache
+    from wavepp.dashboard.sources import StoreSource
+    from wavepp.dashboard.view import ViewCache
 
     rec = bench_run(url, "wavepp")
     source, cache = StoreSource(url), ViewCache()

@@ -13,15 +13,15 @@ import pytest
 import redis
 from streamlit.testing.v1 import AppTest
 
-from runtime.bench import BenchConfig, run_one
-from runtime.engines.calibrate import FORMAT
-from runtime.engines.coordination import DEFAULT_COSTS
-from runtime.engines.sim.engine import SimEngine
-from runtime.knobs import Knobs
-from runtime.runfile import save_runs
-from runtime.whatif import MIN_ARRIVALS
-from runtime.workloads import parse_workload
-from telemetry import names as N
+from wavepp.runtime.bench import BenchConfig, run_one
+from wavepp.runtime.engines.calibrate import FORMAT
+from wavepp.runtime.engines.coordination import DEFAULT_COSTS
+from wavepp.runtime.engines.sim.engine import SimEngine
+from wavepp.runtime.knobs import Knobs
+from wavepp.runtime.runfile import save_runs
+from wavepp.runtime.whatif import MIN_ARRIVALS
+from wavepp.runtime.workloads import parse_workload
+from wavepp.telemetry import names as N
 
 from .conftest import APP, live_run, redis_cluster  # type: ignore[import-not-found]
 

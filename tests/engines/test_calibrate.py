@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from runtime.bench import BenchConfig, run_one
-from runtime.engines.calibrate import (
+from wavepp.runtime.bench import BenchConfig, run_one
+from wavepp.runtime.engines.calibrate import (
     FORMAT,
     FittedCostModel,
     StageFit,
@@ -20,10 +20,10 @@ from runtime.engines.calibrate import (
     save_profile,
     wave_grid,
 )
-from runtime.engines.coordination import DEFAULT_COSTS
-from runtime.engines.sim.costmodel import ChunkShape
-from runtime.engines.sim.engine import SimEngine
-from runtime.workloads import parse_workload
+from wavepp.runtime.engines.coordination import DEFAULT_COSTS
+from wavepp.runtime.engines.sim.costmodel import ChunkShape
+from wavepp.runtime.engines.sim.engine import SimEngine
+from wavepp.runtime.workloads import parse_workload
 
 TRUTH = StageFit(c=2e-3, c_chunk=3e-4, gamma=1e-6, beta=5e-5, alpha_lx=3e-9, alpha_xx=7e-9)
 
@@ -88,8 +88,8 @@ def test_sim_runs_on_a_fitted_profile(tmp_path: Path) -> None:
 
 
 def test_calibrating_a_small_torch_model(tmp_path: Path) -> None:
-    from runtime.engines.torch.config import DecoderConfig
-    from runtime.engines.torch.engine import TorchEngine
+    from wavepp.runtime.engines.torch.config import DecoderConfig
+    from wavepp.runtime.engines.torch.engine import TorchEngine
     cfg = DecoderConfig(vocab_size=512, hidden_size=64, intermediate_size=128, num_layers=2, num_heads=4,
                         num_kv_heads=2, max_position=512)
     model = tmp_path / "config.json"

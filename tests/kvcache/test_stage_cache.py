@@ -6,8 +6,8 @@ import random
 
 import pytest
 
-from runtime.hashing import block_hashes
-from runtime.kvcache.stage_cache import DescriptorMismatch, StageCache
+from wavepp.runtime.hashing import block_hashes
+from wavepp.runtime.kvcache.stage_cache import DescriptorMismatch, StageCache
 
 B = 4
 

@@ -25,7 +25,7 @@ START_TIMEOUT_S = 90.0
 class Server:
     def __init__(self, *flags: str, env: dict[str, str] | None = None) -> None:
         self.stderr = tempfile.TemporaryFile()
-        self.proc = subprocess.Popen([sys.executable, "-m", "runtime.cli", "serve", "--port", "0", *flags],
+        self.proc = subprocess.Popen([sys.executable, "-m", "wavepp", "serve", "--port", "0", *flags],
                                      stdout=subprocess.PIPE, stderr=self.stderr, text=True,
                                      env={**os.environ, **(env or {})})
         assert self.proc.stdout is not None

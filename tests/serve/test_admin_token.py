@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from runtime.serve.config import resolve
-from runtime.serve.stack import Stack, serve_flags
+from wavepp.runtime.serve.config import resolve
+from wavepp.runtime.serve.stack import Stack, serve_flags
 
 TOKEN = "s3cret-admin-token"
 

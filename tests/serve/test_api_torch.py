@@ -43,9 +43,9 @@ def make_tokenizer(folder: Path) -> Path:
 
 def reference_first_token(ids: list[int]) -> int:
     """The same seeded tiny-llama as one stage (no pipeline, no cache reuse): argmax of the last position."""
-    from runtime.engines.torch.config import load_config
-    from runtime.engines.torch.model import ChunkSpec, build_stages
-    from runtime.engines.torch.weights import random_weights
+    from wavepp.runtime.engines.torch.config import load_config
+    from wavepp.runtime.engines.torch.model import ChunkSpec, build_stages
+    from wavepp.runtime.engines.torch.weights import random_weights
     cfg = load_config("tiny-llama")
     blocks = -(-len(ids) // BLOCK)
     [stage] = build_stages(cfg, 1, [blocks], BLOCK, random_weights(cfg, 0), device=torch.device("cpu"),

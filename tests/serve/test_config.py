@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from runtime.serve.config import OPTIONS, resolve
+from wavepp.runtime.serve.config import OPTIONS, resolve
 
 README = (Path(__file__).resolve().parents[2] / "README.md").read_text()
 
@@ -32,10 +32,10 @@ def test_a_bad_variable_is_refused_naming_it(env: str, value: str, why: str) -> 
 
 
 def test_the_cli_refuses_bad_settings_in_one_line_with_exit_2() -> None:
-    done = subprocess.run([sys.executable, "-m", "runtime.cli", "serve", "--engine", "sim", "--policy", "nope"],
+    done = subprocess.run([sys.executable, "-m", "wavepp", "serve", "--engine", "sim", "--policy", "nope"],
                           capture_output=True, text=True, timeout=60, env={"PATH": "/usr/bin:/bin"})
     assert done.returncode == 2 and done.stderr.count("\n") == 1 and "wavepp: error: policy:" in done.stderr
-    done = subprocess.run([sys.executable, "-m", "runtime.cli", "serve"], capture_output=True, text=True,
+    done = subprocess.run([sys.executable, "-m", "wavepp", "serve"], capture_output=True, text=True,
                           timeout=60, env={"PATH": "/usr/bin:/bin", "WAVEPP_MAX_QUEUE": "-3"})
     assert done.returncode == 2 and done.stderr.strip() == (
         "wavepp: error: WAVEPP_MAX_QUEUE: must be a whole number >= 1, got '-3'")

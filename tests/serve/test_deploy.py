@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import yaml
 
-from runtime.serve.config import OPTIONS
+from wavepp.runtime.serve.config import OPTIONS
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = ROOT / "compose.yaml"

@@ -11,16 +11,16 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from runtime.bench import BenchConfig, run_one
-from runtime.engines.sim.engine import SimEngine
-from runtime.serve.loadgen import policy_label, wave_policies
-from runtime.workloads import parse_workload
+from wavepp.runtime.bench import BenchConfig, run_one
+from wavepp.runtime.engines.sim.engine import SimEngine
+from wavepp.runtime.serve.loadgen import policy_label, wave_policies
+from wavepp.runtime.workloads import parse_workload
 
 TRACE = Path(__file__).resolve().parents[1] / "data" / "traces" / "good.jsonl"
 
 
 def bench_url(url: str, out: Path, *flags: str) -> dict[str, Any]:
-    done = subprocess.run([sys.executable, "-m", "runtime.cli", "bench", "--url", url, "--quiet",
+    done = subprocess.run([sys.executable, "-m", "wavepp", "bench", "--url", url, "--quiet",
                            "--json", str(out), *flags], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     [run] = json.loads(out.read_text())["runs"]
@@ -74,11 +74,11 @@ def test_trace_replay_over_http(start_server: Callable[..., Any], tmp_path: Path
 
 
 def test_bench_url_refuses_engine_flags_and_an_unreachable_server(tmp_path: Path) -> None:
-    done = subprocess.run([sys.executable, "-m", "runtime.cli", "bench", "--url", "http://127.0.0.1:9", "--pp", "3"],
+    done = subprocess.run([sys.executable, "-m", "wavepp", "bench", "--url", "http://127.0.0.1:9", "--pp", "3"],
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 2
     assert done.stderr == "wavepp: error: --pp: not with --url (the server's own settings apply)\n"
-    done = subprocess.run([sys.executable, "-m", "runtime.cli", "bench", "--url", "http://127.0.0.1:9", "--quiet"],
+    done = subprocess.run([sys.executable, "-m", "wavepp", "bench", "--url", "http://127.0.0.1:9", "--quiet"],
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 2 and done.stderr.startswith("wavepp: error: cannot reach http://127.0.0.1:9")
     assert done.stderr.count("\n") == 1
@@ -93,7 +93,7 @@ def test_the_policy_label_is_what_the_measured_waves_ran(start_server: Callable[
     server.wait_for(lambda s: s["knobs_version"] == put.json()["version"])
     assert server.client.get("/v1/spans", params={"after": 1 << 62}).json()["policy"] == "trtllm-pp"
     out = tmp_path / "url.json"
-    done = subprocess.run([sys.executable, "-m", "runtime.cli", "bench", "--url", server.url, "--json", str(out),
+    done = subprocess.run([sys.executable, "-m", "wavepp", "bench", "--url", server.url, "--json", str(out),
                            "--workload", "reuse90", "--concurrency", "2", "--requests", "12",
                            "--prompt-tokens", "1024"], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr

@@ -13,10 +13,10 @@ from typing import Any
 import httpx
 import pytest
 
-from runtime.engines.sim.engine import SimEngine
-from runtime.knobs import Knobs
-from runtime.serve.drain_rate import DrainRate
-from runtime.serve.runtime import ServerRuntime
+from wavepp.runtime.engines.sim.engine import SimEngine
+from wavepp.runtime.knobs import Knobs
+from wavepp.runtime.serve.drain_rate import DrainRate
+from wavepp.runtime.serve.runtime import ServerRuntime
 
 
 def quiet_spell(rate: DrainRate) -> None:

@@ -20,8 +20,8 @@ import pytest
 import redis
 from playwright.sync_api import sync_playwright
 
-from store.urls import parse_store_url
-from telemetry.redis_stream import read_spans
+from wavepp.store.urls import parse_store_url
+from wavepp.telemetry.redis_stream import read_spans
 
 CHROMIUM = "/usr/bin/chromium"
 FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
@@ -32,7 +32,7 @@ ARTIFACTS = Path(__file__).resolve().parents[1] / "artifacts"
 @pytest.fixture
 def stack() -> Iterator[tuple[subprocess.Popen[str], dict[str, Any]]]:
     cluster = f"e2e{secrets.token_hex(3)}"
-    proc = subprocess.Popen([sys.executable, "-m", "runtime.cli", "stack", "--port", "0", "--dashboard-port", "0",
+    proc = subprocess.Popen([sys.executable, "-m", "wavepp", "stack", "--port", "0", "--dashboard-port", "0",
                              "--engine", "sim", "--pp", "2", "--kv-blocks", "2000", "--time-scale", "0.2",
                              "--cluster", cluster], stdout=subprocess.PIPE, text=True)
     assert proc.stdout is not None

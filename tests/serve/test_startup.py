@@ -15,7 +15,7 @@ import pytest
 
 
 def serve(*flags: str) -> subprocess.Popen[str]:
-    return subprocess.Popen([sys.executable, "-m", "runtime.cli", "serve", "--engine", "sim", *flags],
+    return subprocess.Popen([sys.executable, "-m", "wavepp", "serve", "--engine", "sim", *flags],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 

@@ -33,8 +33,8 @@ from redis import exceptions as rex
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from store.memory import MemoryStore
-from store.redis_store import RedisStore
+from wavepp.store.memory import MemoryStore
+from wavepp.store.redis_store import RedisStore
 
 T = TypeVar("T")
 

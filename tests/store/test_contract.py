@@ -15,11 +15,11 @@ from typing import Any
 
 import pytest
 
-from runtime.knobs import POLICY_NAMES, Deployment, KnobError, Knobs
-from store.base import RUN_META_CAP, HintResult, KnobsRecord, RegistryEntry, StoreError
-from store.memory import MemoryStore
-from store.probe import longest_prefix, longest_prefix_linear
-from store.redis_store import RedisStore
+from wavepp.runtime.knobs import POLICY_NAMES, Deployment, KnobError, Knobs
+from wavepp.store.base import RUN_META_CAP, HintResult, KnobsRecord, RegistryEntry, StoreError
+from wavepp.store.memory import MemoryStore
+from wavepp.store.probe import longest_prefix, longest_prefix_linear
+from wavepp.store.redis_store import RedisStore
 
 H = [101, 102, 103, 104, 105]
 TOP = 2**64 - 1

@@ -6,9 +6,9 @@ import asyncio
 
 import pytest
 
-from runtime.cli import main
-from runtime.knobs import Deployment
-from store.redis_store import RedisStore
+from wavepp.runtime.cli import main
+from wavepp.runtime.knobs import Deployment
+from wavepp.store.redis_store import RedisStore
 
 
 def knobs_version(url: str) -> tuple[int, dict[str, object]]:

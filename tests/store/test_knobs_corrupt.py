@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 import redis
 
-from runtime.cli import main
-from runtime.knobs import Deployment, Knobs
-from store.base import KNOBS_VERSION_MAX, StoreError
-from store.redis_store import RedisStore
+from wavepp.runtime.cli import main
+from wavepp.runtime.knobs import Deployment, Knobs
+from wavepp.store.base import KNOBS_VERSION_MAX, StoreError
+from wavepp.store.redis_store import RedisStore
 
 Corrupt = Callable[[redis.Redis, str], Any]
 

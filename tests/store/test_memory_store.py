@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 
-from store.base import HintResult
-from store.memory import MemoryStore
+from wavepp.store.base import HintResult
+from wavepp.store.memory import MemoryStore
 
 H = [101, 102, 103, 104, 105]
 

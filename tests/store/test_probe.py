@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from store.probe import longest_prefix, longest_prefix_linear
+from wavepp.store.probe import longest_prefix, longest_prefix_linear
 
 
 class Residency:

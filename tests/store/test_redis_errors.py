@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 import redis
 
-from runtime.knobs import KnobError
-from store.base import StoreError
-from store.redis_store import RedisStore, StoreUnavailable
-from store.urls import StoreUrl, parse_store_url
+from wavepp.runtime.knobs import KnobError
+from wavepp.store.base import StoreError
+from wavepp.store.redis_store import RedisStore, StoreUnavailable
+from wavepp.store.urls import StoreUrl, parse_store_url
 
 StartRedis = Callable[..., tuple[subprocess.Popen[bytes], int]]
 

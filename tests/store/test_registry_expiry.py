@@ -14,8 +14,8 @@ import sys
 import time
 from typing import Any
 
-from store.base import RegistryEntry
-from store.redis_store import RedisStore
+from wavepp.store.base import RegistryEntry
+from wavepp.store.redis_store import RedisStore
 
 HOLDER = "holder-proc"
 TTL_S = 0.5
@@ -24,8 +24,8 @@ EXPECTED = [RegistryEntry(f"req-{i}", HOLDER, (0, i), i, 2 * i) for i in range(3
 # Runs in its own interpreter: put three entries, then heartbeat every 0.1 s until killed.
 HOLDER_CODE = f"""
 import asyncio, sys
-from store.base import RegistryEntry
-from store.redis_store import RedisStore
+from wavepp.store.base import RegistryEntry
+from wavepp.store.redis_store import RedisStore
 
 async def main(url):
     store = await RedisStore.connect(url)

@@ -17,13 +17,13 @@ from pathlib import Path
 import pytest
 import redis
 
-from runtime.bench import BenchConfig, run_one
-from runtime.cli import main
-from runtime.engines.sim.engine import SimEngine
-from runtime.workloads import parse_workload
-from store.base import RegistryEntry
-from store.redis_store import RedisStore
-from store.resilient import ResilientStore, StoreGone, StoreUnavailable
+from wavepp.runtime.bench import BenchConfig, run_one
+from wavepp.runtime.cli import main
+from wavepp.runtime.engines.sim.engine import SimEngine
+from wavepp.runtime.workloads import parse_workload
+from wavepp.store.base import RegistryEntry
+from wavepp.store.redis_store import RedisStore
+from wavepp.store.resilient import ResilientStore, StoreGone, StoreUnavailable
 
 WAVEPP = Path(sys.executable).parent / "wavepp"
 StartRedis = Callable[..., tuple[subprocess.Popen[bytes], int]]
@@ -143,9 +143,9 @@ def test_corrupted_keys_are_healed_and_reported_once(corrupt: tuple[str, Callabl
         finally:
             await store.close()
 
-    with caplog.at_level(logging.WARNING, logger="store.redis_store"):
+    with caplog.at_level(logging.WARNING, logger="wavepp.store.redis_store"):
         asyncio.run(body())
-    warnings = [r.getMessage() for r in caplog.records if r.name == "store.redis_store"]
+    warnings = [r.getMessage() for r in caplog.records if r.name == "wavepp.store.redis_store"]
     for key in ("hint:0", "hint:stages", "registry:entries", "registry:holders", "plans", "plans:in_flight",
                 "runs:meta"):
         assert sum(m.split(" ")[1].endswith(f"}}:{key}") for m in warnings) == 1, (key, warnings)

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from runtime.bench import BenchConfig, RunRecord, run_one
-from runtime.engines.sim.engine import SimEngine
-from runtime.workloads import parse_workload
-from telemetry.config import TelemetryConfig
-from telemetry.metrics import WaveppMetrics
-from telemetry.setup import configure
+from wavepp.runtime.bench import BenchConfig, RunRecord, run_one
+from wavepp.runtime.engines.sim.engine import SimEngine
+from wavepp.runtime.workloads import parse_workload
+from wavepp.telemetry.config import TelemetryConfig
+from wavepp.telemetry.metrics import WaveppMetrics
+from wavepp.telemetry.setup import configure
 
 
 def small_run(cfg: TelemetryConfig, metrics: WaveppMetrics | None = None, requests: int = 24,

@@ -10,7 +10,7 @@ import pytest
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
-from telemetry.batch import DropCountingBatchProcessor
+from wavepp.telemetry.batch import DropCountingBatchProcessor
 
 
 class SlowExporter(SpanExporter):

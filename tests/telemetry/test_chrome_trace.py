@@ -14,11 +14,11 @@ from typing import Any
 from google.protobuf.json_format import ParseDict
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-from runtime.runfile import save_runs
-from telemetry import names as N
-from telemetry.chrome_trace import trace_events, write_trace
-from telemetry.config import TelemetryConfig
 from tests.telemetry.helpers import small_run
+from wavepp.runtime.runfile import save_runs
+from wavepp.telemetry import names as N
+from wavepp.telemetry.chrome_trace import trace_events, write_trace
+from wavepp.telemetry.config import TelemetryConfig
 
 WAVEPP = Path(sys.executable).parent / "wavepp"
 

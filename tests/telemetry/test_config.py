@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from telemetry.config import ConfigError, TelemetryConfig
+from wavepp.telemetry.config import ConfigError, TelemetryConfig
 
 WAVEPP = Path(sys.executable).parent / "wavepp"
 

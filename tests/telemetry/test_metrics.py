@@ -9,9 +9,9 @@ import urllib.request
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from telemetry.config import TelemetryConfig
-from telemetry.metrics import WaveppMetrics
 from tests.telemetry.helpers import small_run
+from wavepp.telemetry.config import TelemetryConfig
+from wavepp.telemetry.metrics import WaveppMetrics
 
 
 def scrape(port: int) -> dict[str, dict[tuple[tuple[str, str], ...], float]]:
@@ -109,12 +109,12 @@ def test_after_a_policy_change_points_carry_the_policy_that_runs(metrics: Wavepp
     the new policy, those before under the old one, none lost; the old busy fraction stops."""
     import asyncio
 
-    from runtime.engines.sim.clock import run_virtual
-    from runtime.engines.sim.engine import SimEngine
-    from runtime.knobs import Knobs
-    from runtime.loop import PipelineLoop
-    from runtime.workloads import Workload, parse_workload
-    from telemetry import names as N
+    from wavepp.runtime.engines.sim.clock import run_virtual
+    from wavepp.runtime.engines.sim.engine import SimEngine
+    from wavepp.runtime.knobs import Knobs
+    from wavepp.runtime.loop import PipelineLoop
+    from wavepp.runtime.workloads import Workload, parse_workload
+    from wavepp.telemetry import names as N
 
     engine = SimEngine("llama-3-8b", "h200", 2, kv_blocks=[2000])
     parts = engine.build()

@@ -13,10 +13,10 @@ import grpc
 import pytest
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
 
-from telemetry import names as N
-from telemetry.config import TelemetryConfig
-from telemetry.receiver import OtlpReceiver
 from tests.telemetry.helpers import small_run
+from wavepp.telemetry import names as N
+from wavepp.telemetry.config import TelemetryConfig
+from wavepp.telemetry.receiver import OtlpReceiver
 
 
 def attrs(span: Any) -> dict[str, Any]:

@@ -12,9 +12,9 @@ from collections.abc import Iterator
 import pytest
 import redis
 
-from dashboard.sources import StoreSource
-from store.urls import parse_store_url
-from telemetry.redis_stream import read_spans, stream_key
+from wavepp.dashboard.sources import StoreSource
+from wavepp.store.urls import parse_store_url
+from wavepp.telemetry.redis_stream import read_spans, stream_key
 
 FOREIGN: list[dict[str, bytes | str]] = [
     {"x": "notjson"},                                       # no "s" field: was KeyError: b's'

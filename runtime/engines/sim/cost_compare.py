@@ -6,9 +6,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from runtime.engines.sim.costmodel import AnalyticCostModel, ChunkShape
-from runtime.engines.sim.profiles import get_hardware, get_model
-from runtime.engines.sim.table_cost import load_table_cost_model
+from wavepp.runtime.engines.sim.costmodel import AnalyticCostModel, ChunkShape
+from wavepp.runtime.engines.sim.profiles import get_hardware, get_model
+from wavepp.runtime.engines.sim.table_cost import load_table_cost_model
 
 
 @dataclass(frozen=True, slots=True)

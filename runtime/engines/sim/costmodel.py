@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Protocol
 
-from runtime.engines.sim.profiles import HardwareProfile, ModelProfile, split_layers
+from wavepp.runtime.engines.sim.profiles import HardwareProfile, ModelProfile, split_layers
 
 # Fractions of peak FLOP/s reached. Assumptions, to be replaced by calibration:
 # ../shared/data/perf/FORMAT.md §3 reports an H200 bf16 GEMM at 29.5/41.1 = 0.72 of roofline and prefill

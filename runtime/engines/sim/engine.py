@@ -7,23 +7,23 @@ import dataclasses
 from collections.abc import Coroutine, Sequence
 from typing import Any, TypeVar
 
-from runtime.engines.base import EngineParts, StageHandle
-from runtime.engines.calibrate import FittedCostModel, load_profile
-from runtime.engines.common import open_run_store, run_telemetry
-from runtime.engines.coordination import DEFAULT_COSTS, CoordinationCosts, SimCostHook
-from runtime.engines.sim.clock import run_virtual
-from runtime.engines.sim.costmodel import AnalyticCostModel, CostModel
-from runtime.engines.sim.executor import SimExecutor
-from runtime.engines.sim.perf_interp import TableCoverageError
-from runtime.engines.sim.profiles import get_hardware, get_model
-from runtime.engines.sim.table_cost import load_table_cost_model
-from runtime.knobs import CPU_KNOBS, Knobs
-from runtime.kvcache.stage_cache import StageCache
-from runtime.runfile import RunInfo
-from store.base import Store
-from store.memory import MemoryStore
-from store.urls import parse_store_url
-from telemetry.setup import Telemetry
+from wavepp.runtime.engines.base import EngineParts, StageHandle
+from wavepp.runtime.engines.calibrate import FittedCostModel, load_profile
+from wavepp.runtime.engines.common import open_run_store, run_telemetry
+from wavepp.runtime.engines.coordination import DEFAULT_COSTS, CoordinationCosts, SimCostHook
+from wavepp.runtime.engines.sim.clock import run_virtual
+from wavepp.runtime.engines.sim.costmodel import AnalyticCostModel, CostModel
+from wavepp.runtime.engines.sim.executor import SimExecutor
+from wavepp.runtime.engines.sim.perf_interp import TableCoverageError
+from wavepp.runtime.engines.sim.profiles import get_hardware, get_model
+from wavepp.runtime.engines.sim.table_cost import load_table_cost_model
+from wavepp.runtime.knobs import CPU_KNOBS, Knobs
+from wavepp.runtime.kvcache.stage_cache import StageCache
+from wavepp.runtime.runfile import RunInfo
+from wavepp.store.base import Store
+from wavepp.store.memory import MemoryStore
+from wavepp.store.urls import parse_store_url
+from wavepp.telemetry.setup import Telemetry
 
 T = TypeVar("T")
 # Every KV block is a Python object in its stage's pool (runtime.kvcache.block_pool): beyond this

@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 
-from runtime.engines.sim.costmodel import ChunkShape, CostModel
-from runtime.request import Chunk, Request, Wave
+from wavepp.runtime.engines.sim.costmodel import ChunkShape, CostModel
+from wavepp.runtime.request import Chunk, Request, Wave
 
 
 class SimExecutor:

@@ -12,7 +12,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from runtime.engines.sim.perf_interp import TableCoverageError
+from wavepp.runtime.engines.sim.perf_interp import TableCoverageError
 
 PERF_DIR_ENV = "WAVEPP_PERF_DIR"
 # Our hardware profile names -> aiconfigurator's system folders (FORMAT §1 "Local layout").

@@ -47,10 +47,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from runtime.engines.sim.costmodel import ChunkShape, _attn_flops_per_pair, _causal_pairs, activation_send_time
-from runtime.engines.sim.perf_interp import ContextGrid, Curve, GemmTable, TableCoverageError
-from runtime.engines.sim.perf_tables import PerfTables, default_perf_dir
-from runtime.engines.sim.profiles import HardwareProfile, ModelProfile, get_hardware, get_model, split_layers
+from wavepp.runtime.engines.sim.costmodel import ChunkShape, _attn_flops_per_pair, _causal_pairs, activation_send_time
+from wavepp.runtime.engines.sim.perf_interp import ContextGrid, Curve, GemmTable, TableCoverageError
+from wavepp.runtime.engines.sim.perf_tables import PerfTables, default_perf_dir
+from wavepp.runtime.engines.sim.profiles import HardwareProfile, ModelProfile, get_hardware, get_model, split_layers
 
 MS = 1e-3  # table latencies are milliseconds (FORMAT §3)
 ACT_BYTES = 2  # bf16 activations

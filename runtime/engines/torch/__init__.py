@@ -3,9 +3,9 @@
 ``check`` (the comparison against transformers) is not imported here: it pulls in transformers.
 """
 
-from runtime.engines.torch.config import PROFILES, DecoderConfig, load_config
-from runtime.engines.torch.model import ChunkSpec, StageModel, build_stages, default_device_dtype, split_layers
-from runtime.engines.torch.weights import load_hf_dir, random_weights
+from wavepp.runtime.engines.torch.config import PROFILES, DecoderConfig, load_config
+from wavepp.runtime.engines.torch.model import ChunkSpec, StageModel, build_stages, default_device_dtype, split_layers
+from wavepp.runtime.engines.torch.weights import load_hf_dir, random_weights
 
 __all__ = [
     "PROFILES",

@@ -19,23 +19,23 @@ from typing import Any, TypeVar
 
 import torch
 
-from runtime.engines.base import EngineParts, StageHandle
-from runtime.engines.common import open_run_store, run_telemetry
-from runtime.engines.coordination import DEFAULT_COSTS
-from runtime.engines.torch.config import DecoderConfig, load_config
-from runtime.engines.torch.dist.launch import LAUNCHERS, threads_per_process
-from runtime.engines.torch.dist.leader import ProcessExecutor, RemoteStageHandle, start_processes
-from runtime.engines.torch.dist.stage_server import StageSpec
-from runtime.engines.torch.executor import TorchExecutor
-from runtime.engines.torch.model import build_stages, default_device_dtype, split_layers
-from runtime.engines.torch.weights import load_hf_dir, random_weights
-from runtime.knobs import CPU_KNOBS, Knobs
-from runtime.kvcache.stage_cache import StageCache
-from runtime.runfile import RunInfo
-from store.base import Store
-from store.memory import MemoryStore
-from store.urls import parse_store_url
-from telemetry.setup import Telemetry
+from wavepp.runtime.engines.base import EngineParts, StageHandle
+from wavepp.runtime.engines.common import open_run_store, run_telemetry
+from wavepp.runtime.engines.coordination import DEFAULT_COSTS
+from wavepp.runtime.engines.torch.config import DecoderConfig, load_config
+from wavepp.runtime.engines.torch.dist.launch import LAUNCHERS, threads_per_process
+from wavepp.runtime.engines.torch.dist.leader import ProcessExecutor, RemoteStageHandle, start_processes
+from wavepp.runtime.engines.torch.dist.stage_server import StageSpec
+from wavepp.runtime.engines.torch.executor import TorchExecutor
+from wavepp.runtime.engines.torch.model import build_stages, default_device_dtype, split_layers
+from wavepp.runtime.engines.torch.weights import load_hf_dir, random_weights
+from wavepp.runtime.knobs import CPU_KNOBS, Knobs
+from wavepp.runtime.kvcache.stage_cache import StageCache
+from wavepp.runtime.runfile import RunInfo
+from wavepp.store.base import Store
+from wavepp.store.memory import MemoryStore
+from wavepp.store.urls import parse_store_url
+from wavepp.telemetry.setup import Telemetry
 
 T = TypeVar("T")
 DEFAULT_KV_MB = 256            # per stage, when neither --kv-blocks nor --kv-memory-mb is given

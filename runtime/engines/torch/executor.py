@@ -17,8 +17,8 @@ from concurrent.futures import ThreadPoolExecutor
 import torch
 from torch import Tensor
 
-from runtime.engines.torch.model import ChunkSpec, StageModel
-from runtime.request import Chunk, Request, Wave
+from wavepp.runtime.engines.torch.model import ChunkSpec, StageModel
+from wavepp.runtime.request import Chunk, Request, Wave
 
 
 class RequestBook:

@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from runtime.engines.torch.config import DecoderConfig
+from wavepp.runtime.engines.torch.config import DecoderConfig
 
 
 def default_device_dtype() -> tuple[torch.device, torch.dtype]:

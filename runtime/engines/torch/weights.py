@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 from safetensors import safe_open
 
-from runtime.engines.torch.config import DecoderConfig
+from wavepp.runtime.engines.torch.config import DecoderConfig
 
 INIT_STD = 0.02
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from runtime.engines.sim.costmodel import AnalyticCostModel, ChunkShape, CostModel, _causal_pairs
-from runtime.engines.sim.profiles import get_hardware, get_model
+from wavepp.runtime.engines.sim.costmodel import AnalyticCostModel, ChunkShape, CostModel, _causal_pairs
+from wavepp.runtime.engines.sim.profiles import get_hardware, get_model
 
 
 def _model(name: str, hw: str, pp: int, gpus_per_stage: int = 1) -> AnalyticCostModel:

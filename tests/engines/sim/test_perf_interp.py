@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from runtime.engines.sim.perf_interp import ContextGrid, Curve, GemmTable, TableCoverageError
+from wavepp.runtime.engines.sim.perf_interp import ContextGrid, Curve, GemmTable, TableCoverageError
 
 
 def _linear_sol(x: float) -> float:

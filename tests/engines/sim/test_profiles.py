@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from runtime.engines.sim.profiles import HARDWARE, MODELS, get_hardware, get_model, split_layers
+from wavepp.runtime.engines.sim.profiles import HARDWARE, MODELS, get_hardware, get_model, split_layers
 
 # repo_root.parent / "shared" / "data": tests/engines/sim/<this file> -> parents[3] is the repo root.
 DATA = Path(__file__).resolve().parents[3].parent / "shared" / "data"

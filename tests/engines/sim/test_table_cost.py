@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from runtime.engines.sim.costmodel import ChunkShape
-from runtime.engines.sim.engine import SimEngine
-from runtime.engines.sim.perf_interp import TableCoverageError
-from runtime.engines.sim.profiles import get_hardware, get_model
-from runtime.engines.sim.table_cost import TableCostModel, load_table_cost_model
+from wavepp.runtime.engines.sim.costmodel import ChunkShape
+from wavepp.runtime.engines.sim.engine import SimEngine
+from wavepp.runtime.engines.sim.perf_interp import TableCoverageError
+from wavepp.runtime.engines.sim.profiles import get_hardware, get_model
+from wavepp.runtime.engines.sim.table_cost import TableCostModel, load_table_cost_model
 
 # repo_root.parent / "shared" / "data" / "perf": tests/engines/sim/<this file> -> parents[3] is the repo root.
 PERF = Path(__file__).resolve().parents[3].parent / "shared" / "data" / "perf"
@@ -111,7 +111,7 @@ def test_missing_perf_dir_is_one_line_error(tmp_path: Path) -> None:
     with pytest.raises(TableCoverageError) as err:
         TableCostModel(get_model("glm-5.2"), get_hardware("b300"), 4, 2, perf_dir=tmp_path)
     assert "no kernel tables at" in str(err.value) and "\n" not in str(err.value)
-    proc = subprocess.run([sys.executable, "-m", "runtime.cli", "bench", "--engine", "sim", "--cost-model", "table",
+    proc = subprocess.run([sys.executable, "-m", "wavepp", "bench", "--engine", "sim", "--cost-model", "table",
                            "--perf-dir", str(tmp_path / "nowhere"), "--quiet"],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and proc.stdout == ""
@@ -126,7 +126,7 @@ def test_missing_table_is_one_line_error(tmp_path: Path) -> None:
     for f in RC20.glob("*.parquet"):
         if f.name != "moe_perf.parquet":
             (version / f.name).symlink_to(f)
-    proc = subprocess.run([sys.executable, "-m", "runtime.cli", "cost-table", "--model", "glm-5.2",
+    proc = subprocess.run([sys.executable, "-m", "wavepp", "cost-table", "--model", "glm-5.2",
                            "--perf-dir", str(tmp_path)], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and proc.stdout == ""
     lines = proc.stderr.splitlines()

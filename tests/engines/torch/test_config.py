@@ -10,9 +10,9 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from runtime.engines.torch.check import run_check
-from runtime.engines.torch.config import PROFILES, DecoderConfig, load_config
-from runtime.engines.torch.weights import expected_shapes, load_hf_dir, random_weights
+from wavepp.runtime.engines.torch.check import run_check
+from wavepp.runtime.engines.torch.config import PROFILES, DecoderConfig, load_config
+from wavepp.runtime.engines.torch.weights import expected_shapes, load_hf_dir, random_weights
 
 SMALL = DecoderConfig(vocab_size=256, hidden_size=64, intermediate_size=96, num_layers=3, num_heads=4,
                       num_kv_heads=2, rope_theta=500000.0, rms_norm_eps=1e-5)

@@ -9,12 +9,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from runtime.bench import BenchConfig, run_one
-from runtime.cli import main
-from runtime.engines.torch.check import _reference
-from runtime.engines.torch.config import DecoderConfig
-from runtime.engines.torch.engine import TorchEngine
-from runtime.workloads import parse_workload
+from wavepp.runtime.bench import BenchConfig, run_one
+from wavepp.runtime.cli import main
+from wavepp.runtime.engines.torch.check import _reference
+from wavepp.runtime.engines.torch.config import DecoderConfig
+from wavepp.runtime.engines.torch.engine import TorchEngine
+from wavepp.runtime.workloads import parse_workload
 
 CFG = DecoderConfig(vocab_size=512, hidden_size=64, intermediate_size=128, num_layers=4, num_heads=4,
                     num_kv_heads=2, max_position=2048)
@@ -39,7 +39,7 @@ def test_first_tokens_match_the_reference(config_path: Path, policy: str, worklo
     for h in rec.parts.handles:
         h.cache.check()
     reference = _reference(CFG, CFG.to_hf_dict(), engine.weights)
-    from runtime.workloads import Workload
+    from wavepp.runtime.workloads import Workload
     prompts = Workload(cfg.workload, 12, 200, 16, CFG.vocab_size, 1)
     tokens = {r.id: r.tokens for r in (prompts.next_request(0.0) for _ in range(12))}
     for c in rec.loop.completions:

@@ -7,10 +7,10 @@ import itertools
 import pytest
 import torch
 
-from runtime.engines.torch.check import run_check
-from runtime.engines.torch.config import DecoderConfig
-from runtime.engines.torch.model import ChunkSpec, StageModel, build_stages, split_layers
-from runtime.engines.torch.weights import random_weights
+from wavepp.runtime.engines.torch.check import run_check
+from wavepp.runtime.engines.torch.config import DecoderConfig
+from wavepp.runtime.engines.torch.model import ChunkSpec, StageModel, build_stages, split_layers
+from wavepp.runtime.engines.torch.weights import random_weights
 
 
 def small(num_kv_heads: int = 2, **kw: object) -> DecoderConfig:
@@ -165,8 +165,8 @@ def test_nan_in_the_cache_fails_the_check_and_says_where() -> None:
 def test_check_engine_cli_fails_on_non_finite_values(monkeypatch: pytest.MonkeyPatch,
                                                        capsys: pytest.CaptureFixture[str]) -> None:
     """The command exits 1 with one line naming where the NaN was, not `… -> OK` and exit 0."""
-    from runtime.cli import main
-    from runtime.engines.torch import check
+    from wavepp.runtime.cli import main
+    from wavepp.runtime.engines.torch import check
     monkeypatch.setattr(check, "run_check", lambda *a, **k: check.CheckResult(
         0.0, 0.0, 1e-4, False, "logits of request b0 (ours)"))
     assert main(["check-engine"]) == 1

@@ -20,15 +20,15 @@ from typing import Any
 import pytest
 import torch
 
-from runtime.bench import BenchConfig, run_one
-from runtime.cli import main
-from runtime.engines.base import LeaseItem
-from runtime.engines.torch.check import _reference, run_check
-from runtime.engines.torch.config import DecoderConfig
-from runtime.engines.torch.dist.leader import RemoteStageHandle, StageDied
-from runtime.engines.torch.engine import TorchEngine
-from runtime.engines.torch.weights import random_weights
-from runtime.workloads import Workload, parse_workload
+from wavepp.runtime.bench import BenchConfig, run_one
+from wavepp.runtime.cli import main
+from wavepp.runtime.engines.base import LeaseItem
+from wavepp.runtime.engines.torch.check import _reference, run_check
+from wavepp.runtime.engines.torch.config import DecoderConfig
+from wavepp.runtime.engines.torch.dist.leader import RemoteStageHandle, StageDied
+from wavepp.runtime.engines.torch.engine import TorchEngine
+from wavepp.runtime.engines.torch.weights import random_weights
+from wavepp.runtime.workloads import Workload, parse_workload
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -149,7 +149,7 @@ def test_a_stuck_stage_process_holds_no_caller_and_its_death_fails_the_calls() -
 def test_torchrun_launches_the_check(tmp_path: Path) -> None:
     torchrun = Path(sys.executable).with_name("torchrun")
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    out = subprocess.run([str(torchrun), "--nproc-per-node", "2", "-m", "runtime.cli", "check-engine",
+    out = subprocess.run([str(torchrun), "--nproc-per-node", "2", "-m", "wavepp", "check-engine",
                           "--model", "tiny-llama", "--pp", "2", "--launcher", "torchrun"],
                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
@@ -280,7 +280,7 @@ def _exits_at_start(rank: int, size: int, init_method: str, cuda: bool) -> None:
 def test_a_stage_that_ends_before_joining_fails_the_start_at_once() -> None:
     """Rank 0 used to wait out gloo's timeout (10 minutes) in the rendezvous; now the first stage
     process to end fails it within a poll, naming the stage and how it ended."""
-    from runtime.engines.torch.dist.launch import StageStartFailed, spawn_stages
+    from wavepp.runtime.engines.torch.dist.launch import StageStartFailed, spawn_stages
     t0 = time.monotonic()
     with pytest.raises(StageStartFailed, match=r"^stage 1 process exited with code 3 before it joined the others$"):
         spawn_stages(2, False, target=_exits_at_start)          # one stage: which ends first is not a race

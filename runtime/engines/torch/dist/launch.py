@@ -6,7 +6,7 @@ Launchers:
 - ``spawn``: this process is rank 0 and starts ranks 1..P-1 on this host (``torch.multiprocessing``
   spawn context); every socket of the world listens on loopback only (:func:`spawn_stages`);
 - ``torchrun``: every rank is started by ``torchrun`` (one host or several); rank 0 runs the
-  command, the others serve their stage (``runtime.cli`` hands them to :func:`serve_stage`).
+  command, the others serve their stage (``wavepp.runtime.cli`` hands them to :func:`serve_stage`).
 
 Links (one process group each, created in the same order on every rank)::
 
@@ -31,8 +31,8 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from runtime.engines.launchers import LAUNCHERS
-from runtime.engines.torch.dist.wire import Link
+from wavepp.runtime.engines.launchers import LAUNCHERS
+from wavepp.runtime.engines.torch.dist.wire import Link
 
 __all__ = ["LAUNCHERS", "StageStartFailed", "World", "describe_exit", "join_torchrun", "link_timeout", "spawn_stages",
            "threads_per_process", "torchrun_rank"]
@@ -135,7 +135,7 @@ def spawn_stages(size: int, cuda: bool, target: Callable[..., None] | None = Non
     gloo's timeout. Every rank is on this host, so nothing of the world listens beyond loopback:
     neither the rendezvous store (:func:`loopback_store`) nor the links (:func:`keep_links_local`).
     ``target``: the workers' entry point (a test's stand-in)."""
-    from runtime.engines.torch.dist.stage_server import serve_stage
+    from wavepp.runtime.engines.torch.dist.stage_server import serve_stage
 
     keep_links_local(cuda)
     store, port = loopback_store(size)

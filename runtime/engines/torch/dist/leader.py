@@ -19,14 +19,14 @@ from typing import Any, TypeVar
 import torch
 from torch import Tensor
 
-from runtime.engines.base import LeaseItem, Materialized, MaterializeItem, StageHandle
-from runtime.engines.torch.dist.launch import World, join_torchrun, link_timeout, spawn_stages
-from runtime.engines.torch.dist.rpc import CLOSE_WAIT_S, LinkSender, RpcClient, StageDied, fail
-from runtime.engines.torch.dist.stage_server import Keys, StageSpec, run_chunks
-from runtime.engines.torch.executor import RequestBook
-from runtime.engines.torch.model import StageModel
-from runtime.kvcache.stage_cache import CacheStats
-from runtime.request import Chunk, Wave
+from wavepp.runtime.engines.base import LeaseItem, Materialized, MaterializeItem, StageHandle
+from wavepp.runtime.engines.torch.dist.launch import World, join_torchrun, link_timeout, spawn_stages
+from wavepp.runtime.engines.torch.dist.rpc import CLOSE_WAIT_S, LinkSender, RpcClient, StageDied, fail
+from wavepp.runtime.engines.torch.dist.stage_server import Keys, StageSpec, run_chunks
+from wavepp.runtime.engines.torch.executor import RequestBook
+from wavepp.runtime.engines.torch.model import StageModel
+from wavepp.runtime.kvcache.stage_cache import CacheStats
+from wavepp.runtime.request import Chunk, Wave
 
 T = TypeVar("T")
 KEEPALIVES_PER_TIMEOUT = 4    # every link hears something this many times within gloo's timeout

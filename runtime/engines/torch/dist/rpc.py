@@ -29,8 +29,8 @@ from multiprocessing.connection import wait
 from multiprocessing.process import BaseProcess
 from typing import Any, TypeVar
 
-from runtime.engines.torch.dist.launch import describe_exit
-from runtime.engines.torch.dist.wire import Link
+from wavepp.runtime.engines.torch.dist.launch import describe_exit
+from wavepp.runtime.engines.torch.dist.wire import Link
 
 T = TypeVar("T")
 CLOSE_WAIT_S = 30.0        # an orderly close waits this long for a stage's goodbye, then kills it

@@ -28,13 +28,13 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from runtime.engines.base import StageHandle
-from runtime.engines.torch.config import DecoderConfig
-from runtime.engines.torch.dist.launch import World, threads_per_process
-from runtime.engines.torch.model import ChunkSpec, StageModel, split_layers
-from runtime.engines.torch.weights import load_hf_dir, random_weights
-from runtime.kvcache.stage_cache import StageCache
-from runtime.request import Chunk
+from wavepp.runtime.engines.base import StageHandle
+from wavepp.runtime.engines.torch.config import DecoderConfig
+from wavepp.runtime.engines.torch.dist.launch import World, threads_per_process
+from wavepp.runtime.engines.torch.model import ChunkSpec, StageModel, split_layers
+from wavepp.runtime.engines.torch.weights import load_hf_dir, random_weights
+from wavepp.runtime.kvcache.stage_cache import StageCache
+from wavepp.runtime.request import Chunk
 
 CACHE_OPS = frozenset({"lookup_local", "lease", "shrink", "escrow", "release", "materialize_many", "complete_many",
                        "host_iteration",
