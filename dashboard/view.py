@@ -9,7 +9,6 @@ from typing import Any
 from wavepp.dashboard.frames import FrameBuilder, Frames
 from wavepp.dashboard.sources import Snapshot, Source
 from wavepp.runtime.idle_causes import IdleInterval
-from wavepp.runtime.policies import get_policy
 from wavepp.runtime.report import FigureAccumulator, RunFigures
 from wavepp.telemetry import names as N
 
@@ -55,10 +54,9 @@ class _Derived:
         if not len(fr.requests) or not fr.num_stages:
             return View(snap, fr, None, source)
         policy = self.acc.requests[0]["a"].get(N.POLICY, "")
-        inline = _inline_admission(policy)
         meta = {"policy": policy, "engine": source.kind, "model": "", "hardware": "", "concurrency": 0,
-                "workload": "", "inline_admission": inline}
-        idle = self.acc.idle_intervals(fr.num_stages, inline)
+                "workload": ""}
+        idle = self.acc.idle_intervals(fr.num_stages)
         return View(snap, fr, self.acc.figures(fr.num_stages, meta, idle), source, idle)
 
 
@@ -70,15 +68,6 @@ def make_view(source: Source, snap: Snapshot) -> View:
 class _Entry:
     view: View
     derived: _Derived
-
-
-def _inline_admission(spec: str) -> bool:
-    """Whether the policy ran admission rounds on the loop's critical path - asked of the policy's
-    admission drive, not guessed from its name (a policy this build does not know: no)."""
-    try:
-        return get_policy(spec).admission.inline
-    except ValueError:
-        return False
 
 
 class ViewCache:

@@ -61,8 +61,10 @@ class Admission:
         cap = (r.num_tokens - 1) // self.block_size
         return cap if r.max_reuse_blocks is None else min(cap, r.max_reuse_blocks)
 
-    async def round(self, requests: Sequence[Request]) -> RoundResult:
-        with self.tel.span(N.ADMISSION_ROUND, {N.NUM_REQUESTS: len(requests)}, cpu=True) as round_span:
+    async def round(self, requests: Sequence[Request], critical_path: bool = False) -> RoundResult:
+        """``critical_path``: the loop waits for this round (the span says so; see the idle causes)."""
+        attributes = {N.NUM_REQUESTS: len(requests), N.ADMISSION_CRITICAL: critical_path}
+        with self.tel.span(N.ADMISSION_ROUND, attributes, cpu=True) as round_span:
             hints = await self._hint(requests)
             granted = await self._lease(requests, hints)
             admitted, deferred = await self._escrow(requests, granted)
@@ -139,8 +141,9 @@ class AdmissionQueue:
         """Requests wait and the lease cap leaves room for some."""
         return self.run.num_waiting > 0 and self.run.num_active < self.knobs.max_leases
 
-    async def admit_once(self) -> list[AdmittedRequest]:
-        """One round over the head of the line; answers what it admitted (empty: nothing fit)."""
+    async def admit_once(self, critical_path: bool = False) -> list[AdmittedRequest]:
+        """One round over the head of the line; answers what it admitted (empty: nothing fit).
+        ``critical_path``: the loop waits for the round (an inline admission drive)."""
         room = min(self.knobs.max_round_requests, self.knobs.max_leases - self.run.num_active)
         batch = self.run.take(room)
         if not batch:
@@ -148,7 +151,7 @@ class AdmissionQueue:
         self.run.admitting = len(batch)
         started = self.tel.now_ns()
         try:
-            result = await self.admission.round(batch)
+            result = await self.admission.round(batch, critical_path)
         finally:
             self.run.admitting = 0
         ended = self.tel.now_ns()

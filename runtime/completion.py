@@ -67,8 +67,7 @@ class RequestEnds:
         """The last stage ran ``wave`` (its ``live`` chunks): finish the requests it completes,
         then free its ring slot (after the sample state's trip back, where the policy has one)."""
         done = self.run.computed(live)
-        if self.policy().return_path.ring:
-            await self.handles[-1].return_sample_state()
+        await self.policy().return_path.after_last_stage(self.handles[-1])
         if done:
             await self.complete(done, wave)
         self.run.retired(wave)

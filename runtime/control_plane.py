@@ -20,7 +20,7 @@ from typing import Any
 
 from wavepp.runtime.engines.base import StageHandle
 from wavepp.runtime.knobs import Deployment, KnobError, Knobs, from_dict
-from wavepp.runtime.request import AdmittedRequest
+from wavepp.runtime.request import AdmittedRequest, cdiv
 from wavepp.store.base import RegistryEntry, Store
 from wavepp.store.resilient import StoreGone
 
@@ -68,7 +68,7 @@ class LeaseRegistry:
 
     def admitted(self, requests: Sequence[AdmittedRequest], num_stages: int, block_size: int) -> None:
         entries = [RegistryEntry(a.id, self.holder, a.admit_stages, a.reuse_blocks,
-                                 -(-(a.request.num_tokens - a.reused_tokens) // block_size)) for a in requests]
+                                 cdiv(a.request.num_tokens - a.reused_tokens, block_size)) for a in requests]
         if entries:
             self.writer.submit(lambda: self.store.registry_put(entries, LEASE_TTL_S))
 

@@ -9,7 +9,8 @@ order, whose interval covers it (the gap before the stage's wave ``w``)::
     preparation     the stage preparing ``w`` (materialize span): stage-local work on the critical path
     transfer        (stage > 0) ``w`` moving from the previous stage (its send span)
     previous_stage  (stage > 0) before that: the previous stage had not finished ``w``
-    admission       (stage 0) an admission round the loop ran itself (inline admission)
+    admission       (stage 0) an admission round the loop ran itself (inline admission: the round
+                    span's ``wavepp.admission.critical_path``)
     ring_full       (stage 0) R waves in flight: no slot until the last stage retires one
     no_work         (stage 0) before ``w`` was planned otherwise: nothing admitted to plan (or
                     the planner waiting for a fuller wave)
@@ -138,12 +139,12 @@ def _ring_full(plans: Sequence[tuple[int, int, int]], retired: Sequence[int]) ->
 class _Layers:
     """What can cover a gap, built once per :meth:`IdleTracker.intervals` call."""
 
-    def __init__(self, tracker: IdleTracker, num_stages: int, inline_admission: bool) -> None:
+    def __init__(self, tracker: IdleTracker, num_stages: int) -> None:
         plans = sorted(tracker.plans)
         self.planned_at = {w: t for t, w, _ in plans}
         retired = sorted(t1 for _, t1, _ in tracker.executes.get(num_stages - 1, []))
         self.ring_full = Cover(_ring_full(plans, retired))
-        self.rounds = Cover(tracker.rounds) if inline_admission else NONE
+        self.rounds = Cover(tracker.rounds) if tracker.rounds else NONE
         self.waits = {s: Cover(w) for s, w in tracker.waits.items()}
         self.prepare, self.sends = tracker.prepare, tracker.sends
 
@@ -175,9 +176,9 @@ class IdleTracker:
         self.sends: dict[tuple[int, int], Interval] = {}
         self.waits: dict[int, list[Interval]] = defaultdict(list)
         self.plans: list[tuple[int, int, int]] = []
-        self.rounds: list[Interval] = []
+        self.rounds: list[Interval] = []                    # admission rounds on the loop's critical path
         self._split: dict[tuple[int, int, int, int], list[IdleInterval]] = {}   # (s, a, b, w) -> its pieces
-        self._split_for: tuple[int, bool] | None = None    # (num_stages, inline) the kept splits assumed
+        self._split_for: int | None = None                 # the number of stages the kept splits assumed
         self._dirty_from: float = float("inf")             # kept gaps ending after this are split again
         self._dirty_waves: set[int] = set()
 
@@ -203,18 +204,18 @@ class IdleTracker:
             elif n == N.WAVE_PLAN and N.WAVE_ID in a:
                 self.plans.append((t1, int(a[N.WAVE_ID]), int(a.get(N.RING, 0))))
                 self._dirty_waves.add(int(a[N.WAVE_ID]))
-            elif n == N.ADMISSION_ROUND:
+            elif n == N.ADMISSION_ROUND and a.get(N.ADMISSION_CRITICAL):
                 self.rounds.append((t0, t1))
             else:
                 continue
             self._touch(t0)
         return self
 
-    def intervals(self, num_stages: int, origin: int, end: int, inline_admission: bool) -> list[IdleInterval]:
+    def intervals(self, num_stages: int, origin: int, end: int) -> list[IdleInterval]:
         """Every idle interval of every stage over ``[origin, end]`` (ns), stage by stage in time order."""
-        if self._split_for != (num_stages, inline_admission):
+        if self._split_for != num_stages:
             self._split.clear()
-            self._split_for = (num_stages, inline_admission)
+            self._split_for = num_stages
         dirty_from, dirty_waves = self._dirty_from, self._dirty_waves
         self._dirty_from, self._dirty_waves = float("inf"), set()
         layers: _Layers | None = None
@@ -236,7 +237,7 @@ class IdleTracker:
                     key = (s, busy_until, t0, w)
                     pieces = self._split.get(key)
                     if pieces is None or t0 > dirty_from or w in dirty_waves:
-                        layers = layers or _Layers(self, num_stages, inline_admission)
+                        layers = layers or _Layers(self, num_stages)
                         pieces = [IdleInterval(s, x, y, cause, w) for cause, x, y in _paint(busy_until, t0,
                                                                                            layers.of(s, w))]
                     kept[key] = pieces
@@ -257,16 +258,14 @@ def sums(intervals: Sequence[IdleInterval], num_stages: int) -> list[dict[str, f
     return [{c: v / 1e9 for c, v in stage.items()} for stage in counts]
 
 
-def idle_intervals(spans: Sequence[Span], num_stages: int, origin: int, end: int,
-                   inline_admission: bool) -> list[IdleInterval]:
+def idle_intervals(spans: Sequence[Span], num_stages: int, origin: int, end: int) -> list[IdleInterval]:
     """Every idle interval of every stage over ``[origin, end]`` (ns), each with its cause."""
-    return IdleTracker().add(spans).intervals(num_stages, origin, end, inline_admission)
+    return IdleTracker().add(spans).intervals(num_stages, origin, end)
 
 
-def idle_causes(spans: Sequence[Span], num_stages: int, origin: int, end: int,
-                inline_admission: bool) -> list[dict[str, float]]:
+def idle_causes(spans: Sequence[Span], num_stages: int, origin: int, end: int) -> list[dict[str, float]]:
     """Per stage, seconds of idle time by cause (keys: :data:`CAUSES`) over ``[origin, end]`` (ns)."""
-    return sums(idle_intervals(spans, num_stages, origin, end, inline_admission), num_stages)
+    return sums(idle_intervals(spans, num_stages, origin, end), num_stages)
 
 
 def top_causes(causes: dict[str, float], makespan_s: float, k: int = 2) -> str:
@@ -305,7 +304,7 @@ class LiveIdle:
         self.tracker.add(recent)
         self.spans_held = len(recent)
 
-    def settle(self, inline_admission: bool) -> dict[tuple[int, str], float]:
+    def settle(self) -> dict[tuple[int, str], float]:
         """Seconds idle per (stage, cause) newly settled since the last call (empty: nothing yet)."""
         if self.origin is None:
             return {}
@@ -318,7 +317,7 @@ class LiveIdle:
         if horizon <= low:
             return {}
         out: dict[tuple[int, str], float] = defaultdict(float)
-        for iv in self.tracker.intervals(self.num_stages, self.origin, horizon, inline_admission):
+        for iv in self.tracker.intervals(self.num_stages, self.origin, horizon):
             a, b = max(iv.t0, low), min(iv.t1, horizon)
             if b > a and iv.cause != "drain":
                 out[iv.stage, iv.cause] += (b - a) / 1e9

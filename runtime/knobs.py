@@ -15,6 +15,8 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
+from wavepp.runtime.policies import POLICIES, get_policy
+
 ECHO_CHARS = 24                       # the most of a bad value a message repeats
 
 
@@ -49,10 +51,6 @@ class Knobs:
     max_round_requests: int = 64        # requests one admission round may batch
     static_chunk_tokens: int = 8192     # baselines' max_num_tokens (TensorRT-LLM default 8192)
     policy: str = "wavepp"              # which mechanisms run (runtime.policies); switches at a wave boundary
-    planner: str = "auto"               # auto (the policy's own) | mpu | static
-
-    def ring_size(self, num_stages: int, default_factor: int) -> int:
-        return self.ring if self.ring > 0 else default_factor * num_stages
 
     def replace(self, **changes: Any) -> Knobs:
         return validate(dataclasses.replace(self, **changes), changed=changes)
@@ -82,10 +80,13 @@ class Deployment:
         return cls(values["block_size"], values["num_stages"])
 
 
-# The policy presets (runtime.policies); the knob also takes ablations, NAME+KIND=VARIANT[+…].
-POLICY_NAMES = ("wavepp", "trtllm-pp", "trtllm-pp-legacy")
-PLANNERS = ("auto", "mpu", "static")
-_CHOICES: dict[str, tuple[str, ...]] = {"policy": POLICY_NAMES, "planner": PLANNERS}
+# The policy presets (the registry in runtime.policies); the knob also takes ablations, NAME+KIND=VARIANT[+…].
+POLICY_NAMES = tuple(POLICIES.supported_names())
+_CHOICES: dict[str, tuple[str, ...]] = {"policy": POLICY_NAMES}
+# Knobs of earlier versions: a stored record may still hold them (they are dropped from it), a
+# writer naming one is told what replaced it.
+RETIRED = {"planner": "retired: the chunking is the policy's own (an ablation chooses another, "
+                      "e.g. wavepp+chunking=static)"}
 _BLOCK_BUDGETS = ("max_wave_tokens", "min_wave_tokens", "static_chunk_tokens")
 
 # Wave budgets for CPU-sized prompts (the torch engine on a CPU, and the sim calibrated on it): the
@@ -156,7 +157,7 @@ def parse_texts(raw: Mapping[str, str]) -> tuple[dict[str, Any], dict[str, str]]
     values, problems = {}, {}
     for name, text in raw.items():
         if name not in _NAMES:
-            problems[name] = _unknown()
+            problems[name] = RETIRED.get(name) or _unknown()
             continue
         try:
             values[name] = parse_text(name, text)
@@ -174,7 +175,6 @@ def _unknown() -> str:
 
 
 def _policy_problem(value: Any) -> str | None:
-    from wavepp.runtime.policies import get_policy  # policies build on knobs: imported when used
     if not isinstance(value, str):
         return f"expected a policy name, got {echo(value)}"
     try:
@@ -248,8 +248,9 @@ def from_changes(base: Mapping[str, Any], changes: Mapping[str, Any], deployment
     Unknown names, wrong types, out-of-range values, inconsistent pairs and values that do not
     fit ``deployment`` raise one KnobError naming every bad field; nothing is partially applied.
     """
+    base = {k: v for k, v in base.items() if k not in RETIRED}     # a record an earlier version wrote
     merged = {**Knobs().as_dict(), **base, **changes}
-    found = {name: _unknown() for name in merged if name not in _NAMES}
+    found = {name: RETIRED.get(name) or _unknown() for name in merged if name not in _NAMES}
     knobs = Knobs(**{k: v for k, v in merged.items() if k in _NAMES})
     found |= problems(knobs, deployment.block_size if deployment else None, changed=changes)
     if found:
@@ -310,12 +311,9 @@ HELP: dict[str, KnobHelp] = {
         "Used by the baselines' static planner only: smaller chunks pipeline earlier but each carries "
         "per-wave overhead."),
     "policy": KnobHelp(
-        "name", "Which mechanisms run (wavepp, trtllm-pp, trtllm-pp-legacy or an ablation NAME+KIND=VARIANT); "
+        "name", f"Which mechanisms run ({', '.join(POLICY_NAMES)} or an ablation NAME+KIND=VARIANT); "
                 "switches at a wave boundary.",
         "The baselines run admission inline and size waves statically: expect 'admission' and 'ring full' gaps."),
-    "planner": KnobHelp(
-        "name", "Which wave planner: auto (the policy's own), mpu, or static.",
-        "mpu sizes waves to keep S waves ready (fewer gaps under changing load); static uses fixed chunks."),
 }
 
 

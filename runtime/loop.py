@@ -42,7 +42,7 @@ from wavepp.runtime.knobs import Deployment, Knobs, check_block_size
 from wavepp.runtime.policies import get_policy
 from wavepp.runtime.policies.base import Policy
 from wavepp.runtime.publications import Publication, Publications
-from wavepp.runtime.request import Chunk, Request, Wave
+from wavepp.runtime.request import Chunk, Request, Wave, cdiv
 from wavepp.runtime.run_state import RunState
 from wavepp.runtime.server_source import LoopPort, ServerSource
 from wavepp.runtime.stage_tasks import StageWorker, run_link
@@ -154,7 +154,7 @@ class PipelineLoop:
             req = Request(f"prime{i}", tokens, now(), hashes)
             chunk = Chunk(req.id, 0, req.num_tokens, 0, True)
             wave = Wave(-1 - i, [chunk], req.num_tokens, now())
-            need = -(-req.num_tokens // self.block_size)
+            need = cdiv(req.num_tokens, self.block_size)
             self.executor.register(req)
             tables: list[list[int]] = []
             for h in self.handles:
@@ -280,7 +280,7 @@ class PipelineLoop:
             self.ends.fail_unadmitted(req, f"prompt of {req.num_tokens} tokens is longer than the model's context "
                                      f"({self.executor.max_context})")
             return
-        if -(-req.num_tokens // self.block_size) > self.min_capacity:
+        if cdiv(req.num_tokens, self.block_size) > self.min_capacity:
             self.ends.fail_unadmitted(req, f"prompt of {req.num_tokens} tokens needs more KV blocks than a stage "
                                      f"has ({self.min_capacity} x {self.block_size} tokens)")
             return
@@ -339,15 +339,14 @@ class PipelineLoop:
                 await run.changed.wait()
                 continue
             admitted_tokens = await self.policy.admission.before_plan(self.queue)
-            if self._should_fill():
+            if self.policy.fill.should_wait(run, self.num_stages, self.knobs.min_wave_tokens):
                 await run.changed.wait()
                 continue
             wave = self._plan()
             if wave is None:
                 await run.changed.wait()
                 continue
-            if self.policy.relay.on:
-                wave.broadcast_tokens = admitted_tokens
+            wave.broadcast_tokens = self.policy.relay.relayed_tokens(admitted_tokens)
             if self.publish_plans:
                 plan = {"wave": wave.id, "budget": wave.budget, "planned_at": wave.planned_at,
                         "policy": self.policy.name, "chunks": [
@@ -356,18 +355,6 @@ class PipelineLoop:
                 self.writer.submit(lambda plan=plan: self.store.plan_publish(plan))  # type: ignore[misc]
             for stage in self.stages:
                 stage.inbox.put_nowait(wave)
-
-    def _should_fill(self) -> bool:
-        """Wait for a fuller wave while P waves keep every stage busy and more work is on its way
-        (arrived or being admitted): a wave costs a fixed overhead per stage, so many small waves
-        would waste it. The dispatcher wakes again on every admission and retirement, and sends
-        what it has once fewer than P are in flight."""
-        run = self.run_state
-        if not self.policy.fill.on or run.in_flight < self.num_stages:
-            return False
-        if not run.num_waiting and not run.admitting:
-            return False                    # no more work is on its way: waiting would only idle stage 0
-        return 0 < run.unscheduled_tokens() < self.knobs.min_wave_tokens
 
     def _plan(self) -> Wave | None:
         run = self.run_state

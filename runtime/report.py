@@ -144,7 +144,7 @@ class FigureAccumulator:
         self.computed = 0                                   # tokens executed on stage 0
         self.evictions: dict[int, int] = defaultdict(int)
         self.rounds: list[tuple[int, int]] = []             # (end ns, requests admitted)
-        self.round_s = 0.0                                  # Σ round durations (inline admission's cost)
+        self.critical_s = 0.0                               # Σ durations of rounds the loop waited for
         self.wave_tokens: list[int] = []                    # tokens of each wave planned (0: no wave)
         self.idle = IdleTracker()
         self.recompute = RecomputeTracker()
@@ -163,7 +163,8 @@ class FigureAccumulator:
                 self.evictions[_int(s, N.STAGE)] += _int(s, N.EVICTIONS)
             elif n == N.ADMISSION_ROUND:
                 self.rounds.append((s["t1"], _int(s, N.NUM_ADMITTED)))
-                self.round_s += _dur(s)
+                if s["a"].get(N.ADMISSION_CRITICAL):
+                    self.critical_s += _dur(s)
             elif n == N.WAVE_PLAN:
                 self.wave_tokens.append(_int(s, N.TOKENS))
         self.idle.add(spans)
@@ -186,9 +187,9 @@ class FigureAccumulator:
         origin = min((s["t0"] for s in self.requests), default=0)
         return origin, max((s["t1"] for s in self.requests), default=origin)
 
-    def idle_intervals(self, num_stages: int, inline_admission: bool) -> list[IdleInterval]:
+    def idle_intervals(self, num_stages: int) -> list[IdleInterval]:
         origin, end = self.window()
-        return self.idle.intervals(num_stages, origin, end, inline_admission)
+        return self.idle.intervals(num_stages, origin, end)
 
     def figures(self, num_stages: int, meta: dict[str, Any],
                 intervals: Sequence[IdleInterval] | None = None) -> RunFigures:
@@ -205,11 +206,10 @@ class FigureAccumulator:
 
         input_tokens, reused, reusable = self.tokens
         wave_tokens = [t for t in self.wave_tokens if t > 0]
-        # Admission on the loop's critical path: rounds the dispatcher ran itself (policy flag in meta).
-        inline = meta.get("inline_admission", False)
-        critical = self.round_s if inline else 0.0
+        # Admission on the loop's critical path: rounds the dispatcher ran itself (their spans say so).
+        critical = self.critical_s
         if intervals is None:
-            intervals = self.idle.intervals(num_stages, origin, end, inline)
+            intervals = self.idle.intervals(num_stages, origin, end)
 
         measured = bool(latencies) and makespan > 0
 
@@ -245,7 +245,7 @@ class FigureAccumulator:
 def compute_figures(spans: Sequence[Span], num_stages: int, meta: dict[str, Any]) -> RunFigures:
     """Figures of one run from its spans in compact form (``telemetry.span_codec.encode``).
 
-    ``meta`` carries policy, engine, model, hardware, concurrency, workload and inline_admission.
+    ``meta`` carries policy, engine, model, hardware, concurrency and workload.
     """
     return FigureAccumulator().add(spans).figures(num_stages, meta)
 

@@ -14,6 +14,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 
+def cdiv(a: int, b: int) -> int:
+    """``ceil(a / b)`` for integers: the blocks that ``a`` tokens fill (``b`` tokens a block)."""
+    return -(-a // b)
+
+
 class RequestState(enum.Enum):
     WAITING = "waiting"        # arrived, not yet admitted
     ADMITTED = "admitted"      # leased + escrowed on every stage, chunks being planned

@@ -29,7 +29,7 @@ def describe_run(engine: Any, run: RunInfo, knobs: Knobs, capacities: Sequence[i
         "model": model or sim.get("model") or getattr(engine, "model_name", None),
         "hardware": hardware or sim.get("hardware"),
         "concurrency": run.concurrency, "workload": run.workload,
-        "inline_admission": policy.admission.inline, "mechanisms": policy.mechanisms(),
+        "mechanisms": policy.mechanisms(),
         "pp": engine.pp, "capacities": list(capacities), "block_size": engine.block_size,
         "knobs": knobs.as_dict(), "run": run.as_dict()}
     if replay_args is not None:

@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING, Any
 
 from wavepp.runtime.completion import RequestEnds
 from wavepp.runtime.engines.base import MaterializeItem, StageExecutor, StageHandle
@@ -56,6 +57,10 @@ class StageWorker:
         self.arrived: asyncio.Queue[Wave] = asyncio.Queue()
         self.prepared: asyncio.Queue[tuple[Wave, dict[str, list[int]]]] = asyncio.Queue()
         self.out: asyncio.Queue[Wave] = asyncio.Queue()
+
+    def span(self, name: str, attributes: dict[str, Any]) -> AbstractContextManager[Any]:
+        """A span of this stage's work (a mechanism's: e.g. a wait for KV capacity)."""
+        return self.tel.span(name, attributes)
 
     async def prepare_waves(self) -> None:
         """Stage-local preparation of the next wave while the stage executes the current one: its

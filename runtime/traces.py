@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from wavepp.runtime.hashing import ROOT_HASH, block_hashes
-from wavepp.runtime.request import Request
+from wavepp.runtime.request import Request, cdiv
 
 TRACE_BLOCK_TOKENS = 512
 BAD_LINE_MODES = ("skip", "fail")
@@ -58,7 +58,7 @@ def _row(obj: object, line: int) -> TraceRow:
         raise ValueError(f"input_length must be a positive integer, got {n!r:.40}")
     if not isinstance(ids, list) or not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in ids):
         raise ValueError("hash_ids must be a list of integers >= 0")
-    if len(ids) != -(-n // TRACE_BLOCK_TOKENS):
+    if len(ids) != cdiv(n, TRACE_BLOCK_TOKENS):
         raise ValueError(f"{len(ids)} hash_ids for {n} tokens (expected one per {TRACE_BLOCK_TOKENS}-token block)")
     return TraceRow(line, ts / 1000.0, n, tuple(ids))
 

@@ -15,6 +15,7 @@ import asyncio
 from collections.abc import Sequence
 
 from wavepp.runtime.engines.base import StageHandle, now
+from wavepp.runtime.request import cdiv
 from wavepp.runtime.run_state import RunState
 
 DEFAULT_STALL_TIMEOUT_S = 60.0
@@ -44,7 +45,7 @@ async def diagnose(run: RunState, handles: Sequence[StageHandle], block_size: in
     head = run.head()
     if head is not None:
         parts.append(f"{run.num_waiting} waiting for admission (head {head.id}: {head.num_tokens} tokens, "
-                     f"{-(-head.num_tokens // b)} blocks)")
+                     f"{cdiv(head.num_tokens, b)} blocks)")
     parts.append(f"{run.num_active} admitted, {run.in_flight} waves in flight")
     stats = await asyncio.gather(*(h.stats() for h in handles))
     for h, st in zip(handles, stats, strict=True):

@@ -489,8 +489,7 @@ def observed_since(spans: Sequence[Span], since_ns: int, num_stages: int, until_
     reqs = [s for s in spans if s["n"] == N.REQUEST and since_ns <= s["t0"] <= until]
     end = max((s["t1"] for s in reqs), default=since_ns)
     after = reqs + [s for s in spans if s["n"] != N.REQUEST and since_ns <= s["t0"] <= end]
-    base = {"policy": "", "engine": "", "model": "", "hardware": "", "concurrency": 0, "workload": "",
-            "inline_admission": False}
+    base = {"policy": "", "engine": "", "model": "", "hardware": "", "concurrency": 0, "workload": ""}
     return compute_figures(after, num_stages, {**base, **(meta or {})})
 
 

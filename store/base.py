@@ -26,9 +26,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-from wavepp.runtime.knobs import Deployment
+if TYPE_CHECKING:     # (interim: the store layer is being made independent of the runtime)
+    from wavepp.runtime.knobs import Deployment
 
 # Run descriptions kept (the newest runs by id, which starts with the run's UTC start time:
 # runtime.runfile.RunInfo); a viewer shows a handful of recent runs.

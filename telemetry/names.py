@@ -62,6 +62,7 @@ OUTCOME = "wavepp.request.outcome"               # request span: completed | fai
 ADMISSION_LATENCY = "wavepp.admission.latency_s"  # request span: arrival -> admitted (run clock, seconds)
 ADMISSION_ROUND_S = "wavepp.admission.round_s"    # request span: the admitting round's duration
 ADMISSION_DEFERRALS = "wavepp.admission.deferrals"  # request span: rounds that deferred it before admission
+ADMISSION_CRITICAL = "wavepp.admission.critical_path"  # round span: the loop waited for it (inline admission)
 
 # ---- metric names (Prometheus conventions: wavepp_ prefix, unit in the name, _total for counters) --
 M_ADMISSION_INTERVAL = "wavepp_admission_interval_seconds"   # between admission rounds that admitted

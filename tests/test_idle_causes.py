@@ -41,19 +41,20 @@ def test_a_two_stage_timeline_is_split_into_the_causes_its_spans_show() -> None:
         span(M, 16, 17.5, **{N.STAGE: 1, W: 1}),
         span(E, 17.5, 20, **{N.STAGE: 1, W: 1}),
     ]
-    s0, s1 = idle_causes(spans, 2, 0, 20 * MS, inline_admission=False)
+    s0, s1 = idle_causes(spans, 2, 0, 20 * MS)
     assert ms(s0) == {"fill": 1.0, "ring_full": 5.0, "no_work": 0.5, "preparation": 0.5, "drain": 5.0}
     assert ms(s1) == {"fill": 6.0, "previous_stage": 5.0, "transfer": 1.0, "kv_capacity": 1.0, "preparation": 0.5}
     assert top_causes(s1, 0.020) == "fill 30.0%, previous_stage 25.0%"
 
 
-def test_inline_admission_is_charged_only_when_the_loop_ran_it() -> None:
-    spans = [span(N.EXECUTE, 0, 1, **{N.STAGE: 0, N.WAVE_ID: 0}),
-             span(N.ADMISSION_ROUND, 1, 3),
-             span(N.WAVE_PLAN, 3, 4, **{N.WAVE_ID: 1, N.RING: 4}),
-             span(N.EXECUTE, 4, 5, **{N.STAGE: 0, N.WAVE_ID: 1})]
-    [inline] = idle_causes(spans, 1, 0, 5 * MS, inline_admission=True)
-    [beside] = idle_causes(spans, 1, 0, 5 * MS, inline_admission=False)
+def test_admission_is_charged_only_for_rounds_the_loop_ran_itself() -> None:
+    """A round's span says whether the loop waited for it (``wavepp.admission.critical_path``)."""
+    def run(critical: bool) -> list[dict[str, float]]:
+        return idle_causes([span(N.EXECUTE, 0, 1, **{N.STAGE: 0, N.WAVE_ID: 0}),
+                            span(N.ADMISSION_ROUND, 1, 3, **{N.ADMISSION_CRITICAL: critical}),
+                            span(N.WAVE_PLAN, 3, 4, **{N.WAVE_ID: 1, N.RING: 4}),
+                            span(N.EXECUTE, 4, 5, **{N.STAGE: 0, N.WAVE_ID: 1})], 1, 0, 5 * MS)
+    [inline], [beside] = run(True), run(False)
     assert ms(inline) == {"admission": 2.0, "no_work": 1.0}
     assert ms(beside) == {"no_work": 3.0}
 
@@ -83,7 +84,7 @@ def test_intervals_tile_each_stages_idle_time_and_sum_to_the_causes() -> None:
     spans = rec.saved().spans
     requests = [s for s in spans if s["n"] == N.REQUEST]
     origin, end = min(s["t0"] for s in requests), max(s["t1"] for s in requests)
-    intervals = idle_intervals(spans, 4, origin, end, inline_admission=True)
+    intervals = idle_intervals(spans, 4, origin, end)
     assert sums(intervals, 4) == rec.figures.idle_causes_s
     for s in range(4):
         mine = [iv for iv in intervals if iv.stage == s]
@@ -108,10 +109,10 @@ def test_a_live_split_settles_exactly_the_idle_time_before_its_horizon() -> None
     settled: dict[tuple[int, str], float] = {}
     for i in range(0, len(spans), 40):
         live.add(spans[i:i + 40])
-        for key, seconds in live.settle(inline_admission=True).items():
+        for key, seconds in live.settle().items():
             assert seconds > 0
             settled[key] = settled.get(key, 0.0) + seconds
-    assert live.settle(inline_admission=True) == {}
+    assert live.settle() == {}
     horizon, origin = live.settled_until, live.origin
     assert horizon is not None and origin is not None
     for s in range(4):

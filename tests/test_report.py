@@ -89,8 +89,9 @@ class Run:
         return [encode(s) for s in self.exporter.get_finished_spans()]
 
 
-def hand_run() -> Run:
-    """Two stages, four completed and two failed requests (times in seconds)."""
+def hand_run(inline: bool = False) -> Run:
+    """Two stages, four completed and two failed requests (times in seconds); ``inline``: the loop
+    ran the admission rounds itself (their spans say so)."""
     run = Run()
     #            start  end  tokens reused reusable fallbacks admitted
     run.request(0.00, 1.0, 1000, 512, 512, 0, admitted=0.1)
@@ -106,7 +107,7 @@ def hand_run() -> Run:
     for start, tokens in ((0.1, 3000), (0.6, 1000), (1.0, 0), (1.6, 1200)):
         run.span(N.WAVE_PLAN, start, start + 0.001, {N.TOKENS: tokens})
     for t, admitted in ((0.1, 2), (0.6, 2), (0.9, 0), (1.2, 1)):      # the 0.9 round admitted nothing
-        run.span(N.ADMISSION_ROUND, t - 0.05, t, {N.NUM_ADMITTED: admitted})
+        run.span(N.ADMISSION_ROUND, t - 0.05, t, {N.NUM_ADMITTED: admitted, N.ADMISSION_CRITICAL: inline})
     return run
 
 
@@ -140,7 +141,7 @@ def test_figures_on_hand_built_run() -> None:
 
 def test_inline_admission_is_on_the_critical_path() -> None:
     """With inline admission the rounds' time (4 x 0.05 s) is charged per completed request (4)."""
-    f = compute_figures(hand_run().spans, 2, {**META, "inline_admission": True})
+    f = compute_figures(hand_run(inline=True).spans, 2, META)
     assert f.admission_critical_path_s_per_request == pytest.approx(0.2 / 4, abs=1e-6)
 
 

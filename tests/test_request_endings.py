@@ -19,14 +19,16 @@ from wavepp.runtime.engines.sim.clock import run_virtual
 from wavepp.runtime.engines.sim.engine import SimEngine
 from wavepp.runtime.hashing import block_hashes
 from wavepp.runtime.loop import PipelineLoop
-from wavepp.runtime.policies import POLICIES, VARIANTS
+from wavepp.runtime.policies import KINDS, POLICIES
 from wavepp.runtime.request import Request
 from wavepp.runtime.runfile import RunInfo
 from wavepp.runtime.server_source import CANCELLED, Outcome, ServerSource
 
 BLOCK = 64
 # Every registered preset and every single-mechanism ablation of each.
-EVERY_POLICY = [*POLICIES, *(f"{p}+{kind}={v}" for p in POLICIES for kind in VARIANTS for v in VARIANTS[kind])]
+EVERY_POLICY = [*POLICIES.supported_names(),
+                *(f"{p}+{kind}={v}" for p in POLICIES.supported_names() for kind, variants in KINDS.items()
+                  for v in variants.supported_names())]
 
 
 def request(i: int, tokens: int, prefix: int = 0) -> Request:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
 from wavepp.runtime.kvcache.stage_cache import CacheStats, DescriptorMismatch, StageCache
-from wavepp.runtime.request import Chunk, Request, Wave
+from wavepp.runtime.request import Chunk, Request, Wave, cdiv
 from wavepp.store.base import Store
 
 T = TypeVar("T")
@@ -134,7 +134,7 @@ class StageHandle:
         first = rid not in self.cache.tables
         table = self.cache.materialize(rid, start, length, reuse_blocks)
         # New blocks, plus the prefix's block table on the request's first chunk here.
-        blocks = -(-length // self.cache.block_size) + (reuse_blocks if first else 0)
+        blocks = cdiv(length, self.cache.block_size) + (reuse_blocks if first else 0)
         await self._charge("materialize", blocks, remote=False)
         return table
 

@@ -38,6 +38,7 @@ import torch
 
 from wavepp.runtime.engines.coordination import CoordinationCosts, measure
 from wavepp.runtime.engines.sim.costmodel import ChunkShape
+from wavepp.runtime.request import cdiv
 
 GRID_L = (0, 256, 512, 1024, 1536, 2048, 3072)
 GRID_X = (16, 64, 128, 256, 512, 1024)
@@ -85,7 +86,7 @@ def wave_grid(max_context: int, max_wave_tokens: int, grid_l: Sequence[int] = GR
 def _time_stage(stage: Any, first: bool, hidden: int, block_size: int, wave: Wave, repeats: int) -> float:
     from wavepp.runtime.engines.torch.model import ChunkSpec
     L, x, n = wave
-    per = -(-(L + x) // block_size)
+    per = cdiv(L + x, block_size)
     # Each chunk reads its own blocks, as different requests do (not one prefix n times from cache).
     specs = [ChunkSpec(L, x, tuple((i * per + j) % stage.num_blocks for j in range(per))) for i in range(n)]
     inputs = (torch.randint(0, 100, (n * x,)) if first else torch.randn(n * x, hidden))
@@ -113,7 +114,7 @@ def calibrate(engine: Any, waves: Sequence[Wave] | None = None, repeats: int = 2
         raise ValueError(f"no calibration wave fits {max_wave_tokens} tokens and a context of {cfg.max_position} "
                          f"(the smallest chunk timed is {min(GRID_X)} tokens)")
     for s, stage in enumerate(stages):
-        need = max(-(-(L + x) // engine.block_size) for L, x, _ in points)
+        need = max(cdiv(L + x, engine.block_size) for L, x, _ in points)
         if need > stage.num_blocks:
             raise ValueError(f"stage {s} has {stage.num_blocks} blocks; the grid needs {need} per chunk")
     # All stages are measured at once, each in its own thread as the engine runs them, so the

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from itertools import islice
 
 from wavepp.runtime.kvcache.block_pool import BlockPool
+from wavepp.runtime.request import cdiv
 from wavepp.store.probe import longest_prefix_in
 
 
@@ -219,7 +220,7 @@ class StageCache:
         table = self.tables.get(rid)
         if table is None:                              # first chunk here: the prefix's block table
             table = self.tables[rid] = self.pool.chain(lease.boundary) if lease.boundary >= 0 else []
-        need = -(-(start + length) // self.block_size) - len(table)
+        need = cdiv(start + length, self.block_size) - len(table)
         ticket = self.tickets.get(rid)
         if need > 0 and (ticket is None or len(ticket) < need):
             raise DescriptorMismatch(f"stage {self.stage}: request {rid} has no escrow for {need} blocks")
@@ -315,7 +316,7 @@ class StageCache:
         """
         k = self.prefix_length(hashes, (num_tokens - 1) // self.block_size)
         k = self.lease(rid, hashes, k, num_tokens)
-        if not self.escrow(rid, -(-(num_tokens - k * self.block_size) // self.block_size)):
+        if not self.escrow(rid, cdiv(num_tokens - k * self.block_size, self.block_size)):
             self.release(rid)
             return False
         self.materialize(rid, k * self.block_size, num_tokens - k * self.block_size, k)

@@ -2,35 +2,36 @@
 
 Two hook points of the loop: ``background`` is one step of the loop's admission task (it is
 called again and again, so a policy switched by a knob takes effect at once), and
-``before_plan`` runs in the dispatcher right before each wave is planned - on the critical path.
+``before_plan`` runs in the dispatcher right before each wave is planned - on the critical path
+(its rounds say so on their spans: the idle time of stage 0 they cover is admission's).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
-if TYPE_CHECKING:
-    from wavepp.runtime.admission import AdmissionQueue
+from wavepp.runtime.mechanisms.ports import AdmissionPort
+from wavepp.runtime.registry import Registry
 
 
 class AdmissionDrive(Protocol):
     @property
     def name(self) -> str: ...
-    @property
-    def inline(self) -> bool:
-        """Rounds run on the loop's critical path (reported as admission on the critical path)."""
-        ...
 
-    async def background(self, queue: AdmissionQueue) -> None:
+    async def background(self, queue: AdmissionPort) -> None:
         """One step of the admission task beside the loop."""
         ...
 
-    async def before_plan(self, queue: AdmissionQueue) -> int:
+    async def before_plan(self, queue: AdmissionPort) -> int:
         """Work the dispatcher does before planning a wave; returns prompt tokens admitted by it."""
         ...
 
 
+ADMISSION = Registry[AdmissionDrive]("admission", doc="who runs admission rounds, and when")
+
+
+@ADMISSION.register
 @dataclass(frozen=True, slots=True)
 class AsyncRounds:
     """WavePP: rounds run in their own task, beside the loop, while earlier waves execute
@@ -38,18 +39,18 @@ class AsyncRounds:
     When a round admits nothing, the task waits for blocks to be freed (backpressure)."""
 
     name: str = "async"
-    inline: bool = False
 
-    async def background(self, queue: AdmissionQueue) -> None:
+    async def background(self, queue: AdmissionPort) -> None:
         if not queue.can_admit():
             await queue.run.changed.wait()
         elif not await queue.admit_once():
             await queue.run.capacity.wait()
 
-    async def before_plan(self, queue: AdmissionQueue) -> int:
+    async def before_plan(self, queue: AdmissionPort) -> int:
         return 0
 
 
+@ADMISSION.register
 @dataclass(frozen=True, slots=True)
 class InlineRounds:
     """A conventional PP loop: each iteration fetches new requests and schedules them on the
@@ -57,12 +58,11 @@ class InlineRounds:
     then ``_schedule``), so admission sits between two waves."""
 
     name: str = "inline"
-    inline: bool = True
 
-    async def background(self, queue: AdmissionQueue) -> None:
+    async def background(self, queue: AdmissionPort) -> None:
         await queue.run.changed.wait()      # nothing to do beside the loop
 
-    async def before_plan(self, queue: AdmissionQueue) -> int:
+    async def before_plan(self, queue: AdmissionPort) -> int:
         if not queue.run.num_waiting:
             return 0
-        return sum(a.request.num_tokens for a in await queue.admit_once())
+        return sum(a.request.num_tokens for a in await queue.admit_once(critical_path=True))

@@ -23,23 +23,26 @@ time only when it outlasts the step it overlaps - as the host runs ahead of the 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
+from wavepp.runtime.mechanisms.ports import StagePort
+from wavepp.runtime.registry import Registry
 from wavepp.runtime.request import Wave
-
-if TYPE_CHECKING:
-    from wavepp.runtime.stage_tasks import StageWorker
 
 
 class HostWork(Protocol):
     @property
     def name(self) -> str: ...
 
-    async def per_wave(self, stage: StageWorker, wave: Wave) -> None:
+    async def per_wave(self, stage: StagePort, wave: Wave) -> None:
         """``stage``'s host work for ``wave``, before it prepares the wave's chunks."""
         ...
 
 
+HOST = Registry[HostWork]("host", doc="per-wave host work on every stage")
+
+
+@HOST.register
 @dataclass(frozen=True, slots=True)
 class Overlapped:
     """WavePP: nothing per wave beyond what every engine does - the plan comes with the wave
@@ -47,16 +50,17 @@ class Overlapped:
 
     name: str = "none"
 
-    async def per_wave(self, stage: StageWorker, wave: Wave) -> None:
+    async def per_wave(self, stage: StagePort, wave: Wave) -> None:
         return None
 
 
+@HOST.register
 @dataclass(frozen=True, slots=True)
 class Lockstep:
     """TensorRT-LLM's per-iteration host work on every rank (see the module docstring)."""
 
     name: str = "lockstep"
 
-    async def per_wave(self, stage: StageWorker, wave: Wave) -> None:
+    async def per_wave(self, stage: StagePort, wave: Wave) -> None:
         run = stage.run
         await stage.handle.host_iteration(run.pending_first_chunks(), run.prompt_tokens(wave), run.num_active)

@@ -1,12 +1,28 @@
-"""Iteration: what each turn of the loop does around planning - how many waves may be in
-flight (the ring), whether a small wave waits to fill, whether new requests are relayed down
-the chain before the stages can run them."""
+"""Iteration: what each turn of the loop does around planning - how many waves may be in flight
+(``ring``), whether a small wave waits to fill (``fill``), whether new requests are relayed down
+the chain before the stages can run them (``relay``), and how a ring slot reopens after the last
+stage (``return``). Each is a hook the loop calls the same way whatever the variant."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Protocol
 
-from wavepp.runtime.knobs import Knobs
+from wavepp.runtime.mechanisms.ports import LastStage, RunView, WaveSettings
+from wavepp.runtime.registry import Registry
+
+
+# ---- ring: waves in flight --------------------------------------------------------------------
+class RingSize(Protocol):
+    @property
+    def name(self) -> str: ...
+
+    def size(self, knobs: WaveSettings, num_stages: int) -> int:
+        """Waves in flight: the ``ring`` knob when set, else the policy's own."""
+        ...
+
+
+RING = Registry[RingSize]("ring", doc="waves in flight")
 
 
 @dataclass(frozen=True, slots=True)
@@ -21,49 +37,126 @@ class Ring:
     def name(self) -> str:
         return f"{self.factor}P" if self.factor != 1 else "P"
 
-    def size(self, knobs: Knobs, num_stages: int) -> int:
-        return knobs.ring_size(num_stages, self.factor)
+    def size(self, knobs: WaveSettings, num_stages: int) -> int:
+        return knobs.ring if knobs.ring > 0 else self.factor * num_stages
 
 
-@dataclass(frozen=True, slots=True)
-class FillWaves:
-    """``on``: a wave smaller than b_min waits for more admitted work while P waves keep every
-    stage busy and more work is on its way (WavePP). ``off``: schedule every iteration with
-    whatever is there (TensorRT-LLM's loop schedules each iteration)."""
+RING.register(Ring(2))
+RING.register(Ring(1))
 
-    on: bool
 
+# ---- fill: does a small wave wait for more work ----------------------------------------------
+class Fill(Protocol):
     @property
-    def name(self) -> str:
-        return "on" if self.on else "off"
+    def name(self) -> str: ...
+
+    def should_wait(self, run: RunView, num_stages: int, min_wave_tokens: int) -> bool:
+        """Whether the dispatcher waits for more admitted work instead of planning a wave now."""
+        ...
 
 
+FILL = Registry[Fill]("fill", doc="whether a small wave waits for more admitted work")
+
+
+@FILL.register
 @dataclass(frozen=True, slots=True)
-class RequestRelay:
-    """``on``: newly admitted requests, with their token ids, are relayed rank to rank before
-    the later stages can run them (TensorRT-LLM: ``RequestBroadcaster._broadcast_requests``,
-    pickled per hop; cost per token from PR #15134). ``off``: stages read plans from the store."""
+class FillToMinimum:
+    """WavePP: a wave smaller than b_min waits for more admitted work while P waves keep every
+    stage busy and more work is on its way (arrived or being admitted): a wave costs a fixed
+    overhead per stage, so many small waves would waste it. The dispatcher wakes again on every
+    admission and retirement, and sends what it has once fewer than P are in flight."""
 
-    on: bool
+    name: str = "on"
 
+    def should_wait(self, run: RunView, num_stages: int, min_wave_tokens: int) -> bool:
+        if run.in_flight < num_stages:
+            return False
+        if not run.num_waiting and not run.admitting:
+            return False                    # no more work is on its way: waiting would only idle stage 0
+        return 0 < run.unscheduled_tokens() < min_wave_tokens
+
+
+@FILL.register
+@dataclass(frozen=True, slots=True)
+class NoFill:
+    """TensorRT-LLM's loop schedules each iteration with whatever is there."""
+
+    name: str = "off"
+
+    def should_wait(self, run: RunView, num_stages: int, min_wave_tokens: int) -> bool:
+        return False
+
+
+# ---- relay: new requests sent rank to rank ----------------------------------------------------
+class Relay(Protocol):
     @property
-    def name(self) -> str:
-        return "on" if self.on else "off"
+    def name(self) -> str: ...
+
+    def relayed_tokens(self, admitted_tokens: int) -> int:
+        """Token ids the stages receive with a wave whose plan admitted ``admitted_tokens``."""
+        ...
 
 
+RELAY = Registry[Relay]("relay", doc="whether new requests are relayed down the chain")
+
+
+@RELAY.register
 @dataclass(frozen=True, slots=True)
-class ReturnPath:
-    """How a ring slot reopens after a wave leaves the last stage.
+class RelayRequests:
+    """Newly admitted requests, with their token ids, are relayed rank to rank before the later
+    stages can run them (TensorRT-LLM: ``RequestBroadcaster._broadcast_requests``, pickled per
+    hop; cost per token from PR #15134)."""
 
-    ``direct`` (WavePP): the leader retires the wave as soon as the last stage has run it.
-    ``ring`` (TensorRT-LLM): the last rank synchronizes its sampler (``sampler_event.synchronize()``)
-    and its sample state travels back to rank 0 over the reverse ring (``_ring_broadcast_sample_state``,
+    name: str = "on"
+
+    def relayed_tokens(self, admitted_tokens: int) -> int:
+        return admitted_tokens
+
+
+@RELAY.register
+@dataclass(frozen=True, slots=True)
+class PlansFromStore:
+    """WavePP: stages read plans from the store; nothing travels down the chain."""
+
+    name: str = "off"
+
+    def relayed_tokens(self, admitted_tokens: int) -> int:
+        return 0
+
+
+# ---- return: how a ring slot reopens ---------------------------------------------------------
+class ReturnPath(Protocol):
+    @property
+    def name(self) -> str: ...
+
+    async def after_last_stage(self, last: LastStage) -> None:
+        """What happens between the last stage running a wave and its ring slot reopening."""
+        ...
+
+
+RETURN = Registry[ReturnPath]("return", field="return_path", doc="how a ring slot reopens after the last stage")
+
+
+@RETURN.register
+@dataclass(frozen=True, slots=True)
+class DirectReturn:
+    """WavePP: the leader retires the wave as soon as the last stage has run it."""
+
+    name: str = "direct"
+
+    async def after_last_stage(self, last: LastStage) -> None:
+        return None
+
+
+@RETURN.register
+@dataclass(frozen=True, slots=True)
+class SampleStateRing:
+    """TensorRT-LLM: the last rank synchronizes its sampler (``sampler_event.synchronize()``) and
+    its sample state travels back to rank 0 over the reverse ring (``_ring_broadcast_sample_state``,
     (n-1) -> 0 -> ...; ``recv_object`` on rank 0; PRs #3878, #10349, #16170) before rank 0 handles
     the finished batch and can schedule into the slot: one more stage message per wave."""
 
-    ring: bool
+    name: str = "ring"
 
-    @property
-    def name(self) -> str:
-        return "ring" if self.ring else "direct"
-
+    async def after_last_stage(self, last: LastStage) -> None:
+        await last.return_sample_state()

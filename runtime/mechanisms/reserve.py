@@ -9,9 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-
-def cdiv(a: int, b: int) -> int:
-    return -(-a // b)
+from wavepp.runtime.registry import Registry
+from wavepp.runtime.request import cdiv
 
 
 class Reserve(Protocol):
@@ -23,6 +22,10 @@ class Reserve(Protocol):
         ...
 
 
+RESERVE = Registry[Reserve]("reserve", doc="KV blocks escrowed per admitted request")
+
+
+@RESERVE.register
 @dataclass(frozen=True, slots=True)
 class SuffixBlocks:
     """Room for the uncached suffix only, ``ceil((L - k·B) / B)`` (DESIGN §2). TensorRT-LLM
@@ -36,6 +39,7 @@ class SuffixBlocks:
         return cdiv(num_tokens - reuse_blocks * block_size, block_size)
 
 
+@RESERVE.register
 @dataclass(frozen=True, slots=True)
 class WholePrompt:
     """Room for the whole prompt, ``ceil(L / B)``, reused blocks included: TensorRT-LLM's

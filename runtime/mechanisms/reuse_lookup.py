@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from wavepp.runtime.engines.base import StageHandle
+from wavepp.runtime.registry import Registry
 from wavepp.store.base import Store
 
 
@@ -24,6 +25,10 @@ class ReuseLookup(Protocol):
         ...
 
 
+LOOKUP = Registry[ReuseLookup]("lookup", doc="where a round finds the reuse boundary")
+
+
+@LOOKUP.register
 @dataclass(frozen=True, slots=True)
 class HintIndex:
     """WavePP: the minimum over *all* stages of the longest resident prefix, from the shared
@@ -38,6 +43,7 @@ class HintIndex:
                 sum(r.probes for r in results))
 
 
+@LOOKUP.register
 @dataclass(frozen=True, slots=True)
 class FirstStageTree:
     """A conventional PP loop: the first rank matches the prefix in its own KV cache manager

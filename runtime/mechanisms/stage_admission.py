@@ -11,15 +11,14 @@ it goes back to admission) or :class:`Fail`.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 from wavepp.runtime.engines.base import LeaseItem
+from wavepp.runtime.mechanisms.ports import StagePort
 from wavepp.runtime.mechanisms.reserve import Reserve
+from wavepp.runtime.registry import Registry
 from wavepp.runtime.request import AdmittedRequest, Chunk
 from wavepp.telemetry import names as N
-
-if TYPE_CHECKING:
-    from wavepp.runtime.stage_tasks import StageWorker
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,7 +59,7 @@ class StageAdmission(Protocol):
         """The stages an admission round leases and escrows on."""
         ...
 
-    async def before_chunk(self, stage: StageWorker, wave_id: int, a: AdmittedRequest, chunk: Chunk,
+    async def before_chunk(self, stage: StagePort, wave_id: int, a: AdmittedRequest, chunk: Chunk,
                            reserve: Reserve) -> StageVerdict:
         """``stage`` is about to prepare ``chunk`` of wave ``wave_id``: what to do with it.
         ``reserve``: what a stage escrowing here sets aside (the request's own policy's). A chunk
@@ -68,6 +67,10 @@ class StageAdmission(Protocol):
         ...
 
 
+STAGE_ADMISSION = Registry[StageAdmission]("stage-admission", doc="which stages lease + escrow at admission")
+
+
+@STAGE_ADMISSION.register
 @dataclass(frozen=True, slots=True)
 class EveryStage:
     """WavePP: lease + escrow on every stage at admission, so a chunk never meets a stage that
@@ -78,11 +81,12 @@ class EveryStage:
     def admit_stages(self, num_stages: int) -> list[int]:
         return list(range(num_stages))
 
-    async def before_chunk(self, stage: StageWorker, wave_id: int, a: AdmittedRequest, chunk: Chunk,
+    async def before_chunk(self, stage: StagePort, wave_id: int, a: AdmittedRequest, chunk: Chunk,
                            reserve: Reserve) -> StageVerdict:
         return READY
 
 
+@STAGE_ADMISSION.register
 @dataclass(frozen=True, slots=True)
 class OnFirstChunk:
     """A conventional PP loop: admission allocates on the first rank only; each other rank
@@ -102,7 +106,7 @@ class OnFirstChunk:
     def admit_stages(self, num_stages: int) -> list[int]:
         return [0]
 
-    async def before_chunk(self, stage: StageWorker, wave_id: int, a: AdmittedRequest, chunk: Chunk,
+    async def before_chunk(self, stage: StagePort, wave_id: int, a: AdmittedRequest, chunk: Chunk,
                            reserve: Reserve) -> StageVerdict:
         s, run = stage.stage, stage.run
         if s in a.admit_stages or s in a.local_stages:
@@ -129,7 +133,7 @@ class OnFirstChunk:
             if not run.completes_ahead(wave_id):
                 why = f"stage {s} lacks KV capacity for stage 0's schedule of request {req.id}"
                 return Readmit(why) if run.admitted_under_others(a.policy) else Fail(why)
-            with stage.tel.span(N.STAGE_WAIT, {N.STAGE: s, N.REQUEST_ID: req.id}):
+            with stage.span(N.STAGE_WAIT, {N.STAGE: s, N.REQUEST_ID: req.id}):
                 await run.capacity.wait()
             if await dropped_meanwhile():
                 return READY

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
+from wavepp.runtime.registry import Registry
 from wavepp.runtime.request import AdmittedRequest
 
 
@@ -23,6 +24,10 @@ class TokenCharge(Protocol):
         ...
 
 
+CHARGE = Registry[TokenCharge]("charge", doc="what a chunk costs against a wave's budget")
+
+
+@CHARGE.register
 @dataclass(frozen=True, slots=True)
 class SuffixOnly:
     """Only uncached tokens are charged: the scheduler knows the reuse boundary when it plans
@@ -37,6 +42,7 @@ class SuffixOnly:
         return a.scheduled
 
 
+@CHARGE.register
 @dataclass(frozen=True, slots=True)
 class FromPositionZero:
     """TensorRT-LLM's micro-batch scheduler before the reuse credit (PR #11637): a new context

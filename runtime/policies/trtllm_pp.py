@@ -6,11 +6,11 @@ each mechanism's own docstring cites what it models:
 * admission inside the loop on the first rank (``InlineRounds``);
 * the first rank matches reuse alone; the other ranks ``add_sequence`` on the first chunk and
   fall back late when they lack the prefix (``FirstStageTree``, ``OnFirstChunk``);
-* new requests relayed down the chain with their token ids (``RequestRelay``);
+* new requests relayed down the chain with their token ids (``RelayRequests``);
 * per-iteration lockstep host work on every rank: schedule relay, scheduler re-run, radix
   walks of pending prompts, prompt copies (``Lockstep``);
 * ``num_micro_batches = pp_size`` (``Ring(1)``), a slot reopening only once the last rank's
-  sample state is back on rank 0 (``ReturnPath(ring=True)``);
+  sample state is back on rank 0 (``SampleStateRing``);
 * static chunks of ``max_num_tokens`` (default 8192), FCFS (``Static``); the budget charged
   for uncached tokens since the reuse credit (``SuffixOnly``: PRs #11637, #12976, #15066), or
   from position 0 before it (``FromPositionZero``).
@@ -28,7 +28,7 @@ import dataclasses
 from wavepp.runtime.mechanisms.admission_drive import InlineRounds
 from wavepp.runtime.mechanisms.chunking import Static
 from wavepp.runtime.mechanisms.host_work import Lockstep
-from wavepp.runtime.mechanisms.iteration import FillWaves, RequestRelay, ReturnPath, Ring
+from wavepp.runtime.mechanisms.iteration import NoFill, RelayRequests, Ring, SampleStateRing
 from wavepp.runtime.mechanisms.reserve import WholePrompt
 from wavepp.runtime.mechanisms.reuse_lookup import FirstStageTree
 from wavepp.runtime.mechanisms.stage_admission import OnFirstChunk
@@ -37,8 +37,8 @@ from wavepp.runtime.policies.base import Policy
 
 #: The behaviour of TensorRT-LLM main as read from its source (2026): reuse-credited token budget.
 TRTLLM_PP = Policy("trtllm-pp", admission=InlineRounds(), lookup=FirstStageTree(), stage_admission=OnFirstChunk(),
-                   charge=SuffixOnly(), chunking=Static(), ring=Ring(1), fill=FillWaves(False),
-                   relay=RequestRelay(True), host=Lockstep(), return_path=ReturnPath(True))
+                   charge=SuffixOnly(), chunking=Static(), ring=Ring(1), fill=NoFill(),
+                   relay=RelayRequests(), host=Lockstep(), return_path=SampleStateRing())
 
 #: Releases before the reuse credit of PR #11637 (merged February 2026): a new context request's
 #: budget is charged from position 0, cached prefix included; and before PR #11490, whose

@@ -2,7 +2,7 @@
 
 from wavepp.runtime.mechanisms.admission_drive import AsyncRounds
 from wavepp.runtime.mechanisms.chunking import Mpu
-from wavepp.runtime.mechanisms.iteration import FillWaves, RequestRelay, Ring
+from wavepp.runtime.mechanisms.iteration import FillToMinimum, PlansFromStore, Ring
 from wavepp.runtime.mechanisms.reuse_lookup import HintIndex
 from wavepp.runtime.mechanisms.stage_admission import EveryStage
 from wavepp.runtime.mechanisms.token_charge import SuffixOnly
@@ -12,4 +12,4 @@ from wavepp.runtime.policies.base import Policy
 #: stage; MPU wave budget with hysteresis (charged only for uncached tokens); a ring of R = 2P
 #: waves in flight; a wave smaller than b_min waits for more work while P waves keep the stages busy.
 WAVEPP = Policy("wavepp", admission=AsyncRounds(), lookup=HintIndex(), stage_admission=EveryStage(),
-                charge=SuffixOnly(), chunking=Mpu(), ring=Ring(2), fill=FillWaves(True), relay=RequestRelay(False))
+                charge=SuffixOnly(), chunking=Mpu(), ring=Ring(2), fill=FillToMinimum(), relay=PlansFromStore())

@@ -361,7 +361,6 @@ def create_app(rt: ServerRuntime, served_model: str, tokenizer: Any = None, admi
         return {"spans": items, "last": last, "pp": rt.engine.pp, "block_size": block_size, "vocab_size": vocab,
                 "max_prompt_tokens": rt.max_prompt_tokens,
                 "default_prompt_tokens": min(rt.engine.default_prompt_tokens(), rt.max_prompt_tokens),
-                "inline_admission": rt.loop.policy.admission.inline if rt.loop else False,
                 "capacities": [h.capacity for h in rt.parts.handles] if rt.parts else [],
                 "engine": rt.engine.name, "model": served_model, "policy": rt.loop.knobs.policy if rt.loop else None,
                 "knobs": rt.loop.knobs.as_dict() if rt.loop else None}

@@ -164,8 +164,7 @@ class LoadGenerator:
             spans = await self._spans(client, start_seq)
         policies = wave_policies(spans)
         meta = {"policy": policy_label(policies, at_start["policy"]), "engine": info["engine"], "model": info["model"],
-                "hardware": "http", "concurrency": self.concurrency, "workload": self.spec.name,
-                "inline_admission": info.get("inline_admission", False)}
+                "hardware": "http", "concurrency": self.concurrency, "workload": self.spec.name}
         figures = compute_figures(spans, info["pp"], meta)
         return UrlRun(figures, clients, {**info, "url": self.url}, policies)
 

@@ -246,7 +246,7 @@ class ServerRuntime:
         self.idle.add(spans)
         if self.idle.spans_held > IDLE_RESTART_SPANS:
             self.idle.restart(self.ring.read(max(0, self._ring_seen - IDLE_RESTART_SPANS // 2))[0])
-        for (stage, cause), seconds in self.idle.settle(policy.admission.inline).items():
+        for (stage, cause), seconds in self.idle.settle().items():
             self.metrics.stage_idle.add(seconds, {"policy": policy.name, "stage": stage, "cause": cause})
 
     async def store_reachable(self) -> bool:

@@ -41,7 +41,7 @@ def test_tables_hold_what_the_spans_say() -> None:
 def test_bubbles_are_the_idle_intervals_of_the_one_split_clipped_to_the_window() -> None:
     spans = run()
     fr = build(spans)
-    intervals = idle_intervals(spans, 2, 0, int(2.5 * S), inline_admission=False)
+    intervals = idle_intervals(spans, 2, 0, int(2.5 * S))
     df = idle_window(intervals, fr.origin_ns, 0.0, 2.5)
     got = [(s, round(a, 6), round(b, 6), c)
            for s, a, b, c in df[["stage", "t0", "t1", "cause"]].itertuples(index=False)]

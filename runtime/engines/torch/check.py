@@ -30,7 +30,7 @@ from wavepp.runtime.engines.torch.dist.stage_server import StageSpec
 from wavepp.runtime.engines.torch.executor import TorchExecutor
 from wavepp.runtime.engines.torch.model import StageModel, build_stages, split_layers
 from wavepp.runtime.engines.torch.weights import load_hf_dir, random_weights
-from wavepp.runtime.request import Chunk, Request, Wave
+from wavepp.runtime.request import Chunk, Request, Wave, cdiv
 
 TOL_FP32 = 1e-4
 
@@ -102,7 +102,7 @@ def run_check(model_spec: str | Path | DecoderConfig, pp: int, block_size: int, 
     if not 1 <= pp <= cfg.num_layers:
         raise ValueError(f"pp must be in [1, num_layers={cfg.num_layers}], got {pp}")
     reused_blocks = min(reuse // block_size, (length - 1) // block_size)
-    blocks_per_prompt = -(-length // block_size)
+    blocks_per_prompt = cdiv(length, block_size)
     pools = [num_prompts * 2 * blocks_per_prompt + s for s in range(pp)]  # uneven, like real stages
     gen = torch.Generator().manual_seed(seed + 1)
     free = [torch.randperm(n, generator=gen).tolist() for n in pools]

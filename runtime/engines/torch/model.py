@@ -23,6 +23,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from wavepp.runtime.engines.torch.config import DecoderConfig
+from wavepp.runtime.request import cdiv
 
 
 def default_device_dtype() -> tuple[torch.device, torch.dtype]:
@@ -233,7 +234,7 @@ class StageModel(nn.Module):
         B = self.block_size
         if len(block_table) * B < num_tokens:
             raise ValueError(f"block table of {len(block_table)} blocks cannot hold {num_tokens} tokens (B={B})")
-        blocks = torch.as_tensor(list(block_table[: -(-num_tokens // B)]), dtype=torch.long)
+        blocks = torch.as_tensor(list(block_table[: cdiv(num_tokens, B)]), dtype=torch.long)
         if blocks.numel() and (int(blocks.min()) < 0 or int(blocks.max()) >= self.num_blocks):
             raise ValueError(f"block id out of range [0, {self.num_blocks}) in block table")
         slots = (blocks[:, None] * B + torch.arange(B)[None, :]).flatten()[:num_tokens]
