@@ -17,7 +17,9 @@ from opentelemetry.sdk.trace import ReadableSpan
 from wavepp.runtime.engines.base import EngineParts
 from wavepp.runtime.engines.common import store_source
 from wavepp.runtime.knobs import Knobs
+from wavepp.runtime.kvcache.pools import CachePool
 from wavepp.runtime.loop import LoopResult, PipelineLoop
+from wavepp.runtime.policies import get_policy
 from wavepp.runtime.report import RunFigures, compute_figures
 from wavepp.runtime.run_meta import describe_run
 from wavepp.runtime.runfile import RunInfo, SavedRun
@@ -43,7 +45,7 @@ class Engine(Protocol):
     @property
     def max_context(self) -> int: ...
     def default_prompt_tokens(self) -> int: ...
-    def build(self) -> EngineParts: ...
+    def build(self, pool: CachePool = ...) -> EngineParts: ...
     def default_knobs(self) -> Knobs: ...
     async def open_store(self, deadline_s: float | None = None) -> Store: ...
     def telemetry(self, run: RunInfo | None = None, keep: bool = True, **options: Any) -> Telemetry: ...
@@ -100,7 +102,7 @@ def run_one(engine: Engine, cfg: BenchConfig, policy_name: str, concurrency: int
             workload: Workload | TraceWorkload | None = None) -> RunRecord:
     """One run; ``workload`` replaces the one ``cfg`` names (a what-if replay brings its own)."""
     knobs = cfg.knobs.replace(policy=policy_name)
-    parts = engine.build()
+    parts = engine.build(get_policy(policy_name).pool)
     run = RunInfo.new(policy_name, cfg.workload.name, concurrency, engine.name, store_source(engine.store_url))
     meta = describe_run(engine, run, knobs, [h.capacity for h in parts.handles], cfg.model_name, cfg.hardware_name)
     meta["telemetry"] = telemetry

@@ -162,11 +162,11 @@ class KnobWatcher:
         self._seen = record.version
         try:
             knobs = from_dict(record.values, self.deployment)
+            self.apply(knobs, record.version)   # KnobError too when the run cannot take them (e.g. its cache pool)
         except KnobError as exc:              # validated on write; a foreign writer may differ
             self._refuse(record.version, str(exc))
             return
         self.version, self.knobs, self.refused = record.version, knobs, None
-        self.apply(knobs, record.version)
 
     async def _restore_deployment(self, found: Deployment | None) -> None:
         if not self._deployment_reported:     # a client rewriting it in a loop must not flood the log

@@ -38,7 +38,7 @@ from wavepp.runtime.completion import LoopResult, RequestEnds
 from wavepp.runtime.control_plane import KnobWatcher, LeaseRegistry, StoreWriter
 from wavepp.runtime.engines.base import LeaseItem, MaterializeItem, StageExecutor, StageHandle, now
 from wavepp.runtime.index_publisher import IndexPublisher
-from wavepp.runtime.knobs import Deployment, Knobs, check_block_size
+from wavepp.runtime.knobs import Deployment, KnobError, Knobs, check_block_size
 from wavepp.runtime.policies import get_policy
 from wavepp.runtime.policies.base import Policy
 from wavepp.runtime.publications import Publication, Publications
@@ -95,6 +95,7 @@ class PipelineLoop:
         self.writer = StoreWriter()
         self.registry = LeaseRegistry(store, self.writer)
         self._configure(knobs)
+        self.pool = self.policy.pool              # the engine built the caches with it: fixed for the run
         self.queue = AdmissionQueue(self.run_state, self.admission, knobs, self.registry, telemetry, self.spans)
         self.ends = RequestEnds(self.run_state, self.handles, executor, telemetry, self.spans, self.registry,
                                 self.result, lambda: self.policy, self.next_arrival, self.remember_computed,
@@ -123,7 +124,12 @@ class PipelineLoop:
 
     # ---- public -------------------------------------------------------------------------------
     def set_knobs(self, knobs: Knobs) -> None:
-        """Apply new knobs at the next wave boundary (KnobError now if this deployment cannot use them)."""
+        """Apply new knobs at the next wave boundary (KnobError now if this deployment cannot use them:
+        token budgets that are not whole blocks, a policy whose caches are provided another way)."""
+        pool = get_policy(knobs.policy).pool
+        if pool != self.pool:
+            raise KnobError({"policy": f"{knobs.policy[:40]} needs the {pool.name} cache pool; this run's caches "
+                                       f"are {self.pool.name}"})
         self._pending_knobs = check_block_size(knobs, self.block_size)
 
     def _publications(self, meta: dict[str, Any] | None) -> list[Publication]:

@@ -100,8 +100,8 @@ def test_a_descriptor_mismatch_fails_exactly_one_request_and_leaks_nothing(
     engine = small_engine()
     real_build = engine.build
 
-    def build():  # type: ignore[no-untyped-def]
-        parts = real_build()
+    def build(*args):  # type: ignore[no-untyped-def]
+        parts = real_build(*args)
         cache = parts.handles[2].cache
         real = cache.materialize
 
@@ -138,8 +138,8 @@ def test_concurrent_leases_never_exceed_the_bound() -> None:
     peak = [0]
     real_build = engine.build
 
-    def build():  # type: ignore[no-untyped-def]
-        parts = real_build()
+    def build(*args):  # type: ignore[no-untyped-def]
+        parts = real_build(*args)
         for h in parts.handles:
             real_lease = h.cache.lease
 

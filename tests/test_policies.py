@@ -58,10 +58,10 @@ def test_presets_are_compositions_and_the_knob_lists_them() -> None:
     wavepp, trt, legacy = (POLICIES.get(n) for n in ("wavepp", "trtllm-pp", "trtllm-pp-legacy"))
     assert wavepp.mechanisms() == {"admission": "async", "lookup": "hint-index", "stage-admission": "every-stage",
                                    "charge": "suffix", "chunking": "mpu", "ring": "2P", "fill": "on", "relay": "off",
-                                   "reserve": "suffix", "host": "none", "return": "direct"}
+                                   "reserve": "suffix", "host": "none", "return": "direct", "pool": "per-stage"}
     assert trt.mechanisms() == {"admission": "inline", "lookup": "first-stage", "stage-admission": "first-chunk",
                                 "charge": "suffix", "chunking": "static", "ring": "P", "fill": "off", "relay": "on",
-                                "reserve": "suffix", "host": "lockstep", "return": "ring"}
+                                "reserve": "suffix", "host": "lockstep", "return": "ring", "pool": "per-stage"}
     assert legacy.mechanisms() == {**trt.mechanisms(), "charge": "position0", "reserve": "whole-prompt"}
 
 
@@ -210,3 +210,29 @@ def test_the_ring_return_path_adds_one_stage_message_before_a_slot_reopens() -> 
     hop = engine.costs.stage_message_s
     assert ring.makespan_s > direct.makespan_s
     assert ring.makespan_s - direct.makespan_s <= 1.5 * hop * ring.waves
+
+
+# ---- the cache pool: how an engine provides the stages' caches -----------------------------------
+
+def test_the_policys_pool_sizes_the_caches_and_a_switch_to_another_pool_is_refused() -> None:
+
+    from wavepp.runtime.loop import PipelineLoop
+    from wavepp.runtime.runfile import RunInfo
+    from wavepp.runtime.workloads import Workload
+    engine = SimEngine("llama-3-8b", "h200", 3, block_size=B, kv_blocks=[900, 500, 700])
+    assert [h.capacity for h in engine.build(get_policy("wavepp").pool).handles] == [900, 500, 700]
+    parts = engine.build(get_policy("wavepp+pool=min").pool)
+    assert [h.capacity for h in parts.handles] == [500, 500, 500]     # TensorRT-LLM: allreduce MIN
+
+    async def main() -> None:
+        store = await engine.open_store()
+        knobs = engine.default_knobs().replace(policy="wavepp+pool=min")
+        workload = Workload(parse_workload("reuse90"), 8, 1024, B, engine.vocab_size, 0)
+        loop = PipelineLoop(parts.handles, parts.executor, store, knobs, workload, 4,
+                            engine.telemetry(RunInfo.new("x", "reuse90", 4, "sim", "memory")), B)
+        with pytest.raises(KnobError, match="policy: wavepp needs the per-stage cache pool; this run's caches are min"):
+            loop.set_knobs(knobs.replace(policy="wavepp"))
+        loop.set_knobs(knobs.replace(policy="wavepp+pool=min+ring=P"))      # same pool: taken
+        result = await loop.run()
+        assert len(result.completions) == 8 and not result.failures
+    engine.run(main())

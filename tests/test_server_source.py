@@ -104,9 +104,9 @@ def test_a_request_cancelled_inside_its_admission_round_is_withdrawn_when_the_ro
         gate = asyncio.Event()
         round_ = loop.admission.round
 
-        async def held_round(batch: list[Request]) -> object:     # the round waits until the test lets it go
+        async def held_round(batch: list[Request], *rest: object) -> object:     # waits until the test lets it go
             await gate.wait()
-            return await round_(batch)
+            return await round_(batch, *rest)  # type: ignore[arg-type]
         loop.admission.round = held_round  # type: ignore[method-assign]
         run = asyncio.create_task(loop.run())
         await until(lambda: source.ready)

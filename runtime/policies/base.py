@@ -13,6 +13,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
+from wavepp.runtime.kvcache.pools import POOL, CachePool, PerStage
 from wavepp.runtime.mechanisms.admission_drive import ADMISSION, AdmissionDrive
 from wavepp.runtime.mechanisms.chunking import CHUNKING, Chunking
 from wavepp.runtime.mechanisms.host_work import HOST, HostWork, Overlapped
@@ -50,6 +51,7 @@ class Policy:
     reserve: Reserve = SuffixBlocks()
     host: HostWork = Overlapped()
     return_path: ReturnPath = DirectReturn()
+    pool: CachePool = PerStage()             # fixed for a run: the engine builds the caches with it
 
     def mechanisms(self) -> dict[str, str]:
         """Kind -> variant name: what this policy runs (saved with every run)."""
@@ -72,4 +74,4 @@ class Policy:
 
 #: every mechanism kind (as written in a policy spec) -> its registry of variants
 KINDS: dict[str, Registry[Any]] = {r.kind: r for r in (
-    ADMISSION, LOOKUP, STAGE_ADMISSION, CHARGE, CHUNKING, RING, FILL, RELAY, RESERVE, HOST, RETURN)}
+    ADMISSION, LOOKUP, STAGE_ADMISSION, CHARGE, CHUNKING, RING, FILL, RELAY, RESERVE, HOST, RETURN, POOL)}

@@ -23,6 +23,7 @@ from wavepp.runtime.hashing import block_hashes
 from wavepp.runtime.idle_causes import LiveIdle
 from wavepp.runtime.knobs import Deployment, Knobs, check_block_size
 from wavepp.runtime.loop import PipelineLoop
+from wavepp.runtime.policies import get_policy
 from wavepp.runtime.policies.base import Policy
 from wavepp.runtime.request import Request
 from wavepp.runtime.run_meta import describe_run
@@ -111,7 +112,7 @@ class ServerRuntime:
     # ---- life cycle -----------------------------------------------------------------------------
     async def start(self) -> None:
         """Build the stages, open the store and start the loop (returns once it takes requests)."""
-        self.parts = self.engine.build()
+        self.parts = self.engine.build(get_policy(self.knobs.policy).pool)
         self.store = self.parts.store = await self.engine.open_store(self.store_deadline_s)
         # A server keeps no span list, only the bounded ring (/v1/spans); the process's metrics (/metrics)
         # and, from OTEL_* / the store, OTLP and the Redis span stream (telemetry.setup).

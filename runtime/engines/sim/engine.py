@@ -18,7 +18,7 @@ from wavepp.runtime.engines.sim.perf_interp import TableCoverageError
 from wavepp.runtime.engines.sim.profiles import get_hardware, get_model
 from wavepp.runtime.engines.sim.table_cost import load_table_cost_model
 from wavepp.runtime.knobs import CPU_KNOBS, Knobs
-from wavepp.runtime.kvcache.stage_cache import StageCache
+from wavepp.runtime.kvcache.pools import CachePool, PerStage
 from wavepp.runtime.runfile import RunInfo
 from wavepp.store.base import Store
 from wavepp.store.memory import MemoryStore
@@ -26,6 +26,7 @@ from wavepp.store.urls import parse_store_url
 from wavepp.telemetry.setup import Telemetry
 
 T = TypeVar("T")
+PER_STAGE = PerStage()
 # Every KV block is a Python object in its stage's pool (runtime.kvcache.block_pool): beyond this
 # many in all, building the stages alone takes many GB and minutes (e.g. glm-5.2 on PP64: 189M).
 MAX_SIM_BLOCKS = 1 << 26
@@ -153,11 +154,11 @@ class SimEngine:
             return min(1024, self._context // 2)
         return min(32768, self._context // 2)
 
-    def build(self) -> EngineParts:
-        """Fresh stages for one run. In real time (and on the CPU clock), coordination costs are paid for
-        real (no hook)."""
+    def build(self, pool: CachePool = PER_STAGE) -> EngineParts:
+        """Fresh stages for one run, their caches provided by ``pool`` (the policy's). In real time
+        (and on the CPU clock), coordination costs are paid for real (no hook)."""
         hook = SimCostHook(self.costs) if self.virtual else None
-        handles = [StageHandle(StageCache(s, n, self.block_size), hook) for s, n in enumerate(self.capacities)]
+        handles = [StageHandle(cache, hook) for cache in pool.caches(self.capacities, self.block_size)]
         executor = SimExecutor(self.cost_model, self.time_scale, self._context, self.step_fit)
         return EngineParts(handles, executor, MemoryStore(), self.block_size)
 

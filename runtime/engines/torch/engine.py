@@ -30,7 +30,7 @@ from wavepp.runtime.engines.torch.executor import TorchExecutor
 from wavepp.runtime.engines.torch.model import build_stages, default_device_dtype, split_layers
 from wavepp.runtime.engines.torch.weights import load_hf_dir, random_weights
 from wavepp.runtime.knobs import CPU_KNOBS, Knobs
-from wavepp.runtime.kvcache.stage_cache import StageCache
+from wavepp.runtime.kvcache.pools import CachePool, PerStage
 from wavepp.runtime.runfile import RunInfo
 from wavepp.store.base import Store
 from wavepp.store.memory import MemoryStore
@@ -38,6 +38,7 @@ from wavepp.store.urls import parse_store_url
 from wavepp.telemetry.setup import Telemetry
 
 T = TypeVar("T")
+PER_STAGE = PerStage()
 DEFAULT_KV_MB = 256            # per stage, when neither --kv-blocks nor --kv-memory-mb is given
 
 
@@ -102,17 +103,18 @@ class TorchEngine:
         """Wave budgets scaled to CPU-sized prompts (``runtime.knobs.CPU_KNOBS``)."""
         return CPU_KNOBS
 
-    def build(self) -> EngineParts:
-        """Fresh caches for one run (the stage processes reset theirs)."""
+    def build(self, pool: CachePool = PER_STAGE) -> EngineParts:
+        """Fresh caches for one run, provided by ``pool`` (the policy's; the stage processes reset
+        theirs to the sizes it gives)."""
         if self._procs is not None:
-            self._procs.reset()
-            handles = [StageHandle(StageCache(0, self.capacities[0], self.block_size))]
-            handles += [RemoteStageHandle(s, self._procs.procs.rpcs[s], n)
-                        for s, n in enumerate(self.capacities) if s > 0]
+            sizes = pool.sizes(self.capacities)
+            self._procs.reset(sizes)
+            handles = [StageHandle(pool.caches(self.capacities, self.block_size)[0])]
+            handles += [RemoteStageHandle(s, self._procs.procs.rpcs[s], n) for s, n in enumerate(sizes) if s > 0]
             return EngineParts(handles, self._procs, MemoryStore(), self.block_size)
         stages = build_stages(self.cfg, self.pp, self.capacities, self.block_size, self.weights,
                               device=self.device, dtype=self.dtype)
-        handles = [StageHandle(StageCache(s, n, self.block_size)) for s, n in enumerate(self.capacities)]
+        handles = [StageHandle(cache) for cache in pool.caches(self.capacities, self.block_size)]
         return EngineParts(handles, TorchExecutor(stages, self.cfg.max_position), MemoryStore(), self.block_size)
 
     def close(self, orderly: bool = True) -> None:

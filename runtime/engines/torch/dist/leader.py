@@ -177,8 +177,9 @@ class StageProcesses:
         for f in [self.rpcs[s].submit("build", spec) for s, spec in specs.items()]:
             f.result()
 
-    def reset(self) -> None:
-        for f in [rpc.submit("reset") for rpc in self.rpcs.values()]:
+    def reset(self, sizes: Sequence[int]) -> None:
+        """A new run: each stage process an empty cache of ``sizes[stage]`` blocks."""
+        for f in [rpc.submit("reset", sizes[s]) for s, rpc in self.rpcs.items()]:
             f.result()
 
     async def blame(self, step: Awaitable[T]) -> T:
@@ -236,9 +237,9 @@ class ProcessExecutor(RequestBook):
         self._outputs: dict[int, tuple[Keys, Tensor]] = {}
         self._compute = ThreadPoolExecutor(1, thread_name_prefix="stage0")
 
-    def reset(self) -> None:
-        """A new run: every stage starts with an empty cache and nothing in flight."""
-        self.procs.reset()
+    def reset(self, sizes: Sequence[int]) -> None:
+        """A new run: every stage starts with an empty cache (``sizes[stage]`` blocks) and nothing in flight."""
+        self.procs.reset(sizes)
         self.clear()
         self._outputs.clear()
 

@@ -167,7 +167,8 @@ class StageServer:
             return self.model.num_blocks
         if op == "reset":                      # a new run: an empty cache (the pool's contents are garbage)
             assert self.model is not None
-            self.handle = StageHandle(StageCache(self.stage, self.model.num_blocks, self.model.block_size))
+            num_blocks = min(int(args[0]), self.model.num_blocks)   # a pool may use fewer than the KV tensor holds
+            self.handle = StageHandle(StageCache(self.stage, num_blocks, self.model.block_size))
             self.outputs.clear()
             with self.arrived:
                 self.packets.clear()
