@@ -157,6 +157,8 @@ class AdmissionQueue:
         ended = self.tel.now_ns()
         for a in result.admitted:
             span = self.spans[a.id]
+            if not span.is_recording():        # an unmeasured request (the warm-up)
+                continue
             self.tel.event(span, N.EVENT_ADMITTED, {N.REUSE_BLOCKS: a.reuse_blocks})
             span.set_attributes({N.ADMISSION_LATENCY: (ended - span.start_time) / 1e9,
                                  N.ADMISSION_ROUND_S: (ended - started) / 1e9,

@@ -62,6 +62,9 @@ class RequestEnds:
         self.on_retired = on_retired
         # An open-loop source's hook: each request's completion, or its one-line error, as it ends.
         self.on_outcome: Callable[[str, Completion | str], None] | None = None
+        # Warm-up requests (the loop's warm_up): each one's end resolves its future and counts in no
+        # result, no progress and no closed loop.
+        self.warming: dict[str, asyncio.Future[Completion | str]] = {}
 
     async def retire(self, wave: Wave, live: list[Chunk]) -> None:
         """The last stage ran ``wave`` (its ``live`` chunks): finish the requests it completes,
@@ -103,11 +106,20 @@ class RequestEnds:
         self.tel.end(span)
         completion = Completion(req.id, self.executor.first_token(req.id), tables, a.reused_tokens,
                                 now() - req.arrival)
-        self.result.completions.append(completion)
         self.executor.forget(req.id)
+        if self._warmed_up(req.id, completion):
+            return
+        self.result.completions.append(completion)
         if self.on_outcome is not None:
             self.on_outcome(req.id, completion)
         self._ended()
+
+    def _warmed_up(self, rid: str, outcome: Completion | str) -> bool:
+        future = self.warming.pop(rid, None)
+        if future is None:
+            return False
+        future.set_result(outcome)
+        return True
 
     def _ended(self) -> None:
         self.run.ended()
@@ -135,12 +147,14 @@ class RequestEnds:
         """End a request that holds nothing on any stage with ``error``."""
         req.state = RequestState.FAILED
         self.executor.forget(req.id)
-        self.result.failures[req.id] = error
-        self.result.num_failed += 1
         span = self.spans.pop(req.id)
         self.tel.event(span, N.EVENT_FAILED, {N.ERROR: error})
         span.set_attributes({N.FALLBACKS: req.fallbacks, N.OUTCOME: "failed"})
         self.tel.end(span, error=error)
+        if self._warmed_up(req.id, error):
+            return
+        self.result.failures[req.id] = error
+        self.result.num_failed += 1
         if self.on_outcome is not None:
             self.on_outcome(req.id, error)
         self._ended()

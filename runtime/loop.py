@@ -34,21 +34,19 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from wavepp.runtime.admission import Admission, AdmissionQueue
+from wavepp.runtime.arrivals import ArrivalPort, ArrivalSource
 from wavepp.runtime.completion import LoopResult, RequestEnds
 from wavepp.runtime.control_plane import KnobWatcher, LeaseRegistry, StoreWriter
-from wavepp.runtime.engines.base import LeaseItem, MaterializeItem, StageExecutor, StageHandle, now
+from wavepp.runtime.engines.base import StageExecutor, StageHandle, now
 from wavepp.runtime.index_publisher import IndexPublisher
 from wavepp.runtime.knobs import Deployment, KnobError, Knobs, check_block_size
 from wavepp.runtime.policies import get_policy
 from wavepp.runtime.policies.base import Policy
 from wavepp.runtime.publications import Publication, Publications
-from wavepp.runtime.request import Chunk, Request, Wave, cdiv
+from wavepp.runtime.request import Completion, Request, Wave, cdiv
 from wavepp.runtime.run_state import RunState
-from wavepp.runtime.server_source import LoopPort, ServerSource
 from wavepp.runtime.stage_tasks import StageWorker, run_link
-from wavepp.runtime.traces import TraceWorkload
 from wavepp.runtime.watchdog import DEFAULT_STALL_TIMEOUT_S, watch
-from wavepp.runtime.workloads import Workload
 from wavepp.store.base import Store
 from wavepp.store.resilient import ResilientStore
 from wavepp.telemetry import names as N
@@ -66,7 +64,7 @@ class PipelineLoop:
     """One run of a workload through P stages under one policy."""
 
     def __init__(self, handles: Sequence[StageHandle], executor: StageExecutor, store: Store,
-                 knobs: Knobs, workload: Workload | TraceWorkload | ServerSource, concurrency: int,
+                 knobs: Knobs, workload: ArrivalSource, concurrency: int,
                  telemetry: Telemetry, block_size: int, publish_plans: bool = True,
                  stall_timeout_s: float = DEFAULT_STALL_TIMEOUT_S, meta: dict[str, Any] | None = None) -> None:
         """``stall_timeout_s``: end the run with :class:`runtime.watchdog.Stalled` when nothing
@@ -112,6 +110,8 @@ class PipelineLoop:
         self.progress: Callable[[int, int], None] | None = None   # (finished, total) after each request
         self.ever_computed: dict[int, None] = {}       # an insertion-ordered set, capped
         self.done = asyncio.Event()
+        self.port = ArrivalPort(self._arrive, self.run_state, self.ends, self.result.failures, concurrency,
+                                lambda: self.num_finished, self.done)
 
     def _configure(self, knobs: Knobs) -> None:
         """Policy, admission, planner and ring from the knobs (at start and at a wave boundary)."""
@@ -150,39 +150,24 @@ class PipelineLoop:
     def _knobs_refused(self, version: int, reason: str) -> None:
         self._plan_events.append((N.EVENT_KNOBS_REFUSED, {N.KNOBS_VERSION: version, N.ERROR: reason}))
 
-    async def prime(self) -> None:
-        """Compute the workload's already-seen prefixes into every stage's cache (not measured).
-
-        Each prefix runs through the stages as one chunk, so a real engine holds real K/V for
-        it; stages with less room keep fewer (their LRU evicts) - residency starts to diverge.
-        """
-        for i, (tokens, hashes) in enumerate(self.workload.primed_prompts()):
-            req = Request(f"prime{i}", tokens, now(), hashes)
-            chunk = Chunk(req.id, 0, req.num_tokens, 0, True)
-            wave = Wave(-1 - i, [chunk], req.num_tokens, now())
-            need = cdiv(req.num_tokens, self.block_size)
-            self.executor.register(req)
-            tables: list[list[int]] = []
-            for h in self.handles:
-                await h.lease([LeaseItem(req.id, hashes, 0, req.num_tokens)], remote=False)
-                if not await h.escrow([(req.id, need)], remote=False):
-                    break
-                [table] = (await h.materialize_many([MaterializeItem(req.id, 0, req.num_tokens, 0)])).tables
-                assert not isinstance(table, Exception), table
-                tables.append(table)
-            if len(tables) == self.num_stages:
-                for s, table in enumerate(tables):
-                    await self.executor.execute(s, wave.id, [chunk], {req.id: table})
-                    if s < self.num_stages - 1:
-                        await self.executor.transfer(s, wave)
-                for h in self.handles:
-                    await h.complete_many([(req.id, hashes)])
-                self.remember_computed(hashes)
-            else:                                   # did not fit on some stage: skip it
-                for h in self.handles:
-                    await h.release([req.id], remote=False)
-            self.executor.forget(req.id)
-        await self.publisher.flush()
+    async def warm_up(self) -> None:
+        """Compute the workload's already-seen prefixes into every stage's cache before the measured
+        arrivals: each one a request on the ordinary path (admission, waves, stage preparation and
+        execution, completion), one at a time, so a real engine holds real K/V for it; stages with
+        less room keep fewer (their LRU evicts) - residency starts to diverge. Not measured: its spans
+        are not recorded and it counts in no figure (a prompt no stage could hold is skipped)."""
+        primed = self.workload.primed_prompts()
+        with self.tel.muted():
+            for i, (tokens, hashes) in enumerate(primed):
+                req = Request(f"prime{i}", tokens, now(), hashes, "prime")
+                self._arrive(req, warming=asyncio.get_running_loop().create_future())
+                await self.ends.warming[req.id]
+            # Its index entries are published before the measured arrivals; the loop's tasks that the
+            # last retirement woke run meanwhile, still unrecorded.
+            await self.publisher.flush()
+        if primed:                           # the measured run plans from scratch (MPU's hysteresis)
+            self._configure(self.knobs)
+            self.queue.configure(self.admission, self.knobs)
 
     async def run(self) -> LoopResult:
         """Run the workload to the end; the last status record says how the run ended."""
@@ -212,8 +197,7 @@ class PipelineLoop:
         if isinstance(self.store, ResilientStore):
             self.store.on_reconnect += [self.publications.republish, self.publisher.rebuild]
         self.published.set()
-        await self.prime()
-        named = {"dispatcher": self._dispatcher(), "admission": self._admission_task(),
+        named = {"arrivals": self._arrivals(), "dispatcher": self._dispatcher(), "admission": self._admission_task(),
                  "publisher": self._publisher(), "store-writer": self.writer.run(),
                  "heartbeat": self.registry.heartbeat(), "knobs": self.knob_watcher.run(),
                  "reaper": self.registry.reaper(self.handles, self.run_state.capacity.notify),
@@ -223,14 +207,6 @@ class PipelineLoop:
         named |= {f"stage{w.stage}": w.execute_waves() for w in self.stages}
         named |= {f"link{s}": run_link(self.stages[s], self.stages[s + 1]) for s in range(self.num_stages - 1)}
         tasks = [asyncio.create_task(coro, name=name) for name, coro in named.items()]
-        if isinstance(self.workload, TraceWorkload) and self.workload.open_loop:
-            tasks.append(asyncio.create_task(self._open_loop_arrivals(self.workload), name="arrivals"))
-        elif isinstance(self.workload, ServerSource):      # requests arrive when clients send them
-            port = LoopPort(self._arrive, self.run_state, self.ends, self.result.failures)
-            tasks.append(asyncio.create_task(self.workload.serve(port), name="arrivals"))
-        else:
-            for _ in range(min(self.concurrency, self.workload.num_requests)):
-                self._arrive()
         done_wait: asyncio.Task[Any] = asyncio.create_task(self.done.wait())
         finished, _ = await asyncio.wait([done_wait, *tasks], return_when=asyncio.FIRST_COMPLETED)
         for t in tasks:
@@ -271,8 +247,11 @@ class PipelineLoop:
         return self.run_state.num_planned
 
     # ---- arrival ------------------------------------------------------------------------------
-    def _arrive(self, req: Request | None = None) -> None:
-        req = req or self.workload.next_request(now())
+    def _arrive(self, req: Request, warming: asyncio.Future[Completion | str] | None = None) -> None:
+        """``req`` arrives (the one path every request takes); ``warming``: a warm-up request, whose end
+        resolves this future and counts nowhere else."""
+        if warming is not None:
+            self.ends.warming[req.id] = warming
         reusable = 0
         for h in req.block_hashes[: (req.num_tokens - 1) // self.block_size]:
             if h not in self.ever_computed:
@@ -298,24 +277,13 @@ class PipelineLoop:
             self.progress(self.num_finished, self.workload.num_requests)
         if self.num_finished >= self.workload.num_requests:
             self.done.set()
-        elif not self.workload.open_loop and not self.workload.exhausted:
-            # Drawn now, handled on the next turn: not recursive when many fail at once.
-            asyncio.get_running_loop().call_soon(self._arrive, self.workload.next_request(now()))
         else:
-            self.run_state.changed.notify()     # open loop: a slot under the concurrency cap is free
+            self.workload.ended(self.port)
 
-    async def _open_loop_arrivals(self, workload: TraceWorkload) -> None:
-        """Requests arrive at the trace's offsets, with at most ``concurrency`` outstanding (a
-        client's max concurrency): one that would exceed it arrives when a request finishes."""
-        start = now()
-        while not workload.exhausted:
-            delay = start + workload.arrival_offset(workload.issued) - now()
-            if delay > 0:
-                await asyncio.sleep(delay)
-            while workload.issued - self.num_finished >= self.concurrency:
-                await self.run_state.changed.wait()
-            self._arrive(workload.next_request(now()))
-        await self.done.wait()              # a task of the run: returning would end it
+    async def _arrivals(self) -> None:
+        """The warm-up, then the source's own arrivals (a task of the run)."""
+        await self.warm_up()
+        await self.workload.arrivals(self.port)
 
     # ---- admission ----------------------------------------------------------------------------
     async def _admission_task(self) -> None:

@@ -1,8 +1,8 @@
 """The open-loop request source of a server: requests arrive when clients send them.
 
 ``wavepp serve`` runs the one pipeline loop (:class:`runtime.loop.PipelineLoop`) with this source in
-place of a workload. The loop hands the source a :class:`LoopPort` - its arrival path, the run
-state and where requests end - and nothing else of itself. A client's request becomes a
+place of a workload. The loop hands the source an :class:`runtime.arrivals.ArrivalPort` - its
+arrival path, the run state and where requests end - and nothing else of itself. A client's request becomes a
 :class:`Request` handed to the arrival path (hint lookup, lease, escrow, waves: nothing
 server-specific past this module); its outcome comes back through ``RequestEnds.on_outcome`` and
 resolves the client's future.
@@ -18,12 +18,10 @@ from __future__ import annotations
 
 import asyncio
 from array import array
-from collections.abc import Callable
 from dataclasses import dataclass
 
-from wavepp.runtime.completion import RequestEnds
+from wavepp.runtime.arrivals import ArrivalPort
 from wavepp.runtime.request import Completion, Request
-from wavepp.runtime.run_state import RunState
 
 FOREVER = 10**12            # a server's loop runs until it is stopped
 CANCELLED = "cancelled by the client"
@@ -41,18 +39,6 @@ class Outcome:
     error: str | None
 
 
-@dataclass(frozen=True, slots=True)
-class LoopPort:
-    """What a request source sees of the loop: its arrival path (span, limits, the waiting line),
-    the run state (withdraw a waiting request) and where requests end (fail one, hear outcomes);
-    ``failures``: the run's failure record, which a server does not keep past the answer."""
-
-    arrive: Callable[[Request], None]
-    run: RunState
-    ends: RequestEnds
-    failures: dict[str, str]
-
-
 class ServerSource:
     """Requests from clients, at most ``max_queue`` of them waiting for admission at once."""
 
@@ -64,7 +50,7 @@ class ServerSource:
         if max_queue < 1:
             raise ValueError(f"the admission queue must hold at least 1 request, got {max_queue}")
         self.max_queue = max_queue
-        self.loop: LoopPort | None = None
+        self.loop: ArrivalPort | None = None
         self._futures: dict[str, asyncio.Future[Outcome]] = {}
         self._cancel: dict[str, str] = {}          # request id -> reason, until it is withdrawn
         self.num_cancelled = 0
@@ -76,7 +62,7 @@ class ServerSource:
         raise RuntimeError("a server's requests come from its clients")
 
     # ---- the loop's side ------------------------------------------------------------------------
-    async def serve(self, loop: LoopPort) -> None:
+    async def arrivals(self, loop: ArrivalPort) -> None:
         """A task of the loop: attach, then withdraw cancelled requests once their admission round ends."""
         self.loop = loop
         loop.ends.on_outcome = self._done
@@ -84,6 +70,9 @@ class ServerSource:
             await loop.run.changed.wait()
             for rid in list(self._cancel):
                 await self._withdraw(rid)
+
+    def ended(self, loop: ArrivalPort) -> None:
+        loop.run.changed.notify()          # open loop: nothing to bring; wake whoever waits for room
 
     def _done(self, request_id: str, outcome: Completion | str) -> None:
         self._cancel.pop(request_id, None)

@@ -13,12 +13,15 @@ count (``on_bad_line="skip"``) or the end of the run before it starts (``"fail"`
 
 from __future__ import annotations
 
+import asyncio
 import json
 import random
 from array import array
 from dataclasses import dataclass
 from pathlib import Path
 
+from wavepp.runtime.arrivals import ArrivalPort, ClosedLoop
+from wavepp.runtime.engines.base import now
 from wavepp.runtime.hashing import ROOT_HASH, block_hashes
 from wavepp.runtime.request import Request, cdiv
 
@@ -93,7 +96,7 @@ def load_trace(path: str, on_bad_line: str = "fail", limit: int | None = None) -
     return Trace(path, rows, skipped, first)
 
 
-class TraceWorkload:
+class TraceWorkload(ClosedLoop):
     """Requests of a trace, in arrival order, with their arrival offsets (open loop).
 
     ``speed`` replays the trace that many times faster (offsets divided by it). A trace built in
@@ -116,7 +119,7 @@ class TraceWorkload:
         self.vocab_size = vocab_size
         self.extra = extra
         self.speed = speed
-        self.open_loop = open_loop
+        self.open_loop = open_loop     # type: ignore[misc]   # a replay of a closed-loop run: False
         self.num_requests = len(trace.rows)
         self.issued = 0
         self._blocks: dict[int, array] = {}
@@ -125,6 +128,28 @@ class TraceWorkload:
     @property
     def exhausted(self) -> bool:
         return self.issued >= self.num_requests
+
+    async def arrivals(self, port: ArrivalPort) -> None:
+        """Open loop: requests arrive at the trace's offsets, with at most ``concurrency`` outstanding
+        (a client's max concurrency): one that would exceed it arrives when a request finishes."""
+        if not self.open_loop:
+            await super().arrivals(port)
+            return
+        start = now()
+        while not self.exhausted:
+            delay = start + self.arrival_offset(self.issued) - now()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            while self.issued - port.finished() >= port.concurrency:
+                await port.run.changed.wait()
+            port.arrive(self.next_request(now()))
+        await port.done.wait()              # a task of the run: returning would end it
+
+    def ended(self, port: ArrivalPort) -> None:
+        if self.open_loop:
+            port.run.changed.notify()       # a slot under the concurrency cap is free
+        else:
+            super().ended(port)
 
     def arrival_offset(self, i: int) -> float:
         """Seconds after the first arrival at which request ``i`` arrives."""

@@ -28,6 +28,7 @@ import random
 from array import array
 from dataclasses import dataclass
 
+from wavepp.runtime.arrivals import ClosedLoop
 from wavepp.runtime.hashing import block_hashes
 from wavepp.runtime.request import Request
 from wavepp.runtime.traces import TraceWorkload, load_trace
@@ -172,11 +173,10 @@ class _Prefix:
     hashes: list[int]
 
 
-class Workload:
+class Workload(ClosedLoop):
     """Generates ``num_requests`` requests for a closed loop; deterministic for ``seed``."""
 
     NUM_GROUPS = 8
-    open_loop = False
 
     def __init__(self, spec: WorkloadSpec, num_requests: int, prompt_tokens: int, block_size: int,
                  vocab_size: int, seed: int, extra: bytes = b"") -> None:

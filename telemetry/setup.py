@@ -222,10 +222,22 @@ class Telemetry:
               link_to: Sequence[Span] = ()) -> Span:
         """A span ended later by :meth:`end` (request and wave spans outlive any one coroutine),
         linked to the spans ``link_to`` (a wave to the requests it carries)."""
+        if not self.enabled:
+            return trace.INVALID_SPAN
         ctx = trace.set_span_in_context(trace.INVALID_SPAN) if root else None
         links = [Link(s.get_span_context()) for s in link_to]
         return self.tracer.start_span(name, context=ctx, attributes=attributes, links=links,
                                       start_time=self.now_ns())
+
+    @contextmanager
+    def muted(self) -> Iterator[None]:
+        """Nothing started inside is recorded, exported or metered (a run's unmeasured warm-up: the
+        loop is sequential then, so every span of that time belongs to it)."""
+        enabled, self.enabled = self.enabled, False
+        try:
+            yield
+        finally:
+            self.enabled = enabled
 
     def end(self, span: Span, error: str | None = None) -> None:
         if error is not None:

@@ -118,7 +118,7 @@ def test_a_run_that_cannot_progress_ends_with_a_diagnosis(monkeypatch: pytest.Mo
 
     monkeypatch.setattr(StageHandle, "escrow", never)
     engine = SimEngine("llama-3-8b", "h200", 2, block_size=64, kv_blocks=[500])
-    cfg = BenchConfig(parse_workload("reuse90"), [4], ["wavepp"], 8, 0, prompt_tokens=2048)
+    cfg = BenchConfig(parse_workload("cold"), [4], ["wavepp"], 8, 0, prompt_tokens=2048)   # cold: no warm-up
     with pytest.raises(Stalled) as info:
         finishes_within(60, lambda: run_one(engine, cfg, "wavepp", 4))
     msg = str(info.value)
