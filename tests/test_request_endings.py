@@ -18,8 +18,8 @@ from typing import Any
 from wavepp.runtime.engines.sim.clock import run_virtual
 from wavepp.runtime.engines.sim.engine import SimEngine
 from wavepp.runtime.hashing import block_hashes
-from wavepp.runtime.loop import PipelineLoop
 from wavepp.runtime.knobs import KnobError
+from wavepp.runtime.loop import PipelineLoop
 from wavepp.runtime.policies import KINDS, POLICIES, get_policy
 from wavepp.runtime.request import Request
 from wavepp.runtime.runfile import RunInfo
