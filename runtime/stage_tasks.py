@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from wavepp.runtime.completion import RequestEnds
 from wavepp.runtime.engines.base import MaterializeItem, StageExecutor, StageHandle
-from wavepp.runtime.kvcache.stage_cache import DescriptorMismatch
+from wavepp.runtime.kvcache.stage_cache import Mismatch
 from wavepp.runtime.mechanisms.stage_admission import Fail, FallBack, Readmit
 from wavepp.runtime.policies import get_policy
 from wavepp.runtime.request import Chunk, Wave
@@ -110,8 +110,8 @@ class StageWorker:
             a = run.live(chunk)
             if a is None:
                 continue                        # failed on another stage meanwhile (released there)
-            if isinstance(table, DescriptorMismatch):
-                await self.ends.fail(a, str(table))
+            if isinstance(table, Mismatch):
+                await self.ends.fail(a, table.reason)
             else:
                 tables[chunk.request_id] = table
         return tables, made.evictions

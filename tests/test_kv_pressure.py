@@ -14,7 +14,7 @@ from typing import TypeVar
 import pytest
 
 from wavepp.runtime.bench import BenchConfig, RunRecord, run_one
-from wavepp.runtime.engines.base import StageHandle
+from wavepp.runtime.engines.base import Escrowed, StageHandle
 from wavepp.runtime.engines.sim.engine import SimEngine
 from wavepp.runtime.hashing import block_hashes, token_array
 from wavepp.runtime.kvcache.stage_cache import StageCache
@@ -113,8 +113,8 @@ def test_tight_and_uneven_pools_always_finish(seed: int) -> None:
 def test_a_run_that_cannot_progress_ends_with_a_diagnosis(monkeypatch: pytest.MonkeyPatch) -> None:
     """The deadlock guard: no escrow ever succeeds, so nothing is admitted and nothing will free a
     block; the run ends with one line saying what waits, on which stage, for what."""
-    async def never(self: StageHandle, items, remote: bool = True) -> int:  # type: ignore[no-untyped-def]
-        return 0
+    async def never(self: StageHandle, items, remote: bool = True) -> Escrowed:  # type: ignore[no-untyped-def]
+        return Escrowed(0, len(items))
 
     monkeypatch.setattr(StageHandle, "escrow", never)
     engine = SimEngine("llama-3-8b", "h200", 2, block_size=64, kv_blocks=[500])
@@ -131,8 +131,8 @@ def test_a_stalled_bench_is_one_line_and_exit_1(monkeypatch: pytest.MonkeyPatch,
                                                 capsys: pytest.CaptureFixture[str]) -> None:
     from wavepp.runtime.cli import main
 
-    async def never(self: StageHandle, items, remote: bool = True) -> int:  # type: ignore[no-untyped-def]
-        return 0
+    async def never(self: StageHandle, items, remote: bool = True) -> Escrowed:  # type: ignore[no-untyped-def]
+        return Escrowed(0, len(items))
 
     monkeypatch.setattr(StageHandle, "escrow", never)
     code = finishes_within(60, lambda: main(["bench", "--model", "llama-3-8b", "--hardware", "h200", "--pp", "2",

@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
-from wavepp.runtime.kvcache.stage_cache import CacheStats, DescriptorMismatch, StageCache
+from wavepp.runtime.kvcache.stage_cache import CacheStats, DescriptorMismatch, Mismatch, StageCache
 from wavepp.runtime.request import Chunk, Request, Wave, cdiv
 from wavepp.store.base import Store
 
@@ -47,11 +47,24 @@ class MaterializeItem:
 
 @dataclass(frozen=True, slots=True)
 class Materialized:
-    """What a stage answers for a wave's chunks: per chunk its block table (or the descriptor
-    mismatch that failed it), and how many cached blocks the stage evicted to make room."""
+    """What a stage answers for a wave's chunks: per chunk its block table (or the
+    :class:`Mismatch` that refused it), and how many cached blocks the stage evicted to make room."""
 
-    tables: list[list[int] | DescriptorMismatch]
+    tables: list[list[int] | Mismatch]
     evictions: int
+
+
+@dataclass(frozen=True, slots=True)
+class Escrowed:
+    """What a stage answers for a round's escrows: how many of the ``asked`` requests, in order, it
+    set room aside for (the first that did not fit and every one after it: none)."""
+
+    fit: int
+    asked: int
+
+    @property
+    def all(self) -> bool:
+        return self.fit == self.asked
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,11 +132,11 @@ class StageHandle:
         for rid, k in items:
             self.cache.shrink_lease(rid, k)
 
-    async def escrow(self, items: Sequence[tuple[str, int]], remote: bool = True) -> int:
-        """Escrow a round in order; stops at the first request that does not fit. Returns how many
-        fit (see :meth:`StageCache.escrow_round`: requests past that point lose their leases here)."""
+    async def escrow(self, items: Sequence[tuple[str, int]], remote: bool = True) -> Escrowed:
+        """Escrow a round in order; stops at the first request that does not fit (see
+        :meth:`StageCache.escrow_round`: requests past that point lose their leases here)."""
         await self._charge("escrow", sum(n for _, n in items), remote)
-        return self.cache.escrow_round(list(items))
+        return Escrowed(self.cache.escrow_round(list(items)), len(items))
 
     async def release(self, request_ids: Sequence[str], remote: bool = True) -> int:
         """Drop what the requests hold here (idempotent); returns how many held anything."""
@@ -140,14 +153,14 @@ class StageHandle:
 
     async def materialize_many(self, items: Sequence[MaterializeItem]) -> Materialized:
         """Materialize a wave's chunks in order (one message); a chunk whose descriptor does not
-        match this stage's cache gets its :class:`DescriptorMismatch` instead of a block table."""
-        out: list[list[int] | DescriptorMismatch] = []
+        match this stage's cache gets a :class:`Mismatch` saying why instead of a block table."""
+        out: list[list[int] | Mismatch] = []
         evicted = self.cache.pool.num_evictions
         for i in items:
             try:
                 out.append(await self.materialize(i.request_id, i.start, i.length, i.reuse_blocks))
             except DescriptorMismatch as exc:
-                out.append(exc)
+                out.append(Mismatch(str(exc)))
         return Materialized(out, self.cache.pool.num_evictions - evicted)
 
     async def complete_many(self, items: Sequence[tuple[str, list[int]]]) -> list[list[int]]:

@@ -28,6 +28,13 @@ class DescriptorMismatch(Exception):
     """A chunk descriptor disagrees with what this stage holds for the request."""
 
 
+@dataclass(frozen=True, slots=True)
+class Mismatch:
+    """A chunk the stage refused to prepare (its descriptor disagreed with the stage's state)."""
+
+    reason: str
+
+
 @dataclass(slots=True)
 class Lease:
     reuse_blocks: int
@@ -152,12 +159,17 @@ class StageCache:
         """Blocks an escrow can still claim: free ones plus evictable ones no ticket named."""
         return self.pool.num_free + self.pool.num_reclaimable - self.reserved_victims
 
-    def escrow(self, rid: str, num_blocks: int) -> bool:
-        """Set aside ``num_blocks`` for the request's suffix without evicting anything yet."""
+    def can_escrow(self, num_blocks: int) -> bool:
+        return num_blocks <= self.available_blocks()
+
+    def escrow(self, rid: str, num_blocks: int) -> None:
+        """Set aside ``num_blocks`` for the request's suffix without evicting anything yet (the
+        caller checked :meth:`can_escrow`)."""
         if rid in self.tickets:
             raise ValueError(f"request {rid} already holds an escrow on stage {self.stage}")
-        if num_blocks > self.available_blocks():
-            return False
+        if not self.can_escrow(num_blocks):
+            raise ValueError(f"stage {self.stage} cannot escrow {num_blocks} blocks for {rid} "
+                             f"({self.available_blocks()} available)")
         pool = self.pool
         take = min(num_blocks, pool.num_free)
         ticket = EscrowTicket(free_blocks=pool.take_free_many(take))
@@ -172,7 +184,6 @@ class StageCache:
         ticket.victims = victims
         self.reserved_victims += len(ticket.victims)
         self.tickets[rid] = ticket
-        return True
 
     def escrow_round(self, items: list[tuple[str, int]]) -> int:
         """Escrow an admission round's requests in order; returns how many fit (a prefix of ``items``).
@@ -187,14 +198,18 @@ class StageCache:
         waits only for blocks pinned, leased or escrowed by requests admitted before it.
         """
         for done, (rid, n) in enumerate(items):
-            if self.escrow(rid, n):
+            if self.can_escrow(n):
+                self.escrow(rid, n)
                 continue
             behind = [r for r, _ in items[done + 1:] if r in self.leases]
             if not behind:
                 return done
             for r in behind:
                 self.release(r)
-            return done + 1 if self.escrow(rid, n) else done
+            if not self.can_escrow(n):
+                return done
+            self.escrow(rid, n)
+            return done + 1
         return len(items)
 
     # ---- materialize -------------------------------------------------------------------------
@@ -316,9 +331,11 @@ class StageCache:
         """
         k = self.prefix_length(hashes, (num_tokens - 1) // self.block_size)
         k = self.lease(rid, hashes, k, num_tokens)
-        if not self.escrow(rid, cdiv(num_tokens - k * self.block_size, self.block_size)):
+        need = cdiv(num_tokens - k * self.block_size, self.block_size)
+        if not self.can_escrow(need):
             self.release(rid)
             return False
+        self.escrow(rid, need)
         self.materialize(rid, k * self.block_size, num_tokens - k * self.block_size, k)
         self.complete(rid, hashes)
         return True

@@ -22,7 +22,9 @@ def run_request(c: StageCache, rid: str, hashes: list[int], num_tokens: int, k: 
     """Admit, compute in one chunk and complete a request on one stage; returns the boundary used."""
     k = c.prefix_length(hashes, (num_tokens - 1) // B) if k is None else k
     k = c.lease(rid, hashes, k, num_tokens)
-    assert c.escrow(rid, -(-(num_tokens - k * B) // B))
+    need = -(-(num_tokens - k * B) // B)
+    assert c.can_escrow(need)
+    c.escrow(rid, need)
     c.materialize(rid, k * B, num_tokens - k * B, k)
     c.complete(rid, hashes)
     c.check()
@@ -63,12 +65,16 @@ def test_escrow_refuses_what_it_cannot_promise() -> None:
     tokens, hashes = prompt(1, 4)
     run_request(c, "warm", hashes, len(tokens))      # 4 cached, 4 free
     c.lease("x", [], 0, 6 * B)
-    assert c.escrow("x", 6)                          # 4 free + 2 victims
+    assert c.can_escrow(6)
+    c.escrow("x", 6)                          # 4 free + 2 victims
     c.lease("y", [], 0, 3 * B)
-    assert not c.escrow("y", 3)                      # only 2 reclaimable left
+    assert not c.can_escrow(3)                       # only 2 reclaimable left
+    with pytest.raises(ValueError, match="cannot escrow 3 blocks"):
+        c.escrow("y", 3)
     c.release("y")
     c.lease("y", [], 0, 2 * B)
-    assert c.escrow("y", 2)
+    assert c.can_escrow(2)
+    c.escrow("y", 2)
     assert c.available_blocks() == 0
     c.check()
     for rid in ("x", "y"):
@@ -82,7 +88,8 @@ def test_a_lease_may_not_pin_a_block_an_escrow_counts_on() -> None:
     tokens, hashes = prompt(1, 4)
     run_request(c, "warm", hashes, len(tokens))      # all 4 blocks cached, none free
     c.lease("x", [], 0, 4 * B)
-    assert c.escrow("x", 4)
+    assert c.can_escrow(4)
+    c.escrow("x", 4)
     assert c.lease("y", hashes, 3, len(tokens)) == 0
     c.release("y")
     c.release("x")
@@ -97,7 +104,8 @@ def test_a_victim_that_gained_an_owner_is_replaced_at_materialization() -> None:
     run_request(c, "a", ha, len(ta))                 # older
     run_request(c, "b", hb, len(tb))                 # newer; no free block left
     c.lease("x", [], 0, 1 * B)
-    assert c.escrow("x", 1)
+    assert c.can_escrow(1)
+    c.escrow("x", 1)
     named = c.tickets["x"].victims[-1]
     assert c.pool.blocks[named].hash == ha[3]        # the LRU leaf: the tail of prompt a
     assert c.lease("y", ha, 3, len(ta)) == 3         # pins a[0..3) - not the victim a[3]
@@ -117,7 +125,8 @@ def test_descriptor_mismatch_is_refused_and_release_leaks_nothing() -> None:
     tokens, hashes = prompt(1, 4)
     run_request(c, "warm", hashes, len(tokens))
     c.lease("r", hashes, 2, 6 * B)
-    assert c.escrow("r", 4)
+    assert c.can_escrow(4)
+    c.escrow("r", 4)
     with pytest.raises(DescriptorMismatch):
         c.materialize("r", 2 * B, B, reuse_blocks=3)          # planned on a different k
     with pytest.raises(DescriptorMismatch):
@@ -143,7 +152,8 @@ def test_concurrent_requests_computing_the_same_blocks_cache_them_once() -> None
     tokens, hashes = prompt(1, 4)
     for rid in ("a", "b"):
         c.lease(rid, hashes, 0, len(tokens))
-        assert c.escrow(rid, 4)
+        assert c.can_escrow(4)
+        c.escrow(rid, 4)
         c.materialize(rid, 0, len(tokens), 0)
     c.complete("a", hashes)
     c.complete("b", hashes)
@@ -166,7 +176,9 @@ def test_random_operations_keep_every_invariant(seed: int) -> None:
             k = c.lease(rid, hashes, c.prefix_length(hashes, (len(tokens) - 1) // B), len(tokens))
             before = c.available_blocks()
             need = -(-(len(tokens) - k * B) // B)
-            ok = c.escrow(rid, need)
+            ok = c.can_escrow(need)
+            if ok:
+                c.escrow(rid, need)
             assert ok == (need <= before)
             if ok:
                 live[rid] = (hashes, len(tokens), k * B)

@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 import torch
 from torch import Tensor
 
-from wavepp.runtime.engines.base import LeaseItem, Materialized, MaterializeItem, StageHandle
+from wavepp.runtime.engines.base import Escrowed, LeaseItem, Materialized, MaterializeItem, StageHandle
 from wavepp.runtime.engines.torch.dist.launch import World, join_torchrun, link_timeout, spawn_stages
 from wavepp.runtime.engines.torch.dist.rpc import CLOSE_WAIT_S, LinkSender, RpcClient, StageDied, fail
 from wavepp.runtime.engines.torch.dist.stage_server import Keys, StageSpec, run_chunks
@@ -62,7 +62,7 @@ class RemoteStageHandle(StageHandle):
     async def shrink(self, items: Sequence[tuple[str, int]], remote: bool = True) -> None:
         await self._op("shrink", list(items))
 
-    async def escrow(self, items: Sequence[tuple[str, int]], remote: bool = True) -> int:
+    async def escrow(self, items: Sequence[tuple[str, int]], remote: bool = True) -> Escrowed:
         return await self._op("escrow", list(items))  # type: ignore[no-any-return]
 
     async def release(self, request_ids: Sequence[str], remote: bool = True) -> int:
