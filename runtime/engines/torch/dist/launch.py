@@ -129,19 +129,18 @@ class StageStartFailed(RuntimeError):
     """A stage process ended before it joined the world (its one line says how)."""
 
 
-def spawn_stages(size: int, cuda: bool, target: Callable[..., None] | None = None) -> tuple[World, list[BaseProcess]]:
+def spawn_stages(size: int, cuda: bool, target: Callable[[int, int, str, bool], None]) -> tuple[World, list[BaseProcess]]:
     """Start ranks 1..size-1 on this host and join as rank 0. A stage process that ends before the
     rendezvous completes fails it at once (``StageStartFailed``) instead of leaving rank 0 waiting out
     gloo's timeout. Every rank is on this host, so nothing of the world listens beyond loopback:
     neither the rendezvous store (:func:`loopback_store`) nor the links (:func:`keep_links_local`).
-    ``target``: the workers' entry point (a test's stand-in)."""
-    from wavepp.runtime.engines.torch.dist.stage_server import serve_stage
-
+    ``target``: the workers' entry point, ``(rank, size, init_method, cuda)`` (the stage server's
+    ``serve_stage``; a test's stand-in)."""
     keep_links_local(cuda)
     store, port = loopback_store(size)
     init_method = f"tcp://127.0.0.1:{port}"          # the stages connect to rank 0's store as clients
     ctx = mp.get_context("spawn")
-    procs: list[BaseProcess] = [ctx.Process(target=target or serve_stage, args=(rank, size, init_method, cuda),
+    procs: list[BaseProcess] = [ctx.Process(target=target, args=(rank, size, init_method, cuda),
                                             daemon=True, name=f"wavepp-stage{rank}") for rank in range(1, size)]
     for p in procs:
         p.start()

@@ -22,7 +22,7 @@ from torch import Tensor
 from wavepp.runtime.engines.base import Escrowed, LeaseItem, Materialized, MaterializeItem, StageHandle
 from wavepp.runtime.engines.torch.dist.launch import World, join_torchrun, link_timeout, spawn_stages
 from wavepp.runtime.engines.torch.dist.rpc import CLOSE_WAIT_S, LinkSender, RpcClient, StageDied, fail
-from wavepp.runtime.engines.torch.dist.stage_server import Keys, StageSpec, run_chunks
+from wavepp.runtime.engines.torch.dist.stage_server import Keys, StageSpec, run_chunks, serve_stage
 from wavepp.runtime.engines.torch.executor import RequestBook
 from wavepp.runtime.engines.torch.model import StageModel
 from wavepp.runtime.kvcache.stage_cache import CacheStats
@@ -111,7 +111,7 @@ class StageProcesses:
     def __init__(self, pp: int, launcher: str, cuda: bool) -> None:
         procs: list[BaseProcess] = []
         if launcher == "spawn":
-            self.world, procs = spawn_stages(pp, cuda)
+            self.world, procs = spawn_stages(pp, cuda, serve_stage)
         else:
             self.world = join_torchrun(cuda)
             if self.world.size != pp:
