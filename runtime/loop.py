@@ -46,6 +46,7 @@ from wavepp.runtime.publications import Publication, Publications
 from wavepp.runtime.request import Completion, Request, Wave, cdiv
 from wavepp.runtime.run_state import RunState
 from wavepp.runtime.stage_tasks import StageWorker, run_link
+from wavepp.runtime.step_times import StepTimes
 from wavepp.runtime.watchdog import DEFAULT_STALL_TIMEOUT_S, watch
 from wavepp.store.base import Store
 from wavepp.store.resilient import ResilientStore
@@ -87,6 +88,7 @@ class PipelineLoop:
         self.stall_timeout_s = stall_timeout_s
         self.knobs = knobs
         self.run_state = RunState(self.num_stages)
+        self.step_times = StepTimes(self.num_stages, executor.step_prior)   # what a timed chunking plans with
         self.spans: dict[str, Any] = {}               # request id -> its open span
         self.result = LoopResult()
         self.publisher = IndexPublisher(self.handles, store)
@@ -99,7 +101,7 @@ class PipelineLoop:
                                 self.result, lambda: self.policy, self.next_arrival, self.remember_computed,
                                 self._plan_retired)
         self.stages = [StageWorker(s, h, executor, telemetry, self.run_state, self.ends, lambda: self.policy,
-                                   block_size) for s, h in enumerate(self.handles)]
+                                   block_size, self.step_times) for s, h in enumerate(self.handles)]
         self.knob_watcher = KnobWatcher(store, Deployment(block_size, self.num_stages),
                                         lambda knobs, version: self.set_knobs(knobs), self._knobs_refused, knobs)
         self.publications = Publications(self._publications(meta))
@@ -119,7 +121,7 @@ class PipelineLoop:
         self.admit_stages = self.policy.stage_admission.admit_stages(self.num_stages)
         self.admission = Admission(self.handles, self.admit_stages, self.store, self.block_size, self.tel,
                                    self.policy.lookup, self.policy.reserve, self.policy.name)
-        self.planner = self.policy.make_planner(knobs, self.num_stages, self.block_size)
+        self.planner = self.policy.make_planner(knobs, self.num_stages, self.block_size, self.step_times)
         self.ring = self.policy.ring_size(knobs, self.num_stages)
 
     # ---- public -------------------------------------------------------------------------------

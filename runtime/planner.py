@@ -13,6 +13,12 @@ smaller one after P consecutive smaller ones (the first decision is taken as pro
 
 Packing is first-come-first-served, and never fills a small leftover of a wave with a fragment:
 a chunk that does not finish its request is at least ``max(b_min, b/2)`` tokens.
+
+Time-equalized packing (:func:`pack_timed`, beyond the paper: its stated limit is that the budget
+counts tokens, not time): the same MPU budget ``b``, but spent in *time* - on every stage the wave
+may take what a wave of ``b`` new tokens after no context takes there, by that stage's fitted
+``t(L, x)`` (:mod:`runtime.step_times`). A chunk after a long context costs more per token, so it
+gets fewer tokens, and waves over long prompts stop growing longer and longer.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from wavepp.runtime.request import AdmittedRequest, Chunk
+from wavepp.runtime.step_times import StageFit, StepTimes
 
 Position = Callable[[AdmittedRequest], int]    # where the budget charges a request's next chunk from
 
@@ -140,6 +147,52 @@ def pack_static(admitted: Sequence[AdmittedRequest], budget: int, block_size: in
     return pack_fcfs(admitted, budget, 1, block_size, position)
 
 
+def pack_timed(admitted: Sequence[AdmittedRequest], budget: int, min_fragment: int, block_size: int,
+               fits: Sequence[StageFit]) -> list[Chunk]:
+    """Fill one wave first-come-first-served in time: the pipeline moves at its slowest stage, so on
+    every stage ``s`` the wave's predicted time ``c_s + Σ chunk_time_s(L_i, x_i)`` stays within
+    ``T = max_s t_s(0, budget)``, what a wave of ``budget`` new tokens after no context takes on the
+    slowest stage. A request takes its whole remainder when that fits; otherwise the longest
+    block-aligned cut that fits, when it takes at least what ``min_fragment`` new tokens take on the
+    slowest stage (no small fragment in a leftover), or when the wave would otherwise be empty (it
+    always makes progress)."""
+    slowest = max(range(len(fits)), key=lambda s: fits[s].step_time([(0, budget)]))
+    limit = fits[slowest].step_time([(0, budget)])
+    used = [f.c for f in fits]
+    floor = fits[slowest].chunk_time(0, min_fragment)
+    chunks: list[Chunk] = []
+
+    def fits_in(L: int, x: int) -> bool:
+        return all(u + f.chunk_time(L, x) <= limit for u, f in zip(used, fits, strict=True))
+
+    for a in admitted:
+        left = a.remaining
+        if left <= 0:
+            continue
+        L = a.scheduled
+        if fits_in(L, left):
+            take = left
+        else:
+            lo, hi = 0, (align_down(L + left, block_size) - L) // block_size + 1   # cut ends at L' = L + n blocks
+            while hi - lo > 1:                  # the largest n whose cut fits (cost rises with x)
+                mid = (lo + hi) // 2
+                if fits_in(L, align_down(L, block_size) + mid * block_size - L):
+                    lo = mid
+                else:
+                    hi = mid
+            take = align_down(L, block_size) + lo * block_size - L
+            if take <= 0 and not chunks:
+                take = min(left, align_down(L, block_size) + block_size - L)   # at least a block
+            if take <= 0 or (chunks and fits[slowest].chunk_time(L, take) < floor):
+                break
+        chunks.append(Chunk(a.id, L, take, a.reuse_blocks, L + take == a.request.num_tokens, a.attempt))
+        for s, f in enumerate(fits):
+            used[s] += f.chunk_time(L, take)
+        if take < left:
+            break                               # the wave is full in time
+    return chunks
+
+
 class Planner:
     """Plans the next wave from the admitted requests, in admission order."""
 
@@ -179,3 +232,23 @@ class StaticPlanner(Planner):
             return None
         chunks = pack_static(admitted, self.tokens, self.block_size, self.position)
         return WavePlan(chunks, self.tokens, sum(remaining) / self.tokens) if chunks else None
+
+
+class TimedPlanner(MpuPlanner):
+    """MPU's budget (its fill target, hysteresis), spent in time by :func:`pack_timed` once every
+    stage has a step-time fit; token packing until then (a real engine learns its fits online)."""
+
+    def __init__(self, budget: MpuBudget, min_tokens: int, block_size: int, times: StepTimes,
+                 position: Position = scheduled) -> None:
+        super().__init__(budget, min_tokens, block_size, position)
+        self.times = times
+
+    def plan(self, admitted: Sequence[AdmittedRequest]) -> WavePlan | None:
+        if not self.times.ready:
+            return super().plan(admitted)
+        remaining = [a.remaining for a in admitted if a.remaining > 0]
+        if not remaining:
+            return None
+        b = self.budget.decide(remaining)
+        chunks = pack_timed(admitted, b, max(self.min_tokens, b // 2), self.block_size, self.times.stage_fits())
+        return WavePlan(chunks, b, self.budget.waves_available(b, remaining)) if chunks else None

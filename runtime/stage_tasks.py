@@ -20,12 +20,13 @@ from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
 from wavepp.runtime.completion import RequestEnds
-from wavepp.runtime.engines.base import MaterializeItem, StageExecutor, StageHandle
+from wavepp.runtime.engines.base import MaterializeItem, StageExecutor, StageHandle, now
 from wavepp.runtime.kvcache.stage_cache import Mismatch
 from wavepp.runtime.mechanisms.stage_admission import Fail, FallBack, Readmit
 from wavepp.runtime.policies import get_policy
 from wavepp.runtime.request import Chunk, Wave
 from wavepp.runtime.run_state import RunState
+from wavepp.runtime.step_times import StepTimes
 from wavepp.telemetry import names as N
 from wavepp.telemetry.setup import Telemetry
 
@@ -43,7 +44,9 @@ class StageWorker:
     link to the next stage (unused on the last stage, which retires them)."""
 
     def __init__(self, stage: int, handle: StageHandle, executor: StageExecutor, tel: Telemetry,
-                 run: RunState, ends: RequestEnds, policy: Callable[[], Policy], block_size: int) -> None:
+                 run: RunState, ends: RequestEnds, policy: Callable[[], Policy], block_size: int,
+                 step_times: StepTimes) -> None:
+        """``step_times``: what this stage's steps took goes there (a timed chunking plans with it)."""
         self.stage = stage
         self.handle = handle
         self.executor = executor
@@ -52,6 +55,7 @@ class StageWorker:
         self.ends = ends
         self.policy = policy
         self.block_size = block_size
+        self.step_times = step_times
         self.last = stage == run.num_stages - 1
         self.inbox: asyncio.Queue[Wave] = asyncio.Queue()
         self.arrived: asyncio.Queue[Wave] = asyncio.Queue()
@@ -133,10 +137,12 @@ class StageWorker:
                                            N.CHUNK_TOKENS: [c.length for c in live]}, parent=wave.span):
                 if live:
                     run.executing += 1
+                    started = now()
                     try:
                         await self.executor.execute(self.stage, wave.id, live, tables)
                     finally:
                         run.executing -= 1
+                    self.step_times.observe(self.stage, [(c.start, c.length) for c in live], now() - started)
             run.stage_passed(self.stage)
             if self.last:
                 await self.ends.retire(wave, live)

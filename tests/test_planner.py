@@ -9,8 +9,17 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from wavepp.runtime.knobs import KnobError, Knobs, check_block_size
-from wavepp.runtime.planner import MpuBudget, MpuPlanner, budget_candidates, pack_fcfs, pack_static
+from wavepp.runtime.planner import (
+    MpuBudget,
+    MpuPlanner,
+    TimedPlanner,
+    budget_candidates,
+    pack_fcfs,
+    pack_static,
+    pack_timed,
+)
 from wavepp.runtime.request import AdmittedRequest, Chunk, Request
+from wavepp.runtime.step_times import StageFit, StepTimes, features, fit
 
 B = 64
 
@@ -309,3 +318,82 @@ def test_static_from_reuse_boundary() -> None:
     """A truncated chunk ends block-aligned in absolute positions and starts at the reuse boundary."""
     assert pack_static([adm("a", 10000, reuse_blocks=1)], 8192, B) == [Chunk("a", 64, 8192, 1, False)]
     assert pack_static([adm("a", 640, reuse_blocks=10)], 8192, B) == []          # nothing left
+
+
+# ---- time-equalized packing (the timed chunking) --------------------------------------------------
+
+# Two stages whose step time grows with the context: attention dominates long chunks (the shape of
+# the sim's GLM-5.2 fits: a per-wave constant, linear layers per token, L·x and x² attention).
+STAGE_FITS = [StageFit(c=2e-3, c_chunk=1e-4, gamma=2e-8, beta=4e-6, alpha_lx=6e-11, alpha_xx=3e-11),
+              StageFit(c=1.5e-3, c_chunk=1e-4, gamma=3e-8, beta=5e-6, alpha_lx=5e-11, alpha_xx=2.5e-11)]
+
+
+def drive(planner: MpuPlanner, a: AdmittedRequest) -> list[float]:
+    """Plan waves of one request until it is scheduled; each wave's predicted time on its slower stage
+    over what ``plan.budget`` new tokens after no context take there (1.0: as long as a fresh wave)."""
+    times = []
+    while a.remaining > 0:
+        plan = planner.plan([a])
+        assert plan is not None
+        [chunk] = plan.chunks
+        assert chunk.start == a.scheduled
+        fresh = max(f.step_time([(0, plan.budget)]) for f in STAGE_FITS)
+        times.append(max(f.step_time([(chunk.start, chunk.length)]) for f in STAGE_FITS) / fresh)
+        a.scheduled += chunk.length
+    return times
+
+
+def test_timed_waves_of_a_rising_context_take_equal_predicted_time_where_mpu_waves_grow() -> None:
+    budget = lambda: MpuBudget(16384, 8192, B, 8, 2, 4, hysteresis=False)   # noqa: E731
+    tokens = 262144
+    mpu = drive(MpuPlanner(budget(), 8192, B), adm("m", tokens))
+    timed = drive(TimedPlanner(budget(), 8192, B, StepTimes(2, lambda: STAGE_FITS)), adm("t", tokens))
+    assert all(abs(t - 1) <= 0.10 for t in timed[:-1]), [round(t, 3) for t in timed]   # equal time, 10%
+    assert timed[-1] <= 1.10
+    assert max(mpu) > 1.5                              # token waves over a 256K prompt: ever longer
+    assert len(timed) > len(mpu)                       # ... where timed ones get fewer tokens as L grows
+
+
+def test_timed_packing_fills_a_wave_in_time_first_come_first_served() -> None:
+    reqs = [adm("a", 2048), adm("b", 2048), adm("c", 2048)]
+    long = adm("d", 131072)
+    long.scheduled = 120000 // B * B                   # deep in a long context: each token costs more
+    chunks = pack_timed([*reqs, long], 8192, 1024, B, STAGE_FITS)
+    assert [c.request_id for c in chunks] == ["a", "b", "c", "d"]
+    assert all(c.is_last for c in chunks[:3])          # whole remainders first
+    assert 0 < chunks[3].length < 8192 - 3 * 2048      # deep in a context, the leftover buys fewer tokens
+    assert [c.request_id for c in pack_timed([*reqs, long], 8192, 4096, B, STAGE_FITS)] == ["a", "b", "c"]  # no fragment
+    limit = max(f.step_time([(0, 8192)]) for f in STAGE_FITS)   # the slowest stage's time for 8192 fresh tokens
+    for s, f in enumerate(STAGE_FITS):                 # every stage within it
+        assert f.step_time([(c.start, c.length) for c in chunks]) <= limit * (1 + 1e-9), s
+
+
+def test_a_timed_planner_packs_tokens_until_every_stage_has_a_fit() -> None:
+    times = StepTimes(2)                               # a real engine: no prior
+    planner = TimedPlanner(MpuBudget(4096, 2048, B, 4, 2, 2, hysteresis=False), 2048, B, times)
+    a = adm("r", 65536)
+    first = planner.plan([a])
+    assert first is not None and first.chunks[0].length == 4096          # MPU's tokens
+    for L in range(0, 65536, 4096):                    # the steps the stages ran, observed
+        for s, f in enumerate(STAGE_FITS):
+            times.observe(s, [(L, 4096)], f.step_time([(L, 4096)]))
+    assert times.ready
+    a.scheduled = 49152
+    later = planner.plan([a])
+    assert later is not None and later.chunks[0].length < 4096            # now in time: fewer tokens deep in
+    for got, truth in zip(times.stage_fits(), STAGE_FITS, strict=True):   # the online fit found the model
+        assert got.step_time([(32768, 4096)]) == pytest.approx(truth.step_time([(32768, 4096)]), rel=1e-3)
+
+
+def test_the_step_time_fit_is_non_negative_and_exact_on_noiseless_steps() -> None:
+    rows, seconds = [], []
+    truth = STAGE_FITS[0]
+    for L, x, n in [(L, x, n) for L in (0, 1024, 8192, 65536) for x in (256, 2048, 8192) for n in (1, 2, 3)]:
+        rows.append(features([(L, x)] * n))
+        seconds.append(truth.step_time([(L, x)] * n))
+    got = fit(rows, seconds)
+    assert all(v >= 0 for v in (got.c, got.c_chunk, got.gamma, got.beta, got.alpha_lx, got.alpha_xx))
+    assert got.step_time([(30000, 3000)]) == pytest.approx(truth.step_time([(30000, 3000)]), rel=1e-6)
+    # Steps that make an unconstrained fit negative (a cost that falls with more tokens): clamped at 0.
+    bent = fit([features([(0, x)]) for x in (100, 200, 400, 800)], [1.0, 0.9, 0.8, 0.7])
+    assert all(v >= 0 for v in (bent.c, bent.c_chunk, bent.gamma, bent.beta, bent.alpha_lx, bent.alpha_xx))

@@ -19,6 +19,7 @@ from typing import Protocol, TypeVar
 
 from wavepp.runtime.kvcache.stage_cache import CacheStats, DescriptorMismatch, Mismatch, StageCache
 from wavepp.runtime.request import Chunk, Request, Wave, cdiv
+from wavepp.runtime.step_times import StageFit
 from wavepp.store.base import Store
 
 T = TypeVar("T")
@@ -234,6 +235,11 @@ class StageExecutor(Protocol):
 
     async def transfer(self, stage: int, wave: Wave) -> None:
         """Send the wave's activations from ``stage`` to ``stage + 1``."""
+        ...
+
+    def step_prior(self) -> list[StageFit] | None:
+        """Fits of each stage's ``t(L, x)`` from what the engine knows (the sim's cost model), or None:
+        the loop then learns them from the steps it runs (:mod:`runtime.step_times`)."""
         ...
 
     def first_token(self, request_id: str) -> int | None:

@@ -1,16 +1,9 @@
 """Teach the simulator the torch engine's costs: measure, fit ``t(L, x)`` per stage, save a profile.
 
-DESIGN §2 models a chunk of x new tokens after L tokens of context as ``γ·L + β·x + α·(2·L·x + x²)``
-on one stage. A stage runs a whole wave at once (the linear layers over all its tokens, attention
-chunk by chunk), so one step of n chunks costs
-
-    t = c + Σ (c_chunk + γ·L_i + β·x_i + α_lx·L_i·x_i + α_xx·x_i²)
-
-where ``c`` is paid once per wave and ``c_chunk`` once per chunk (building its gather and mask,
-one attention call per layer). The attention term has two coefficients instead of DESIGN's one
-because kernels differ in what they skip: a causal kernel that skips the masked half of the
-chunk's own block costs ``∝ 2·L·x + x²``, this engine's masked CPU attention scores the whole
-``x × (L + x)`` rectangle (``∝ L·x + x²``); the fit finds which.
+The wave model and its fit are :mod:`runtime.step_times`' (six non-negative coefficients per
+stage: per wave, per chunk - building its gather and mask, one attention call per layer - per
+context token, per new token, and two attention terms; this engine's masked CPU attention scores
+the whole ``x × (L + x)`` rectangle, ``∝ L·x + x²``, and the fit finds it).
 
 ``calibrate`` times each stage's forward on waves of 1 to 8 chunks over a grid of (L, x) that
 covers the contexts and wave budgets a run uses, all stages at once as in a run, fits the six
@@ -29,16 +22,16 @@ import threading
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import MISSING, dataclass, fields
+from dataclasses import MISSING, fields
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 
 from wavepp.runtime.engines.coordination import CoordinationCosts, measure
 from wavepp.runtime.engines.sim.costmodel import ChunkShape
 from wavepp.runtime.request import cdiv
+from wavepp.runtime.step_times import StageFit, fit_waves
 
 GRID_L = (0, 256, 512, 1024, 1536, 2048, 3072)
 GRID_X = (16, 64, 128, 256, 512, 1024)
@@ -48,32 +41,10 @@ FORMAT = "wavepp-cost-profile/2"
 Wave = tuple[int, int, int]                  # n chunks, each x new tokens after L of context: (L, x, n)
 
 
-@dataclass(frozen=True, slots=True)
-class StageFit:
-    c: float                                 # per wave
-    c_chunk: float                           # per chunk
-    gamma: float                             # per token of context
-    beta: float                              # per new token
-    alpha_lx: float                          # per (context x new) token pair
-    alpha_xx: float                          # per (new x new) token pair
-
-    def chunk_time(self, context: int, tokens: int) -> float:
-        return (self.c_chunk + self.gamma * context + self.beta * tokens
-                + self.alpha_lx * context * tokens + self.alpha_xx * tokens * tokens)
-
-    def step_time(self, chunks: Sequence[tuple[int, int]]) -> float:
-        """Seconds for one wave of (context, tokens) chunks on this stage (0 for an empty wave)."""
-        if not chunks:
-            return 0.0
-        return max(0.0, self.c + sum(self.chunk_time(L, x) for L, x in chunks))
-
-
 def fit(samples: Sequence[tuple[int, int, int, float]]) -> StageFit:
-    """Least squares of the wave model over (L, x, n, seconds) samples, on relative residuals."""
-    a = np.array([[1.0, n, n * L, n * x, n * L * x, n * x * x] for L, x, n, _ in samples])
-    t = np.array([s[3] for s in samples])
-    coef, *_ = np.linalg.lstsq(a / t[:, None], np.ones_like(t), rcond=None)
-    return StageFit(*(float(v) for v in coef))
+    """The wave model over (L, x, n, seconds) samples (:func:`runtime.step_times.fit_waves`:
+    non-negative least squares on relative residuals)."""
+    return fit_waves(samples)
 
 
 def wave_grid(max_context: int, max_wave_tokens: int, grid_l: Sequence[int] = GRID_L,

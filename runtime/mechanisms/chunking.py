@@ -5,9 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-from wavepp.runtime.mechanisms.ports import WaveSettings
-from wavepp.runtime.mechanisms.token_charge import TokenCharge
-from wavepp.runtime.planner import MpuBudget, MpuPlanner, Planner, StaticPlanner
+from wavepp.runtime.mechanisms.ports import PlanInputs
+from wavepp.runtime.planner import MpuBudget, MpuPlanner, Planner, StaticPlanner, TimedPlanner
 from wavepp.runtime.registry import Registry
 
 
@@ -15,12 +14,17 @@ class Chunking(Protocol):
     @property
     def name(self) -> str: ...
 
-    def planner(self, knobs: WaveSettings, num_stages: int, block_size: int, ring: int,
-                charge: TokenCharge) -> Planner:
+    def planner(self, inputs: PlanInputs) -> Planner:
         ...
 
 
 CHUNKING = Registry[Chunking]("chunking", doc="the wave budget and how chunks fill it")
+
+
+def mpu_budget(inputs: PlanInputs) -> MpuBudget:
+    k = inputs.knobs
+    return MpuBudget(k.max_wave_tokens, k.min_wave_tokens, inputs.block_size, inputs.ring, k.fill_factor,
+                     inputs.num_stages, k.hysteresis)
 
 
 @CHUNKING.register
@@ -31,11 +35,8 @@ class Mpu:
 
     name: str = "mpu"
 
-    def planner(self, knobs: WaveSettings, num_stages: int, block_size: int, ring: int,
-                charge: TokenCharge) -> Planner:
-        budget = MpuBudget(knobs.max_wave_tokens, knobs.min_wave_tokens, block_size, ring,
-                           knobs.fill_factor, num_stages, knobs.hysteresis)
-        return MpuPlanner(budget, knobs.min_wave_tokens, block_size, charge.position)
+    def planner(self, inputs: PlanInputs) -> Planner:
+        return MpuPlanner(mpu_budget(inputs), inputs.knobs.min_wave_tokens, inputs.block_size, inputs.position)
 
 
 @CHUNKING.register
@@ -47,6 +48,22 @@ class Static:
 
     name: str = "static"
 
-    def planner(self, knobs: WaveSettings, num_stages: int, block_size: int, ring: int,
-                charge: TokenCharge) -> Planner:
-        return StaticPlanner(knobs.static_chunk_tokens, block_size, charge.position)
+    def planner(self, inputs: PlanInputs) -> Planner:
+        return StaticPlanner(inputs.knobs.static_chunk_tokens, inputs.block_size, inputs.position)
+
+
+@CHUNKING.register
+@dataclass(frozen=True, slots=True)
+class Timed:
+    """MPU's budget and fill target, spent in time (beyond the paper, whose wave budget counts
+    tokens - its stated limit on long reused contexts): each wave takes on every stage what ``b``
+    new tokens after no context take there, by the stage's fitted ``t(L, x)``, refit online from
+    the steps it ran (:func:`runtime.planner.pack_timed`). SGLang's dynamic chunking solves the same
+    equation for one request with a fitted quadratic (``scheduler_pp_mixin.py``, PR #15372); this
+    packs a whole wave and keeps MPU's fill target."""
+
+    name: str = "timed"
+
+    def planner(self, inputs: PlanInputs) -> Planner:
+        return TimedPlanner(mpu_budget(inputs), inputs.knobs.min_wave_tokens, inputs.block_size, inputs.step_times,
+                            inputs.position)

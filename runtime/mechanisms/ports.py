@@ -9,10 +9,13 @@ structurally (``AdmissionQueue`` is an :class:`AdmissionPort`, ``StageWorker`` a
 from __future__ import annotations
 
 from contextlib import AbstractContextManager
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from wavepp.runtime.engines.base import StageHandle
+from wavepp.runtime.planner import Position
 from wavepp.runtime.request import AdmittedRequest, Wave
+from wavepp.runtime.step_times import StepTimes
 from wavepp.runtime.wakeup import Wakeup
 
 
@@ -33,6 +36,19 @@ class WaveSettings(Protocol):
     def ring(self) -> int:
         """Waves in flight; 0: the policy's own ring."""
         ...
+
+
+@dataclass(frozen=True, slots=True)
+class PlanInputs:
+    """What a chunking builds its planner from: the knobs, the pipeline's shape, where the token
+    charge starts (``position``) and the stages' step times (fitted, refit online)."""
+
+    knobs: WaveSettings
+    num_stages: int
+    block_size: int
+    ring: int
+    position: Position
+    step_times: StepTimes
 
 
 class RunView(Protocol):

@@ -28,13 +28,14 @@ from wavepp.runtime.mechanisms.iteration import (
     ReturnPath,
     RingSize,
 )
-from wavepp.runtime.mechanisms.ports import WaveSettings
+from wavepp.runtime.mechanisms.ports import PlanInputs, WaveSettings
 from wavepp.runtime.mechanisms.reserve import RESERVE, Reserve, SuffixBlocks
 from wavepp.runtime.mechanisms.reuse_lookup import LOOKUP, ReuseLookup
 from wavepp.runtime.mechanisms.stage_admission import STAGE_ADMISSION, StageAdmission
 from wavepp.runtime.mechanisms.token_charge import CHARGE, TokenCharge
 from wavepp.runtime.planner import Planner
 from wavepp.runtime.registry import Registry
+from wavepp.runtime.step_times import StepTimes
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,8 +61,9 @@ class Policy:
     def ring_size(self, knobs: WaveSettings, num_stages: int) -> int:
         return self.ring.size(knobs, num_stages)
 
-    def make_planner(self, knobs: WaveSettings, num_stages: int, block_size: int) -> Planner:
-        return self.chunking.planner(knobs, num_stages, block_size, self.ring_size(knobs, num_stages), self.charge)
+    def make_planner(self, knobs: WaveSettings, num_stages: int, block_size: int, step_times: StepTimes) -> Planner:
+        return self.chunking.planner(PlanInputs(knobs, num_stages, block_size, self.ring_size(knobs, num_stages),
+                                                self.charge.position, step_times))
 
     def with_mechanism(self, kind: str, variant: str) -> Policy:
         """The same policy with one mechanism swapped (an ablation), named ``<name>+<kind>=<variant>``."""

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 
 from wavepp.runtime.engines.sim.costmodel import ChunkShape, CostModel
 from wavepp.runtime.request import Chunk, Request, Wave
+from wavepp.runtime.step_times import StageFit, fit_waves
 
 
 class SimExecutor:
@@ -26,6 +27,14 @@ class SimExecutor:
 
     async def transfer(self, stage: int, wave: Wave) -> None:
         await asyncio.sleep(self.cost_model.transfer_time(stage, wave.num_tokens) * self.time_scale)
+
+    def step_prior(self) -> list[StageFit]:
+        """Each stage's ``t(L, x)`` fitted to the cost model over the shapes a run meets: waves of 1-4
+        chunks, 256 to 16K new tokens after up to 128K of context (within the model's context)."""
+        grid = [(L, x, n) for L in (0, 2048, 8192, 32768, 131072) for x in (256, 1024, 2048, 4096, 8192, 16384)
+                for n in (1, 2, 4) if L + x <= self.max_context and n * x <= 32768]
+        return [fit_waves([(L, x, n, self.cost_model.step_time(s, [ChunkShape(L, x)] * n)) for L, x, n in grid])
+                for s in range(self.num_stages)]
 
     def first_token(self, request_id: str) -> int | None:
         return None   # no logits in the simulator

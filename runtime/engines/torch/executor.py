@@ -19,6 +19,7 @@ from torch import Tensor
 
 from wavepp.runtime.engines.torch.model import ChunkSpec, StageModel
 from wavepp.runtime.request import Chunk, Request, Wave
+from wavepp.runtime.step_times import StageFit
 
 
 class RequestBook:
@@ -41,6 +42,10 @@ class RequestBook:
 
     def first_token(self, request_id: str) -> int | None:
         return self._first.get(request_id)
+
+    def step_prior(self) -> list[StageFit] | None:
+        """A real engine knows its step times only by running them: the loop fits them online."""
+        return None
 
     def logits(self, request_id: str) -> Tensor | None:
         """Last-position logits of a finished request (with ``keep_logits``: the exactness check)."""
