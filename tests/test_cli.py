@@ -193,3 +193,10 @@ def test_the_parser_loads_no_heavy_package() -> None:
     assert _modules_loaded_by("from wavepp.runtime.cli import main\n"
                               "assert main(['bench', '--pp', '0']) == 2\n"
                               "assert main(['serve', '--port', 'x']) == 2") == set()
+
+
+def test_a_bad_policy_or_workload_is_refused_before_torch_loads() -> None:
+    """The sim's cost models import torch (about a second): bench checks its cheap flags first."""
+    assert "torch" not in _modules_loaded_by("from wavepp.runtime.cli import main\n"
+                                             "assert main(['bench', '--policy', 'foo']) == 2\n"
+                                             "assert main(['bench', '--workload', 'bogus']) == 2")

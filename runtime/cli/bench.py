@@ -128,7 +128,6 @@ def cmd_bench(args: argparse.Namespace) -> int:
         return cmd_bench_url(args, defaults())
     if args.rate is not None:
         raise UsageError("--rate: only with --url (an in-process bench is closed loop, or a trace's own arrivals)")
-    from wavepp.runtime.engines.sim.engine import SimEngine
     from wavepp.runtime.knobs import KnobError, check_block_size
     from wavepp.runtime.policies import get_policy
     from wavepp.runtime.traces import load_trace
@@ -151,6 +150,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
                 get_policy(p)
             refuse_flags_of_other_engine(args)
             bench_telemetry.apply(args)
+            # Imported after the checks above: the sim's cost models load torch (~1 s), which a bad
+            # --policy or --workload need not wait for.
+            from wavepp.runtime.engines.sim.engine import SimEngine
             if args.engine == "torch":
                 from wavepp.runtime.engines.torch.engine import TorchEngine
                 args.model = args.model or "tiny-llama"
