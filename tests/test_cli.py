@@ -174,3 +174,29 @@ def test_a_torch_run_reports_its_device_not_a_hardware_profile(tmp_path: Path) -
                  "--policy", "wavepp", "--quiet", "--json", str(out)]) == 0
     [run] = json.loads(out.read_text())["runs"]
     assert run["hardware"] == "cpu" and run["engine"] == "torch"
+
+
+HEAVY = ("torch", "fastapi", "uvicorn", "streamlit", "redis", "pandas", "numpy", "opentelemetry", "httpx", "rich")
+
+
+def _modules_loaded_by(code: str) -> set[str]:
+    """The heavy top-level packages a fresh interpreter has loaded after ``code``."""
+    probe = f"import sys\n{code}\nprint(' '.join(sorted({{m.split('.')[0] for m in sys.modules}} & set({HEAVY!r}))))"
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, env=_env())
+    assert done.returncode == 0, done.stderr
+    return set(done.stdout.split())
+
+
+def test_the_parser_loads_no_heavy_package() -> None:
+    """``wavepp --help`` and a bad flag answer at once: the subcommands import their engines, the
+    server and the dashboard inside their handlers, never at parse time."""
+    assert _modules_loaded_by("from wavepp.runtime.cli import main\n"
+                              "assert main(['bench', '--pp', '0']) == 2\n"
+                              "assert main(['serve', '--port', 'x']) == 2") == set()
+
+
+def test_a_bad_policy_or_workload_is_refused_before_torch_loads() -> None:
+    """The sim's cost models import torch (about a second): bench checks its cheap flags first."""
+    assert "torch" not in _modules_loaded_by("from wavepp.runtime.cli import main\n"
+                                             "assert main(['bench', '--policy', 'foo']) == 2\n"
+                                             "assert main(['bench', '--workload', 'bogus']) == 2")

@@ -25,7 +25,9 @@ from typing import Any
 import uvicorn
 
 from wavepp.runtime.engines.common import store_source
-from wavepp.runtime.serve.app import AdmissionGate, BodyLimit, create_app, error_body
+from wavepp.runtime.serve.app import create_app
+from wavepp.runtime.serve.errors import error_body
+from wavepp.runtime.serve.middleware import AdmissionGate, BodyLimit
 from wavepp.runtime.serve.runtime import ServerRuntime, build_engine
 
 log = logging.getLogger(__name__)

@@ -9,7 +9,7 @@ from typing import Any
 
 import httpx
 
-from wavepp.runtime.serve.app import AdmissionGate
+from wavepp.runtime.serve.middleware import AdmissionGate
 
 
 def test_the_gate_refuses_before_reading_the_body() -> None:

@@ -1,12 +1,13 @@
-"""The CLI's telemetry parts: ``--telemetry`` / ``--metrics-port`` on ``bench``, the side-by-side cost
-summary of the telemetry modes, and ``wavepp trace export``."""
+"""``bench``'s telemetry parts: ``--telemetry`` / ``--metrics-port``, and the side-by-side cost
+summary of the telemetry modes."""
 
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
+from wavepp.runtime.cli.args import port_number
 from wavepp.telemetry.config import MODES, TelemetryConfig
 
 
@@ -19,17 +20,11 @@ def telemetry_modes(text: str) -> list[str]:
     return modes
 
 
-def port(text: str) -> int:
-    if not text.strip().isdigit() or int(text) > 65535:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a TCP port (0-65535; 0 picks a free one)")
-    return int(text)
-
-
-def add_bench_flags(b: argparse.ArgumentParser) -> None:
+def add_flags(b: argparse.ArgumentParser) -> None:
     b.add_argument("--telemetry", type=telemetry_modes, default=["on"], metavar="MODES",
                    help="span export: off (figures still computed), on (ring, Redis stream, OTLP when "
                         "OTEL_EXPORTER_OTLP_ENDPOINT is set), otlp (OTLP required); a list runs each side by side")
-    b.add_argument("--metrics-port", type=port, default=None,
+    b.add_argument("--metrics-port", type=port_number, default=None,
                    help="serve Prometheus metrics at http://127.0.0.1:PORT/metrics while the bench runs")
 
 
@@ -68,31 +63,3 @@ def print_cost(records: Sequence[Any]) -> None:
             cells.append(f"{mode} {tput or 0:,.0f}{ratio}, {r.meta.get('spans', 0):,} spans"
                          + (f", {dropped:,} dropped" if dropped else ""))
         print(f"  {policy} c={c}: " + "; ".join(cells))
-
-
-# ---- wavepp trace export --------------------------------------------------------------------------
-def add_trace_parser(sub: Any, output_file: Callable[[str], str]) -> None:
-    t = sub.add_parser("trace", help="convert a saved run's spans (wavepp bench --save-run) for other tools")
-    tsub = t.add_subparsers(dest="trace_command", required=True, parser_class=type(t))
-    e = tsub.add_parser("export", help="Chrome trace-event JSON (Perfetto) or OTLP/JSON (collectors, Jaeger)")
-    e.add_argument("runfile", help="a file written by wavepp bench --save-run")
-    e.add_argument("--format", choices=["chrome", "otlp-json"], default="chrome")
-    e.add_argument("--out", type=output_file, required=True, help="where to write it")
-
-
-def cmd_trace(args: argparse.Namespace, write_output: Callable[[str, Any], None]) -> int:
-    from pathlib import Path
-
-    from wavepp.runtime.runfile import load_runs
-    from wavepp.telemetry.chrome_trace import write_trace
-    from wavepp.telemetry.otlp_json import dumps_otlp_json
-
-    runs = load_runs(args.runfile)              # ValueError (one line) when it is not a saved run
-    if args.format == "chrome":
-        write_output(args.out, lambda p: write_trace(p, ((r.label, r.spans, int(r.meta.get("pp", 1)))
-                                                         for r in runs)))
-    else:
-        text = dumps_otlp_json([(r.id, r.label, r.spans) for r in runs])
-        write_output(args.out, lambda p: Path(p).write_text(text))
-    print(f"wrote {args.out} ({args.format}, {len(runs)} run(s), {sum(len(r.spans) for r in runs):,} spans)")
-    return 0

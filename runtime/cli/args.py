@@ -1,0 +1,134 @@
+"""What every subcommand shares: the two errors a handler raises (:class:`UsageError`, exit 2;
+:class:`RunFailed`, exit 1), the parser that turns argparse's own errors into the first, the
+argument types (each bad value one line naming it), writing an output file, and ``--set NAME=VALUE``."""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, NoReturn
+
+#: what a subcommand's handler is: the parsed flags in, the exit code out
+Handler = Callable[[argparse.Namespace], int]
+
+
+class UsageError(Exception):
+    """A bad flag value: reported as one line, exit code 2."""
+
+
+class RunFailed(Exception):
+    """A failure during the run (a store that never came back, an output that cannot be written,
+    every request failed): reported as one line, exit code 1."""
+
+
+class Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:   # argparse prints usage + message; we want one line
+        raise UsageError(message)
+
+
+def int_list(text: str) -> list[int]:
+    """``8,32,128`` -> [8, 32, 128]; each a positive integer."""
+    parts = text.split(",")
+    out = []
+    for p in parts:
+        p = p.strip()
+        if not p.lstrip("-").isdigit():
+            raise argparse.ArgumentTypeError(f"malformed list {text!r}: {p!r} is not an integer")
+        if int(p) < 1:
+            raise argparse.ArgumentTypeError(f"{text!r}: values must be >= 1, got {p}")
+        out.append(int(p))
+    return out
+
+
+def non_negative_int_list(text: str) -> list[int]:
+    """``0,32768`` -> [0, 32768]; each a whole number >= 0."""
+    return [non_negative_int(p) for p in text.split(",")]
+
+
+def name_list(text: str) -> list[str]:
+    out = [p.strip() for p in text.split(",")]
+    if not all(out):
+        raise argparse.ArgumentTypeError(f"malformed list {text!r}")
+    return out
+
+
+def output_file(text: str) -> str:
+    """A path we will write to: checked before any work is done - its folder exists and is writable,
+    and it is not a folder itself (a full disk can only show when writing: see :func:`write_output`)."""
+    path = Path(text).expanduser()
+    parent = path.resolve().parent
+    if not parent.is_dir():
+        raise argparse.ArgumentTypeError(f"cannot write {text!r}: folder {str(parent)!r} does not exist")
+    if path.is_dir():
+        raise argparse.ArgumentTypeError(f"cannot write {text!r}: it is a folder")
+    if not os.access(path if path.exists() else parent, os.W_OK):
+        where = "it" if path.exists() else f"folder {str(parent)!r}"
+        raise argparse.ArgumentTypeError(f"cannot write {text!r}: {where} is not writable")
+    return text
+
+
+def write_output(path: str | Path, write: Any) -> None:
+    """Run ``write(path)``; an OS error (disk full, permissions changed meanwhile) is one line, exit 1."""
+    try:
+        write(path)
+    except OSError as exc:
+        raise RunFailed(f"cannot write {str(path)!r}: {exc.strerror or exc}") from None
+
+
+def write_text(path: str | Path, text: str) -> None:
+    """:func:`write_output` of a text (a JSON or Markdown output)."""
+    write_output(path, lambda p: Path(p).write_text(text))
+
+
+def positive_float(text: str) -> float:
+    """A finite number > 0 (``inf`` would make work that never ends)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not (value > 0 and math.isfinite(value)):
+        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text}")
+    return value
+
+
+def non_negative_int(text: str) -> int:
+    if not text.strip().isdigit():
+        raise argparse.ArgumentTypeError(f"must be a whole number >= 0, got {text!r}")
+    return int(text)
+
+
+def port_number(text: str) -> int:
+    if not text.strip().isdigit() or int(text) > 65535:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a TCP port (0-65535; 0 picks a free one)")
+    return int(text)
+
+
+def positive_int(text: str) -> int:
+    if not text.strip().lstrip("-").isdigit():
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer")
+    if int(text) < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {text}")
+    return int(text)
+
+
+# ---- --set NAME=VALUE -----------------------------------------------------------------------------
+def add_set_flag(parser: argparse.ArgumentParser, help: str) -> None:
+    """``--set NAME=VALUE``, repeatable, into ``args.changes`` (split by :func:`set_texts`)."""
+    parser.add_argument("--set", dest="changes", action="append", default=[], metavar="NAME=VALUE", help=help)
+
+
+def set_texts(items: Sequence[str]) -> dict[str, str]:
+    """The ``--set`` items as {knob name: value text} (a later one wins), each value still text: the
+    knob's own type parses it (``runtime.knobs.parse_texts``). Called by the handler, not by argparse,
+    so the message is the command's own (``--set takes NAME=VALUE, got 'ring'``) and comes where the
+    handler checks it (after the run file, for ``preview``)."""
+    raw = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep or not name.strip():
+            raise UsageError(f"--set takes NAME=VALUE, got {item!r}")
+        raw[name.strip()] = value
+    return raw

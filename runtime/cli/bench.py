@@ -1,0 +1,275 @@
+"""``wavepp bench``: a workload under policies and concurrencies, side by side, on an in-process
+engine (the sim or torch); with ``--url`` against a running ``wavepp serve`` (:mod:`.bench_url`)."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from wavepp.runtime.cli import bench_telemetry
+from wavepp.runtime.cli.args import (
+    Handler,
+    Parser,
+    RunFailed,
+    UsageError,
+    int_list,
+    name_list,
+    output_file,
+    positive_float,
+    positive_int,
+    write_output,
+    write_text,
+)
+from wavepp.runtime.cli.bench_url import cmd_bench_url
+from wavepp.runtime.engines.launchers import LAUNCHER_HELP, LAUNCHERS
+from wavepp.runtime.engines.sim.perf_tables import PERF_DIR_ENV
+
+
+def register(sub: Any) -> dict[str, Handler]:
+    b = sub.add_parser("bench", help="run a workload under policies and concurrencies, side by side")
+    b.add_argument("--engine", default="sim", choices=["sim", "torch"], help="execution engine (default: sim)")
+    b.add_argument("--model", default=None,
+                   help="sim: llama-3-8b, glm-5.2 (default), minimax-m2.7; torch: tiny-llama (default), tiny-moe, "
+                        "a config.json or a Hugging Face model directory")
+    b.add_argument("--hardware", default=None, help="sim: hardware profile, h200 or b300 (default b300)")
+    b.add_argument("--pp", type=positive_int, default=4, help="pipeline stages (default 4)")
+    b.add_argument("--workload", default=None,
+                   help="cold | reuse90 | mixed | suffix:N | suffix4k (default: suffix4k on sim, reuse90 on torch)")
+    b.add_argument("--concurrency", type=int_list, default=[8, 32, 128],
+                   help="closed-loop concurrency, e.g. 8,32,128 (trace: the most requests outstanding)")
+    b.add_argument("--on-bad-line", choices=["skip", "fail"], default="fail",
+                   help="trace: a malformed line ends the bench before it starts (fail) or is skipped and counted")
+    b.add_argument("--trace-speed", type=positive_float, default=1.0,
+                   help="trace: replay the arrivals this many times faster")
+    b.add_argument("--requests", type=positive_int, default=None, help="requests per run (default: max(512, 4 x c))")
+    b.add_argument("--policy", type=name_list, default=["wavepp", "trtllm-pp"], help="policies, e.g. wavepp,trtllm-pp")
+    b.add_argument("--seed", type=int, default=0)
+    b.add_argument("--block-size", type=positive_int, default=64, help="tokens per KV block")
+    b.add_argument("--prompt-tokens", type=positive_int, default=None, help="typical prompt length (default: model)")
+    b.add_argument("--kv-blocks", type=int_list, default=None,
+                   help="KV blocks per stage: one value, or one per stage (uneven capacities)")
+    b.add_argument("--gpus-per-stage", type=positive_int, default=None, help="sim: default GPUs per node / pp")
+    b.add_argument("--kv-memory-mb", type=positive_float, default=None,
+                   help="torch: KV pool per stage when no --kv-blocks")
+    b.add_argument("--cost-model", choices=["auto", "table", "analytic", "fitted"], default="auto",
+                   help="sim: measured kernel tables (--perf-dir), roofline from profiles, or fitted from a "
+                        "calibration (--cost-profile); auto (default): table where the tables cover the model "
+                        "and hardware, else analytic")
+    b.add_argument("--perf-dir", default=None,
+                   help=f"sim: kernel tables folder (default ${PERF_DIR_ENV} or ../shared/data/perf beside the repo)")
+    b.add_argument("--cost-profile", default=None, help="sim: a profile written by `wavepp calibrate`")
+    b.add_argument("--sim-profile", default=None,
+                   help="torch: also run the sim calibrated with this profile and report its throughput error")
+    b.add_argument("--max-wave-tokens", type=positive_int, default=None, help="MPU's M")
+    b.add_argument("--min-wave-tokens", type=positive_int, default=None, help="MPU's b_min")
+    b.add_argument("--ring", type=positive_int, default=None, help="waves in flight R (default 2P, baselines P)")
+    b.add_argument("--store", default="memory",
+                   help="memory (default) or redis://host:port/db[?cluster=name]: index, plans, knobs, span stream")
+    b.add_argument("--reset-store", action="store_true",
+                   help="also clear the store's knobs, their history, the span stream and the run descriptions "
+                        "(default: kept)")
+    b.add_argument("--realtime", action="store_true", help="sim only: run on the wall clock instead of virtual time")
+    b.add_argument("--time-scale", type=positive_float, default=None,
+                   help="with --realtime: multiply modelled step times (default 1)")
+    b.add_argument("--store-deadline", type=positive_float, default=30.0, metavar="SECONDS",
+                   help="real time: a store unreachable this long ends the bench (default 30)")
+    b.add_argument("--json", dest="json_path", type=output_file, default=None, help="write {\"runs\": [...]} here")
+    b.add_argument("--trace", type=output_file, default=None,
+                   help="write Chrome trace-event JSON here (one lane per stage)")
+    b.add_argument("--save-run", type=output_file, default=None,
+                   help="save spans, figures, knobs and status of every run (.gz ok)")
+    b.add_argument("--host-scale", type=float, default=None,
+                   help="sim: multiply the lockstep host work of a conventional PP loop (sensitivity)")
+    b.add_argument("--stall-timeout", type=positive_float, default=60.0,
+                   help="end a run that makes no progress this many seconds (of its clock) while work waits")
+    b.add_argument("--quiet", action="store_true", help="no progress bar")
+    b.add_argument("--launcher", choices=LAUNCHERS, default=None, help=LAUNCHER_HELP)
+    bench_telemetry.add_flags(b)
+    b.add_argument("--url", default=None,
+                   help="drive a running `wavepp serve` at this URL over HTTP instead of an in-process engine")
+    b.add_argument("--rate", type=positive_float, default=None,
+                   help="with --url: open loop, Poisson arrivals at this many requests/s (default: closed loop)")
+    return {"bench": cmd_bench}
+
+
+def defaults() -> argparse.Namespace:
+    """Every bench flag at its default (``bench --url`` refuses the ones given that it cannot honour)."""
+    parser = Parser(prog="wavepp")
+    register(parser.add_subparsers(dest="command", parser_class=Parser))
+    return parser.parse_args(["bench"])
+
+
+#: bench flags that mean something on one engine only: given for the other, they are refused
+SIM_ONLY = {"hardware": "--hardware", "gpus_per_stage": "--gpus-per-stage", "cost_profile": "--cost-profile",
+            "perf_dir": "--perf-dir", "host_scale": "--host-scale", "time_scale": "--time-scale"}
+TORCH_ONLY = {"kv_memory_mb": "--kv-memory-mb", "launcher": "--launcher", "sim_profile": "--sim-profile"}
+
+
+def refuse_flags_of_other_engine(args: argparse.Namespace) -> None:
+    """A flag that would do nothing on the chosen engine is an error, not silently ignored."""
+    other = SIM_ONLY if args.engine == "torch" else TORCH_ONLY
+    given = [flag for dest, flag in other.items() if getattr(args, dest) is not None]
+    if args.engine == "torch" and args.realtime:
+        given.append("--realtime")
+    if args.engine == "torch" and args.cost_model != "auto":
+        given.append("--cost-model")
+    if given:
+        what = "the torch engine runs real compute" if args.engine == "torch" else "the sim has no torch stages"
+        raise ValueError(f"{', '.join(given)}: only for --engine {'sim' if args.engine == 'torch' else 'torch'} "
+                         f"({what})")
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    if args.url is not None:
+        return cmd_bench_url(args, defaults())
+    if args.rate is not None:
+        raise UsageError("--rate: only with --url (an in-process bench is closed loop, or a trace's own arrivals)")
+    from wavepp.runtime.knobs import KnobError, check_block_size
+    from wavepp.runtime.policies import get_policy
+    from wavepp.runtime.traces import load_trace
+    from wavepp.runtime.workloads import fit_prompt_tokens, parse_workload
+    from wavepp.store.base import StoreError
+
+    engine: Any = None
+    try:
+        try:
+            if args.time_scale is not None and not args.realtime:
+                raise ValueError("--time-scale stretches the wall clock of a real-time run: it needs --realtime")
+            spec = parse_workload(args.workload or ("reuse90" if args.engine == "torch" else "suffix4k"))
+            if spec.kind == "trace":
+                spec = dataclasses.replace(spec, on_bad_line=args.on_bad_line, speed=args.trace_speed)
+                trace = load_trace(spec.path, spec.on_bad_line, args.requests)    # every line checked up front
+                if trace.skipped:
+                    print(f"wavepp: warning: skipped {trace.skipped} malformed line(s) of the trace, "
+                          f"first: {trace.first_skip}", file=sys.stderr)
+            for p in args.policy:
+                get_policy(p)
+            refuse_flags_of_other_engine(args)
+            bench_telemetry.apply(args)
+            # Imported after the checks above: the sim's cost models load torch (~1 s), which a bad
+            # --policy or --workload need not wait for.
+            from wavepp.runtime.engines.sim.engine import SimEngine
+            if args.engine == "torch":
+                from wavepp.runtime.engines.torch.engine import TorchEngine
+                args.model = args.model or "tiny-llama"
+                engine = TorchEngine(args.model, args.pp, args.block_size, args.kv_blocks, args.kv_memory_mb or 256.0,
+                                     args.seed, store_url=args.store, launcher=args.launcher or "threads")
+                args.hardware = engine.device.type       # a torch run reports its device, no hardware profile
+            else:
+                if (args.cost_model == "fitted") != (args.cost_profile is not None):
+                    raise ValueError("--cost-model fitted and --cost-profile FILE go together")
+                args.model = args.model or ("tiny-llama" if args.cost_profile else "glm-5.2")
+                args.hardware = args.hardware or "b300"
+                engine = SimEngine(args.model, args.hardware, args.pp, args.block_size, args.kv_blocks,
+                                   args.gpus_per_stage, store_url=args.store, realtime=args.realtime,
+                                   time_scale=args.time_scale or 1.0, cost_profile=args.cost_profile,
+                                   cost_model="auto" if args.cost_profile else args.cost_model,
+                                   perf_dir=args.perf_dir,
+                                   host_work_scale=1.0 if args.host_scale is None else args.host_scale)
+            sim = None
+            if args.sim_profile:
+                if args.engine != "torch":
+                    raise ValueError("--sim-profile compares the torch engine with its calibrated sim: "
+                                     "use --engine torch")
+                sim = SimEngine(args.model, args.hardware, args.pp, args.block_size, args.kv_blocks,
+                                cost_profile=args.sim_profile)
+            changes = {k: v for k, v in (("max_wave_tokens", args.max_wave_tokens),
+                                         ("min_wave_tokens", args.min_wave_tokens),
+                                         ("ring", args.ring)) if v is not None}
+            knobs = check_block_size(engine.default_knobs().replace(**changes), args.block_size)
+            if args.prompt_tokens is not None and args.prompt_tokens < 2 * args.block_size:
+                raise ValueError(f"--prompt-tokens must be at least 2 blocks ({2 * args.block_size})")
+            if spec.kind != "trace":             # a trace's prompts are its own (longer ones fail at arrival)
+                args.prompt_tokens = fit_prompt_tokens(spec, args.prompt_tokens, engine.default_prompt_tokens(),
+                                                       engine.max_context, args.block_size)
+        except (ValueError, KnobError, StoreError) as exc:
+            raise UsageError(str(exc)) from None
+        return _bench(args, spec, engine, sim, knobs)
+    except KeyboardInterrupt:
+        if engine is not None:
+            engine.close(orderly=False)
+        raise
+    finally:
+        if engine is not None:
+            engine.close()
+
+
+def _bench(args: argparse.Namespace, spec: Any, engine: Any, sim: Any, knobs: Any) -> int:
+    """Run every (concurrency, policy) pair; the outputs of the runs that finished are written even
+    when a later one fails, then the failure is raised."""
+    from wavepp.runtime.bench import BenchConfig, RunRecord, iter_bench, prepare_store, run_bench
+    from wavepp.runtime.progress import BenchProgress, print_table
+    from wavepp.runtime.report import fmt
+    from wavepp.runtime.watchdog import Stalled
+    from wavepp.store.base import StoreError
+    requests = args.requests if spec.kind == "trace" else args.requests or max(512, 4 * max(args.concurrency))
+    cfg = BenchConfig(spec, args.concurrency, args.policy, requests, args.seed, args.prompt_tokens, knobs,
+                      args.model, args.hardware, args.stall_timeout, args.store_deadline, args.telemetry)
+    if args.engine == "sim" and not args.quiet:
+        print(f"sim cost model: {engine.cost_model_name}")
+    try:
+        cleared = prepare_store(engine.store_url, args.reset_store)   # unreachable, not Redis: before any run
+    except StoreError as exc:
+        raise UsageError(str(exc)) from None
+    if cleared:
+        print(cleared)
+    records: list[RunRecord] = []
+    failure: BaseException | None = None
+    with BenchProgress(disabled=args.quiet) as progress:
+        try:
+            for record in iter_bench(engine, cfg, progress.update):
+                records.append(record)
+        except StoreError as exc:          # the store went away mid-run and did not come back in time
+            failure = RunFailed(f"store: {exc}")
+        except Stalled as exc:             # the deadlock guard: a failure of the run, not of the input
+            failure = RunFailed(str(exc))
+        except (Exception, KeyboardInterrupt) as exc:
+            failure = exc
+    if records:
+        print_table([r.figures for r in records])
+        bench_telemetry.print_cost(records)
+    if sim is not None and failure is None:
+        for r, s_ in zip(records, run_bench(sim, cfg), strict=True):
+            measured, modelled = r.figures.input_tokens_per_s, s_.figures.input_tokens_per_s
+            err = modelled / measured - 1 if measured and modelled is not None else None
+            r.meta["sim_input_tokens_per_s"] = modelled
+            r.meta["sim_throughput_error"] = err
+            print(f"calibrated sim vs torch, {r.label}: {fmt(modelled, ',.0f')} vs {fmt(measured, ',.0f')} "
+                  f"input tok/s ({fmt(err, '+.1%')}); efficiency {fmt(s_.figures.pipeline_efficiency, '.3f')} "
+                  f"vs {fmt(r.figures.pipeline_efficiency, '.3f')}")
+    _write_outputs(args, records)
+    if failure is not None:
+        raise failure
+    failed = sum(r.figures.failed for r in records)
+    if not failed:
+        return 0
+    first = next(iter(next(r for r in records if r.loop.failures).loop.failures.values()))
+    dead = [r.label for r in records if r.figures.completed == 0]
+    if dead:
+        raise RunFailed(f"every request failed in {', '.join(dead)} ({failed} in all), e.g.: {first}")
+    print(f"warning: {failed} request(s) failed, e.g.: {first}", file=sys.stderr)
+    return 0
+
+
+def _write_outputs(args: argparse.Namespace, records: Sequence[Any]) -> None:
+    """``--json``, ``--save-run`` and ``--trace`` of the runs that finished."""
+    if not records:
+        return
+    if args.json_path:
+        runs = [{**r.figures.as_dict(), **{k: v for k, v in r.meta.items() if k.startswith(("sim_", "spans"))},
+                 "telemetry": r.meta["telemetry"],
+                 "knobs": r.meta["knobs"], "knob_changes": [c for _, c in r.loop.knob_changes]} for r in records]
+        write_text(args.json_path, json.dumps({"runs": runs}, indent=1))
+        print(f"wrote {args.json_path}")
+    if args.save_run:
+        from wavepp.runtime.runfile import save_runs
+        write_output(args.save_run, lambda p: save_runs(p, [r.saved() for r in records]))
+        print(f"wrote {args.save_run} (wavepp dashboard --run {args.save_run})")
+    if args.trace:
+        from wavepp.telemetry.chrome_trace import write_trace
+        write_output(args.trace, lambda p: write_trace(p, ((r.label, r.encoded, args.pp) for r in records)))
+        print(f"wrote {args.trace} (open in https://ui.perfetto.dev)")

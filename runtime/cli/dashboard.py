@@ -1,0 +1,114 @@
+"""``wavepp dashboard``: the live operator dashboard (Streamlit) on an embedded runtime, a store, or
+a saved run."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from typing import Any
+
+from wavepp.runtime.cli.args import Handler, UsageError, positive_float, positive_int
+
+
+def register(sub: Any) -> dict[str, Handler]:
+    d = sub.add_parser("dashboard", help="the live operator dashboard (Streamlit): embedded runtime, a store, or a run")
+    src = d.add_mutually_exclusive_group()
+    src.add_argument("--store", default=None, help="watch a live deployment on redis://…")
+    src.add_argument("--run", default=None, help="open a file saved by `wavepp bench --save-run`")
+    d.add_argument("--port", type=positive_int, default=8501)
+    d.add_argument("--host", default="127.0.0.1")
+    d.add_argument("--engine", choices=["torch", "sim"], default="torch",
+                   help="embedded runtime: torch (real compute, tiny model) or sim (slowed to real time)")
+    d.add_argument("--model", default=None, help="embedded runtime: tiny-llama (torch) / llama-3-8b (sim) …")
+    d.add_argument("--hardware", default="h200", help="embedded sim: hardware profile")
+    d.add_argument("--pp", type=positive_int, default=None, help="embedded runtime: stages (torch 2, sim 4)")
+    d.add_argument("--workload", default="reuse90", help="embedded runtime: workload")
+    d.add_argument("--concurrency", type=positive_int, default=None,
+                   help="embedded runtime: closed-loop concurrency (torch 16, sim 64)")
+    d.add_argument("--prompt-tokens", type=positive_int, default=None,
+                   help="embedded runtime: prompt length (torch 1024, sim 8192)")
+    d.add_argument("--policy", default="wavepp", help="embedded runtime: starting policy (a knob)")
+    d.add_argument("--time-scale", type=positive_float, default=1.0, help="embedded sim: stretch modelled step times")
+    d.add_argument("--cost-profile", default=None,
+                   help="the `wavepp calibrate` profile the Knobs page's Preview and Suggest replay a torch run with")
+    return {"dashboard": cmd_dashboard}
+
+
+def cmd_dashboard(args: argparse.Namespace) -> int:
+    from wavepp.store.base import StoreError
+    if args.cost_profile:
+        from wavepp.runtime.engines.calibrate import load_profile
+        try:
+            load_profile(args.cost_profile)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+        os.environ["WAVEPP_COST_PROFILE"] = os.path.abspath(args.cost_profile)   # dashboard.screens.whatif
+    if args.run:
+        from wavepp.runtime.runfile import load_runs
+        try:
+            load_runs(args.run)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+        source = f"run:{os.path.abspath(args.run)}"
+    elif args.store:
+        import asyncio
+        try:
+            asyncio.run(_check_store(args.store))
+        except StoreError as exc:
+            raise UsageError(str(exc)) from None
+        source = f"store:{args.store}"
+    else:
+        source = "embedded"
+        _start_embedded(args)
+    os.environ["WAVEPP_DASHBOARD"] = source
+    from streamlit.web import bootstrap
+
+    import wavepp.dashboard
+    app = os.path.join(os.path.dirname(wavepp.dashboard.__file__), "app.py")
+    from wavepp.store.urls import redact
+    print(f"WavePP dashboard ({redact(source)}): http://{args.host}:{args.port}  (Ctrl-C to stop)", flush=True)
+    flags = {"server_port": args.port, "server_address": args.host, "server_headless": True,
+             "browser_gatherUsageStats": False, "server_fileWatcherType": "none", "global_developmentMode": False,
+             "server_runOnSave": False,
+             "client_toolbarMode": "viewer",      # an operator's view: no Deploy button, no developer menu
+             # Streamlit runs a full gc.collect(2) after every script run, the watcher's included: over
+             # the ~10 containers per span a 100k-span run keeps, that alone was ~0.3 s of CPU per second.
+             "runner_postScriptGC": False}
+    bootstrap.load_config_options(flag_options=flags)
+    bootstrap.run(app, False, [], flags)
+    return 0
+
+
+async def _check_store(url: str) -> None:
+    from wavepp.store.urls import open_store, parse_store_url
+    if parse_store_url(url).kind != "redis":
+        from wavepp.store.base import StoreError
+        raise StoreError("a live dashboard reads a shared store: give --store redis://…")
+    store = await open_store(url)
+    await store.close()
+
+
+def _start_embedded(args: argparse.Namespace) -> None:
+    """The runtime (torch engine, or the sim slowed to real time) in a child process serving the dashboard."""
+    from wavepp.dashboard import embedded
+    from wavepp.runtime.knobs import KnobError
+    from wavepp.runtime.workloads import parse_workload
+    torch_engine = args.engine == "torch"
+    if torch_engine:
+        engine_args = {"kind": "torch", "model": args.model or "tiny-llama", "pp": args.pp or 2}
+    else:
+        engine_args = {"kind": "sim", "model": args.model or "llama-3-8b", "hardware": args.hardware,
+                       "pp": args.pp or 4, "realtime": True, "time_scale": args.time_scale}
+    try:
+        parse_workload(args.workload)
+        engine = embedded.make_engine(engine_args)            # validate here: one line, exit 2
+        knobs = engine.default_knobs().replace(policy=args.policy)
+    except (ValueError, KnobError) as exc:
+        raise UsageError(str(exc)) from None
+    prompt = args.prompt_tokens or (engine.default_prompt_tokens() if torch_engine else 8192)
+    runtime_args = {"workload": args.workload, "concurrency": args.concurrency or (16 if torch_engine else 64),
+                    "prompt_tokens": prompt, "knobs": knobs}
+    remote, _proc = embedded.start_child(engine_args, runtime_args)
+    embedded.CURRENT = remote
+    if remote.error:
+        raise UsageError(remote.error)

@@ -1,0 +1,61 @@
+"""``wavepp grid``: every policy over a declared grid of sim settings; JSON + Markdown summary."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from wavepp.runtime.cli.args import Handler, UsageError, int_list, name_list, output_file, positive_int, write_text
+
+
+def register(sub: Any) -> dict[str, Handler]:
+    g = sub.add_parser("grid", help="every policy over a declared grid of sim settings; JSON + Markdown summary")
+    g.add_argument("--models", type=name_list, default=["glm-5.2", "minimax-m2.7"])
+    g.add_argument("--hardware", default="b300")
+    g.add_argument("--pp", type=positive_int, default=4)
+    g.add_argument("--workloads", type=name_list, default=["cold", "reuse90", "mixed", "suffix4k", "suffix16k"])
+    g.add_argument("--concurrency", type=int_list, default=[8, 32, 64, 128])
+    g.add_argument("--policy", type=name_list, default=["wavepp", "trtllm-pp", "trtllm-pp-legacy"],
+                   help="the first is compared with the best of the others")
+    g.add_argument("--requests", type=positive_int, default=None, help="per run (default: max(512, 4 x c))")
+    g.add_argument("--seed", type=int, default=0)
+    g.add_argument("--host-scale", type=float, default=1.0,
+                   help="multiply the lockstep host work of a conventional PP loop (sensitivity)")
+    g.add_argument("--jobs", type=positive_int, default=1, help="settings run in parallel processes")
+    g.add_argument("--perf-dir", default=None, help="the kernel tables (default: ../shared/data/perf)")
+    g.add_argument("--json", dest="json_path", type=output_file, default=None)
+    g.add_argument("--markdown", type=output_file, default=None)
+    g.add_argument("--quiet", action="store_true", help="no progress bar")
+    return {"grid": cmd_grid}
+
+
+def cmd_grid(args: argparse.Namespace) -> int:
+    from wavepp.runtime.engines.sim.engine import SimEngine
+    from wavepp.runtime.grid import GridSpec, run_grid, summary, to_markdown
+    from wavepp.runtime.policies import get_policy
+    from wavepp.runtime.progress import BenchProgress
+    from wavepp.runtime.workloads import parse_workload
+
+    spec = GridSpec(args.models, args.hardware, args.pp, args.workloads, args.concurrency, args.policy,
+                    args.requests, args.seed, args.perf_dir, args.host_scale)
+    try:                                   # every value checked before the first run
+        for p in spec.policies:
+            get_policy(p)
+        for w in spec.workloads:
+            parse_workload(w)
+        for m in spec.models:
+            SimEngine(m, spec.hardware, spec.pp, perf_dir=spec.perf_dir, host_work_scale=spec.host_scale)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    with BenchProgress(disabled=args.quiet) as progress:
+        rows = run_grid(spec, args.jobs, lambda done, total: progress.update("grid settings", done, total))
+    print(summary(rows))
+    if args.json_path:
+        write_text(args.json_path, json.dumps({"summary": summary(rows), "settings": [r.as_dict() for r in rows]},
+                                              indent=1))
+        print(f"wrote {args.json_path}")
+    if args.markdown:
+        write_text(args.markdown, to_markdown(rows, spec))
+        print(f"wrote {args.markdown}")
+    return 0

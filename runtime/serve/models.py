@@ -1,0 +1,129 @@
+"""The API's request and response bodies (pydantic). The request models depend on the server -
+its vocabulary, prompt limit, block size and whether it has a tokenizer - so :func:`request_models`
+makes them for one server; the schema at ``/openapi.json`` states each limit."""
+
+# No `from __future__ import annotations`: pydantic reads these annotations at run time.
+
+import dataclasses
+from typing import Annotated, Any, Literal, NamedTuple
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictBool, create_model
+
+from wavepp.runtime.knobs import Knobs, in_blocks, int_range
+from wavepp.runtime.knobs import choices as knob_choices
+from wavepp.runtime.knobs import kind as knob_kind
+
+MAX_PROMPTS = 64          # prompts in one completions request
+
+
+class KvHandle(BaseModel):
+    request_id: str
+    block_size: int
+    block_tables: list[list[int]] = Field(description="per stage, the request's KV block ids")
+
+
+class Timings(BaseModel):
+    prefill_s: float = Field(description="arrival in the pipeline loop to the last stage's completion")
+    server_s: float = Field(description="accepted by the server to answered")
+
+
+class PrefillResponse(BaseModel):
+    id: str
+    first_token: int | None = Field(description="argmax of the last position (null on the sim engine)")
+    prompt_tokens: int
+    reused_tokens: int
+    computed_tokens: int
+    timings: Timings
+    kv: KvHandle
+
+
+class StreamOptions(BaseModel):
+    include_usage: StrictBool = False
+
+
+def _json_int(value: Any) -> Any:
+    """A JSON number that is a whole number (``3`` or ``3.0``, as JSON Schema's integer); never a bool
+    or a string of digits (pydantic's lax mode would take ``true`` and ``"12"``)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError("must be an integer")
+    if isinstance(value, float) and not value.is_integer():
+        raise ValueError("must be a whole number")
+    return int(value)
+
+
+def json_int(**constraints: Any) -> Any:
+    """An integer field type with its range; the constraints come first so the schema states them."""
+    return Annotated[int, Field(**constraints), BeforeValidator(_json_int)]
+
+
+def knob_changes_model(block_size: int) -> type[BaseModel]:
+    """Each knob as an optional field with its type and range (``runtime.knobs``); pairs (b_min <= M)
+    and the policy's ablation grammar are checked on write by the same code as ``wavepp knobs``."""
+    fields: dict[str, Any] = {}
+    for f in dataclasses.fields(Knobs):
+        if knob_kind(f.name) == "bool":
+            fields[f.name] = (StrictBool | None, None)
+        elif f.name == "policy":
+            fields[f.name] = (str | None, Field(default=None, description="a preset or NAME+KIND=VARIANT"))
+        elif knob_kind(f.name) == "choice":
+            fields[f.name] = (Literal[knob_choices(f.name)] | None, None)  # type: ignore[valid-type]
+        else:
+            lo, hi = int_range(f.name)
+            step = block_size if in_blocks(f.name) else None
+            fields[f.name] = (json_int(ge=lo, le=hi, multiple_of=step) | None, None)
+    return create_model("KnobChanges", __config__=ConfigDict(extra="forbid"), **fields)
+
+
+class RequestModels(NamedTuple):
+    """The request bodies of one server (classes made at run time: mypy sees them as values)."""
+
+    prefill: Any              # POST /v1/prefill
+    completion: Any           # POST /v1/completions
+    knobs_update: Any         # PUT /v1/knobs
+
+
+def request_models(vocab: int, max_prompt_tokens: int, block_size: int, tokenizer: Any = None) -> RequestModels:
+    """The request models for a server of this vocabulary, prompt limit and block size; text prompts
+    only where it has a ``tokenizer``."""
+    # Types made for this server (vocabulary, prompt limit): mypy sees them as values, pydantic as types.
+    TokenIds: Any = Annotated[list[json_int(ge=0, lt=vocab)],  # type: ignore[misc]
+                              Field(min_length=1, max_length=max_prompt_tokens)]
+    Prompts: Any = Annotated[list[TokenIds], Field(min_length=1, max_length=MAX_PROMPTS)]  # type: ignore[valid-type]
+    if tokenizer is None:           # the schema offers text only where the server can tokenize it
+        class PrefillRequest(BaseModel):
+            model_config = ConfigDict(extra="forbid")
+            token_ids: TokenIds = Field(description="the prompt as token ids")  # type: ignore[valid-type]
+            prompt: None = Field(default=None, description="text prompts need a server started with --tokenizer")
+
+        CompletionPrompt: Any = TokenIds | Prompts
+    else:
+        class PrefillRequest(BaseModel):          # type: ignore[no-redef]
+            model_config = ConfigDict(extra="forbid", json_schema_extra={
+                "oneOf": [{"required": ["token_ids"]}, {"required": ["prompt"]}]})
+            token_ids: TokenIds | None = Field(default=None,  # type: ignore[valid-type]
+                                               description="the prompt as token ids")
+            prompt: str | None = Field(default=None, min_length=1, description="the prompt as text")
+
+        CompletionPrompt = (str | TokenIds | Annotated[list[Annotated[str, Field(min_length=1)]],
+                                                       Field(min_length=1, max_length=MAX_PROMPTS)] | Prompts)
+
+    class CompletionRequest(BaseModel):
+        """OpenAI's completions request; sampling fields a prefill does not use are accepted and ignored."""
+        model_config = ConfigDict(extra="allow")
+        model: str | None = None
+        prompt: CompletionPrompt
+        max_tokens: json_int(ge=0, le=1) | None = Field(default=None,  # type: ignore[valid-type]
+                                       description="0 (prefill only) or 1 (the first token); default 1")
+        n: json_int(ge=1, le=1) = 1  # type: ignore[valid-type]
+        stream: StrictBool = False
+        stream_options: StreamOptions | None = None
+
+    KnobChanges = knob_changes_model(block_size)
+
+    class KnobsUpdate(BaseModel):
+        model_config = ConfigDict(extra="forbid")
+        changes: KnobChanges = Field(description="knobs to change (validated like `wavepp knobs --set`)")  # type: ignore[valid-type]
+        expected_version: json_int(ge=0) | None = Field(default=None,  # type: ignore[valid-type]
+                                             description="refuse the write (409) if the version moved")
+
+    return RequestModels(PrefillRequest, CompletionRequest, KnobsUpdate)
