@@ -15,7 +15,10 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
-ECHO_CHARS = 24                       # the most of a bad value a message repeats
+# The store keeps the deployment record and quotes bad values too; both live below the runtime and
+# are re-exported here, where every knob message and check uses them.
+from wavepp.store.deployment import Deployment
+from wavepp.store.echo import ECHO_CHARS, echo
 
 
 class KnobError(ValueError):
@@ -61,27 +64,6 @@ class Knobs:
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
 
-@dataclass(frozen=True, slots=True)
-class Deployment:
-    """What a running deployment fixes: knob values must fit it (the runtime publishes it at start)."""
-
-    block_size: int                     # token budgets are whole blocks
-    num_stages: int
-
-    def as_dict(self) -> dict[str, int]:
-        return {"block_size": self.block_size, "num_stages": self.num_stages}
-
-    @classmethod
-    def from_dict(cls, values: Any) -> Deployment:
-        """Decode a stored record; ValueError when it is not one (a corrupt or foreign entry)."""
-        if not isinstance(values, dict) or set(values) != {"block_size", "num_stages"}:
-            raise ValueError(f"expected {{block_size, num_stages}}, got {echo(values)}")
-        for name, value in values.items():
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be a positive integer, got {echo(value)}")
-        return cls(values["block_size"], values["num_stages"])
-
-
 # The policy presets (runtime.policies); the knob also takes ablations, NAME+KIND=VARIANT[+…].
 POLICY_NAMES = ("wavepp", "trtllm-pp", "trtllm-pp-legacy")
 PLANNERS = ("auto", "mpu", "static")
@@ -103,16 +85,6 @@ _RANGES: dict[str, tuple[int, int]] = {
     "static_chunk_tokens": (16, 1 << 22),
 }
 _INTEGER = re.compile(r"-?[0-9]+")     # plain ASCII digits: no `8_192`, no full-width digits, no `+`
-
-
-def echo(value: Any) -> str:
-    """``repr(value)``, cut to :data:`ECHO_CHARS` characters with its full length named."""
-    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 64:
-        return f"an integer of {len(str(abs(value))) if value.bit_length() < 4000 else 'over 1200'} digits"
-    text = repr(value)
-    if len(text) <= ECHO_CHARS:
-        return text
-    return f"{text[:ECHO_CHARS]}… ({len(text)} characters)"
 
 
 def kind(name: str) -> str:

@@ -28,7 +28,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from wavepp.runtime.knobs import Deployment
+from wavepp.store.deployment import Deployment
 
 # Run descriptions kept (the newest runs by id, which starts with the run's UTC start time:
 # runtime.runfile.RunInfo); a viewer shows a handful of recent runs.

@@ -14,8 +14,9 @@ from collections import deque
 from collections.abc import Sequence
 from typing import Any
 
-from wavepp.runtime.knobs import Deployment, Knobs, from_changes
+from wavepp.runtime.knobs import Knobs, from_changes
 from wavepp.store.base import RUN_META_CAP, HintResult, KnobsRecord, RegistryEntry, StoreError
+from wavepp.store.deployment import Deployment
 from wavepp.store.probe import longest_prefix_in
 
 PLAN_LOG_CAP = 10_000

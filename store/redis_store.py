@@ -22,8 +22,10 @@ import redis
 import redis.asyncio as aioredis
 from redis import exceptions as rex
 
-from wavepp.runtime.knobs import Deployment, Knobs, echo, from_changes
+from wavepp.runtime.knobs import Knobs, from_changes
 from wavepp.store.base import KNOBS_VERSION_MAX, RUN_META_CAP, HintResult, KnobsRecord, RegistryEntry, StoreError
+from wavepp.store.deployment import Deployment
+from wavepp.store.echo import echo
 from wavepp.store.resilient import StoreUnavailable
 from wavepp.store.urls import StoreUrl, parse_store_url
 
