@@ -17,6 +17,7 @@ from typing import Any, Protocol
 
 import redis
 
+from wavepp.runtime.knobs import validated_values
 from wavepp.runtime.runfile import SavedRun, load_runs
 from wavepp.store.base import KnobsRecord, StoreError
 from wavepp.store.redis_store import decode_status
@@ -238,7 +239,7 @@ class StoreSource:
         async def write() -> KnobsRecord:
             store = await RedisStore.connect(self.url)
             try:
-                return await store.knobs_set(changes)
+                return await store.knobs_set(changes, validate=validated_values)
             finally:
                 await store.close()
         return asyncio.run(write())

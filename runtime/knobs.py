@@ -234,6 +234,14 @@ def from_dict(values: Mapping[str, Any], deployment: Deployment | None = None) -
     return from_changes({}, values, deployment)
 
 
+def validated_values(current: Mapping[str, Any], changes: Mapping[str, Any],
+                     deployment: Deployment | None = None) -> dict[str, Any]:
+    """The knob schema as the store's ``KnobValidator``: every writer passes it to ``Store.knobs_set``.
+    ``current`` with ``changes`` applied and validated (:func:`from_changes`, KnobError), as the full
+    record to store."""
+    return from_changes(current, changes, deployment).as_dict()
+
+
 _NAMES = frozenset(f.name for f in fields(Knobs))
 _BOOLS = frozenset(f.name for f in fields(Knobs) if f.type in ("bool", bool))
 

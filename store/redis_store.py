@@ -22,8 +22,15 @@ import redis
 import redis.asyncio as aioredis
 from redis import exceptions as rex
 
-from wavepp.runtime.knobs import Knobs, from_changes
-from wavepp.store.base import KNOBS_VERSION_MAX, RUN_META_CAP, HintResult, KnobsRecord, RegistryEntry, StoreError
+from wavepp.store.base import (
+    KNOBS_VERSION_MAX,
+    RUN_META_CAP,
+    HintResult,
+    KnobsRecord,
+    KnobValidator,
+    RegistryEntry,
+    StoreError,
+)
 from wavepp.store.deployment import Deployment
 from wavepp.store.echo import echo
 from wavepp.store.resilient import StoreUnavailable
@@ -39,7 +46,7 @@ KNOB_WRITE_ATTEMPTS = 64
 T = TypeVar("T")
 RUN_META = "runs:meta"         # run id -> its description (JSON), beside telemetry's ``runs`` (id -> label)
 # The Redis type this store keeps under each key (after ``wavepp:{cluster}:``). Knobs and their
-# history are the knob schema's (runtime.knobs); the span stream is telemetry's.
+# history are the knob schema's (the writer's validator); the span stream is telemetry's.
 KEY_TYPES = {"hint:stages": "set", "registry:entries": "hash", "registry:holders": "zset", "plans": "stream",
              "plans:in_flight": "hash", "status": "string", RUN_META: "hash"}
 _HINT_STAGE = re.compile(r"hint:\d+")
@@ -200,10 +207,10 @@ def decode_version(text: str) -> int | None:
 
 def decode_knobs(state: Sequence[str]) -> KnobsRecord:
     """The state ``knobs.lua`` reads -> a record. Entries that are not what WavePP writes (another
-    client's) read as absent, with a note saying what was found."""
+    client's) read as absent - version 0, no values - with a note saying what was found."""
     knobs_type, version, values, deployment_type, deployment = state
     notes = []
-    record = KnobsRecord(0, Knobs().as_dict())
+    record = KnobsRecord(0, {})
     if knobs_type == "hash":
         try:
             decoded = json.loads(values)
@@ -416,14 +423,14 @@ class RedisStore:
 
     @_translate
     async def knobs_set(self, changes: dict[str, Any], expected_version: int | None = None,
-                        deployment: Deployment | None = None) -> KnobsRecord:
+                        deployment: Deployment | None = None, *, validate: KnobValidator) -> KnobsRecord:
         for _ in range(KNOB_WRITE_ATTEMPTS):
             state = await self._knob_state()
             current = decode_knobs(state)
             if expected_version is not None and expected_version != current.version:
                 raise StoreError(f"knobs changed meanwhile (version {current.version}, expected {expected_version})")
             against = deployment or current.deployment
-            values = from_changes(current.values, changes, against).as_dict()   # KnobError: nothing written
+            values = validate(current.values, changes, against)   # the writer's error: nothing written
             self.round_trips += 1
             reply = await self._knobs(keys=self.knob_keys(), args=[
                 "write", *state, current.version + 1, json.dumps(values), json.dumps(changes), KNOB_HISTORY_CAP])

@@ -27,7 +27,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response, Streami
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictBool, create_model
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from wavepp.runtime.knobs import KnobError, Knobs, in_blocks, int_range
+from wavepp.runtime.knobs import KnobError, Knobs, in_blocks, int_range, validated_values
 from wavepp.runtime.knobs import choices as knob_choices
 from wavepp.runtime.knobs import kind as knob_kind
 from wavepp.runtime.serve.runtime import NotServing, PrefillResult, RequestFailed, ServerRuntime
@@ -382,7 +382,8 @@ def create_app(rt: ServerRuntime, served_model: str, tokenizer: Any = None, admi
         (``WAVEPP_ADMIN_TOKEN``) only with ``Authorization: Bearer <token>``."""
         try:
             changes = body.changes.model_dump(exclude_none=True)   # type: ignore[attr-defined]
-            record = await store_call(lambda s: s.knobs_set(changes, body.expected_version, rt.deployment))
+            record = await store_call(lambda s: s.knobs_set(changes, body.expected_version, rt.deployment,
+                                                            validate=validated_values))
         except KnobError as exc:
             raise ApiError(422, str(exc), exc.field) from None
         return await knobs_view(record)
@@ -402,7 +403,7 @@ def create_app(rt: ServerRuntime, served_model: str, tokenizer: Any = None, admi
 
     async def knobs_view(record: Any) -> dict[str, Any]:
         watcher = rt.loop.knob_watcher if rt.loop else None
-        return {"version": record.version, "knobs": record.values,
+        return {"version": record.version, "knobs": record.values_or(Knobs().as_dict()),
                 "deployment": record.deployment.as_dict() if record.deployment else None,
                 "running_version": watcher.version if watcher else None,
                 "refused": watcher.refused if watcher else None, "note": record.note}
