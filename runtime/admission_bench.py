@@ -28,7 +28,8 @@ from wavepp.runtime.kvcache.stage_cache import StageCache
 from wavepp.runtime.mechanisms.reuse_lookup import HintIndex
 from wavepp.runtime.report import percentile
 from wavepp.runtime.request import Request
-from wavepp.store.urls import open_store, parse_store_url
+from wavepp.store.open import open_store
+from wavepp.store.urls import parse_store_url
 from wavepp.telemetry.setup import Telemetry
 
 ARRIVAL_BATCH = 250

@@ -13,10 +13,10 @@ import json
 import logging
 import re
 import struct
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Callable, Coroutine, Iterable, Sequence
 from functools import wraps
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 import redis
 import redis.asyncio as aioredis
@@ -44,6 +44,7 @@ KNOB_HISTORY_CAP = 1_000
 # between, so this many in a row is a client rewriting the record in a loop, not contention.
 KNOB_WRITE_ATTEMPTS = 64
 T = TypeVar("T")
+P = ParamSpec("P")
 RUN_META = "runs:meta"         # run id -> its description (JSON), beside telemetry's ``runs`` (id -> label)
 # The Redis type this store keeps under each key (after ``wavepp:{cluster}:``). Knobs and their
 # history are the knob schema's (the writer's validator); the span stream is telemetry's.
@@ -60,12 +61,13 @@ def _script(name: str) -> str:
     return (Path(__file__).parent / "lua" / name).read_text()
 
 
-def _translate(fn: Callable[..., Awaitable[T]]) -> Callable[..., Awaitable[T]]:
+def _translate(fn: Callable[Concatenate[RedisStore, P], Coroutine[Any, Any, T]]
+               ) -> Callable[Concatenate[RedisStore, P], Coroutine[Any, Any, T]]:
     """Connection trouble becomes StoreUnavailable (retryable). A key of the wrong Redis type
     (another client wrote it) is healed - deleted, reported once - and the call retried once; any
     other error reply becomes a one-line StoreError."""
     @wraps(fn)
-    async def wrapper(self: RedisStore, *args: Any, **kwargs: Any) -> T:
+    async def wrapper(self: RedisStore, *args: P.args, **kwargs: P.kwargs) -> T:
         try:
             try:
                 return await fn(self, *args, **kwargs)
