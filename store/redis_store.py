@@ -105,7 +105,8 @@ class RedisStore:
         self._drop = client.register_script(lua_script("registry_drop.lua"))
         self._knobs = client.register_script(lua_script("knobs.lua"))
         self._run_meta_put = client.register_script(lua_script("run_meta_put.lua"))
-        self.round_trips = 0                  # calls that went to the server (admission-bench reports it)
+        self.round_trips = 0                  # calls that went to the server (read on the store itself, never
+                                              # through a wrapper; admission-bench counts its own calls)
 
     @classmethod
     async def connect(cls, url: StoreUrl | str, timeout_s: float = 2.0) -> RedisStore:
