@@ -23,7 +23,7 @@ from multiprocessing.managers import BaseManager
 from typing import Any
 
 from wavepp.runtime.engines.sim.engine import SimEngine
-from wavepp.runtime.knobs import Knobs
+from wavepp.runtime.knobs import Knobs, validated_values
 from wavepp.runtime.loop import PipelineLoop
 from wavepp.runtime.run_meta import describe_run
 from wavepp.runtime.runfile import RunInfo
@@ -168,7 +168,7 @@ class _Facade:
         if not self.rt.running:
             raise StoreError(f"{self.rt.error or 'the embedded runtime is not running'}: "
                              "restart it before changing knobs")
-        record = self.rt.call(self.rt.store.knobs_set(changes))
+        record = self.rt.call(self.rt.store.knobs_set(changes, validate=validated_values))
         return record.version, record.values
 
 

@@ -17,9 +17,10 @@ from typing import Any, Protocol
 
 import redis
 
+from wavepp.runtime.knobs import validated_values
 from wavepp.runtime.runfile import SavedRun, load_runs
 from wavepp.store.base import KnobsRecord, StoreError
-from wavepp.store.redis_store import decode_status
+from wavepp.store.redis_records import decode_status
 from wavepp.store.urls import StoreUrl, parse_store_url
 from wavepp.telemetry.redis_stream import SpanStreamReader, read_run_labels
 
@@ -190,7 +191,7 @@ class StoreSource:
             self._labels |= read_run_labels(self.client, self.url)
 
     def _knobs(self) -> tuple[KnobsRecord, list[dict[str, Any]]]:
-        from wavepp.store.redis_store import read_knobs
+        from wavepp.store.redis_knobs import read_knobs
         return read_knobs(self.client, self.prefix, 200)
 
     def snapshot(self, run_id: str | None = None) -> Snapshot:
@@ -216,7 +217,7 @@ class StoreSource:
         """The description the runtime published when the run started (``Store.run_meta_put``: a saved
         run's meta). A store written by an older runtime holds none: then only the stages the status
         records show, and no engine (Preview says why)."""
-        from wavepp.store.redis_store import read_run_meta
+        from wavepp.store.redis_records import read_run_meta
         with self._lock:
             meta = self._described.get(snap.run_id)
             if meta is None and snap.run_id:
@@ -238,7 +239,7 @@ class StoreSource:
         async def write() -> KnobsRecord:
             store = await RedisStore.connect(self.url)
             try:
-                return await store.knobs_set(changes)
+                return await store.knobs_set(changes, validate=validated_values)
             finally:
                 await store.close()
         return asyncio.run(write())

@@ -13,12 +13,12 @@ Round trips are store calls made by the round; they must not grow with the promp
 
 from __future__ import annotations
 
-import asyncio
 import random
 import time
 from collections import deque
+from collections.abc import Callable, Coroutine
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from wavepp.runtime.admission import Admission
 from wavepp.runtime.engines.base import StageHandle
@@ -28,10 +28,14 @@ from wavepp.runtime.kvcache.stage_cache import StageCache
 from wavepp.runtime.mechanisms.reuse_lookup import HintIndex
 from wavepp.runtime.report import percentile
 from wavepp.runtime.request import Request
-from wavepp.store.urls import open_store, parse_store_url
+from wavepp.store.base import Store
+from wavepp.store.open import open_store
+from wavepp.store.urls import parse_store_url
+from wavepp.store.wrapper import StoreWrapper
 from wavepp.telemetry.setup import Telemetry
 
 ARRIVAL_BATCH = 250
+T = TypeVar("T")
 
 
 @dataclass(slots=True)
@@ -52,23 +56,16 @@ class AdmissionBenchResult:
         return asdict(self)
 
 
-class CountingStore:
+class CountingStore(StoreWrapper):
     """Counts the calls that reach the store (each is one round trip on a networked store)."""
 
-    def __init__(self, inner: Any) -> None:
-        self.inner = inner
+    def __init__(self, inner: Store) -> None:
+        super().__init__(inner)
         self.calls = 0
 
-    def __getattr__(self, name: str) -> Any:
-        target = getattr(self.inner, name)
-        if not asyncio.iscoroutinefunction(target):
-            return target
-
-        async def call(*args: Any, **kwargs: Any) -> Any:
-            self.calls += 1
-            return await target(*args, **kwargs)
-
-        return call
+    async def _call(self, name: str, call: Callable[[], Coroutine[Any, Any, T]]) -> T:
+        self.calls += 1
+        return await call()
 
 
 async def admission_bench(store_url: str, stages: int, prompt_tokens: int, block_size: int, requests: int,
@@ -93,7 +90,7 @@ async def admission_bench(store_url: str, stages: int, prompt_tokens: int, block
         await IndexPublisher(handles, inner).flush()
 
         store = CountingStore(inner)
-        admission = Admission(handles, range(stages), store, block_size,  # type: ignore[arg-type]
+        admission = Admission(handles, range(stages), store, block_size,
                               Telemetry(time.monotonic, 0, enabled=trace), HintIndex())
         latencies, hashing, reused = [], [], []
         live: deque[str] = deque()

@@ -19,7 +19,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from wavepp.runtime.engines.base import StageHandle
-from wavepp.runtime.knobs import Deployment, KnobError, Knobs, from_dict
+from wavepp.runtime.knobs import Deployment, KnobError, Knobs, from_dict, validated_values
 from wavepp.runtime.request import AdmittedRequest, cdiv
 from wavepp.store.base import RegistryEntry, Store
 from wavepp.store.resilient import StoreGone
@@ -129,11 +129,12 @@ class KnobWatcher:
         await self.store.deployment_put(self.deployment)
         record = await self.store.knobs_get()
         self._report(record.note)
-        changes = {k: v for k, v in knobs.as_dict().items() if record.values.get(k) != v}
+        stored = record.values_or(Knobs().as_dict())
+        changes = {k: v for k, v in knobs.as_dict().items() if stored.get(k) != v}
         self.knobs = knobs
         try:
             if changes or record.version == 0:
-                record = await self.store.knobs_set(changes, deployment=self.deployment)
+                record = await self.store.knobs_set(changes, deployment=self.deployment, validate=validated_values)
         except KnobError as exc:              # the stored record is another client's, and invalid
             self._seen = record.version
             self._refuse(record.version, str(exc))

@@ -17,7 +17,10 @@ from typing import Any
 
 from wavepp.runtime.policies import POLICIES, get_policy
 
-ECHO_CHARS = 24                       # the most of a bad value a message repeats
+# The store keeps the deployment record and quotes bad values too; both live below the runtime and
+# are re-exported here, where every knob message and check uses them.
+from wavepp.store.deployment import Deployment
+from wavepp.store.echo import ECHO_CHARS, echo
 
 
 class KnobError(ValueError):
@@ -59,27 +62,6 @@ class Knobs:
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
 
-@dataclass(frozen=True, slots=True)
-class Deployment:
-    """What a running deployment fixes: knob values must fit it (the runtime publishes it at start)."""
-
-    block_size: int                     # token budgets are whole blocks
-    num_stages: int
-
-    def as_dict(self) -> dict[str, int]:
-        return {"block_size": self.block_size, "num_stages": self.num_stages}
-
-    @classmethod
-    def from_dict(cls, values: Any) -> Deployment:
-        """Decode a stored record; ValueError when it is not one (a corrupt or foreign entry)."""
-        if not isinstance(values, dict) or set(values) != {"block_size", "num_stages"}:
-            raise ValueError(f"expected {{block_size, num_stages}}, got {echo(values)}")
-        for name, value in values.items():
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be a positive integer, got {echo(value)}")
-        return cls(values["block_size"], values["num_stages"])
-
-
 # The policy presets (the registry in runtime.policies); the knob also takes ablations, NAME+KIND=VARIANT[+…].
 POLICY_NAMES = tuple(POLICIES.supported_names())
 _CHOICES: dict[str, tuple[str, ...]] = {"policy": POLICY_NAMES}
@@ -104,16 +86,6 @@ _RANGES: dict[str, tuple[int, int]] = {
     "static_chunk_tokens": (16, 1 << 22),
 }
 _INTEGER = re.compile(r"-?[0-9]+")     # plain ASCII digits: no `8_192`, no full-width digits, no `+`
-
-
-def echo(value: Any) -> str:
-    """``repr(value)``, cut to :data:`ECHO_CHARS` characters with its full length named."""
-    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 64:
-        return f"an integer of {len(str(abs(value))) if value.bit_length() < 4000 else 'over 1200'} digits"
-    text = repr(value)
-    if len(text) <= ECHO_CHARS:
-        return text
-    return f"{text[:ECHO_CHARS]}… ({len(text)} characters)"
 
 
 def kind(name: str) -> str:
@@ -261,6 +233,14 @@ def from_changes(base: Mapping[str, Any], changes: Mapping[str, Any], deployment
 def from_dict(values: Mapping[str, Any], deployment: Deployment | None = None) -> Knobs:
     """A full record (unknown keys are an error; missing ones take the defaults)."""
     return from_changes({}, values, deployment)
+
+
+def validated_values(current: Mapping[str, Any], changes: Mapping[str, Any],
+                     deployment: Deployment | None = None) -> dict[str, Any]:
+    """The knob schema as the store's ``KnobValidator``: every writer passes it to ``Store.knobs_set``.
+    ``current`` with ``changes`` applied and validated (:func:`from_changes`, KnobError), as the full
+    record to store."""
+    return from_changes(current, changes, deployment).as_dict()
 
 
 _NAMES = frozenset(f.name for f in fields(Knobs))

@@ -11,9 +11,11 @@ What it holds:
 * the **lease/escrow registry** - who holds pins for which request on which stages, kept alive by
   the holder's heartbeat; a dead holder's entries expire and the stages release those pins;
 * **wave plans** - each wave's chunk descriptors in a capped log, plus the waves still in flight;
-* the **knobs** - one versioned, validated record of the scheduling knobs, with its history, and
-  the **deployment** record (block size, stages) the running runtime publishes: every knob write is
-  checked against it before it is stored;
+* the **knobs** - one versioned record of the scheduling knobs, with its history, and the
+  **deployment** record (block size, stages) the running runtime publishes. The store knows no
+  knob: every write brings its :class:`KnobValidator` (the runtime's schema), which checks it
+  against the deployment before anything is stored, and a record that was never written holds no
+  values (the reader supplies the defaults: :meth:`KnobsRecord.values_or`);
 * the **run descriptions** - what each run is (engine, model, hardware, stages, workload, knobs: a
   saved run's ``meta``), published by the runtime at the run's start for viewers of the store (the
   dashboard's Preview replays a live run in the sim it describes); the newest ``RUN_META_CAP`` runs.
@@ -24,12 +26,11 @@ gets them as absent with a one-line ``note``, and the next write replaces them.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
-if TYPE_CHECKING:     # (interim: the store layer is being made independent of the runtime)
-    from wavepp.runtime.knobs import Deployment
+from wavepp.store.deployment import Deployment
 
 # Run descriptions kept (the newest runs by id, which starts with the run's UTC start time:
 # runtime.runfile.RunInfo); a viewer shows a handful of recent runs.
@@ -71,10 +72,30 @@ class RegistryEntry:
 
 @dataclass(frozen=True, slots=True)
 class KnobsRecord:
-    version: int                 # 0: never written, or lost (a store restarted empty): the defaults
-    values: dict[str, Any]
+    version: int                 # 0: never written, or lost (a store restarted empty): no values
+    values: dict[str, Any]       # as the last write's validator returned them; {} at version 0
     deployment: Deployment | None = None   # what the running deployment fixes; None: not published
     note: str | None = None      # a corrupt entry read as absent, or replaced by this write
+
+    def values_or(self, defaults: Mapping[str, Any]) -> dict[str, Any]:
+        """The stored values, or ``defaults`` when none are stored (version 0): the knobs' defaults
+        are the runtime's, the store has none of its own."""
+        return self.values if self.version else dict(defaults)
+
+
+class KnobValidator(Protocol):
+    """How a writer checks a knob write before the store keeps it (``runtime.knobs.validated_values``).
+
+    Called with the stored values (empty when none are stored), the writer's changes and the
+    deployment to check against (None: none published); returns the full values to store. Raises
+    the writer's own error (the runtime's ``KnobError``) naming every bad value: the store then
+    writes nothing and lets that error through unchanged. It may be called more than once for one
+    write (the Redis store retries a lost compare-and-set on the values it read again), so it must
+    not have side effects.
+    """
+
+    def __call__(self, current: Mapping[str, Any], changes: Mapping[str, Any],
+                 deployment: Deployment | None, /) -> dict[str, Any]: ...
 
 
 class Store(Protocol):
@@ -140,13 +161,14 @@ class Store(Protocol):
     async def knobs_get(self) -> KnobsRecord: ...
 
     async def knobs_set(self, changes: dict[str, Any], expected_version: int | None = None,
-                        deployment: Deployment | None = None) -> KnobsRecord:
-        """Validate ``changes`` merged over the current values, against ``deployment`` - or, when the
-        writer does not have it at hand (the CLI, the dashboard), the deployment record - and write
-        them as a new version with its history entry (both or neither). The running runtime and its
-        server pass their own: the record is shared, and another client may have written it.
+                        deployment: Deployment | None = None, *, validate: KnobValidator) -> KnobsRecord:
+        """Apply ``changes`` over the current values with ``validate``, against ``deployment`` - or,
+        when the writer does not have it at hand (the CLI, the dashboard), the deployment record - and
+        write what it returns as a new version with its history entry (both or neither). The running
+        runtime and its server pass their own deployment: the record is shared, and another client
+        may have written it.
 
-        Raises ``runtime.knobs.KnobError`` (nothing written) naming every bad value, and
+        Raises whatever ``validate`` raises (``runtime.knobs.KnobError``: nothing written), and
         ``StoreError`` when ``expected_version`` is given and no longer current, or when the record
         changed under every one of a bounded number of compare-and-set attempts (it never spins).
         """

@@ -14,8 +14,8 @@ from collections import deque
 from collections.abc import Sequence
 from typing import Any
 
-from wavepp.runtime.knobs import Deployment, Knobs, from_changes
-from wavepp.store.base import RUN_META_CAP, HintResult, KnobsRecord, RegistryEntry, StoreError
+from wavepp.store.base import RUN_META_CAP, HintResult, KnobsRecord, KnobValidator, RegistryEntry, StoreError
+from wavepp.store.deployment import Deployment
 from wavepp.store.probe import longest_prefix_in
 
 PLAN_LOG_CAP = 10_000
@@ -38,7 +38,7 @@ class MemoryStore:
         self._entries: dict[str, RegistryEntry] = {}
         self._plans: deque[dict[str, Any]] = deque(maxlen=PLAN_LOG_CAP)
         self._in_flight: dict[int, dict[str, Any]] = {}
-        self._knobs = KnobsRecord(0, Knobs().as_dict())
+        self._knobs = KnobsRecord(0, {})
         self._knob_history: deque[dict[str, Any]] = deque(maxlen=KNOB_HISTORY_CAP)
         self._status: dict[str, Any] | None = None
         self._run_meta: dict[str, str] = {}                  # run id -> its description as JSON (Redis's shape)
@@ -131,13 +131,13 @@ class MemoryStore:
         return self._knobs
 
     async def knobs_set(self, changes: dict[str, Any], expected_version: int | None = None,
-                        deployment: Deployment | None = None) -> KnobsRecord:
+                        deployment: Deployment | None = None, *, validate: KnobValidator) -> KnobsRecord:
         current = self._knobs
         if expected_version is not None and expected_version != current.version:
             raise StoreError(f"knobs changed meanwhile (version {current.version}, expected {expected_version})")
         against = deployment or current.deployment
-        knobs = from_changes(current.values, changes, against)
-        self._knobs = KnobsRecord(current.version + 1, knobs.as_dict(), current.deployment)
+        values = validate(current.values, changes, against)       # the writer's error: nothing written
+        self._knobs = KnobsRecord(current.version + 1, values, current.deployment)
         self._knob_history.append({"version": self._knobs.version, "time": time.time(), "changes": dict(changes)})
         return dataclasses.replace(self._knobs, deployment=against)
 

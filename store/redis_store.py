@@ -5,39 +5,57 @@ deployment's keys in one slot and multi-key scripts stay legal. Every multi-key 
 Lua script or one MULTI transaction. The hint lookup for a whole admission round, over every
 stage, is one script call (exponential probe + binary search run server-side); block hashes
 travel packed as 8-byte words, one argument per prompt, not one per block.
+
+How each record is written and read back lives beside it: :mod:`store.redis_records` (registry
+entries, plans, status, run descriptions) and :mod:`store.redis_knobs` (the knobs record and its
+history); the dashboard's synchronous readers use the same decoding.
 """
 
 from __future__ import annotations
 
 import json
-import logging
 import re
 import struct
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from functools import wraps
-from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
-import redis
 import redis.asyncio as aioredis
 from redis import exceptions as rex
 
-from wavepp.runtime.knobs import Deployment, Knobs, echo, from_changes
-from wavepp.store.base import KNOBS_VERSION_MAX, RUN_META_CAP, HintResult, KnobsRecord, RegistryEntry, StoreError
+from wavepp.store.base import (
+    KNOBS_VERSION_MAX,
+    RUN_META_CAP,
+    HintResult,
+    KnobsRecord,
+    KnobValidator,
+    RegistryEntry,
+    StoreError,
+)
+from wavepp.store.deployment import Deployment
+from wavepp.store.redis_knobs import HISTORY_REPLACED, KNOB_HISTORY_CAP, decode_history, decode_knobs, knob_keys
+from wavepp.store.redis_records import (
+    RUN_META,
+    as_text,
+    decode_entries,
+    decode_plans,
+    decode_run_meta,
+    decode_status,
+    entry_text,
+    lua_script,
+    report_once,
+)
 from wavepp.store.resilient import StoreUnavailable
 from wavepp.store.urls import StoreUrl, parse_store_url
 
-log = logging.getLogger(__name__)
-
 PLAN_LOG_CAP = 10_000
-KNOB_HISTORY_CAP = 1_000
 # Compare-and-set rounds one knob write may take: each lost round means another write landed in
 # between, so this many in a row is a client rewriting the record in a loop, not contention.
 KNOB_WRITE_ATTEMPTS = 64
 T = TypeVar("T")
-RUN_META = "runs:meta"         # run id -> its description (JSON), beside telemetry's ``runs`` (id -> label)
+P = ParamSpec("P")
 # The Redis type this store keeps under each key (after ``wavepp:{cluster}:``). Knobs and their
-# history are the knob schema's (runtime.knobs); the span stream is telemetry's.
+# history are the knob schema's (the writer's validator); the span stream is telemetry's.
 KEY_TYPES = {"hint:stages": "set", "registry:entries": "hash", "registry:holders": "zset", "plans": "stream",
              "plans:in_flight": "hash", "status": "string", RUN_META: "hash"}
 _HINT_STAGE = re.compile(r"hint:\d+")
@@ -47,16 +65,13 @@ def pack(hashes: Sequence[int]) -> bytes:
     return struct.pack(f"<{len(hashes)}Q", *hashes)
 
 
-def _script(name: str) -> str:
-    return (Path(__file__).parent / "lua" / name).read_text()
-
-
-def _translate(fn: Callable[..., Awaitable[T]]) -> Callable[..., Awaitable[T]]:
+def _translate(fn: Callable[Concatenate[RedisStore, P], Coroutine[Any, Any, T]]
+               ) -> Callable[Concatenate[RedisStore, P], Coroutine[Any, Any, T]]:
     """Connection trouble becomes StoreUnavailable (retryable). A key of the wrong Redis type
     (another client wrote it) is healed - deleted, reported once - and the call retried once; any
     other error reply becomes a one-line StoreError."""
     @wraps(fn)
-    async def wrapper(self: RedisStore, *args: Any, **kwargs: Any) -> T:
+    async def wrapper(self: RedisStore, *args: P.args, **kwargs: P.kwargs) -> T:
         try:
             try:
                 return await fn(self, *args, **kwargs)
@@ -75,171 +90,6 @@ def _first_line(exc: BaseException) -> str:
     return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
 
 
-def _entry_text(e: RegistryEntry) -> str:
-    return f"{e.holder}|{','.join(map(str, e.stages))}|{e.reuse_blocks}|{e.escrow_blocks}"
-
-
-def _entry(request_id: str, text: str) -> RegistryEntry:
-    holder, stages, reuse, escrow = text.split("|")
-    return RegistryEntry(request_id, holder, tuple(int(s) for s in stages.split(",") if s), int(reuse), int(escrow))
-
-
-def _entries(pairs: Iterable[tuple[bytes | str, bytes | str]]) -> list[RegistryEntry]:
-    """Registry entries from (request id, text); a malformed one (another client wrote it) is skipped."""
-    out = []
-    for k, v in pairs:
-        try:
-            out.append(_entry(_s(k), _s(v)))
-        except (ValueError, UnicodeDecodeError):
-            _report_once(f"registry entry {_s(k)!r}", "is malformed: ignored")
-    return out
-
-
-def _plans(raw: Iterable[bytes | str | None]) -> list[dict[str, Any]]:
-    """Wave plans from their JSON; an undecodable one (another client wrote it) is skipped."""
-    out = []
-    for text in raw:
-        try:
-            plan = json.loads(text) if text is not None else None
-        except (ValueError, UnicodeDecodeError):
-            plan = None
-        if isinstance(plan, dict):
-            out.append(plan)
-        else:
-            _report_once("a wave plan", "is not a JSON object: ignored")
-    return out
-
-
-_reported: set[str] = set()
-
-
-def _report_once(what: str, problem: str) -> None:
-    """One warning line per corrupted thing: a store entry read every 50 ms would flood the log."""
-    if what not in _reported:
-        _reported.add(what)
-        log.warning("store: %s %s (written by another client?)", what, problem)
-
-
-def _s(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value
-
-
-def decode_run_meta(run_id: str, raw: bytes | str | None) -> dict[str, Any] | None:
-    """A run description from its JSON; one that is not a JSON object (another client wrote it) is absent."""
-    if raw is None:
-        return None
-    try:
-        meta = json.loads(raw)
-    except (ValueError, UnicodeDecodeError):
-        meta = None
-    if not isinstance(meta, dict):
-        _report_once(f"the description of run {run_id!r}", "is not a JSON object: ignored")
-        return None
-    return meta
-
-
-def decode_status(raw: bytes | str | None) -> dict[str, Any] | None:
-    """A status snapshot from its JSON; one that is not a JSON object (another client wrote it) is absent."""
-    if not raw:
-        return None
-    try:
-        status = json.loads(raw)
-    except (ValueError, UnicodeDecodeError):
-        status = None
-    if not (isinstance(status, dict) and isinstance(status.get("t"), int) and isinstance(status.get("run", ""), str)
-            and isinstance(status.get("stages"), list)):
-        _report_once("the status snapshot", "is not a runtime's status record: ignored")
-        return None
-    return status
-
-
-def read_run_meta(client: redis.Redis, prefix: str, run_id: str) -> dict[str, Any] | None:
-    """:meth:`RedisStore.run_meta_get` with a synchronous client (the dashboard); a key of the wrong
-    Redis type reads as absent."""
-    try:
-        raw: Any = client.hget(f"{prefix}:{RUN_META}", run_id)
-    except rex.ResponseError as exc:
-        if "WRONGTYPE" not in str(exc):
-            raise
-        return None
-    return decode_run_meta(run_id, raw)
-
-
-def knob_keys(prefix: str) -> list[str]:
-    """The knobs hash, its history stream and the deployment record (``knobs.lua``'s KEYS)."""
-    return [f"{prefix}:knobs", f"{prefix}:knobs:history", f"{prefix}:deployment"]
-
-
-def read_knobs(client: redis.Redis, prefix: str, count: int) -> tuple[KnobsRecord, list[dict[str, Any]]]:
-    """The record and its last ``count`` history entries with a synchronous client (the dashboard),
-    decoded as :class:`RedisStore` decodes them: corrupt entries read as absent."""
-    state = client.register_script(_script("knobs.lua"))(keys=knob_keys(prefix), args=["read"])
-    try:
-        rows: Any = client.xrevrange(f"{prefix}:knobs:history", count=count) or []
-    except rex.ResponseError as exc:
-        if "WRONGTYPE" not in str(exc):
-            raise
-        rows = []
-    return decode_knobs([_s(x) for x in state]), decode_history(rows)
-
-
-HISTORY_REPLACED = "the knob history was not a stream (another client wrote that key): started a new one"
-
-
-def decode_version(text: str) -> int | None:
-    """A stored knobs version, or None when it is not one: plain ASCII digits, at least 1 and below
-    :data:`KNOBS_VERSION_MAX` (the next write's version must fit too). The length is checked before
-    ``int``, which refuses strings of over 4300 digits with a ValueError of its own."""
-    if not (text.isascii() and text.isdigit()) or len(text) > len(str(KNOBS_VERSION_MAX)):
-        return None
-    version = int(text)
-    return version if 1 <= version < KNOBS_VERSION_MAX else None
-
-
-def decode_knobs(state: Sequence[str]) -> KnobsRecord:
-    """The state ``knobs.lua`` reads -> a record. Entries that are not what WavePP writes (another
-    client's) read as absent, with a note saying what was found."""
-    knobs_type, version, values, deployment_type, deployment = state
-    notes = []
-    record = KnobsRecord(0, Knobs().as_dict())
-    if knobs_type == "hash":
-        try:
-            decoded = json.loads(values)
-        except ValueError:                 # JSONDecodeError
-            decoded = None
-        number = decode_version(version)
-        if number is not None and isinstance(decoded, dict):
-            record = KnobsRecord(number, decoded)
-        else:
-            notes.append(f"the knobs record is not valid (version {echo(version)}, values {echo(values)}: "
-                         f"expected an integer in [1, {KNOBS_VERSION_MAX}) and a JSON object): read as absent")
-    elif knobs_type != "none":
-        notes.append(f"the knobs key holds a Redis {knobs_type}, not a hash: read as absent")
-    found = None
-    if deployment_type == "string":
-        try:
-            found = Deployment.from_dict(json.loads(deployment))
-        except json.JSONDecodeError:
-            notes.append(f"the deployment record is not JSON ({echo(deployment)}): read as absent")
-        except ValueError as exc:
-            notes.append(f"the deployment record is not valid ({exc}): read as absent")
-    elif deployment_type != "none":
-        notes.append(f"the deployment key holds a Redis {deployment_type}, not a string: read as absent")
-    return KnobsRecord(record.version, record.values, found, "; ".join(notes) or None)
-
-
-def decode_history(rows: Sequence[Any]) -> list[dict[str, Any]]:
-    """XREVRANGE rows of the knob history -> entries, oldest first (malformed ones are skipped)."""
-    out = []
-    for _, f in reversed(rows):
-        try:
-            out.append({"version": int(f[b"version"]), "time": float(f[b"time"]),
-                        "changes": json.loads(f[b"changes"])})
-        except (KeyError, ValueError):
-            continue
-    return out
-
-
 class RedisStore:
     """:class:`store.base.Store` on Redis (redis-py asyncio)."""
 
@@ -247,15 +97,16 @@ class RedisStore:
         self.client = client
         self.url = url
         self.prefix = f"wavepp:{{{url.cluster}}}"
-        self._lookup = client.register_script(_script("hint_lookup.lua"))
-        self._update = client.register_script(_script("hint_update.lua"))
-        self._put = client.register_script(_script("registry_put.lua"))
-        self._reap = client.register_script(_script("registry_reap.lua"))
-        self._alive = client.register_script(_script("registry_alive.lua"))
-        self._drop = client.register_script(_script("registry_drop.lua"))
-        self._knobs = client.register_script(_script("knobs.lua"))
-        self._run_meta_put = client.register_script(_script("run_meta_put.lua"))
-        self.round_trips = 0                  # calls that went to the server (admission-bench reports it)
+        self._lookup = client.register_script(lua_script("hint_lookup.lua"))
+        self._update = client.register_script(lua_script("hint_update.lua"))
+        self._put = client.register_script(lua_script("registry_put.lua"))
+        self._reap = client.register_script(lua_script("registry_reap.lua"))
+        self._alive = client.register_script(lua_script("registry_alive.lua"))
+        self._drop = client.register_script(lua_script("registry_drop.lua"))
+        self._knobs = client.register_script(lua_script("knobs.lua"))
+        self._run_meta_put = client.register_script(lua_script("run_meta_put.lua"))
+        self.round_trips = 0                  # calls that went to the server (read on the store itself, never
+                                              # through a wrapper; admission-bench counts its own calls)
 
     @classmethod
     async def connect(cls, url: StoreUrl | str, timeout_s: float = 2.0) -> RedisStore:
@@ -323,7 +174,7 @@ class RedisStore:
         stages = await self.client.smembers(self.key("hint", "stages"))
         async with self.client.pipeline(transaction=True) as pipe:
             for s in stages:
-                pipe.delete(self.key("hint", _s(s)))
+                pipe.delete(self.key("hint", as_text(s)))
             pipe.delete(self.key("hint", "stages"))
             self.round_trips += 2
             await pipe.execute()
@@ -338,7 +189,7 @@ class RedisStore:
             raise ValueError("registry_put takes the entries of one holder")
         args: list[Any] = [entries[0].holder, max(1, round(ttl_s * 1000))]
         for e in entries:
-            args += [e.request_id, _entry_text(e)]
+            args += [e.request_id, entry_text(e)]
         self.round_trips += 1
         await self._put(keys=[self.key("registry", "entries"), self.key("registry", "holders")], args=args)
 
@@ -357,11 +208,11 @@ class RedisStore:
     @_translate
     async def registry_entries(self) -> list[RegistryEntry]:
         raw = await self.client.hgetall(self.key("registry", "entries"))
-        entries = _entries(raw.items())
+        entries = decode_entries(raw.items())
         holders = sorted({e.holder for e in entries})
         alive: set[str] = set()
         if holders:
-            alive = set(map(_s, await self._alive(keys=[self.key("registry", "holders")], args=holders)))
+            alive = set(map(as_text, await self._alive(keys=[self.key("registry", "holders")], args=holders)))
         self.round_trips += 2
         return sorted((e for e in entries if e.holder in alive), key=lambda e: e.request_id)
 
@@ -369,7 +220,7 @@ class RedisStore:
     async def registry_reap(self) -> list[RegistryEntry]:
         self.round_trips += 1
         flat = await self._reap(keys=[self.key("registry", "entries"), self.key("registry", "holders")])
-        return _entries((flat[i], flat[i + 1]) for i in range(0, len(flat), 2))
+        return decode_entries((flat[i], flat[i + 1]) for i in range(0, len(flat), 2))
 
     # ---- plans -----------------------------------------------------------------------------
     @_translate
@@ -392,13 +243,13 @@ class RedisStore:
             return []
         self.round_trips += 1
         rows: list[Any] = await self.client.xrevrange(self.key("plans"), count=count) or []
-        return _plans(fields.get(b"plan") for _, fields in reversed(rows))
+        return decode_plans(fields.get(b"plan") for _, fields in reversed(rows))
 
     @_translate
     async def plans_in_flight(self) -> list[dict[str, Any]]:
         self.round_trips += 1
         raw = await self.client.hgetall(self.key("plans", "in_flight"))
-        return _plans(raw[k] for k in sorted(raw, key=lambda k: int(k) if k.isdigit() else -1))
+        return decode_plans(raw[k] for k in sorted(raw, key=lambda k: int(k) if k.isdigit() else -1))
 
     # ---- knobs -----------------------------------------------------------------------------
     def knob_keys(self) -> list[str]:
@@ -406,7 +257,7 @@ class RedisStore:
 
     async def _knob_state(self) -> list[str]:
         self.round_trips += 1
-        return [_s(x) for x in await self._knobs(keys=self.knob_keys(), args=["read"])]
+        return [as_text(x) for x in await self._knobs(keys=self.knob_keys(), args=["read"])]
 
     @_translate
     async def knobs_get(self) -> KnobsRecord:
@@ -414,14 +265,14 @@ class RedisStore:
 
     @_translate
     async def knobs_set(self, changes: dict[str, Any], expected_version: int | None = None,
-                        deployment: Deployment | None = None) -> KnobsRecord:
+                        deployment: Deployment | None = None, *, validate: KnobValidator) -> KnobsRecord:
         for _ in range(KNOB_WRITE_ATTEMPTS):
             state = await self._knob_state()
             current = decode_knobs(state)
             if expected_version is not None and expected_version != current.version:
                 raise StoreError(f"knobs changed meanwhile (version {current.version}, expected {expected_version})")
             against = deployment or current.deployment
-            values = from_changes(current.values, changes, against).as_dict()   # KnobError: nothing written
+            values = validate(current.values, changes, against)   # the writer's error: nothing written
             self.round_trips += 1
             reply = await self._knobs(keys=self.knob_keys(), args=[
                 "write", *state, current.version + 1, json.dumps(values), json.dumps(changes), KNOB_HISTORY_CAP])
@@ -485,14 +336,14 @@ class RedisStore:
         True when a key was deleted."""
         healed = False
         async for key in self.client.scan_iter(match=f"{self.prefix}:*", count=1000):
-            name = _s(key).removeprefix(f"{self.prefix}:")
+            name = as_text(key).removeprefix(f"{self.prefix}:")
             expected = "hash" if _HINT_STAGE.fullmatch(name) else KEY_TYPES.get(name)
             if expected is None:
                 continue
-            found = _s(await self.client.type(key))
+            found = as_text(await self.client.type(key))
             if found not in (expected, "none"):
                 await self.client.delete(key)
-                _report_once(_s(key), f"held a {found} instead of a {expected}: deleted, treated as absent")
+                report_once(as_text(key), f"held a {found} instead of a {expected}: deleted, treated as absent")
                 healed = True
         return healed
 

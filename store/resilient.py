@@ -16,12 +16,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
-from typing import Any
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any, TypeVar
 
-from wavepp.store.base import StoreError
+from wavepp.store.base import Store, StoreError
+from wavepp.store.wrapper import StoreWrapper
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 class StoreUnavailable(StoreError):
@@ -32,10 +34,12 @@ class StoreGone(StoreError):
     """The store stayed unavailable longer than the deadline: the run gives up."""
 
 
-class ResilientStore:
-    def __init__(self, inner: Any, initial_backoff_s: float = 0.05, max_backoff_s: float = 2.0,
+class ResilientStore(StoreWrapper):
+    """Every call retried through outages (the hook); :meth:`close` lets a rebuild in progress finish."""
+
+    def __init__(self, inner: Store, initial_backoff_s: float = 0.05, max_backoff_s: float = 2.0,
                  deadline_s: float | None = None) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self.initial_backoff_s = initial_backoff_s
         self.max_backoff_s = max_backoff_s
         self.deadline_s = deadline_s
@@ -47,45 +51,38 @@ class ResilientStore:
         self._rebuilding = False
         self._tasks: set[asyncio.Task[None]] = set()
 
-    def __getattr__(self, name: str) -> Any:
-        target = getattr(self.inner, name)
-        if not asyncio.iscoroutinefunction(target):
-            return target
-
-        async def call(*args: Any, **kwargs: Any) -> Any:
-            backoff = self.initial_backoff_s
-            loop = asyncio.get_running_loop()
-            while True:
-                started = loop.time()
-                try:
-                    result = await target(*args, **kwargs)
-                except StoreUnavailable as exc:
-                    task = asyncio.current_task()
-                    if task is not None and task.cancelling():
-                        # The client turned our cancellation into a connection error: never retry
-                        # through a cancellation, or the task would outlive its shutdown.
-                        raise asyncio.CancelledError from exc
-                    if not self.down:
-                        self.down, self.outages = True, self.outages + 1
-                        log.warning("store unavailable, retrying with backoff: %s", exc)
-                    self._check_deadline(exc)
-                    await asyncio.sleep(backoff)
-                    backoff = min(backoff * 2, self.max_backoff_s)
-                    continue
+    async def _call(self, name: str, call: Callable[[], Coroutine[Any, Any, T]]) -> T:
+        backoff = self.initial_backoff_s
+        loop = asyncio.get_running_loop()
+        while True:
+            started = loop.time()
+            try:
+                result = await call()
+            except StoreUnavailable as exc:
                 task = asyncio.current_task()
                 if task is not None and task.cancelling():
-                    # redis-py may absorb a cancellation that arrives mid-command and finish the
-                    # command; hand the cancellation back so shutdown is never lost.
-                    raise asyncio.CancelledError
-                if self._down_since is not None and started < self._down_since:
-                    return result      # sent before the outage began: no sign that the store is back
-                self._down_since = None
-                if self.down and not self._rebuilding:
-                    self._rebuilding = True
-                    self._tasks.add(asyncio.create_task(self._reconnected()))
-                return result
-
-        return call
+                    # The client turned our cancellation into a connection error: never retry
+                    # through a cancellation, or the task would outlive its shutdown.
+                    raise asyncio.CancelledError from exc
+                if not self.down:
+                    self.down, self.outages = True, self.outages + 1
+                    log.warning("store unavailable, retrying with backoff: %s", exc)
+                self._check_deadline(exc)
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, self.max_backoff_s)
+                continue
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():
+                # redis-py may absorb a cancellation that arrives mid-command and finish the
+                # command; hand the cancellation back so shutdown is never lost.
+                raise asyncio.CancelledError
+            if self._down_since is not None and started < self._down_since:
+                return result      # sent before the outage began: no sign that the store is back
+            self._down_since = None
+            if self.down and not self._rebuilding:
+                self._rebuilding = True
+                self._tasks.add(asyncio.create_task(self._reconnected()))
+            return result
 
     def _check_deadline(self, exc: StoreUnavailable) -> None:
         now = asyncio.get_running_loop().time()

@@ -9,37 +9,38 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Awaitable, Callable
-from typing import Any
+from collections.abc import Callable, Coroutine
+from typing import Any, TypeVar
+
+from wavepp.store.base import Store
+from wavepp.store.wrapper import StoreWrapper
+
+T = TypeVar("T")
 
 
-class ThreadedStore:
-    def __init__(self, open_store: Callable[[], Awaitable[Any]]) -> None:
+class ThreadedStore(StoreWrapper):
+    """The store ``open_store()`` opens, on a loop of its own in the ``store-io`` thread."""
+
+    def __init__(self, open_store: Callable[[], Coroutine[Any, Any, Store]]) -> None:
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="store-io", daemon=True)
         self._thread.start()
         try:
-            self.inner = self._call(open_store())
+            super().__init__(self._run(open_store()))
         except BaseException:
             self._stop()
             raise
 
-    def _call(self, coro: Awaitable[Any]) -> Any:
-        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()  # type: ignore[arg-type]
+    def _run(self, coro: Coroutine[Any, Any, T]) -> T:
+        """Run ``coro`` on the store's loop and block until it is done (the caller's loop included)."""
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
 
-    def __getattr__(self, name: str) -> Any:
-        target = getattr(self.inner, name)
-        if not asyncio.iscoroutinefunction(target):
-            return target
-
-        async def call(*args: Any, **kwargs: Any) -> Any:
-            return self._call(target(*args, **kwargs))
-
-        return call
+    async def _call(self, name: str, call: Callable[[], Coroutine[Any, Any, T]]) -> T:
+        return self._run(call())
 
     async def close(self) -> None:
         try:
-            self._call(self.inner.close())
+            self._run(self.inner.close())
         finally:
             self._stop()
 

@@ -76,13 +76,3 @@ def parse_store_url(text: str) -> StoreUrl:
     clean = f"{parts.scheme}://{netloc}/{path or 0}"
     return StoreUrl("redis", clean, unquote(parts.hostname), port or 6379, int(path or 0),
                     parts.scheme == "rediss", cluster)
-
-
-async def open_store(text: str):  # type: ignore[no-untyped-def]
-    """Open (and for Redis, connect to and check) the store a URL names."""
-    url = parse_store_url(text)
-    if url.kind == "memory":
-        from wavepp.store.memory import MemoryStore
-        return MemoryStore()
-    from wavepp.store.redis_store import RedisStore
-    return await RedisStore.connect(url)

@@ -17,7 +17,7 @@ import redis
 
 from wavepp.runtime.control_plane import KNOB_POLL_S, KnobWatcher
 from wavepp.runtime.engines.sim.engine import SimEngine
-from wavepp.runtime.knobs import Deployment, KnobError, Knobs
+from wavepp.runtime.knobs import Deployment, KnobError, Knobs, validated_values
 from wavepp.runtime.serve.app import create_app
 from wavepp.runtime.serve.runtime import ServerRuntime
 from wavepp.store.redis_store import RedisStore
@@ -86,11 +86,11 @@ def test_a_write_with_the_deployment_at_hand_is_validated_against_it(url: str) -
         store = await RedisStore.connect(url)
         try:
             client.set(key, json.dumps(FOREIGN[0]))
-            written = await store.knobs_set({"ring": 2}, deployment=OWN)
+            written = await store.knobs_set({"ring": 2}, deployment=OWN, validate=validated_values)
             assert written.values["ring"] == 2 and written.deployment == OWN
             client.set(key, json.dumps(FOREIGN[1]))
             with pytest.raises(KnobError, match="max_wave_tokens: 8200 is not a multiple of the block size 64"):
-                await store.knobs_set({"max_wave_tokens": 8200}, deployment=OWN)
+                await store.knobs_set({"max_wave_tokens": 8200}, deployment=OWN, validate=validated_values)
             assert (await store.knobs_get()).version == written.version        # nothing written
         finally:
             await store.close()

@@ -16,6 +16,7 @@ import redis
 from wavepp.dashboard.sources import StoreSource
 from wavepp.runtime.bench import BenchConfig, run_one
 from wavepp.runtime.engines.sim.engine import SimEngine
+from wavepp.runtime.knobs import validated_values
 from wavepp.runtime.workloads import parse_workload
 from wavepp.store.redis_store import RedisStore
 
@@ -160,7 +161,7 @@ def set_knobs(url: str, changes: dict) -> None:
     async def write() -> None:
         store = await RedisStore.connect(url)
         try:
-            await store.knobs_set(changes)
+            await store.knobs_set(changes, validate=validated_values)
         finally:
             await store.close()
     asyncio.run(write())

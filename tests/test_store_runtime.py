@@ -17,6 +17,7 @@ import redis
 from wavepp.runtime.bench import BenchConfig, run_one
 from wavepp.runtime.engines.sim.clock import run_virtual
 from wavepp.runtime.engines.sim.engine import SimEngine
+from wavepp.runtime.knobs import validated_values
 from wavepp.runtime.loop import PipelineLoop
 from wavepp.runtime.workloads import Workload, parse_workload
 from wavepp.store.redis_store import RedisStore
@@ -38,7 +39,7 @@ def test_a_knob_written_to_the_store_reaches_the_next_waves() -> None:
         run = asyncio.create_task(loop.run())
         while loop.next_wave_id < 10:
             await asyncio.sleep(0.001)
-        record = await store.knobs_set({"max_wave_tokens": 2048, "min_wave_tokens": 1024})
+        record = await store.knobs_set({"max_wave_tokens": 2048, "min_wave_tokens": 1024}, validate=validated_values)
         seen["version"] = record.version
         seen["wave_at_write"] = loop.next_wave_id
         await run

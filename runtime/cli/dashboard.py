@@ -80,7 +80,8 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
 
 
 async def _check_store(url: str) -> None:
-    from wavepp.store.urls import open_store, parse_store_url
+    from wavepp.store.open import open_store
+    from wavepp.store.urls import parse_store_url
     if parse_store_url(url).kind != "redis":
         from wavepp.store.base import StoreError
         raise StoreError("a live dashboard reads a shared store: give --store redis://…")

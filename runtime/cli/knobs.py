@@ -21,16 +21,17 @@ def register(sub: Any) -> dict[str, Handler]:
 def cmd_knobs(args: argparse.Namespace) -> int:
     import asyncio
 
-    from wavepp.runtime.knobs import KnobError, parse_texts
+    from wavepp.runtime.knobs import KnobError, Knobs, parse_texts, validated_values
     from wavepp.store.base import KnobsRecord, StoreError
-    from wavepp.store.urls import open_store, parse_store_url
+    from wavepp.store.open import open_store
+    from wavepp.store.urls import parse_store_url
 
     changes, problems = parse_texts(set_texts(args.changes))   # each value by its knob's type: `8_192` is no integer
 
     async def run() -> tuple[KnobsRecord, list[dict[str, object]]]:
         store = await open_store(args.store)
         try:
-            record = await store.knobs_set(changes) if changes else await store.knobs_get()
+            record = await store.knobs_set(changes, validate=validated_values) if changes else await store.knobs_get()
             return record, await store.knobs_history(args.history)
         finally:
             await store.close()
@@ -49,7 +50,7 @@ def cmd_knobs(args: argparse.Namespace) -> int:
     if record.deployment is not None:
         print(f"  (checked against the running deployment: block size {record.deployment.block_size}, "
               f"{record.deployment.num_stages} stages)")
-    for name, value in record.values.items():
+    for name, value in record.values_or(Knobs().as_dict()).items():
         print(f"  {name:22s} {value}")
     for h in history:
         print(f"  v{h['version']}: {h['changes']}")

@@ -26,8 +26,9 @@ async def open_run_store(url: StoreUrl, virtual: bool, costs: CoordinationCosts,
     Real time: calls are retried through outages and the hint index is rebuilt on reconnect; an
     outage longer than ``deadline_s`` fails the run (None: a long-running server waits it out).
     """
+    inner: Store
     if url.kind == "memory":
-        inner: Any = MemoryStore()
+        inner = MemoryStore()
         rtt = costs.store_rtt_s
     elif virtual:
         inner = ThreadedStore(lambda: RedisStore.connect(url))
@@ -37,8 +38,8 @@ async def open_run_store(url: StoreUrl, virtual: bool, costs: CoordinationCosts,
         rtt = costs.redis_rtt_s
     await inner.clear_all(keep_knobs=True)
     if virtual:
-        return CostedStore(inner, costs, rtt)  # type: ignore[return-value]
-    return ResilientStore(inner, deadline_s=deadline_s)  # type: ignore[return-value]
+        return CostedStore(inner, costs, rtt)
+    return ResilientStore(inner, deadline_s=deadline_s)
 
 
 def run_telemetry(url: StoreUrl, virtual: bool, run: RunInfo | None = None, keep: bool = True,

@@ -13,12 +13,17 @@ import asyncio
 import pickle
 import random
 import time
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass, fields
-from typing import Any
+from typing import Any, TypeVar
 
 from wavepp.runtime.hashing import block_hashes
 from wavepp.runtime.kvcache.stage_cache import StageCache
+from wavepp.store.base import HintResult, Store
 from wavepp.store.memory import MemoryStore
+from wavepp.store.wrapper import StoreWrapper
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,39 +97,40 @@ class SimCostHook:
             await asyncio.sleep(dt)
 
 
-class CostedStore:
+class CostedStore(StoreWrapper):
     """Wraps a store so each call costs one round trip, plus per-item work on the hint index (sim only).
 
     The inner call runs first and the time is charged after it, so a run that ends while a reply
-    is "in flight" loses no update. Methods not listed in ``_PER_ITEM`` cost one round trip.
+    is "in flight" loses no update. Every call costs one round trip (the hook); the three hint-index
+    methods below add their per-item work, which depends on their arguments or result, to that
+    same charge (one sleep, so the virtual clock sees one timer per call).
     """
 
-    def __init__(self, inner: Any, costs: CoordinationCosts, rtt_s: float | None = None) -> None:
-        self.inner = inner
+    def __init__(self, inner: Store, costs: CoordinationCosts, rtt_s: float | None = None) -> None:
+        super().__init__(inner)
         self.costs = costs
         self.rtt_s = costs.store_rtt_s if rtt_s is None else rtt_s
 
-    def _items(self, name: str, args: tuple[Any, ...], result: Any) -> float:
-        c = self.costs
-        if name == "hint_lookup":
-            return sum(r.probes for r in result) * c.per_probe_s
-        if name == "hint_update":
-            return (len(args[1]) + len(args[2])) * c.per_index_update_s
-        if name == "hint_update_many":
-            return sum(len(a) + len(d) for _, a, d in args[0]) * c.per_index_update_s
-        return 0.0
+    async def _charge(self, items_s: float) -> None:
+        await asyncio.sleep(self.rtt_s + items_s)
 
-    def __getattr__(self, name: str) -> Any:
-        target = getattr(self.inner, name)
-        if not asyncio.iscoroutinefunction(target):
-            return target
+    async def _call(self, name: str, call: Callable[[], Coroutine[Any, Any, T]]) -> T:
+        result = await call()
+        await self._charge(0.0)
+        return result
 
-        async def call(*args: Any, **kwargs: Any) -> Any:
-            result = await target(*args, **kwargs)
-            await asyncio.sleep(self.rtt_s + self._items(name, args, result))
-            return result
+    async def hint_lookup(self, prompts: Sequence[Sequence[int]], stages: Sequence[int]) -> list[HintResult]:
+        result = await self.inner.hint_lookup(prompts, stages)
+        await self._charge(sum(r.probes for r in result) * self.costs.per_probe_s)
+        return result
 
-        return call
+    async def hint_update(self, stage: int, attached: Sequence[int], detached: Sequence[int]) -> None:
+        await self.inner.hint_update(stage, attached, detached)
+        await self._charge((len(attached) + len(detached)) * self.costs.per_index_update_s)
+
+    async def hint_update_many(self, updates: Sequence[tuple[int, Sequence[int], Sequence[int]]]) -> None:
+        await self.inner.hint_update_many(updates)
+        await self._charge(sum(len(a) + len(d) for _, a, d in updates) * self.costs.per_index_update_s)
 
 
 def _per_item(fn, items: int, repeat: int = 5) -> float:  # type: ignore[no-untyped-def]

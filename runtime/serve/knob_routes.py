@@ -12,7 +12,7 @@ from typing import Any
 
 from fastapi import Depends, FastAPI, Request
 
-from wavepp.runtime.knobs import KnobError
+from wavepp.runtime.knobs import KnobError, Knobs, validated_values
 from wavepp.runtime.serve.errors import ERRORS, ApiError, ErrorResponse
 from wavepp.runtime.serve.runtime import ServerRuntime
 from wavepp.store.base import StoreError
@@ -57,7 +57,8 @@ def add_knob_routes(app: FastAPI, rt: ServerRuntime, KnobsUpdate: Any, admin_tok
         (``WAVEPP_ADMIN_TOKEN``) only with ``Authorization: Bearer <token>``."""
         try:
             changes = body.changes.model_dump(exclude_none=True)
-            record = await store_call(lambda s: s.knobs_set(changes, body.expected_version, rt.deployment))
+            record = await store_call(lambda s: s.knobs_set(changes, body.expected_version, rt.deployment,
+                                                            validate=validated_values))
         except KnobError as exc:
             raise ApiError(422, str(exc), exc.field) from None
         return await knobs_view(record)
@@ -77,7 +78,7 @@ def add_knob_routes(app: FastAPI, rt: ServerRuntime, KnobsUpdate: Any, admin_tok
 
     async def knobs_view(record: Any) -> dict[str, Any]:
         watcher = rt.loop.knob_watcher if rt.loop else None
-        return {"version": record.version, "knobs": record.values,
+        return {"version": record.version, "knobs": record.values_or(Knobs().as_dict()),
                 "deployment": record.deployment.as_dict() if record.deployment else None,
                 "running_version": watcher.version if watcher else None,
                 "refused": watcher.refused if watcher else None, "note": record.note}

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from wavepp.runtime.knobs import POLICY_NAMES, Deployment, KnobError, Knobs
+from wavepp.runtime.knobs import POLICY_NAMES, Deployment, KnobError, Knobs, validated_values
 from wavepp.store.base import RUN_META_CAP, HintResult, KnobsRecord, RegistryEntry, StoreError
 from wavepp.store.memory import MemoryStore
 from wavepp.store.probe import longest_prefix, longest_prefix_linear
@@ -303,11 +303,16 @@ def test_plans_publish_retire_recent_in_flight(store_factory: Any) -> None:
 
 # ---- knobs ------------------------------------------------------------------------------------
 
-def test_knobs_default_at_version_zero(store_factory: Any) -> None:
+def test_knobs_at_version_zero_hold_no_values_and_the_reader_supplies_the_defaults(store_factory: Any) -> None:
+    """The store knows no knob: a record never written is empty, and its reader brings the defaults."""
     async def body() -> None:
         store = await store_factory()
-        assert await store.knobs_get() == KnobsRecord(0, Knobs().as_dict())
+        record = await store.knobs_get()
+        assert record == KnobsRecord(0, {})
+        assert record.values_or(Knobs().as_dict()) == Knobs().as_dict()
         assert await store.knobs_history(10) == []
+        written = await store.knobs_set({"ring": 2}, validate=validated_values)
+        assert written.values_or({}) == written.values == {**Knobs().as_dict(), "ring": 2}   # stored: as written
     store_factory.run(body)
 
 
@@ -317,7 +322,7 @@ def test_clear_all_can_keep_the_knobs(store_factory: Any) -> None:
         store = await store_factory()
         await store.hint_update(0, H, [])
         await store.plan_publish({"wave": 1})
-        written = await store.knobs_set({"ring": 2})
+        written = await store.knobs_set({"ring": 2}, validate=validated_values)
         assert await store.clear_all(keep_knobs=True) > 0
         assert await store.hint_count(0) == 0 and await store.plans_recent(10) == []
         assert await store.knobs_get() == written
@@ -328,12 +333,12 @@ def test_clear_all_can_keep_the_knobs(store_factory: Any) -> None:
 def test_knobs_set_increments_version_and_merges(store_factory: Any) -> None:
     async def body() -> None:
         store = await store_factory()
-        first = await store.knobs_set({"max_leases": 10})
+        first = await store.knobs_set({"max_leases": 10}, validate=validated_values)
         assert first == KnobsRecord(1, {**Knobs().as_dict(), "max_leases": 10})
-        second = await store.knobs_set({"ring": 8, "policy": "trtllm-pp"})
+        second = await store.knobs_set({"ring": 8, "policy": "trtllm-pp"}, validate=validated_values)
         assert second == KnobsRecord(2, {**Knobs().as_dict(), "max_leases": 10, "ring": 8, "policy": "trtllm-pp"})
         assert await store.knobs_get() == second
-        assert (await store.knobs_set({})).version == 3      # an empty write is still a write
+        assert (await store.knobs_set({}, validate=validated_values)).version == 3   # an empty write is still a write
     store_factory.run(body)
 
 
@@ -359,9 +364,9 @@ def test_invalid_knob_write_changes_nothing(store_factory: Any, changes: dict[st
     """A bad value raises KnobError; version, values and history stay as they were."""
     async def body() -> None:
         store = await store_factory()
-        before = await store.knobs_set({"max_leases": 77})
+        before = await store.knobs_set({"max_leases": 77}, validate=validated_values)
         with pytest.raises(KnobError):
-            await store.knobs_set(changes)
+            await store.knobs_set(changes, validate=validated_values)
         assert await store.knobs_get() == before
         assert [h["version"] for h in await store.knobs_history(10)] == [1]
     store_factory.run(body)
@@ -372,10 +377,10 @@ def test_knob_write_names_every_bad_field_and_blames_the_changed_one(store_facto
     async def body() -> None:
         store = await store_factory()
         with pytest.raises(KnobError) as info:
-            await store.knobs_set({"ring": -4, "max_leases": "10", "fill_factor": 3})
+            await store.knobs_set({"ring": -4, "max_leases": "10", "fill_factor": 3}, validate=validated_values)
         assert set(info.value.problems) == {"ring", "max_leases"}
         with pytest.raises(KnobError) as info:
-            await store.knobs_set({"max_wave_tokens": 1000})            # below the stored b_min 8192
+            await store.knobs_set({"max_wave_tokens": 1000}, validate=validated_values)   # below the stored b_min 8192
         assert list(info.value.problems) == ["max_wave_tokens"]
         assert (await store.knobs_get()).version == 0
     store_factory.run(body)
@@ -397,16 +402,16 @@ def test_knob_writes_are_checked_against_the_deployment(store_factory: Any, chan
         before = await store.knobs_get()
         assert before.deployment == Deployment(64, 4)
         with pytest.raises(KnobError) as info:
-            await store.knobs_set(changes)
+            await store.knobs_set(changes, validate=validated_values)
         assert list(info.value.problems) == [field]
         assert "block size 64" in info.value.problems[field]
         assert await store.knobs_get() == before
         assert await store.knobs_history(10) == []
-        written = await store.knobs_set({"max_wave_tokens": 8256})       # a whole number of blocks
+        written = await store.knobs_set({"max_wave_tokens": 8256}, validate=validated_values)  # whole blocks
         assert written.version == 1 and written.deployment == Deployment(64, 4)
         await store.deployment_put(Deployment(block_size=128, num_stages=2))
         with pytest.raises(KnobError) as info:                           # the stored 8256 no longer fits
-            await store.knobs_set({"ring": 4})
+            await store.knobs_set({"ring": 4}, validate=validated_values)
         assert list(info.value.problems) == ["max_wave_tokens"]
     store_factory.run(body)
 
@@ -415,12 +420,12 @@ def test_knobs_expected_version(store_factory: Any) -> None:
     """A write that names a stale version raises StoreError (not KnobError) and writes nothing."""
     async def body() -> None:
         store = await store_factory()
-        assert (await store.knobs_set({"ring": 4}, expected_version=0)).version == 1
+        assert (await store.knobs_set({"ring": 4}, expected_version=0, validate=validated_values)).version == 1
         with pytest.raises(StoreError) as info:
-            await store.knobs_set({"ring": 6}, expected_version=0)
+            await store.knobs_set({"ring": 6}, expected_version=0, validate=validated_values)
         assert not isinstance(info.value, KnobError)
         assert await store.knobs_get() == KnobsRecord(1, {**Knobs().as_dict(), "ring": 4})
-        assert (await store.knobs_set({"ring": 6}, expected_version=1)).version == 2
+        assert (await store.knobs_set({"ring": 6}, expected_version=1, validate=validated_values)).version == 2
         assert (await store.knobs_get()).values["ring"] == 6
     store_factory.run(body)
 
@@ -431,9 +436,9 @@ def test_knob_history_records_each_write_in_order(store_factory: Any) -> None:
         store = await store_factory()
         start = time.time()
         for w in writes:
-            await store.knobs_set(w)
+            await store.knobs_set(w, validate=validated_values)
         with pytest.raises(KnobError):
-            await store.knobs_set({"ring": -1})              # not recorded
+            await store.knobs_set({"ring": -1}, validate=validated_values)   # not recorded
         end = time.time()
         history = await store.knobs_history(10)
         assert [(h["version"], h["changes"]) for h in history] == [(1, writes[0]), (2, writes[1]), (3, writes[2])]
@@ -454,7 +459,7 @@ def test_knob_history_time_is_the_write_time(store_factory: Any) -> None:
         store = await store_factory()
         await _sleep_until_second_fraction(0.03, 0.07)
         before = time.time()
-        await store.knobs_set({"max_leases": 3})
+        await store.knobs_set({"max_leases": 3}, validate=validated_values)
         after = time.time()
         (h,) = await store.knobs_history(1)
         assert before - 0.02 <= h["time"] <= after + 0.02, (before, h["time"], after)
@@ -519,13 +524,13 @@ def test_clear_all_forgets_everything(store_factory: Any) -> None:
             await s.hint_update(0, H, [])
             await s.registry_put([entry("r1", "A")], LONG_TTL_S)
             await s.plan_publish({"wave": 1})
-            await s.knobs_set({"ring": 2})
+            await s.knobs_set({"ring": 2}, validate=validated_values)
         assert await store.clear_all() > 0
         assert await store.hint_count(0) == 0
         assert (await store.hint_lookup([H], [0]))[0].per_stage == (0,)
         assert await store.registry_entries() == [] and await store.registry_reap() == []
         assert await store.plans_recent(10) == [] and await store.plans_in_flight() == []
-        assert await store.knobs_get() == KnobsRecord(0, Knobs().as_dict())
+        assert await store.knobs_get() == KnobsRecord(0, {})
         assert await store.knobs_history(10) == []
         # another deployment (Redis: another cluster in the same database) is untouched
         assert await other.hint_count(0) == 5
@@ -556,8 +561,9 @@ def _normalize(op: str, result: Any) -> Any:
 
 
 async def _call(store: Any, op: str, args: tuple[Any, ...]) -> Any:
+    kwargs = {"validate": validated_values} if op == "knobs_set" else {}
     try:
-        return ("ok", _normalize(op, await getattr(store, op)(*args)))
+        return ("ok", _normalize(op, await getattr(store, op)(*args, **kwargs)))
     except (KnobError, StoreError) as exc:
         return ("raised", type(exc).__name__)
 
@@ -643,7 +649,8 @@ def test_concurrent_knob_writes_lose_nothing(redis_store_url: str) -> None:
     num_clients, per_client = 5, 8
 
     async def writer(store: RedisStore, c: int) -> list[int]:
-        return [(await store.knobs_set({"max_round_requests": 100 * c + i + 1})).version for i in range(per_client)]
+        return [(await store.knobs_set({"max_round_requests": 100 * c + i + 1}, validate=validated_values)).version
+                for i in range(per_client)]
 
     async def body() -> None:
         stores = await _clients(redis_store_url, num_clients)

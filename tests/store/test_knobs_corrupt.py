@@ -13,7 +13,7 @@ import pytest
 import redis
 
 from wavepp.runtime.cli import main
-from wavepp.runtime.knobs import Deployment, Knobs
+from wavepp.runtime.knobs import Deployment, Knobs, validated_values
 from wavepp.store.base import KNOBS_VERSION_MAX, StoreError
 from wavepp.store.redis_store import RedisStore
 
@@ -58,9 +58,9 @@ def test_a_corrupt_knobs_record_reads_as_absent_and_the_next_write_replaces_it(r
 
     async def body(store: RedisStore) -> None:
         record = await store.knobs_get()
-        assert (record.version, record.values) == (0, Knobs().as_dict())
+        assert (record.version, record.values) == (0, {})
         assert record.note and "read as absent" in record.note and "\n" not in record.note
-        written = await asyncio.wait_for(store.knobs_set({"ring": 4}), WRITE_WITHIN_S)
+        written = await asyncio.wait_for(store.knobs_set({"ring": 4}, validate=validated_values), WRITE_WITHIN_S)
         assert written.version == 1 and written.values == {**Knobs().as_dict(), "ring": 4}
         assert written.note == record.note                  # says what it replaced
         again = await store.knobs_get()
@@ -79,7 +79,7 @@ def test_a_history_of_the_wrong_type_never_splits_a_write(redis_store_url: str, 
 
     async def body(store: RedisStore) -> None:
         assert await store.knobs_history(10) == []          # read as absent, no exception
-        written = await store.knobs_set({"ring": 4})
+        written = await store.knobs_set({"ring": 4}, validate=validated_values)
         assert written.version == 1 and written.note and "history" in written.note
         assert (await store.knobs_get()).values["ring"] == 4
         assert [(h["version"], h["changes"]) for h in await store.knobs_history(10)] == [(1, {"ring": 4})]
@@ -163,5 +163,5 @@ def test_a_record_that_keeps_changing_ends_the_write(redis_store_url: str,
         real = store._knobs
         monkeypatch.setattr(store, "_knobs", always_changed)
         with pytest.raises(StoreError, match="kept changing"):
-            await asyncio.wait_for(store.knobs_set({"ring": 4}), WRITE_WITHIN_S)
+            await asyncio.wait_for(store.knobs_set({"ring": 4}, validate=validated_values), WRITE_WITHIN_S)
     _run(redis_store_url, body)

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import redis
 
-from wavepp.runtime.knobs import KnobError
+from wavepp.runtime.knobs import KnobError, validated_values
 from wavepp.store.base import StoreError
 from wavepp.store.redis_store import RedisStore, StoreUnavailable
 from wavepp.store.urls import StoreUrl, parse_store_url
@@ -73,7 +73,7 @@ def test_connect_with_wrong_or_missing_password_fails_authentication(start_priva
     async def body() -> int:                             # the right password works
         store = await RedisStore.connect(f"redis://:secret@127.0.0.1:{port}/0")
         try:
-            return (await store.knobs_set({"ring": 2})).version
+            return (await store.knobs_set({"ring": 2}, validate=validated_values)).version
         finally:
             await store.close()
     assert asyncio.run(body()) == 1
@@ -114,16 +114,16 @@ def test_invalid_knob_write_leaves_stored_record_byte_identical(redis_url: str, 
             assert empty == ({}, [], 0)
             for changes in bad:                          # nothing is created for a bad first write
                 with pytest.raises(KnobError):
-                    await store.knobs_set(changes)
+                    await store.knobs_set(changes, validate=validated_values)
             assert _raw_knobs(client, store) == empty
-            await store.knobs_set({"max_leases": 64, "hysteresis": False})
+            await store.knobs_set({"max_leases": 64, "hysteresis": False}, validate=validated_values)
             before = _raw_knobs(client, store)
             assert before[0][b"version"] == b"1" and before[2] == 2
             for changes in bad:
                 with pytest.raises(KnobError):
-                    await store.knobs_set(changes)
+                    await store.knobs_set(changes, validate=validated_values)
                 with pytest.raises(KnobError):
-                    await store.knobs_set(changes, expected_version=1)
+                    await store.knobs_set(changes, expected_version=1, validate=validated_values)
             assert _raw_knobs(client, store) == before
         finally:
             await store.close()
