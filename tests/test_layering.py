@@ -1,0 +1,140 @@
+"""The import graph, checked (issue 25): no circle among the project's modules - counting imports under
+``TYPE_CHECKING`` and inside functions too - and no arrow from a lower floor to a higher one:
+
+* ``wavepp.store`` and ``wavepp.telemetry`` import nothing of ``wavepp.runtime`` or ``wavepp.dashboard``;
+* nothing below the dashboard imports ``wavepp.dashboard``;
+* a mechanism (``wavepp.runtime.mechanisms``) or a policy imports none of the loop's modules: it sees
+  ports (``mechanisms/ports.py``), types and the registry.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+FOLDERS = ("runtime", "store", "telemetry", "dashboard")
+LOOP_MODULES = ("admission", "arrivals", "bench", "completion", "control_plane", "index_publisher", "loop",
+                "run_state", "stage_tasks", "watchdog", "serve", "cli", "whatif", "grid")
+
+
+def modules() -> dict[str, Path]:
+    out = {}
+    for folder in FOLDERS:
+        for path in (ROOT / folder).rglob("*.py"):
+            name = ".".join(("wavepp", *path.relative_to(ROOT).with_suffix("").parts))
+            out[name.removesuffix(".__init__")] = path
+    return out
+
+
+def imports(name: str, path: Path, known: dict[str, Path]) -> Iterator[str]:
+    """Every project module ``name`` imports, wherever the import statement stands."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+
+    def resolve(target: str) -> str | None:
+        while target and target not in known:
+            target = target.rpartition(".")[0]
+        return target or None
+
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            targets = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")
+                base = ".".join(parts[: len(parts) - node.level + 1] + ([base] if base else []))
+            # ``from pkg import sub`` depends on the module ``sub``; ``from mod import name`` on ``mod``.
+            targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in known else base for a in node.names]
+        else:
+            continue
+        for target in targets:
+            found = resolve(target)
+            if found is not None and found != name:
+                yield found
+
+
+def graph() -> dict[str, set[str]]:
+    known = modules()
+    return {name: set(imports(name, path, known)) for name, path in known.items()}
+
+
+def circles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in edges[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in edges:
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_the_import_graph_has_no_circle() -> None:
+    assert circles(graph()) == []
+
+
+def test_no_import_runs_from_a_lower_floor_to_a_higher_one() -> None:
+    wrong = []
+    for name, targets in graph().items():
+        floor = name.split(".")[1]
+        for t in targets:
+            up = t.split(".")[1]
+            if floor in ("store", "telemetry") and up in ("runtime", "dashboard"):
+                wrong.append(f"{name} -> {t}")
+            # The command line is the top floor (``wavepp dashboard`` starts it), though it lives in runtime/.
+            if floor != "dashboard" and up == "dashboard" and not name.startswith("wavepp.runtime.cli"):
+                wrong.append(f"{name} -> {t}")
+    assert wrong == []
+
+
+def test_mechanisms_and_policies_see_ports_not_the_loop() -> None:
+    wrong = []
+    for name, targets in graph().items():
+        if not name.startswith(("wavepp.runtime.mechanisms", "wavepp.runtime.policies")):
+            continue
+        for t in targets:
+            parts = t.split(".")
+            if parts[1] == "runtime" and len(parts) > 2 and parts[2] in LOOP_MODULES:
+                wrong.append(f"{name} -> {t}")
+    assert wrong == []
+
+
+def test_the_checker_sees_every_kind_of_import(tmp_path: Path) -> None:
+    """Imports under TYPE_CHECKING, inside a function and relative ones all count."""
+    known = {"wavepp.runtime.a": tmp_path / "a.py", "wavepp.runtime.b": tmp_path / "b.py",
+             "wavepp.runtime.c": tmp_path / "c.py", "wavepp.runtime.d": tmp_path / "d.py"}
+    (tmp_path / "a.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+                                   "    from wavepp.runtime.b import X\n")
+    (tmp_path / "b.py").write_text("def f():\n    from wavepp.runtime import c\n")
+    (tmp_path / "c.py").write_text("from . import a\n")
+    (tmp_path / "d.py").write_text("import os\n")
+    edges = {n: set(imports(n, p, known)) for n, p in known.items()}
+    assert edges == {"wavepp.runtime.a": {"wavepp.runtime.b"}, "wavepp.runtime.b": {"wavepp.runtime.c"},
+                     "wavepp.runtime.c": {"wavepp.runtime.a"}, "wavepp.runtime.d": set()}
+    assert circles(edges) == [["wavepp.runtime.a", "wavepp.runtime.b", "wavepp.runtime.c"]]
