@@ -24,7 +24,7 @@ from wavepp.runtime.report import RunFigures, compute_figures
 from wavepp.runtime.run_meta import describe_run
 from wavepp.runtime.runfile import RunInfo, SavedRun
 from wavepp.runtime.traces import TraceWorkload
-from wavepp.runtime.watchdog import DEFAULT_STALL_TIMEOUT_S
+from wavepp.runtime.watchdog import DEFAULT_STALL_TIMEOUT_S, Stalled
 from wavepp.runtime.workloads import Workload, WorkloadSpec, make_workload
 from wavepp.store.base import Store
 from wavepp.store.urls import StoreUrl
@@ -113,12 +113,15 @@ def run_one(engine: Engine, cfg: BenchConfig, policy_name: str, concurrency: int
                                  engine.block_size, engine.vocab_size, cfg.seed)
     label = f"{policy_name} c={concurrency}"
 
+    loops: list[PipelineLoop] = []
+
     async def main() -> LoopResult:
         parts.store = await engine.open_store(cfg.store_deadline_s)
         # The saved run's meta goes to the store when the loop starts (and again if the store comes
         # back empty): a viewer of a live store can replay the run.
         loop = PipelineLoop(parts.handles, parts.executor, parts.store, knobs, workload,
                             concurrency, tel, engine.block_size, stall_timeout_s=cfg.stall_timeout_s, meta=meta)
+        loops.append(loop)
         if progress is not None:
             loop.progress = lambda done, total: progress(label, done, total)
         try:
@@ -129,14 +132,19 @@ def run_one(engine: Engine, cfg: BenchConfig, policy_name: str, concurrency: int
             await h.check()
         return result
 
+    stalled: str | None = None
     try:
         result = engine.run(main())
+    except Stalled as exc:    # reported with its figures to the stall; the bench goes on with the next run
+        if not loops:
+            raise
+        result, stalled = loops[0].result, str(exc)
     except BaseException:
         tel.shutdown()        # flush (or drop) the span stream now, not at exit after the error line
         raise
     spans = tel.finished_spans()
     encoded = [encode(s) for s in spans]
-    figures = compute_figures(encoded, engine.pp, meta)
+    figures = compute_figures(encoded, engine.pp, meta, stalled)
     tel.shutdown()
     meta["spans"] = len(spans)
     meta["spans_dropped"] = tel.dropped()

@@ -27,6 +27,7 @@ its attempt is no longer live).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 import logging
 import time
@@ -39,7 +40,7 @@ from wavepp.runtime.completion import LoopResult, RequestEnds
 from wavepp.runtime.control_plane import KnobWatcher, LeaseRegistry, StoreWriter
 from wavepp.runtime.engines.base import StageExecutor, StageHandle, now
 from wavepp.runtime.index_publisher import IndexPublisher
-from wavepp.runtime.knobs import Deployment, KnobError, Knobs, check_block_size
+from wavepp.runtime.knobs import Deployment, Knobs, check_block_size
 from wavepp.runtime.policies import get_policy
 from wavepp.runtime.policies.base import Policy
 from wavepp.runtime.publications import Publication, Publications
@@ -94,8 +95,8 @@ class PipelineLoop:
         self.publisher = IndexPublisher(self.handles, store)
         self.writer = StoreWriter()
         self.registry = LeaseRegistry(store, self.writer)
+        self.pool = get_policy(knobs.policy).pool   # the engine built the caches with it: fixed for the run
         self._configure(knobs)
-        self.pool = self.policy.pool              # the engine built the caches with it: fixed for the run
         self.queue = AdmissionQueue(self.run_state, self.admission, knobs, self.registry, telemetry, self.spans)
         self.ends = RequestEnds(self.run_state, self.handles, executor, telemetry, self.spans, self.registry,
                                 self.result, lambda: self.policy, self.next_arrival, self.remember_computed,
@@ -112,12 +113,16 @@ class PipelineLoop:
         self.progress: Callable[[int, int], None] | None = None   # (finished, total) after each request
         self.ever_computed: dict[int, None] = {}       # an insertion-ordered set, capped
         self.done = asyncio.Event()
+        self.warming = False                   # inside warm_up: spans muted, knob changes held back
         self.port = ArrivalPort(self._arrive, self.run_state, self.ends, self.result.failures, concurrency,
                                 lambda: self.num_finished, self.done)
 
     def _configure(self, knobs: Knobs) -> None:
-        """Policy, admission, planner and ring from the knobs (at start and at a wave boundary)."""
-        self.policy: Policy = get_policy(knobs.policy)
+        """Policy, admission, planner and ring from the knobs (at start and at a wave boundary). The
+        caches were built by the pool of the policy the run started with: a policy switched to later
+        runs on them (its own pool applies from the next run; the knob-change event says so)."""
+        policy = get_policy(knobs.policy)
+        self.policy: Policy = policy if policy.pool == self.pool else dataclasses.replace(policy, pool=self.pool)
         self.admit_stages = self.policy.stage_admission.admit_stages(self.num_stages)
         self.admission = Admission(self.handles, self.admit_stages, self.store, self.block_size, self.tel,
                                    self.policy.lookup, self.policy.reserve, self.policy.name)
@@ -126,12 +131,7 @@ class PipelineLoop:
 
     # ---- public -------------------------------------------------------------------------------
     def set_knobs(self, knobs: Knobs) -> None:
-        """Apply new knobs at the next wave boundary (KnobError now if this deployment cannot use them:
-        token budgets that are not whole blocks, a policy whose caches are provided another way)."""
-        pool = get_policy(knobs.policy).pool
-        if pool != self.pool:
-            raise KnobError({"policy": f"{knobs.policy[:40]} needs the {pool.name} cache pool; this run's caches "
-                                       f"are {self.pool.name}"})
+        """Apply new knobs at the next wave boundary (KnobError now if this deployment cannot use them)."""
         self._pending_knobs = check_block_size(knobs, self.block_size)
 
     def _publications(self, meta: dict[str, Any] | None) -> list[Publication]:
@@ -159,6 +159,7 @@ class PipelineLoop:
         less room keep fewer (their LRU evicts) - residency starts to diverge. Not measured: its spans
         are not recorded and it counts in no figure (a prompt no stage could hold is skipped)."""
         primed = self.workload.primed_prompts()
+        self.warming = True
         with self.tel.muted():
             for i, (tokens, hashes) in enumerate(primed):
                 req = Request(f"prime{i}", tokens, now(), hashes, "prime")
@@ -167,9 +168,11 @@ class PipelineLoop:
             # Its index entries are published before the measured arrivals; the loop's tasks that the
             # last retirement woke run meanwhile, still unrecorded.
             await self.publisher.flush()
+        self.warming = False
         if primed:                           # the measured run plans from scratch (MPU's hysteresis)
             self._configure(self.knobs)
             self.queue.configure(self.admission, self.knobs)
+        self.run_state.changed.notify()      # knobs that came in meanwhile apply now
 
     async def run(self) -> LoopResult:
         """Run the workload to the end; the last status record says how the run ended."""
@@ -294,6 +297,8 @@ class PipelineLoop:
 
     # ---- planning and dispatch --------------------------------------------------------------
     def _apply_pending_knobs(self) -> None:
+        if self.warming:                         # the warm-up runs under the starting knobs
+            return
         knobs, self._pending_knobs = self._pending_knobs, None
         if knobs is None or knobs == self.knobs:
             return
@@ -303,7 +308,8 @@ class PipelineLoop:
         self._configure(knobs)
         self.queue.configure(self.admission, knobs)
         self.result.knob_changes.append((self.tel.now_ns(), changed))
-        self._plan_events.append((N.EVENT_KNOBS, {N.KNOBS_CHANGED: sorted(changed),
+        kept = {N.KNOBS_POOL_KEPT: self.pool.name} if get_policy(knobs.policy).pool != self.pool else {}
+        self._plan_events.append((N.EVENT_KNOBS, {N.KNOBS_CHANGED: sorted(changed), **kept,
                                                   **{f"wavepp.knobs.{k}": v for k, v in changed.items()}}))
         self.run_state.changed.notify()
 

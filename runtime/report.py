@@ -80,6 +80,9 @@ class RunFigures:
     idle_causes_s: list[dict[str, float]]     # per stage: seconds idle by cause (they sum to makespan - busy)
     evictions: list[int]                      # per stage: cached blocks evicted to prepare waves
     recompute_s: list[float]                  # per stage: busy seconds on chunks a late fallback discarded
+    # Why the run ended before its requests did (None: it did not): a stall the deadlock guard caught,
+    # or the point where the policy's source would stop (its figures are the run's up to there).
+    stalled: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -192,8 +195,9 @@ class FigureAccumulator:
         return self.idle.intervals(num_stages, origin, end)
 
     def figures(self, num_stages: int, meta: dict[str, Any],
-                intervals: Sequence[IdleInterval] | None = None) -> RunFigures:
-        """``intervals``: this run's idle intervals when the caller already has them."""
+                intervals: Sequence[IdleInterval] | None = None, stalled: str | None = None) -> RunFigures:
+        """``intervals``: this run's idle intervals when the caller already has them; ``stalled``: why the
+        run ended early."""
         requests, latencies = self.requests, self.latencies
         origin, end = self.window()
         makespan = max(end - origin, 0) / 1e9
@@ -238,16 +242,32 @@ class FigureAccumulator:
             mean_wave_tokens=sum(wave_tokens) / len(wave_tokens) if wave_tokens else None,
             admission_critical_path_s_per_request=critical / len(latencies) if latencies else None,
             idle_causes_s=sums(intervals, num_stages), evictions=evictions,
-            recompute_s=self.recompute.seconds(num_stages),
+            recompute_s=self.recompute.seconds(num_stages), stalled=stalled,
         )
 
 
-def compute_figures(spans: Sequence[Span], num_stages: int, meta: dict[str, Any]) -> RunFigures:
+def compute_figures(spans: Sequence[Span], num_stages: int, meta: dict[str, Any],
+                    stalled: str | None = None) -> RunFigures:
     """Figures of one run from its spans in compact form (``telemetry.span_codec.encode``).
 
-    ``meta`` carries policy, engine, model, hardware, concurrency and workload.
+    ``meta`` carries policy, engine, model, hardware, concurrency and workload; ``stalled``: the run
+    ended early (its diagnosis). Where a request span carries ``wavepp.source_halt`` (a baseline's
+    source would stop the whole run there: :mod:`runtime.mechanisms.stage_admission`), the figures
+    are those of the spans that ended by the first such point, and ``stalled`` says why.
     """
-    return FigureAccumulator().add(spans).figures(num_stages, meta)
+    halt = source_halt(spans)
+    if halt is not None:
+        t, reason = halt
+        spans = [s for s in spans if (s["t1"] or 0) <= t]
+        stalled = stalled or reason
+    return FigureAccumulator().add(spans).figures(num_stages, meta, stalled=stalled)
+
+
+def source_halt(spans: Sequence[Span]) -> tuple[int, str] | None:
+    """The first point (ns) where the policy's source would have stopped the run, and why."""
+    halts = [(int(t), str(a.get(N.ERROR, "")))
+             for s in spans if s["n"] == N.REQUEST for name, t, a in s.get("ev", ()) if name == N.EVENT_HALT]
+    return min(halts) if halts else None
 
 
 def fmt(value: float | None, spec: str, scale: float = 1.0) -> str:

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from wavepp.runtime.completion import RequestEnds
 from wavepp.runtime.engines.base import MaterializeItem, StageExecutor, StageHandle, now
 from wavepp.runtime.kvcache.stage_cache import Mismatch
-from wavepp.runtime.mechanisms.stage_admission import Fail, FallBack, Readmit
+from wavepp.runtime.mechanisms.stage_admission import Fail, FallBack, Halt, Readmit
 from wavepp.runtime.policies import get_policy
 from wavepp.runtime.request import Chunk, Wave
 from wavepp.runtime.run_state import RunState
@@ -103,6 +103,9 @@ class StageWorker:
                 case Readmit(reason):
                     await self.ends.readmit(a, self.stage, reason)
                 case Fail(reason):
+                    await self.ends.fail(a, reason)
+                case Halt(reason):
+                    self.tel.event(self.ends.spans[a.id], N.EVENT_HALT, {N.STAGE: self.stage, N.ERROR: reason})
                     await self.ends.fail(a, reason)
                 case _:
                     ready.append(chunk)

@@ -19,6 +19,7 @@ EVENT_ADMITTED = "wavepp.admitted"               # on the request span, at admis
 EVENT_FALLBACK = "wavepp.fallback"               # reuse boundary lowered after the first lookup
 EVENT_READMITTED = "wavepp.readmitted"           # released everywhere and sent back to admission, boundary kept
 EVENT_FAILED = "wavepp.failed"
+EVENT_HALT = "wavepp.source_halt"               # the policy's source would stop the whole run here (baselines)
 EVENT_KNOBS = "wavepp.knobs.changed"             # on the plan span of the first wave under new knobs
 EVENT_KNOBS_REFUSED = "wavepp.knobs.refused"     # on the next plan span after the runtime refused a record
 
@@ -55,6 +56,7 @@ TO_TOKENS = "wavepp.reuse.to_tokens"             # a late fallback: the boundary
 ERROR = "wavepp.error"
 KNOBS_CHANGED = "wavepp.knobs.changed"           # names of the knobs that changed
 KNOBS_VERSION = "wavepp.knobs.version"           # the knobs record's version (a refused one)
+KNOBS_POOL_KEPT = "wavepp.pool.kept"              # a policy switched to runs on the run's cache pool (named)
 MEASURED = "wavepp.measured"                     # False for warm-up requests left out of the figures
 GEN_AI_INPUT_TOKENS = "gen_ai.usage.input_tokens"  # OpenTelemetry GenAI semantic convention
 COMPUTED_TOKENS = "wavepp.tokens.computed"        # request span: prompt tokens run through the model

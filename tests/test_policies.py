@@ -61,7 +61,7 @@ def test_presets_are_compositions_and_the_knob_lists_them() -> None:
                                    "reserve": "suffix", "host": "none", "return": "direct", "pool": "per-stage"}
     assert trt.mechanisms() == {"admission": "inline", "lookup": "first-stage", "stage-admission": "first-chunk",
                                 "charge": "suffix", "chunking": "static", "ring": "P", "fill": "off", "relay": "on",
-                                "reserve": "suffix", "host": "lockstep", "return": "ring", "pool": "per-stage"}
+                                "reserve": "suffix", "host": "lockstep", "return": "ring", "pool": "min"}
     assert legacy.mechanisms() == {**trt.mechanisms(), "charge": "position0", "reserve": "whole-prompt"}
 
 
@@ -214,25 +214,27 @@ def test_the_ring_return_path_adds_one_stage_message_before_a_slot_reopens() -> 
 
 # ---- the cache pool: how an engine provides the stages' caches -----------------------------------
 
-def test_the_policys_pool_sizes_the_caches_and_a_switch_to_another_pool_is_refused() -> None:
+def test_the_policys_pool_sizes_the_caches_and_a_policy_switched_to_runs_on_them() -> None:
 
     from wavepp.runtime.loop import PipelineLoop
     from wavepp.runtime.runfile import RunInfo
     from wavepp.runtime.workloads import Workload
     engine = SimEngine("llama-3-8b", "h200", 3, block_size=B, kv_blocks=[900, 500, 700])
     assert [h.capacity for h in engine.build(get_policy("wavepp").pool).handles] == [900, 500, 700]
-    parts = engine.build(get_policy("wavepp+pool=min").pool)
+    parts = engine.build(get_policy("trtllm-pp").pool)
     assert [h.capacity for h in parts.handles] == [500, 500, 500]     # TensorRT-LLM: allreduce MIN
 
     async def main() -> None:
         store = await engine.open_store()
-        knobs = engine.default_knobs().replace(policy="wavepp+pool=min")
+        knobs = engine.default_knobs().replace(policy="trtllm-pp")
         workload = Workload(parse_workload("reuse90"), 8, 1024, B, engine.vocab_size, 0)
-        loop = PipelineLoop(parts.handles, parts.executor, store, knobs, workload, 4,
-                            engine.telemetry(RunInfo.new("x", "reuse90", 4, "sim", "memory")), B)
-        with pytest.raises(KnobError, match="policy: wavepp needs the per-stage cache pool; this run's caches are min"):
-            loop.set_knobs(knobs.replace(policy="wavepp"))
-        loop.set_knobs(knobs.replace(policy="wavepp+pool=min+ring=P"))      # same pool: taken
+        tel = engine.telemetry(RunInfo.new("x", "reuse90", 4, "sim", "memory"))
+        loop = PipelineLoop(parts.handles, parts.executor, store, knobs, workload, 4, tel, B)
+        loop.set_knobs(knobs.replace(policy="wavepp"))                      # per-stage pools: not these caches
         result = await loop.run()
         assert len(result.completions) == 8 and not result.failures
+        assert loop.policy.name == "wavepp" and loop.policy.pool == get_policy("trtllm-pp").pool
+        events = [e for s in tel.finished_spans() if s.name == N.WAVE_PLAN for e in s.events
+                  if e.name == N.EVENT_KNOBS]
+        assert events and events[0].attributes[N.KNOBS_POOL_KEPT] == "min"   # the change says its pool stayed
     engine.run(main())

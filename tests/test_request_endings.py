@@ -18,9 +18,8 @@ from typing import Any
 from wavepp.runtime.engines.sim.clock import run_virtual
 from wavepp.runtime.engines.sim.engine import SimEngine
 from wavepp.runtime.hashing import block_hashes
-from wavepp.runtime.knobs import KnobError
 from wavepp.runtime.loop import PipelineLoop
-from wavepp.runtime.policies import KINDS, POLICIES, get_policy
+from wavepp.runtime.policies import KINDS, POLICIES
 from wavepp.runtime.request import Request
 from wavepp.runtime.runfile import RunInfo
 from wavepp.runtime.server_source import CANCELLED, Outcome, ServerSource
@@ -163,7 +162,6 @@ def test_hundreds_of_clients_giving_up_at_random_points_leave_nothing_behind() -
 
 def test_policy_switches_under_load_across_every_policy_and_ablation_fail_no_request() -> None:
     switches = 0
-    refused: list[str] = []
     for seed in range(3):
         async def main(seed: int = seed) -> None:
             nonlocal switches
@@ -175,19 +173,14 @@ def test_policy_switches_under_load_across_every_policy_and_ablation_fail_no_req
                 for i in range(300):
                     await asyncio.sleep(rng.random() * 0.02)
                     policy = EVERY_POLICY[(seed + i) % len(EVERY_POLICY)]
-                    try:
-                        served.loop.set_knobs(served.loop.knobs.replace(policy=policy))
-                    except KnobError:            # a policy whose caches are built another way: refused
-                        assert get_policy(policy).pool != served.loop.pool, policy
-                        refused.append(policy)
-                        continue
+                    served.loop.set_knobs(served.loop.knobs.replace(policy=policy))
                     switches += 1
             await clients(served, rng, 300, cancel_p=0.2, during=switch)
             completed, _ = check_outcomes(served, 300)
             assert completed >= 200
             await served.stop()
         run_virtual(main())
-    assert switches + len(refused) == 900 and switches > 800
+    assert switches == 900
 
 
 def test_a_request_admitted_under_first_chunk_admission_keeps_its_rules_after_a_switch() -> None:

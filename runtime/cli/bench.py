@@ -202,9 +202,9 @@ def _bench(args: argparse.Namespace, spec: Any, engine: Any, sim: Any, knobs: An
     """Run every (concurrency, policy) pair; the outputs of the runs that finished are written even
     when a later one fails, then the failure is raised."""
     from wavepp.runtime.bench import BenchConfig, RunRecord, iter_bench, prepare_store, run_bench
+    from wavepp.runtime.mechanisms.stage_admission import SOURCE_STOPS
     from wavepp.runtime.progress import BenchProgress, print_table
     from wavepp.runtime.report import fmt
-    from wavepp.runtime.watchdog import Stalled
     from wavepp.store.base import StoreError
     requests = args.requests if spec.kind == "trace" else args.requests or max(512, 4 * max(args.concurrency))
     cfg = BenchConfig(spec, args.concurrency, args.policy, requests, args.seed, args.prompt_tokens, knobs,
@@ -225,8 +225,6 @@ def _bench(args: argparse.Namespace, spec: Any, engine: Any, sim: Any, knobs: An
                 records.append(record)
         except StoreError as exc:          # the store went away mid-run and did not come back in time
             failure = RunFailed(f"store: {exc}")
-        except Stalled as exc:             # the deadlock guard: a failure of the run, not of the input
-            failure = RunFailed(str(exc))
         except (Exception, KeyboardInterrupt) as exc:
             failure = exc
     if records:
@@ -244,6 +242,10 @@ def _bench(args: argparse.Namespace, spec: Any, engine: Any, sim: Any, knobs: An
     _write_outputs(args, records)
     if failure is not None:
         raise failure
+    stuck = [r for r in records if r.figures.stalled and not r.figures.stalled.endswith(SOURCE_STOPS)]
+    if stuck:         # the deadlock guard: a failure of the run (reported, every other run went on)
+        raise RunFailed(f"{stuck[0].label}: {stuck[0].figures.stalled}" + (f" (and {len(stuck) - 1} more)"
+                                                                            if len(stuck) > 1 else ""))
     failed = sum(r.figures.failed for r in records)
     if not failed:
         return 0

@@ -5,7 +5,8 @@ The hook answers a typed verdict the stage worker acts on: :data:`READY` (prepar
 :class:`FallBack` (a stage that admits late lacks part of the prefix the first stage promised: the
 request's boundary is lowered and it starts over), :class:`Readmit` (the request cannot get room
 here before it blocks the stage, and only because requests admitted under another policy hold it:
-it goes back to admission) or :class:`Fail`.
+it goes back to admission), :class:`Fail`, or :class:`Halt` (the policy's source would stop the
+whole run here).
 """
 
 from __future__ import annotations
@@ -47,7 +48,19 @@ class Fail:
     reason: str
 
 
-StageVerdict = Ready | FallBack | Readmit | Fail
+@dataclass(frozen=True, slots=True)
+class Halt:
+    """The policy's source would stop the whole run here (``reason``): the request fails, and the
+    run's figures are its figures up to this point (:func:`runtime.report.compute_figures`). The
+    runtime itself goes on (a server keeps serving the others)."""
+
+    reason: str
+
+
+StageVerdict = Ready | FallBack | Readmit | Fail | Halt
+# How a Halt's reason ends: where the source would stop, not a failure of this runtime.
+SOURCE_STOPS = ("(TensorRT-LLM raises here without a KV cache transceiver: _pp_retry_until_can_schedule; "
+                "its executor loop stops)")
 READY = Ready()
 
 
@@ -96,10 +109,12 @@ class OnFirstChunk:
     reusable lengths across ranks (``resource_manager.py``), so a rank that lacks part of the
     first rank's prefix forces a late fall back to the lowest common boundary (DESIGN §3).
 
-    When no wave ahead will free room, ``_pp_retry_until_can_schedule`` raises (RuntimeError
-    without a KV cache transceiver, i.e. in aggregated serving): here the request fails. Except
-    when requests admitted under another policy (a ``policy`` knob change) share the stage's pool:
-    their escrow, not this policy's own schedule, holds the room, so the request is re-admitted."""
+    When no wave ahead will free room, ``_pp_retry_until_can_schedule`` raises RuntimeError without
+    a KV cache transceiver (aggregated serving) and the executor's event loop ends on it
+    (``PyExecutor._event_loop_wrapper`` logs and re-raises): the run would stop there - a
+    :class:`Halt`. Except when requests admitted under another policy (a ``policy`` knob change)
+    share the stage's pool: their escrow, not this policy's own schedule, holds the room, so the
+    request is re-admitted."""
 
     name: str = "first-chunk"
 
@@ -132,7 +147,9 @@ class OnFirstChunk:
         while not (await handle.escrow([(req.id, need)], remote=False)).all:
             if not run.completes_ahead(wave_id):
                 why = f"stage {s} lacks KV capacity for stage 0's schedule of request {req.id}"
-                return Readmit(why) if run.admitted_under_others(a.policy) else Fail(why)
+                if run.admitted_under_others(a.policy):
+                    return Readmit(why)
+                return Halt(f"{why} {SOURCE_STOPS}")
             with stage.span(N.STAGE_WAIT, {N.STAGE: s, N.REQUEST_ID: req.id}):
                 await run.capacity.wait()
             if await dropped_meanwhile():

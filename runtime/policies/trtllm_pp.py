@@ -11,6 +11,8 @@ each mechanism's own docstring cites what it models:
   walks of pending prompts, prompt copies (``Lockstep``);
 * ``num_micro_batches = pp_size`` (``Ring(1)``), a slot reopening only once the last rank's
   sample state is back on rank 0 (``SampleStateRing``);
+* every rank's KV pool as large as the smallest rank's: ``KVCacheManager.calculate_max_num_blocks``
+  (``resource_manager.py``) takes ``allreduce(max_tokens, op=MIN)`` over the world (``SmallestEverywhere``);
 * static chunks of ``max_num_tokens`` (default 8192), FCFS (``Static``); the budget charged
   for uncached tokens since the reuse credit (``SuffixOnly``: PRs #11637, #12976, #15066), or
   from position 0 before it (``FromPositionZero``).
@@ -25,6 +27,7 @@ runs only in disaggregated serving with a KV transceiver.
 
 import dataclasses
 
+from wavepp.runtime.kvcache.pools import SmallestEverywhere
 from wavepp.runtime.mechanisms.admission_drive import InlineRounds
 from wavepp.runtime.mechanisms.chunking import Static
 from wavepp.runtime.mechanisms.host_work import Lockstep
@@ -38,7 +41,7 @@ from wavepp.runtime.policies.base import Policy
 #: The behaviour of TensorRT-LLM main as read from its source (2026): reuse-credited token budget.
 TRTLLM_PP = Policy("trtllm-pp", admission=InlineRounds(), lookup=FirstStageTree(), stage_admission=OnFirstChunk(),
                    charge=SuffixOnly(), chunking=Static(), ring=Ring(1), fill=NoFill(),
-                   relay=RelayRequests(), host=Lockstep(), return_path=SampleStateRing())
+                   relay=RelayRequests(), host=Lockstep(), return_path=SampleStateRing(), pool=SmallestEverywhere())
 
 #: Releases before the reuse credit of PR #11637 (merged February 2026): a new context request's
 #: budget is charged from position 0, cached prefix included; and before PR #11490, whose
