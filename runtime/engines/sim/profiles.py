@@ -62,6 +62,16 @@ class ModelProfile:
             per_layer = 2.0 * self.num_kv_heads * self.head_dim
         return per_layer * self.kv_bytes * num_layers
 
+    @property
+    def indexer_key_bytes(self) -> int:
+        """Bytes of one token's DSA indexer key on a layer that computes the indexer: ``index_head_dim`` fp8
+        values and one fp32 scale per 128 of them (TensorRT-LLM ``DSACacheManager``: ``index_head_dim +
+        index_head_dim // quant_block_size * 4``, raw uint8 whatever the KV dtype, NVIDIA/TensorRT-LLM#16558;
+        fp8 is ``DeepSeekSparseAttentionConfig``'s default ``indexer_k_dtype``, research26 Q2). 0 without DSA."""
+        if self.index_head_dim is None:
+            return 0
+        return self.index_head_dim + self.index_head_dim // 128 * 4
+
     def is_moe_layer(self, layer: int) -> bool:
         """True when decoder layer ``layer`` has a routed-expert FFN."""
         return self.n_routed_experts > 0 and layer >= self.first_k_dense
