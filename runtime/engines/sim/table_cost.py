@@ -69,7 +69,14 @@ from pathlib import Path
 from wavepp.runtime.engines.sim.costmodel import ChunkShape, _causal_pairs, activation_send_time
 from wavepp.runtime.engines.sim.perf_interp import ContextGrid, Curve, GemmTable, GridPoint, TableCoverageError
 from wavepp.runtime.engines.sim.perf_tables import PerfTables, default_perf_dir
-from wavepp.runtime.engines.sim.profiles import HardwareProfile, ModelProfile, get_hardware, get_model, split_layers
+from wavepp.runtime.engines.sim.profiles import (
+    DEFAULT_KV_DTYPE,
+    HardwareProfile,
+    ModelProfile,
+    get_hardware,
+    get_model,
+    split_layers,
+)
 
 MS = 1e-3  # table latencies are milliseconds (FORMAT §3)
 ACT_BYTES = 2  # bf16 activations
@@ -120,15 +127,18 @@ class Choices:
 
 
 def load_table_cost_model(model: str, hardware: str, pp: int, gpus_per_stage: int,
-                          perf_dir: str | Path | None = None, choices: Choices = Choices()) -> TableCostModel:
+                          perf_dir: str | Path | None = None, choices: Choices = Choices(),
+                          kv_dtype: str = DEFAULT_KV_DTYPE) -> TableCostModel:
     """The table model for these settings; built once per process (reading the tables takes ~0.5 s)."""
     root = Path(perf_dir) if perf_dir is not None else default_perf_dir()
-    return _load(model, hardware, pp, gpus_per_stage, str(root.resolve()), choices)
+    return _load(model, hardware, pp, gpus_per_stage, str(root.resolve()), choices, kv_dtype)
 
 
 @functools.lru_cache(maxsize=8)
-def _load(model: str, hardware: str, pp: int, gpus_per_stage: int, perf_dir: str, choices: Choices) -> TableCostModel:
-    return TableCostModel(get_model(model), get_hardware(hardware), pp, gpus_per_stage, perf_dir, choices)
+def _load(model: str, hardware: str, pp: int, gpus_per_stage: int, perf_dir: str, choices: Choices,
+          kv_dtype: str) -> TableCostModel:
+    profile = get_model(model).with_kv_dtype(kv_dtype)
+    return TableCostModel(profile, get_hardware(hardware), pp, gpus_per_stage, perf_dir, choices)
 
 
 @dataclass(frozen=True, slots=True)
@@ -213,22 +223,33 @@ class TableCostModel:
 
     def _attention_grid(self, tables: PerfTables) -> ContextGrid:
         m = self.model
+        # The KV dtype's rows: bf16 compute with a bf16 or an fp8 cache (the tables' attn_dtype / mla_dtype
+        # bfloat16), so that only the cache changes with the deployment's kv_dtype.
+        kv = "bfloat16" if m.kv_dtype == "bf16" else "fp8"
         if self.spec.dsa_module is not None:
             where: dict[str, object] = {"model": self.spec.dsa_module, "mla_dtype": "bfloat16",
-                                        "kv_cache_dtype": "bfloat16", "gemm_type": self._dsa_gemm}
-            cols = tables.read("dsa_context_module_perf", where,
-                               ["num_heads", "step", "isl", "batch_size", "latency"])
+                                        "kv_cache_dtype": kv, "gemm_type": self._dsa_gemm}
+            columns = ["num_heads", "step", "isl", "batch_size", "latency"]
+            try:
+                cols = tables.read("dsa_context_module_perf", where, columns)
+            except TableCoverageError:
+                if kv == "bfloat16":
+                    raise
+                # H200's DSA table was collected with a bf16 cache only: its rows stand in for fp8 (on B300 the
+                # fp8 rows are 2-20% faster, so this errs slow).
+                cols = tables.read("dsa_context_module_perf", where | {"kv_cache_dtype": "bfloat16"}, columns)
             # (heads, prefix, new tokens, batch); raw latency on every axis, as aic-core resolves this table
             # (perf_database/dsa.rs: OpInterpConfig::grid, not the sqrt-along-seq config).
             dsa_points: dict[GridPoint, float] = {(h, p, s, b): v * MS for h, p, s, b, v in
-                          zip(cols["num_heads"], cols["step"], cols["isl"], cols["batch_size"], cols["latency"],
-                              strict=True)}
+                                                  zip(cols["num_heads"], cols["step"], cols["isl"],
+                                                      cols["batch_size"], cols["latency"], strict=True)}
             return ContextGrid(dsa_points, self._dsa_sol, sqrt_axis=None)
         where = {"num_key_value_heads": self._kv_heads, "head_dim": m.head_dim, "window_size": 0,
-                 "attn_dtype": "bfloat16", "kv_cache_dtype": "bfloat16"}
+                 "attn_dtype": "bfloat16", "kv_cache_dtype": kv}
         cols = tables.read("context_attention_perf", where, ["num_heads", "isl", "batch_size", "latency"])
         points: dict[GridPoint, float] = {(h, s, b): v * MS for h, s, b, v in
-                  zip(cols["num_heads"], cols["isl"], cols["batch_size"], cols["latency"], strict=True)}
+                                          zip(cols["num_heads"], cols["isl"], cols["batch_size"], cols["latency"],
+                                              strict=True)}
         return ContextGrid(points, self._gqa_sol, sqrt_axis=1)
 
     @property
@@ -246,10 +267,10 @@ class TableCostModel:
     # ---- speed-of-light anchors ---------------------------------------------------------------------
 
     def _gqa_sol(self, heads: float, seq: float, batch: float) -> float:
-        """FORMAT §5 context attention: max(2·b·s²·n·d / FLOPS, (4·b·n·s·d + 2·2·b·n_kv·s·d) / mem_bw)."""
-        d, hw = self.model.head_dim, self.hardware
+        """FORMAT §5 context attention: max(2·b·s²·n·d / FLOPS, (4·b·n·s·d + kvbytes·2·b·n_kv·s·d) / mem_bw)."""
+        d, hw, kv = self.model.head_dim, self.hardware, self.model.kv_bytes
         compute = 2.0 * batch * seq * seq * heads * d / hw.dense_flops
-        memory = (4.0 * batch * heads * seq * d + 2.0 * 2.0 * batch * self._kv_heads * seq * d) / hw.hbm_bytes_per_s
+        memory = (4.0 * batch * heads * seq * d + kv * 2.0 * batch * self._kv_heads * seq * d) / hw.hbm_bytes_per_s
         return max(compute, memory)
 
     def _dsa_sol(self, heads: float, prefix: float, seq: float, batch: float, indexer: bool = True) -> float:

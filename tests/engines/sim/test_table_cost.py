@@ -116,6 +116,24 @@ def test_aiconfigurators_choices_charge_more() -> None:
 
 
 @needs_tables
+def test_fp8_kv_reads_the_fp8_cache_rows() -> None:
+    """kv_dtype fp8 swaps only the attention rows for the fp8-cache ones (bf16 compute): per layer the step
+    changes by exactly the rows' difference. H200's DSA table has no fp8-cache rows: the bf16 ones stand in."""
+    bf16 = load_table_cost_model("minimax-m2.7", "b300", 4, 2, PERF)
+    fp8 = load_table_cost_model("minimax-m2.7", "b300", 4, 2, PERF, kv_dtype="fp8")
+    rows = {kv: _row("context_attention_perf", num_heads=24, num_key_value_heads=4, head_dim=128, window_size=0,
+                     attn_dtype="bfloat16", kv_cache_dtype=kv, isl=4096, batch_size=1) for kv in ("bfloat16", "fp8")}
+    wave = [ChunkShape(0, 4096)]
+    assert fp8.step_time(1, wave) - bf16.step_time(1, wave) == pytest.approx(16 * (rows["fp8"] - rows["bfloat16"]))
+    glm = {kv: load_table_cost_model("glm-5.2", "b300", 4, 2, PERF, kv_dtype=kv) for kv in ("bf16", "fp8")}
+    assert glm["fp8"].step_time(1, wave) < glm["bf16"].step_time(1, wave)
+    h200 = {kv: load_table_cost_model("glm-5.2", "h200", 4, 2, PERF, kv_dtype=kv) for kv in ("bf16", "fp8")}
+    assert h200["fp8"].step_time(1, wave) == h200["bf16"].step_time(1, wave)
+    with pytest.raises(ValueError, match="unknown KV dtype"):
+        SimEngine("glm-5.2", "b300", 4, kv_dtype="int8", perf_dir=str(PERF))
+
+
+@needs_tables
 def test_equal_chunks_share_one_batched_lookup() -> None:
     table = load_table_cost_model("minimax-m2.7", "b300", 4, 2, PERF)
     one = table.step_time(1, [ChunkShape(0, 1024)])
