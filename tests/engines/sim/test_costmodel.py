@@ -116,10 +116,13 @@ def test_transfer_time() -> None:
 
 
 def test_kv_capacity() -> None:
-    # Llama-3-8B on one H200: 151.4e9*0.9 B minus 8.03e9 params * 2 B minus the 3.76e9 B runtime reserve,
-    # over 128 KiB per token -> ~0.89M tokens.
+    # Llama-3-8B on one H200 (tests/engines/sim/test_capacity.py has the arithmetic of a GLM-5.2 stage): the
+    # pool is 0.9 of what weights (8.03e9 params * 2 B), activations of a 16384-token forward
+    # (2 * 16384 * 4096 * 11, aiconfigurator's LLAMA coefficient at tp 1) and the 3.76e9 B runtime reserve
+    # leave, over 128 KiB per token -> ~0.89M tokens.
     cm = _model("llama-3-8b", "h200", 1)
-    expected = (151397597184 * 0.9 - cm.stage_weight_bytes(0) - 3758096384) / (128 * 1024)
+    act = 2 * 16384 * 4096 * 11
+    expected = (151397597184 - cm.stage_weight_bytes(0) - act - 3758096384) * 0.9 / (128 * 1024)
     assert cm.stage_kv_capacity_tokens(0) == int(expected)
     assert 0.85e6 < expected < 0.95e6
     # GLM-5.2 (~744 GB in fp8) cannot fit one H200: no room, not a negative count.
