@@ -105,10 +105,23 @@ def _attn_flops_per_pair(model: ModelProfile) -> float:
     return 2.0 * model.num_heads * (2 * model.kv_lora_rank + model.qk_rope_head_dim)
 
 
+# What a PP hop carries: TensorRT-LLM's non-last ranks call pp_send_tensors([hidden_states, residual]) after
+# their last layer (_torch/models/modeling_utils.py, DecoderModel.__pp_init__ / forward_before_send) - two
+# [tokens, hidden] tensors in the model dtype - and pp_send_tensors issues one NCCL send per tensor
+# (_torch/distributed/communicator.py: PPCommNCCL.send, ncclSend; research26 Q4).
+HOP_TENSORS = 2
+
+
 def activation_send_time(model: ModelProfile, hardware: HardwareProfile, num_tokens: int) -> float:
-    """Seconds to send ``num_tokens`` bf16 hidden states to the next stage: the p2p latency plus bytes over
-    the inter-stage link (FORMAT.md §6 context_p2p; our link is NVLink, as PP x TP fills one node)."""
-    return hardware.p2p_latency_s + num_tokens * model.hidden_size * ACT_BYTES / hardware.link_bytes_per_s
+    """Seconds to send ``num_tokens`` tokens' activations to the next stage on the same node: two bf16
+    ``[tokens, hidden]`` tensors, each one NCCL point-to-point send of p2p latency + bytes over NVLink.
+
+    Each TP rank sends its own copy to its peer in the next stage over its own links, so the per-GPU
+    single-direction bandwidth applies (``node.intra_node_bw``, ``node.p2p_latency`` of the system YAML).
+    aiconfigurator prices a hop as one 2-byte tensor over ``inter_node_bw`` plus one latency, whether or
+    not the stages share a node (aic-core ``operators/communication.rs`` ``P2POp``; FORMAT.md §6)."""
+    per_tensor = num_tokens * model.hidden_size * ACT_BYTES / hardware.link_bytes_per_s
+    return HOP_TENSORS * (hardware.p2p_latency_s + per_tensor)
 
 
 def _causal_pairs(n: int, topk: int | None) -> float:

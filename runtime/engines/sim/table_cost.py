@@ -20,8 +20,9 @@ TP collectives            ``custom_allreduce_perf`` (TensorRT-LLM's all-reduce k
 ========================  ===========================================================================
 
 plus the embedding gather (memory op) on the first stage and the bf16 LM-head ``gemm`` (one row per chunk)
-on the last. The inter-stage send is FORMAT §6's ``context_p2p``: ``x · h · 2 bytes / link + p2p_latency``
-(:func:`costmodel.activation_send_time`).
+on the last. The inter-stage send is TensorRT-LLM's: hidden states and residual, two ``x · h`` bf16 tensors,
+each one NCCL send of ``p2p_latency`` + bytes over the node's NVLink (:func:`costmodel.activation_send_time`;
+FORMAT §6's ``context_p2p`` charges one tensor over the inter-node link).
 Ops are summed serially and nothing is added for launches (FORMAT §6-7: the tables were timed under CUDA
 graphs and TensorRT-LLM's static context time has no fixed overhead).
 
@@ -408,10 +409,8 @@ class TableCostModel:
         return total
 
     def transfer_time(self, stage: int, num_tokens: int) -> float:
-        """FORMAT §6 context_p2p from ``stage`` to the next, as the analytic model prices it.
-
-        aiconfigurator prices every hop at the inter-node bandwidth; we use the profile's inter-stage link
-        (NVLink: the default pp x tp fills one node)."""
+        """The activations' hop from ``stage`` to the next, as the analytic model prices it
+        (:func:`costmodel.activation_send_time`: PP x TP fills one node, so the hop is NVLink)."""
         self._stage(stage)
         if stage == len(self._stages) - 1:
             return 0.0

@@ -108,8 +108,13 @@ def test_empty_wave_and_bad_inputs() -> None:
 
 def test_transfer_time() -> None:
     cm = _model("glm-5.2", "b300", 4, 2)
-    # 8192 tokens x 6144 hidden x 2 bytes over 900 GB/s NVLink + 10 us.
-    assert cm.transfer_time(0, 8192) == pytest.approx(10e-6 + 8192 * 6144 * 2 / 900e9)
+    # TensorRT-LLM sends hidden_states and residual, one NCCL send each: per tensor 8192 tokens x 6144 hidden
+    # x 2 bytes = 100,663,296 B over b300_sxm.yaml's intra_node_bw 900e9 B/s = 111.85 us, + p2p_latency 10 us;
+    # two of them: 243.70 us. (aiconfigurator: one tensor over inter_node_bw 100e9 + 10 us = 1016.6 us.)
+    assert cm.transfer_time(0, 8192) == pytest.approx(2 * (10e-6 + 8192 * 6144 * 2 / 900e9))
+    assert cm.transfer_time(0, 8192) == pytest.approx(243.696e-6, rel=1e-5)
+    h200 = _model("minimax-m2.7", "h200", 4, 2)  # 4096 x 3072 x 2 B = 25,165,824 B at 450e9 B/s = 55.92 us
+    assert h200.transfer_time(1, 4096) == pytest.approx(2 * (10e-6 + 25_165_824 / 450e9))
     assert cm.transfer_time(3, 8192) == 0.0  # the last stage sends nothing on
     with pytest.raises(ValueError):
         cm.transfer_time(4, 1)
