@@ -16,8 +16,8 @@ same TensorRT-LLM 1.3.0rc20 tables (the installed package's parquet files equal 
 Named differences, where we follow TensorRT-LLM's code and aiconfigurator does not (table_cost.py docstring):
 
 1. GLM-5.2 reuses the DSA indexer on 57 of 78 layers (NVIDIA/TensorRT-LLM#15574: "shared" layers build no
-   indexer); aiconfigurator charges every layer as full on TensorRT-LLM. The dominant difference: up to
-   1.9x on a layer at L = 128K, growing with L and x.
+   indexer); aiconfigurator charges every layer as full on TensorRT-LLM. The dominant difference: 2-17%
+   of a step at L = 0, up to 1.9x at L = 128K, growing with L and x.
 2. The shared expert is split over TP (Deepseekv3MoE._compute_shared_expert_tp_size); aiconfigurator splits it
    by moe_tp, 1 under EP. About 1% of a step.
 3. GLM-5.2-FP8's DSA module runs fp8 GEMMs; aiconfigurator reads the checkpoint's self_attn layernorm
@@ -59,7 +59,7 @@ WITHIN = 0.10
 
 # Ours / aiconfigurator for GLM-5.2, rows x, columns L = 0, 4K, 32K, 64K, 128K. Below 1 by the named
 # differences: at L = 0, (1) on 15 of stage 1's 20 layers (2-17%, more with x) and (3) (1-13%); with a long
-# prefix (1) grows with the indexer's share of a full layer (1.6-1.9x a shared layer at L = 128K) while (3)
+# prefix (1) grows with the indexer's share of a full layer (1.6-1.9x the step at L = 128K) while (3)
 # turns the other way, so the ratio falls to 0.55-0.77 at L = 128K; (2) is 1% everywhere. H200's x = 1K,
 # L = 4K is above 1: (3) there costs aiconfigurator's extrapolation from prefix 128 less than (1) saves us.
 EXPECTED: dict[tuple[str, str], dict[int, tuple[float, ...]]] = {
