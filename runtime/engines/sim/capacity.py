@@ -24,9 +24,11 @@ system YAML's ``misc.nccl_mem`` / ``misc.other_mem`` (profiles.py). TensorRT-LLM
 over all ranks (``allreduce MIN``); that is the baseline's business (a policy), not the engine's: here each
 stage keeps its own capacity (DESIGN §1).
 
-Assumptions: the stage's weights split evenly over its GPUs (TensorRT-LLM replicates the MLA down-projection
-and the DSA indexer on every TP rank - about 0.2 GB per GPU on a GLM-5.2 stage, 0.1% of its pool); weights at
-the checkpoint's dtype, embedding and LM head bf16, block scales not counted (1/16384 of fp8 weights).
+Assumptions: the stage's weights split evenly over its GPUs (parts kept whole on every TP rank - the MLA
+down-projection and the DSA indexer, which aiconfigurator's roofline treats as unsplit - would add at most
+about 0.2 GB per GPU on a GLM-5.2 stage, 0.1% of its pool); weights at the checkpoint's dtype, embedding and LM
+head bf16, block scales not counted (1/16384 of fp8 weights), kv_b_proj's bf16 copy (TensorRT-LLM excludes
+``*kv_b_proj*`` from fp8) not counted either (15 MB per layer).
 """
 
 from __future__ import annotations
