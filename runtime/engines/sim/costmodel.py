@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Protocol
 
+from wavepp.runtime.engines.sim.capacity import FREE_GPU_MEMORY_FRACTION, HEAD_BYTES, stage_memory, stage_weight_bytes
 from wavepp.runtime.engines.sim.profiles import HardwareProfile, ModelProfile, split_layers
 
 # Fractions of peak FLOP/s reached. Assumptions, to be replaced by calibration:
@@ -31,9 +32,6 @@ OPS_PER_LAYER = 7
 # of 2h in and 2h out each (FORMAT.md §6 add_norm bytes per token). Assumption.
 ACT_VECTORS_PER_LAYER = 8
 ACT_BYTES = 2.0  # activations travel in bf16
-# Embedding and LM head stay bf16 even in fp8 checkpoints (DeepSeek-style FP8 keeps them unquantized).
-# Assumption.
-HEAD_BYTES = 2.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,7 +84,6 @@ class _Stage:
     layers: range
     groups: tuple[_LayerGroup, ...]
     weight_bytes: float  # everything resident on the stage, including embedding / LM head
-    kv_bytes_per_token: float
     fixed_s: float  # launch overhead + per-layer op latencies (not split over GPUs)
     is_first: bool
     is_last: bool
@@ -108,10 +105,23 @@ def _attn_flops_per_pair(model: ModelProfile) -> float:
     return 2.0 * model.num_heads * (2 * model.kv_lora_rank + model.qk_rope_head_dim)
 
 
+# What a PP hop carries: TensorRT-LLM's non-last ranks call pp_send_tensors([hidden_states, residual]) after
+# their last layer (_torch/models/modeling_utils.py, DecoderModel.__pp_init__ / forward_before_send) - two
+# [tokens, hidden] tensors in the model dtype - and pp_send_tensors issues one NCCL send per tensor
+# (_torch/distributed/communicator.py: PPCommNCCL.send, ncclSend; research26 Q4).
+HOP_TENSORS = 2
+
+
 def activation_send_time(model: ModelProfile, hardware: HardwareProfile, num_tokens: int) -> float:
-    """Seconds to send ``num_tokens`` bf16 hidden states to the next stage: the p2p latency plus bytes over
-    the inter-stage link (FORMAT.md §6 context_p2p; our link is NVLink, as PP x TP fills one node)."""
-    return hardware.p2p_latency_s + num_tokens * model.hidden_size * ACT_BYTES / hardware.link_bytes_per_s
+    """Seconds to send ``num_tokens`` tokens' activations to the next stage on the same node: two bf16
+    ``[tokens, hidden]`` tensors, each one NCCL point-to-point send of p2p latency + bytes over NVLink.
+
+    Each TP rank sends its own copy to its peer in the next stage over its own links, so the per-GPU
+    single-direction bandwidth applies (``node.intra_node_bw``, ``node.p2p_latency`` of the system YAML).
+    aiconfigurator prices a hop as one 2-byte tensor over ``inter_node_bw`` plus one latency, whether or
+    not the stages share a node (aic-core ``operators/communication.rs`` ``P2POp``; FORMAT.md §6)."""
+    per_tensor = num_tokens * model.hidden_size * ACT_BYTES / hardware.link_bytes_per_s
+    return HOP_TENSORS * (hardware.p2p_latency_s + per_tensor)
 
 
 def _causal_pairs(n: int, topk: int | None) -> float:
@@ -154,10 +164,8 @@ class AnalyticCostModel:
         kv_layer = m.kv_bytes_per_token(1)
         act = ACT_VECTORS_PER_LAYER * m.hidden_size * ACT_BYTES
         counts: dict[_LayerGroup, int] = {}
-        weight_bytes = 0.0
         for layer in layers:
             total, active = m.layer_params(layer)
-            weight_bytes += total * m.weight_bytes
             moe = m.is_moe_layer(layer)
             expert = float(m.expert_params) if moe else 0.0
             n_routed = m.n_routed_experts if moe else 0
@@ -175,14 +183,10 @@ class AnalyticCostModel:
             )
             counts[group] = counts.get(group, 0) + 1
         groups = tuple(replace(g, count=n) for g, n in counts.items())
-        if is_first:
-            weight_bytes += self._head_bytes
-        if is_last:
-            weight_bytes += self._head_bytes
+        weight_bytes = stage_weight_bytes(m, layers, is_first, is_last)
         hw = self.hardware
         fixed = hw.launch_overhead_s + len(layers) * OPS_PER_LAYER * hw.op_latency_s
-        kv_stage = m.kv_bytes_per_token(len(layers))
-        return _Stage(layers, groups, weight_bytes, kv_stage, fixed, is_first, is_last)
+        return _Stage(layers, groups, weight_bytes, fixed, is_first, is_last)
 
     @property
     def num_stages(self) -> int:
@@ -249,16 +253,11 @@ class AnalyticCostModel:
             return 0.0
         return activation_send_time(self.model, self.hardware, num_tokens)
 
-    def stage_kv_capacity_tokens(self, stage: int, memory_fraction: float = 0.9) -> int:
-        """Tokens of KV ``stage`` can hold after its weights and the fixed runtime reserve; never negative."""
-        if not 0.0 < memory_fraction <= 1.0:
-            raise ValueError(f"memory_fraction must be in (0, 1], got {memory_fraction}")
-        st = self._stage(stage)
-        hw = self.hardware
-        g = self.gpus_per_stage
-        reserve = g * (hw.reserve_bytes_per_gpu + hw.nccl_reserve_bytes(g))
-        free = g * hw.mem_capacity_bytes * memory_fraction - st.weight_bytes - reserve
-        return max(0, int(free // st.kv_bytes_per_token))
+    def stage_kv_capacity_tokens(self, stage: int, memory_fraction: float = FREE_GPU_MEMORY_FRACTION) -> int:
+        """Tokens of KV ``stage`` holds, as TensorRT-LLM sizes the pool from the memory its weights and runtime
+        leave (:mod:`capacity`); never negative."""
+        return stage_memory(self.model, self.hardware, len(self._stages), self.gpus_per_stage, stage,
+                            memory_fraction).kv_tokens
 
     def _stage(self, stage: int) -> _Stage:
         if not 0 <= stage < len(self._stages):

@@ -15,7 +15,7 @@ from wavepp.runtime.engines.sim.clock import run_virtual
 from wavepp.runtime.engines.sim.costmodel import AnalyticCostModel, CostModel
 from wavepp.runtime.engines.sim.executor import SimExecutor
 from wavepp.runtime.engines.sim.perf_interp import TableCoverageError
-from wavepp.runtime.engines.sim.profiles import get_hardware, get_model
+from wavepp.runtime.engines.sim.profiles import DEFAULT_KV_DTYPE, KV_DTYPES, get_hardware, get_model
 from wavepp.runtime.engines.sim.table_cost import load_table_cost_model
 from wavepp.runtime.knobs import CPU_KNOBS, Knobs
 from wavepp.runtime.kvcache.pools import CachePool, PerStage
@@ -48,7 +48,7 @@ class SimEngine:
                  realtime: bool = False, time_scale: float = 1.0, cost_profile: str | None = None,
                  cost_model: str = "auto", perf_dir: str | None = None, host_work_scale: float = 1.0,
                  clock: str | None = None, cpu_scale: float = 1.0, wake_s: float = 0.0,
-                 step_fit: Sequence[tuple[float, float]] | None = None) -> None:
+                 step_fit: Sequence[tuple[float, float]] | None = None, kv_dtype: str = DEFAULT_KV_DTYPE) -> None:
         """``cost_profile``: a calibration file (``wavepp calibrate``) - the fitted model of a real
         engine replaces the analytic roofline, and its measured coordination costs the table.
         ``cost_model``: ``table`` (measured kernel tables under ``perf_dir``), ``analytic`` (roofline), or
@@ -62,7 +62,9 @@ class SimEngine:
         ``cpu_scale``, whose idle waits take ``wake_s`` more than epoll's rounding
         (:class:`runtime.engines.sim.clock.CpuClockLoop`; a what-if replay of a real-time run).
         ``step_fit``: per stage, ``(scale, offset_s)``: a step takes scale x the modelled time + offset
-        (a replay's fit of the cost model to the steps a run timed)."""
+        (a replay's fit of the cost model to the steps a run timed).
+        ``kv_dtype``: the KV cache's dtype, ``bf16`` (TensorRT-LLM's default for these FP8 checkpoints:
+        ``profiles.KV_DTYPES``) or ``fp8``: half the bytes per cached token, and the tables' fp8-cache rows."""
         if pp < 1:
             raise ValueError(f"pp must be >= 1, got {pp}")
         if block_size < 1:
@@ -78,6 +80,8 @@ class SimEngine:
             raise ValueError(f"CPU scale must be positive, got {cpu_scale}")
         if not wake_s >= 0:
             raise ValueError(f"wake-up time must be >= 0, got {wake_s}")
+        if kv_dtype not in KV_DTYPES:
+            raise ValueError(f"unknown KV dtype {kv_dtype!r} ({', '.join(KV_DTYPES)})")
         if step_fit is not None and (len(step_fit) != pp or not all(a > 0 and b >= 0 for a, b in step_fit)):
             raise ValueError(f"step fit: give {pp} (scale > 0, offset >= 0) pairs, one per stage, got {list(step_fit)}")
         self.pp = pp
@@ -86,7 +90,8 @@ class SimEngine:
         self.replay_args: dict[str, Any] = {
             "model": model, "hardware": hardware, "gpus_per_stage": gpus_per_stage, "cost_model": cost_model,
             "cost_profile": cost_profile, "perf_dir": perf_dir, "host_work_scale": host_work_scale,
-            "time_scale": time_scale, "clock": clock}
+            "time_scale": time_scale, "clock": clock, "kv_dtype": kv_dtype}
+        self.kv_dtype = kv_dtype
         self.store_url = parse_store_url(store_url)
         self.clock = clock
         self.realtime = clock == "wall"
@@ -109,13 +114,13 @@ class SimEngine:
             self._vocab, self._context = int(self.profile["vocab_size"]), int(self.profile["max_context"])
             default = [int(n) * int(self.profile["block_size"]) // block_size for n in self.profile["capacities"]]
         else:
-            m, hw = get_model(model), get_hardware(hardware)
+            m, hw = get_model(model).with_kv_dtype(kv_dtype), get_hardware(hardware)
             gps = gpus_per_stage or max(1, hw.gpus_per_node // pp)
             analytic = AnalyticCostModel(m, hw, pp, gps)  # also the memory figures: capacities below
             self.cost_model, self.cost_model_name = analytic, "analytic"
             if cost_model != "analytic":
                 try:
-                    self.cost_model = load_table_cost_model(m.name, hw.name, pp, gps, perf_dir)
+                    self.cost_model = load_table_cost_model(m.name, hw.name, pp, gps, perf_dir, kv_dtype=kv_dtype)
                     self.cost_model_name = "table"
                 except TableCoverageError as exc:
                     if cost_model == "table":

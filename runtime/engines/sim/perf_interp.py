@@ -4,12 +4,13 @@ Three shapes of table, each with the rule aiconfigurator's resolver applies to i
 
 * :class:`Curve` - a 1-D curve (MoE over ``num_tokens``, all-reduce over ``message_size``): raw linear
   interpolation inside, the end point's utilisation (``SOL / latency``) held outside (FORMAT §5.5).
-* :class:`ContextGrid` - context attention / MLA / DSA modules over (num_heads, seq, batch): the axes are
-  resolved outermost first, ``sqrt(latency)`` is interpolated along the sequence axis and raw latency along
-  the others; a branch missing from a ragged grid is the survivor scaled by ``SOL(query) / SOL(survivor)``
-  (FORMAT §5.2). Outside the grid the nearest edge's utilisation is held along each axis in turn - a
-  simplification of aiconfigurator's 4-point Shepard blend in log2 space (FORMAT §5.3) that gives the same
-  value on the 1-D edges we query (a prefill longer than the table: the longest measured point's util).
+* :class:`ContextGrid` - context attention over (num_heads, seq, batch), or the DSA module over (num_heads,
+  prefix, seq, batch): the axes are resolved outermost first, ``sqrt(latency)`` is interpolated along the
+  sequence axis (when the table's config says so) and raw latency along the others; a branch missing from a
+  ragged grid is the survivor scaled by ``SOL(query) / SOL(survivor)`` (FORMAT §5.2). Outside the grid the
+  nearest edge's utilisation is held along each axis in turn - a simplification of aiconfigurator's 4-point
+  Shepard blend in log2 space (FORMAT §5.3) that gives the same value on the 1-D edges we query (a prefill
+  longer than the table, a prefix longer than the DSA table's 128: the nearest measured point's util).
 * :class:`GemmTable` - "scattered sites" (FORMAT §5.4): linear in raw latency along ``m`` at a collected
   ``(n, k)`` site, the median util of the last 3 points beyond its end; elsewhere the 1/d²-weighted util of
   the <= 4 nearest sites within 2 octaves in log2(n, k). Values below the roofline are raised to it first.
@@ -64,29 +65,41 @@ class Curve:
         return ys[end] * self._sol(x) / self._sol(xs[end])
 
 
-GridPoint = tuple[int, int, int]  # (num_heads, seq, batch)
-HEADS, SEQ, BATCH = 0, 1, 2
+GridPoint = tuple[int, ...]  # one measured shape, outermost axis first: (num_heads, [prefix,] seq, batch)
 
 
 class ContextGrid:
-    """Context-phase latency over (num_heads per GPU, full sequence length, batch), FORMAT §5.2-5.3."""
+    """Context-phase latency over a grid of shapes, FORMAT §5.2-5.3; every point has the same axes.
 
-    def __init__(self, points: dict[GridPoint, float], sol: Callable[[float, float, float], float]) -> None:
+    ``sqrt_axis``: the axis along which ``sqrt(latency)`` is interpolated (the sequence axis of a plain
+    attention table, whose latency grows about as s²), or None for raw latency on every axis.
+    ``sol(*coords)`` is the speed-of-light time of a shape, the utilisation anchor."""
+
+    def __init__(self, points: dict[GridPoint, float], sol: Callable[..., float], sqrt_axis: int | None = 1) -> None:
         if not points:
             raise TableCoverageError("empty context grid")
+        depths = {len(p) for p in points}
+        if len(depths) != 1:
+            raise ValueError(f"grid points have different numbers of axes: {sorted(depths)}")
+        self._depth = depths.pop()
+        if sqrt_axis is not None and not 0 <= sqrt_axis < self._depth:
+            raise ValueError(f"sqrt axis {sqrt_axis} out of range for {self._depth} axes")
         self._points = dict(points)
         self._sol = sol
+        self._sqrt_axis = sqrt_axis
         # For each prefix of fixed outer-axis values, the sorted values present on the next axis.
         values: dict[tuple[int, ...], set[int]] = {}
         for p in points:
-            for depth in range(3):
+            for depth in range(self._depth):
                 values.setdefault(p[:depth], set()).add(p[depth])
         self._values = {k: sorted(v) for k, v in values.items()}
 
-    def __call__(self, heads: float, seq: float, batch: float) -> float:
-        value = self._resolve((), (heads, seq, batch))
+    def __call__(self, *coords: float) -> float:
+        if len(coords) != self._depth:
+            raise ValueError(f"query has {len(coords)} coordinates, the grid {self._depth}")
+        value = self._resolve((), coords)
         if value is None:  # cannot happen with a non-empty grid: every prefix has a full branch
-            raise TableCoverageError(f"no context-table point near heads={heads} seq={seq} batch={batch}")
+            raise TableCoverageError(f"no context-table point near {coords}")
         return value
 
     def _ratio(self, prefix: tuple[int, ...], query: tuple[float, ...], at: float) -> float:
@@ -98,8 +111,8 @@ class ContextGrid:
 
     def _resolve(self, prefix: tuple[int, ...], query: tuple[float, ...]) -> float | None:
         axis = len(prefix)
-        if axis == 3:
-            return self._points.get(prefix)  # type: ignore[arg-type]
+        if axis == self._depth:
+            return self._points.get(prefix)
         values = self._values.get(prefix)
         if not values:
             return None
@@ -120,7 +133,7 @@ class ContextGrid:
             at, y = (hi, y_hi) if y_lo is None else (lo, y_lo)
             assert y is not None
             return y * self._ratio(prefix, query, at)
-        if axis == SEQ:  # sqrt straightens the roughly s² curve
+        if axis == self._sqrt_axis:  # sqrt straightens the roughly s² curve
             return _lerp(q, lo, hi, math.sqrt(y_lo), math.sqrt(y_hi)) ** 2
         return _lerp(q, lo, hi, y_lo, y_hi)
 

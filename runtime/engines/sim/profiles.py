@@ -7,8 +7,16 @@ data whenever it is present.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
+
+# KV-cache dtypes a deployment may choose, bytes per element. TensorRT-LLM's default
+# (KvCacheConfig.dtype "auto") keeps the checkpoint's KV quantization, and an HF FP8 block-scale checkpoint
+# (GLM-5.2-FP8, MiniMax-M2.7: quant_method fp8, weight_block_size, no kv_cache_quant_algo) declares none,
+# so the pool takes the model dtype, bf16 (_util.py _create_kv_cache_manager; research26 Q2). fp8 needs
+# kv_cache_config.dtype="fp8" (trtllm-serve --kv_cache_dtype, NVIDIA/TensorRT-LLM#11487).
+KV_DTYPES: dict[str, float] = {"bf16": 2.0, "fp8": 1.0}
+DEFAULT_KV_DTYPE = "bf16"
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,7 +36,7 @@ class ModelProfile:
     attention: Literal["gqa", "mla"]
     intermediate_size: int  # dense FFN intermediate size (layers before first_k_dense, or all if no MoE)
     weight_bytes: float  # bytes per weight element as served (fp8 = 1, bf16 = 2)
-    kv_bytes: float  # bytes per KV element (bf16 = 2)
+    kv_bytes: float  # bytes per KV element as deployed: KV_DTYPES (bf16 = 2, TensorRT-LLM's default here)
     max_context: int
     # MLA (None for gqa)
     q_lora_rank: int | None = None  # None with MLA: q is projected directly from the hidden state
@@ -48,6 +56,17 @@ class ModelProfile:
     index_topk: int | None = None  # keys each query attends to
     index_full_layers: frozenset[int] = frozenset()  # layers that compute the indexer (others reuse it)
 
+    @property
+    def kv_dtype(self) -> str:
+        """The KV-cache dtype's name (a key of KV_DTYPES)."""
+        return next(name for name, nbytes in KV_DTYPES.items() if nbytes == self.kv_bytes)
+
+    def with_kv_dtype(self, kv_dtype: str) -> ModelProfile:
+        """This model with its KV cache in ``kv_dtype`` ("bf16" | "fp8")."""
+        if kv_dtype not in KV_DTYPES:
+            raise ValueError(f"unknown KV dtype {kv_dtype!r} ({', '.join(KV_DTYPES)})")
+        return replace(self, kv_bytes=KV_DTYPES[kv_dtype])
+
     def kv_bytes_per_token(self, num_layers: int) -> float:
         """KV-cache bytes one token occupies over ``num_layers`` layers.
 
@@ -61,6 +80,16 @@ class ModelProfile:
         else:
             per_layer = 2.0 * self.num_kv_heads * self.head_dim
         return per_layer * self.kv_bytes * num_layers
+
+    @property
+    def indexer_key_bytes(self) -> int:
+        """Bytes of one token's DSA indexer key on a layer that computes the indexer: ``index_head_dim`` fp8
+        values and one fp32 scale per 128 of them (TensorRT-LLM ``DSACacheManager``: ``index_head_dim +
+        index_head_dim // quant_block_size * 4``, raw uint8 whatever the KV dtype, NVIDIA/TensorRT-LLM#16558;
+        fp8 is ``DeepSeekSparseAttentionConfig``'s default ``indexer_k_dtype``, research26 Q2). 0 without DSA."""
+        if self.index_head_dim is None:
+            return 0
+        return self.index_head_dim + self.index_head_dim // 128 * 4
 
     def is_moe_layer(self, layer: int) -> bool:
         """True when decoder layer ``layer`` has a routed-expert FFN."""
@@ -163,7 +192,7 @@ _LLAMA_3_8B = ModelProfile(
 
 # ../shared/data/models/GLM-5.2.json (layer pattern from raw/zai-org--GLM-5.2_config.json "indexer_types").
 # Weights fp8: served as zai-org/GLM-5.2-FP8 (the json's "source" cites the dynamo glm-5.2 recipe); the json's
-# "dtype" bfloat16 is the training dtype. KV cache bf16 (assumption). The MTP layer
+# "dtype" bfloat16 is the training dtype. KV cache bf16, TensorRT-LLM's default for it (KV_DTYPES). The MTP layer
 # (num_nextn_predict_layers 1) is not modelled.
 _GLM_5_2 = ModelProfile(
     name="glm-5.2",
@@ -198,7 +227,7 @@ _GLM_5_2 = ModelProfile(
 
 # ../shared/data/models/MiniMax-M2.7.json. "intermediate_size" 1536 is the per-expert size
 # (every layer is MoE, num_local_experts 256, shared_intermediate_size 0). Weights fp8
-# (quantization_config.quant_method fp8, block 128x128); KV cache bf16 (assumption).
+# (quantization_config.quant_method fp8, block 128x128); KV cache bf16, TensorRT-LLM's default for it (KV_DTYPES).
 _MINIMAX_M2_7 = ModelProfile(
     name="minimax-m2.7",
     num_layers=62,  # num_hidden_layers

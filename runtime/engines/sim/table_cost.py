@@ -10,8 +10,8 @@ attention (GQA)           ``gemm`` qkv and proj, ``context_attention_perf`` at t
                           times the prefix correction ``((L+x)² − L²) / (L+x)²``, plus the fused
                           RoPE / KV-write / QK-norm extras (1.1 × their op latencies)
 attention (MLA + DSA)     ``dsa_context_module_perf`` (projections, indexer, sparse attention in one
-                          module) at ``L + x``, times the same prefix correction ("the same prefix
-                          correction applies", FORMAT §4 MLA family)
+                          module) at the ``x`` new tokens for the exact prefix ``L`` (the table's
+                          ``step`` axis), as the kernel runs a chunk; no prefix correction
 dense FFN                 ``gemm`` gate/up and down
 MoE FFN                   ``gemm`` bf16 router, shared-expert ``gemm``s, ``moe_perf`` over the wave's
                           tokens at the model's routing distribution
@@ -20,20 +20,40 @@ TP collectives            ``custom_allreduce_perf`` (TensorRT-LLM's all-reduce k
 ========================  ===========================================================================
 
 plus the embedding gather (memory op) on the first stage and the bf16 LM-head ``gemm`` (one row per chunk)
-on the last. The inter-stage send is FORMAT §6's ``context_p2p``: ``x · h · 2 bytes / link + p2p_latency``
-(:func:`costmodel.activation_send_time`).
+on the last. The inter-stage send is TensorRT-LLM's: hidden states and residual, two ``x · h`` bf16 tensors,
+each one NCCL send of ``p2p_latency`` + bytes over the node's NVLink (:func:`costmodel.activation_send_time`;
+FORMAT §6's ``context_p2p`` charges one tensor over the inter-node link).
 Ops are summed serially and nothing is added for launches (FORMAT §6-7: the tables were timed under CUDA
 graphs and TensorRT-LLM's static context time has no fixed overhead).
 
 Choices the tables do not make for us (each an assumption, stated where it is used):
 
-* Beyond the DSA module's longest row (32K tokens) its utilisation is held against the module's own
-  speed-of-light time - per-token projections and ``index_topk``-capped attention grow linearly, only the
-  indexer's scores as s² - where FORMAT §5.3 would grow plain attention as s². The prefix correction is
-  FORMAT's s² one either way; it charges a chunk after a long prefix up to twice its per-token projections.
-* GLM-5.2 recomputes the indexer on 21 of its 78 layers (``indexer_types``); the module rows are GLM-5's,
-  indexer on every layer. A "shared" layer is the same row scaled by SOL(without indexer) / SOL(with), the
-  utilisation transfer FORMAT §5.4 applies to GEMM shapes the tables lack.
+* DSA after a cached prefix: the module row is looked up at the new tokens and the exact prefix, as
+  aiconfigurator 0.12.0 does (aic-core ``perf_database/dsa.rs`` ``query_context``: one 4-axis query
+  (heads, prefix, seq, batch), raw-latency blending, "NOT ``isl + prefix``", "no multiplicative prefix
+  correction"). That is how TensorRT-LLM runs it: the chunk's projections and its top-k-capped sparse
+  attention are per new token, only the indexer's scores grow with ``L + x``. FORMAT's s² correction of the
+  row at ``L + x`` charged a chunk after a long prefix about twice its per-token projections. The table's
+  prefix axis holds only 0 and 128, so a longer prefix holds the utilisation of the 128 row against the
+  module's speed-of-light time (:meth:`TableCostModel._dsa_sol`), which carries the prefix.
+* GLM-5.2 computes the indexer on 21 of its 78 layers (``indexer_types``) and TensorRT-LLM follows it: since
+  NVIDIA/TensorRT-LLM#15574 ("Support DSA cross-layer indexer top-k sharing (e.g. GLM-5.2)") a "shared"
+  layer builds no ``Indexer`` and reuses the preceding full layer's top-k (``sparse/dsa/module.py``
+  ``forward_dsa_proj``: "DSA 'shared' layer: no indexer projection"). The module rows are GLM-5's, indexer
+  on every layer; a shared layer is the same row scaled by SOL(without indexer) / SOL(with), the
+  utilisation transfer FORMAT §5.4 applies to GEMM shapes the tables lack. aiconfigurator charges every
+  layer as full on TensorRT-LLM (``sdk/models/deepseek_v32.py``: skip rows come only from its SGLang
+  collector), so it prices GLM-5.2's long-context steps higher than we do.
+* The DSA module of GLM-5.2-FP8 is read from the ``fp8_block`` rows: TensorRT-LLM quantizes its q/kv/o
+  projections (``load_hf_quant_config`` excludes only ``*kv_b_proj*``, ``*k_b_proj*``, ``*eh_proj`` and the
+  checkpoint's ``modules_to_not_convert``, whose ``self_attn`` entries are layernorms and the indexer's
+  ``indexers_proj``). aiconfigurator 0.12.0 reads those layernorm entries as a whole-block exclusion
+  (``helpers.attention_projection_exclusions``: any ``self_attn`` pattern without a projection name) and
+  prices the module from its bf16-GEMM rows, 4-15% dearer.
+* The shared expert is split over the stage's TP group, as TensorRT-LLM's ``Deepseekv3MoE`` does
+  (``_compute_shared_expert_tp_size``: ``gcd(intermediate_size // block_size, mapping.tp_size)``, 1 only
+  under attention DP; ``modeling_deepseekv3.py`` @a43cf9e3); aiconfigurator's DeepSeek-V3.2 / GLM-5 model
+  divides it by ``moe_tp_size`` instead, which is 1 under EP (``deepseek_v32.py`` shared GEMMs).
 * A wave's chunks of equal (L, x) share one lookup along the table's batch axis; chunks of different
   shapes are looked up apart and summed (their attention runs as separate problems either way).
 """
@@ -47,10 +67,17 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from wavepp.runtime.engines.sim.costmodel import ChunkShape, _attn_flops_per_pair, _causal_pairs, activation_send_time
-from wavepp.runtime.engines.sim.perf_interp import ContextGrid, Curve, GemmTable, TableCoverageError
+from wavepp.runtime.engines.sim.costmodel import ChunkShape, _causal_pairs, activation_send_time
+from wavepp.runtime.engines.sim.perf_interp import ContextGrid, Curve, GemmTable, GridPoint, TableCoverageError
 from wavepp.runtime.engines.sim.perf_tables import PerfTables, default_perf_dir
-from wavepp.runtime.engines.sim.profiles import HardwareProfile, ModelProfile, get_hardware, get_model, split_layers
+from wavepp.runtime.engines.sim.profiles import (
+    DEFAULT_KV_DTYPE,
+    HardwareProfile,
+    ModelProfile,
+    get_hardware,
+    get_model,
+    split_layers,
+)
 
 MS = 1e-3  # table latencies are milliseconds (FORMAT §3)
 ACT_BYTES = 2  # bf16 activations
@@ -59,6 +86,7 @@ ADD_NORM_BYTES_PER_HIDDEN = 8
 # FORMAT §6 "Fused extras": priced as memory ops whose bytes scale with the head size, not the tokens
 # (about 13 µs per layer in all), summed and multiplied by 1.1. We charge their fixed latencies only.
 EXTRAS_FACTOR = 1.1
+FP8_BLOCK = 128  # weight_block_size of both FP8 checkpoints (quantization_config)
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,16 +110,36 @@ SPECS: dict[str, TableSpec] = {
 }
 
 
+@dataclass(frozen=True, slots=True)
+class Choices:
+    """Where TensorRT-LLM's code and aiconfigurator's model of it part (module docstring). The defaults follow
+    TensorRT-LLM; :meth:`aiconfigurator` prices as aiconfigurator 0.12.0 does, so the estimator comparison
+    (tests/engines/sim/test_estimator.py) can show that these choices explain the gap between the two."""
+
+    indexer_reuse: bool = True  # GLM-5.2's "shared" DSA layers skip the indexer (NVIDIA/TensorRT-LLM#15574)
+    shared_expert_tp: bool = True  # the shared expert is split over the stage's TP group
+    dsa_gemm_type: str | None = None  # DSA module rows' gemm_type; None: the checkpoint's GEMM dtype
+
+    @classmethod
+    def aiconfigurator(cls) -> Choices:
+        """Every DSA layer computes the indexer; the shared expert is split by moe_tp (1 under EP); the DSA
+        module of an FP8 GLM checkpoint read from its bf16-GEMM rows (module docstring)."""
+        return cls(indexer_reuse=False, shared_expert_tp=False, dsa_gemm_type="bfloat16")
+
+
 def load_table_cost_model(model: str, hardware: str, pp: int, gpus_per_stage: int,
-                          perf_dir: str | Path | None = None) -> TableCostModel:
+                          perf_dir: str | Path | None = None, choices: Choices = Choices(),
+                          kv_dtype: str = DEFAULT_KV_DTYPE) -> TableCostModel:
     """The table model for these settings; built once per process (reading the tables takes ~0.5 s)."""
     root = Path(perf_dir) if perf_dir is not None else default_perf_dir()
-    return _load(model, hardware, pp, gpus_per_stage, str(root.resolve()))
+    return _load(model, hardware, pp, gpus_per_stage, str(root.resolve()), choices, kv_dtype)
 
 
 @functools.lru_cache(maxsize=8)
-def _load(model: str, hardware: str, pp: int, gpus_per_stage: int, perf_dir: str) -> TableCostModel:
-    return TableCostModel(get_model(model), get_hardware(hardware), pp, gpus_per_stage, perf_dir)
+def _load(model: str, hardware: str, pp: int, gpus_per_stage: int, perf_dir: str, choices: Choices,
+          kv_dtype: str) -> TableCostModel:
+    profile = get_model(model).with_kv_dtype(kv_dtype)
+    return TableCostModel(profile, get_hardware(hardware), pp, gpus_per_stage, perf_dir, choices)
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,14 +162,14 @@ class TableCostModel:
     """``CostModel`` of ``model`` split into ``pp`` stages of ``tp`` GPUs each, from the kernel tables."""
 
     def __init__(self, model: ModelProfile, hardware: HardwareProfile, pp: int, gpus_per_stage: int = 1,
-                 perf_dir: str | Path | None = None) -> None:
+                 perf_dir: str | Path | None = None, choices: Choices = Choices()) -> None:
         spec = SPECS.get(model.name)
         if spec is None:
             raise TableCoverageError(f"no kernel tables for model {model.name!r} (tables: {', '.join(SPECS)})")
         tp = gpus_per_stage
         if model.num_heads % tp or (model.attention == "gqa" and model.num_kv_heads % tp and tp % model.num_kv_heads):
             raise TableCoverageError(f"{model.name}'s heads do not split over {tp} GPUs")
-        self.model, self.hardware, self.spec, self.tp = model, hardware, spec, tp
+        self.model, self.hardware, self.spec, self.tp, self.choices = model, hardware, spec, tp, choices
         tables = PerfTables(perf_dir, hardware.name)
         self.system = tables.system
         self._gemm = self._gemm_table(tables, spec.gemm_dtype)
@@ -176,20 +224,38 @@ class TableCostModel:
 
     def _attention_grid(self, tables: PerfTables) -> ContextGrid:
         m = self.model
-        sol: Callable[[float, float, float], float]
+        # The KV dtype's rows: bf16 compute with a bf16 or an fp8 cache (the tables' attn_dtype / mla_dtype
+        # bfloat16), so that only the cache changes with the deployment's kv_dtype.
+        kv = "bfloat16" if m.kv_dtype == "bf16" else "fp8"
         if self.spec.dsa_module is not None:
             where: dict[str, object] = {"model": self.spec.dsa_module, "mla_dtype": "bfloat16",
-                                        "kv_cache_dtype": "bfloat16", "gemm_type": self.spec.gemm_dtype, "step": 0}
-            cols = tables.read("dsa_context_module_perf", where, ["num_heads", "isl", "batch_size", "latency"])
-            sol = self._dsa_sol
-        else:
-            where = {"num_key_value_heads": self._kv_heads, "head_dim": m.head_dim, "window_size": 0,
-                     "attn_dtype": "bfloat16", "kv_cache_dtype": "bfloat16"}
-            cols = tables.read("context_attention_perf", where, ["num_heads", "isl", "batch_size", "latency"])
-            sol = self._gqa_sol
-        points = {(h, s, b): v * MS for h, s, b, v in
-                  zip(cols["num_heads"], cols["isl"], cols["batch_size"], cols["latency"], strict=True)}
-        return ContextGrid(points, sol)
+                                        "kv_cache_dtype": kv, "gemm_type": self._dsa_gemm}
+            columns = ["num_heads", "step", "isl", "batch_size", "latency"]
+            try:
+                cols = tables.read("dsa_context_module_perf", where, columns)
+            except TableCoverageError:
+                if kv == "bfloat16":
+                    raise
+                # H200's DSA table was collected with a bf16 cache only: its rows stand in for fp8 (on B300 the
+                # fp8 rows are 2-20% faster, so this errs slow).
+                cols = tables.read("dsa_context_module_perf", where | {"kv_cache_dtype": "bfloat16"}, columns)
+            # (heads, prefix, new tokens, batch); raw latency on every axis, as aic-core resolves this table
+            # (perf_database/dsa.rs: OpInterpConfig::grid, not the sqrt-along-seq config).
+            dsa_points: dict[GridPoint, float] = {(h, p, s, b): v * MS for h, p, s, b, v in
+                                                  zip(cols["num_heads"], cols["step"], cols["isl"],
+                                                      cols["batch_size"], cols["latency"], strict=True)}
+            return ContextGrid(dsa_points, self._dsa_sol, sqrt_axis=None)
+        where = {"num_key_value_heads": self._kv_heads, "head_dim": m.head_dim, "window_size": 0,
+                 "attn_dtype": "bfloat16", "kv_cache_dtype": kv}
+        cols = tables.read("context_attention_perf", where, ["num_heads", "isl", "batch_size", "latency"])
+        points: dict[GridPoint, float] = {(h, s, b): v * MS for h, s, b, v in
+                                          zip(cols["num_heads"], cols["isl"], cols["batch_size"], cols["latency"],
+                                              strict=True)}
+        return ContextGrid(points, self._gqa_sol, sqrt_axis=1)
+
+    @property
+    def _dsa_gemm(self) -> str:
+        return self.choices.dsa_gemm_type or self.spec.gemm_dtype
 
     @property
     def _heads(self) -> int:
@@ -202,28 +268,49 @@ class TableCostModel:
     # ---- speed-of-light anchors ---------------------------------------------------------------------
 
     def _gqa_sol(self, heads: float, seq: float, batch: float) -> float:
-        """FORMAT §5 context attention: max(2·b·s²·n·d / FLOPS, (4·b·n·s·d + 2·2·b·n_kv·s·d) / mem_bw)."""
-        d, hw = self.model.head_dim, self.hardware
+        """FORMAT §5 context attention: max(2·b·s²·n·d / FLOPS, (4·b·n·s·d + kvbytes·2·b·n_kv·s·d) / mem_bw)."""
+        d, hw, kv = self.model.head_dim, self.hardware, self.model.kv_bytes
         compute = 2.0 * batch * seq * seq * heads * d / hw.dense_flops
-        memory = (4.0 * batch * heads * seq * d + 2.0 * 2.0 * batch * self._kv_heads * seq * d) / hw.hbm_bytes_per_s
+        memory = (4.0 * batch * heads * seq * d + kv * 2.0 * batch * self._kv_heads * seq * d) / hw.hbm_bytes_per_s
         return max(compute, memory)
 
-    def _dsa_sol(self, heads: float, seq: float, batch: float, indexer: bool = True) -> float:
-        """FLOP-time of the DSA module over ``batch`` sequences of ``seq`` tokens: per-token projections
-        (fp8), top-k sparse MLA over each query's keys (bf16), the indexer's dense causal scores (fp8).
-        Every term scales with the heads held; only ratios of this enter the table model."""
-        m, hw = self.model, self.hardware
-        layer = min(m.index_full_layers) if indexer else self._shared_layer
-        linear = 2.0 * m.attention_params(layer) * seq
-        attention = _attn_flops_per_pair(m) * _causal_pairs(int(seq), m.index_topk)
-        index = 2.0 * (m.index_n_heads or 0) * (m.index_head_dim or 0) * _causal_pairs(int(seq), None)
-        share = heads / m.num_heads
-        return batch * share * ((linear + (index if indexer else 0.0)) / hw.fp8_flops + attention / hw.dense_flops)
+    def _dsa_sol(self, heads: float, prefix: float, seq: float, batch: float, indexer: bool = True) -> float:
+        """Roofline of the DSA module on one GPU holding ``heads`` heads: ``batch`` chunks of ``seq`` new
+        tokens after ``prefix`` cached ones; max(FLOP time, byte time), seconds. Only ratios of it enter the
+        table model (FORMAT §5's utilisation transfer).
 
-    @property
-    def _shared_layer(self) -> int:
-        """A layer that reuses the indexer (GLM-5.2's "shared" layers); the first layer if none does."""
-        return next((i for i in range(self.model.num_layers) if not self.model.has_indexer(i)), 0)
+        The terms are the ones aic-core's ``dsa_context_sol`` (perf_database/dsa.rs) counts, from our profile:
+        per-token projections at the module rows' GEMM rate - the MLA down-projection and the indexer are
+        unsplit, q_b / o_proj and the absorbed k_b / v_b per local head; the indexer's fp8 scores, a logits
+        row over all ``prefix + seq`` keys for every new token (``fp8_mqa_logits`` returns [tokens, keys]
+        fp32 logits and top-k runs over whole rows; the causal bound only masks), only past ``index_topk``
+        keys (``skip_indexer_for_short_seqs``, on by default); bf16 sparse MLA over min(position, index_topk)
+        keys per query. Bytes: the projection weights once, each cached token's latent and indexer key once
+        per chunk (a lower bound, as a roofline is). ``indexer=False``: a layer that reuses the top-k runs
+        none of the indexer (no projections, no scores, no keys; NVIDIA/TensorRT-LLM#15574).
+        """
+        m, hw = self.model, self.hardware
+        assert m.q_lora_rank is not None and m.kv_lora_rank is not None and m.qk_rope_head_dim is not None
+        assert m.qk_nope_head_dim is not None and m.v_head_dim is not None and m.index_topk is not None
+        h, q_lora, kv_lora, rope = m.hidden_size, m.q_lora_rank, m.kv_lora_rank, m.qk_rope_head_dim
+        nope, v, topk = m.qk_nope_head_dim, m.v_head_dim, m.index_topk
+        idx_heads, idx_dim = m.index_n_heads or 0, m.index_head_dim or 0
+        tokens, full = batch * seq, prefix + seq
+        scores = indexer and full > topk
+        replicated = h * (q_lora + kv_lora + rope)  # fused q_a / kv_a down-projection
+        if indexer:  # wq_b, wk, weights_proj
+            replicated += q_lora * idx_heads * idx_dim + h * idx_dim + h * idx_heads
+        per_head = q_lora * (nope + rope) + v * h + nope * kv_lora + kv_lora * v  # q_b, o_proj, absorbed k_b, v_b
+        params = replicated + heads * per_head
+        sparse_pairs = batch * (_causal_pairs(int(full), topk) - _causal_pairs(int(prefix), topk))
+        scored = tokens * full if scores else 0.0  # each new token's logits row over all prefix + seq keys
+        gemm_rate, weight_bytes = (hw.dense_flops, 2.0) if self._dsa_gemm == "bfloat16" else (hw.fp8_flops, 1.0)
+        flop_s = (2.0 * tokens * params / gemm_rate
+                  + 2.0 * idx_heads * idx_dim * scored / hw.fp8_flops
+                  + 2.0 * heads * (2 * kv_lora + rope) * sparse_pairs / hw.dense_flops)
+        key_bytes = (kv_lora + rope) * m.kv_bytes + (m.indexer_key_bytes if scores else 0.0)
+        byte_s = (params * weight_bytes + batch * full * key_bytes) / hw.hbm_bytes_per_s
+        return max(flop_s, byte_s)
 
     # ---- per-layer op prices --------------------------------------------------------------------------
 
@@ -250,15 +337,19 @@ class TableCostModel:
             assert self._moe is not None
             t += self._gemm_bf16(x, m.n_routed_experts, h) + self._moe(x)  # router, routed experts
             if m.n_shared_experts:
-                t += self._ffn(x, m.n_shared_experts * m.moe_intermediate_size)
+                inter = m.n_shared_experts * m.moe_intermediate_size
+                # TensorRT-LLM Deepseekv3MoE._compute_shared_expert_tp_size: gcd(inter // 128-wide scale blocks,
+                # tp_size); aiconfigurator's DeepSeek-V3.2 model: moe_tp_size, 1 under EP.
+                shared_tp = math.gcd(inter // FP8_BLOCK, tp) if self.choices.shared_expert_tp else 1
+                t += self._ffn(x, inter, shared_tp)
         else:
-            t += self._ffn(x, m.intermediate_size)
+            t += self._ffn(x, m.intermediate_size, tp)
         self._token_cache[key] = t
         return t
 
-    def _ffn(self, x: int, inter: int) -> float:
-        """SwiGLU FFN sharded over TP: gate/up GEMM, act_gate memory op, down GEMM (FORMAT §6)."""
-        local, h = inter // self.tp, self.model.hidden_size
+    def _ffn(self, x: int, inter: int, tp: int) -> float:
+        """SwiGLU FFN sharded over ``tp`` GPUs: gate/up GEMM, act_gate memory op, down GEMM (FORMAT §6)."""
+        local, h = inter // tp, self.model.hidden_size
         act = self._memory_op(3 * local * ACT_BYTES * x)  # reads gate and up, writes their product
         return self._gemm(x, 2 * local, h) + act + self._gemm(x, h, local)
 
@@ -268,11 +359,14 @@ class TableCostModel:
         hit = self._attn_cache.get(key)
         if hit is not None:
             return hit
-        full, heads = cached + new, self._heads
-        row = self._attention(heads, full, batch)
-        if self.spec.dsa_module is not None and not kind.indexer:  # reuses the indexer: its share is not run
-            row *= self._dsa_sol(heads, full, batch, indexer=False) / self._dsa_sol(heads, full, batch)
-        t = row * (full * full - cached * cached) / (full * full)  # FORMAT §6 prefix correction
+        heads = self._heads
+        if self.spec.dsa_module is not None:  # the new tokens' row at the exact prefix
+            t = self._attention(heads, cached, new, batch)
+            if not kind.indexer:  # reuses the indexer: its share is not run
+                t *= self._dsa_sol(heads, cached, new, batch, indexer=False) / self._dsa_sol(heads, cached, new, batch)
+        else:
+            full = cached + new
+            t = self._attention(heads, full, batch) * (full * full - cached * cached) / (full * full)  # FORMAT §6
         self._attn_cache[key] = t
         return t
 
@@ -280,7 +374,8 @@ class TableCostModel:
 
     def _plan(self, layers: range, is_first: bool, is_last: bool) -> _StagePlan:
         m = self.model
-        counts = Counter(_Kind(m.is_moe_layer(i), m.has_indexer(i) or not m.index_full_layers) for i in layers)
+        every = not m.index_full_layers or not self.choices.indexer_reuse  # every layer computes the indexer
+        counts = Counter(_Kind(m.is_moe_layer(i), every or m.has_indexer(i)) for i in layers)
         return _StagePlan(layers, tuple(counts.items()), is_first, is_last)
 
     @property
@@ -314,10 +409,8 @@ class TableCostModel:
         return total
 
     def transfer_time(self, stage: int, num_tokens: int) -> float:
-        """FORMAT §6 context_p2p from ``stage`` to the next, as the analytic model prices it.
-
-        aiconfigurator prices every hop at the inter-node bandwidth; we use the profile's inter-stage link
-        (NVLink: the default pp x tp fills one node)."""
+        """The activations' hop from ``stage`` to the next, as the analytic model prices it
+        (:func:`costmodel.activation_send_time`: PP x TP fills one node, so the hop is NVLink)."""
         self._stage(stage)
         if stage == len(self._stages) - 1:
             return 0.0

@@ -108,18 +108,26 @@ def test_empty_wave_and_bad_inputs() -> None:
 
 def test_transfer_time() -> None:
     cm = _model("glm-5.2", "b300", 4, 2)
-    # 8192 tokens x 6144 hidden x 2 bytes over 900 GB/s NVLink + 10 us.
-    assert cm.transfer_time(0, 8192) == pytest.approx(10e-6 + 8192 * 6144 * 2 / 900e9)
+    # TensorRT-LLM sends hidden_states and residual, one NCCL send each: per tensor 8192 tokens x 6144 hidden
+    # x 2 bytes = 100,663,296 B over b300_sxm.yaml's intra_node_bw 900e9 B/s = 111.85 us, + p2p_latency 10 us;
+    # two of them: 243.70 us. (aiconfigurator: one tensor over inter_node_bw 100e9 + 10 us = 1016.6 us.)
+    assert cm.transfer_time(0, 8192) == pytest.approx(2 * (10e-6 + 8192 * 6144 * 2 / 900e9))
+    assert cm.transfer_time(0, 8192) == pytest.approx(243.696e-6, rel=1e-5)
+    h200 = _model("minimax-m2.7", "h200", 4, 2)  # 4096 x 3072 x 2 B = 25,165,824 B at 450e9 B/s = 55.92 us
+    assert h200.transfer_time(1, 4096) == pytest.approx(2 * (10e-6 + 25_165_824 / 450e9))
     assert cm.transfer_time(3, 8192) == 0.0  # the last stage sends nothing on
     with pytest.raises(ValueError):
         cm.transfer_time(4, 1)
 
 
 def test_kv_capacity() -> None:
-    # Llama-3-8B on one H200: 151.4e9*0.9 B minus 8.03e9 params * 2 B minus the 3.76e9 B runtime reserve,
-    # over 128 KiB per token -> ~0.89M tokens.
+    # Llama-3-8B on one H200 (tests/engines/sim/test_capacity.py has the arithmetic of a GLM-5.2 stage): the
+    # pool is 0.9 of what weights (8.03e9 params * 2 B), activations of a 16384-token forward
+    # (2 * 16384 * 4096 * 11, aiconfigurator's LLAMA coefficient at tp 1) and the 3.76e9 B runtime reserve
+    # leave, over 128 KiB per token -> ~0.89M tokens.
     cm = _model("llama-3-8b", "h200", 1)
-    expected = (151397597184 * 0.9 - cm.stage_weight_bytes(0) - 3758096384) / (128 * 1024)
+    act = 2 * 16384 * 4096 * 11
+    expected = (151397597184 - cm.stage_weight_bytes(0) - act - 3758096384) * 0.9 / (128 * 1024)
     assert cm.stage_kv_capacity_tokens(0) == int(expected)
     assert 0.85e6 < expected < 0.95e6
     # GLM-5.2 (~744 GB in fp8) cannot fit one H200: no room, not a negative count.

@@ -91,6 +91,25 @@ def test_context_grid_beyond_the_longest_sequence_holds_its_util() -> None:
     assert g(8, 8192, 1) == pytest.approx(g(8, 4096, 1) * 4.0)  # SOL grows as s²
 
 
+def _dsa_like_sol(heads: float, prefix: float, seq: float, batch: float) -> float:
+    return heads * seq * (1000 + prefix + seq) * batch  # per-token work plus scores against prefix + seq keys
+
+
+def test_four_axis_grid_blends_raw_and_holds_the_last_prefix_util() -> None:
+    """The DSA module's shape: (heads, prefix, seq, batch), prefixes 0 and 128 measured, raw blending."""
+    points = {(h, p, s, b): 2e-9 * _dsa_like_sol(h, p, s, b)
+              for h in (16, 32) for p in (0, 128) for s in (1024, 2048) for b in (1, 2)}
+    points[(32, 128, 2048, 1)] *= 1.5  # one slower point: its util is what a longer prefix holds
+    g = ContextGrid(points, _dsa_like_sol, sqrt_axis=None)
+    assert g(32, 128, 2048, 1) == points[(32, 128, 2048, 1)]
+    assert g(32, 64, 2048, 1) == pytest.approx((points[(32, 0, 2048, 1)] + points[(32, 128, 2048, 1)]) / 2)
+    assert g(32, 128, 1536, 1) == pytest.approx((points[(32, 128, 1024, 1)] + points[(32, 128, 2048, 1)]) / 2)
+    held = points[(32, 128, 2048, 1)] * _dsa_like_sol(32, 32768, 2048, 1) / _dsa_like_sol(32, 128, 2048, 1)
+    assert g(32, 32768, 2048, 1) == pytest.approx(held)
+    with pytest.raises(ValueError):
+        g(32, 128, 2048)  # a 4-axis grid takes 4 coordinates
+
+
 def _gemm_sol(m: float, n: float, k: float) -> float:
     return 2.0 * m * n * k / 1e15
 

@@ -12,7 +12,7 @@ from wavepp.runtime.engines.sim.costmodel import ChunkShape
 from wavepp.runtime.engines.sim.engine import SimEngine
 from wavepp.runtime.engines.sim.perf_interp import TableCoverageError
 from wavepp.runtime.engines.sim.profiles import get_hardware, get_model
-from wavepp.runtime.engines.sim.table_cost import TableCostModel, load_table_cost_model
+from wavepp.runtime.engines.sim.table_cost import Choices, TableCostModel, _Kind, load_table_cost_model
 
 # repo_root.parent / "shared" / "data" / "perf": tests/engines/sim/<this file> -> parents[3] is the repo root.
 PERF = Path(__file__).resolve().parents[3].parent / "shared" / "data" / "perf"
@@ -85,6 +85,52 @@ def test_glm_layers_that_reuse_the_indexer_cost_less_at_long_context() -> None:
                    gemm_type="fp8_block", step=0, num_heads=32, isl=4096, batch_size=1)
     assert max(at_zero) == pytest.approx(dsa_row, rel=1e-12)  # a full layer from position 0 is the row itself
     assert table.step_time(1, wave) > 0
+
+
+@needs_tables
+def test_dsa_prices_the_new_tokens_at_the_exact_prefix() -> None:
+    """GLM-5.2 on B300, TP2 (32 heads per GPU): 4096 new tokens after 128 cached cost the module's step=128 row
+    itself; after 32K cached, that row's utilisation is held against the module's roofline (the table's prefix
+    axis holds 0 and 128). No (L+x)² prefix correction of the row at L+x."""
+    table = load_table_cost_model("glm-5.2", "b300", 4, 2, PERF)
+    full = _Kind(moe=True, indexer=True)
+    row = _row("dsa_context_module_perf", model="zai-org/GLM-5", mla_dtype="bfloat16", kv_cache_dtype="bfloat16",
+               gemm_type="fp8_block", step=128, num_heads=32, isl=4096, batch_size=1)
+    assert table._attention_op(full, 128, 4096, 1) == pytest.approx(row, rel=1e-12)
+    sol = table._dsa_sol
+    held = row * sol(32, 32768, 4096, 1) / sol(32, 128, 4096, 1)
+    assert table._attention_op(full, 32768, 4096, 1) == pytest.approx(held, rel=1e-12)
+    # A layer that reuses the top-k runs no indexer: its share of the roofline is not charged.
+    shared = table._attention_op(_Kind(moe=True, indexer=False), 32768, 4096, 1)
+    assert shared == pytest.approx(held * sol(32, 32768, 4096, 1, indexer=False) / sol(32, 32768, 4096, 1))
+    assert shared < 0.7 * held  # at 32K the indexer's scores are a large part of a full layer
+
+
+@needs_tables
+def test_aiconfigurators_choices_charge_more() -> None:
+    """Every layer computing the indexer, an unsplit shared expert and bf16-GEMM module rows all cost more."""
+    ours = load_table_cost_model("glm-5.2", "b300", 4, 2, PERF)
+    theirs = load_table_cost_model("glm-5.2", "b300", 4, 2, PERF, choices=Choices.aiconfigurator())
+    for lo, x in ((0, 4096), (131072, 4096)):
+        assert ours.step_time(1, [ChunkShape(lo, x)]) < theirs.step_time(1, [ChunkShape(lo, x)])
+
+
+@needs_tables
+def test_fp8_kv_reads_the_fp8_cache_rows() -> None:
+    """kv_dtype fp8 swaps only the attention rows for the fp8-cache ones (bf16 compute): per layer the step
+    changes by exactly the rows' difference. H200's DSA table has no fp8-cache rows: the bf16 ones stand in."""
+    bf16 = load_table_cost_model("minimax-m2.7", "b300", 4, 2, PERF)
+    fp8 = load_table_cost_model("minimax-m2.7", "b300", 4, 2, PERF, kv_dtype="fp8")
+    rows = {kv: _row("context_attention_perf", num_heads=24, num_key_value_heads=4, head_dim=128, window_size=0,
+                     attn_dtype="bfloat16", kv_cache_dtype=kv, isl=4096, batch_size=1) for kv in ("bfloat16", "fp8")}
+    wave = [ChunkShape(0, 4096)]
+    assert fp8.step_time(1, wave) - bf16.step_time(1, wave) == pytest.approx(16 * (rows["fp8"] - rows["bfloat16"]))
+    glm = {kv: load_table_cost_model("glm-5.2", "b300", 4, 2, PERF, kv_dtype=kv) for kv in ("bf16", "fp8")}
+    assert glm["fp8"].step_time(1, wave) < glm["bf16"].step_time(1, wave)
+    h200 = {kv: load_table_cost_model("glm-5.2", "h200", 4, 2, PERF, kv_dtype=kv) for kv in ("bf16", "fp8")}
+    assert h200["fp8"].step_time(1, wave) == h200["bf16"].step_time(1, wave)
+    with pytest.raises(ValueError, match="unknown KV dtype"):
+        SimEngine("glm-5.2", "b300", 4, kv_dtype="int8", perf_dir=str(PERF))
 
 
 @needs_tables
