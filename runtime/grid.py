@@ -22,7 +22,24 @@ DEFAULT_MODELS = ("glm-5.2", "minimax-m2.7")
 DEFAULT_WORKLOADS = ("cold", "reuse90", "mixed", "suffix4k", "suffix16k")
 DEFAULT_CONCURRENCY = (8, 32, 64, 128)
 KEPT = ("input_tokens_per_s", "computed_tokens_per_s", "pipeline_efficiency", "prefill_latency_p50_s",
-        "prefill_latency_p95_s", "completed", "failed")
+        "prefill_latency_p95_s", "completed", "failed", "good_hit_rate", "fallbacks", "evictions", "stalled")
+
+
+@dataclass(frozen=True, slots=True)
+class Setting:
+    """One setting of a grid: a model, a workload at a concurrency; ``requests`` per run (None: the
+    grid's), ``kv_blocks`` per stage (None: what the deployment's memory holds), ``label`` for tables."""
+
+    model: str
+    workload: str
+    concurrency: int
+    requests: int | None = None
+    kv_blocks: tuple[int, ...] | None = None
+    label: str = ""
+
+    @property
+    def key(self) -> tuple[str, str, int]:
+        return self.model, self.label or self.workload, self.concurrency
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,9 +54,18 @@ class GridSpec:
     seed: int = 0
     perf_dir: str | None = None
     host_scale: float = 1.0              # multiplies the baselines' lockstep host work
+    variants: Sequence[str] = ()         # the subject's own alternatives: run and reported, no baseline
+    explicit: Sequence[Setting] | None = None   # a declared list of settings instead of the product
+    name: str = "paper"
 
-    def settings(self) -> list[tuple[str, str, int]]:
-        return list(itertools.product(self.models, self.workloads, self.concurrencies))
+    def settings(self) -> list[Setting]:
+        if self.explicit is not None:
+            return list(self.explicit)
+        return [Setting(m, w, c) for m, w, c in itertools.product(self.models, self.workloads, self.concurrencies)]
+
+    @property
+    def all_policies(self) -> list[str]:
+        return [*self.policies, *self.variants]
 
 
 @dataclass(slots=True)
@@ -52,10 +78,12 @@ class GridRow:
     best_baseline: str = ""
     ratio: float = 0.0                    # subject's input throughput / the best baseline's
     loser_causes: list[tuple[str, float]] = field(default_factory=list)   # top idle causes of the loser
+    variants: list[str] = field(default_factory=list)   # the subject's alternatives (no baselines)
 
     def as_dict(self) -> dict[str, Any]:
         return {"model": self.model, "workload": self.workload, "concurrency": self.concurrency,
                 "subject": self.subject, "best_baseline": self.best_baseline, "ratio": self.ratio,
+                "variants": {v: variant_ratio(self, v) for v in self.variants},
                 "loser_idle_causes": [{"cause": c, "share": s} for c, s in self.loser_causes], "runs": self.runs}
 
 
@@ -65,20 +93,30 @@ def idle_shares(figures: dict[str, Any]) -> dict[str, float]:
     return {c: sum(st[c] for st in figures["idle_causes_s"]) / total if total else 0.0 for c in CAUSES}
 
 
-def run_setting(spec: GridSpec, model: str, workload: str, concurrency: int) -> GridRow:
+def recompute_share(figures: dict[str, Any]) -> float:
+    """The largest stage's busy time on chunks a late fallback threw away, as a share of the makespan."""
+    makespan = figures["makespan_s"] or 0.0
+    return max(figures["recompute_s"], default=0.0) / makespan if makespan else 0.0
+
+
+def run_setting(spec: GridSpec, setting: Setting) -> GridRow:
     """Every policy on one setting (runs in a worker process when ``jobs > 1``)."""
     from wavepp.runtime.bench import BenchConfig, run_one
     from wavepp.runtime.engines.sim.engine import SimEngine
     from wavepp.runtime.workloads import parse_workload
 
-    engine = SimEngine(model, spec.hardware, spec.pp, perf_dir=spec.perf_dir, host_work_scale=spec.host_scale)
-    requests = spec.requests or max(512, 4 * concurrency)
-    cfg = BenchConfig(parse_workload(workload), [concurrency], list(spec.policies), requests, spec.seed,
+    model, workload, concurrency = setting.model, setting.workload, setting.concurrency
+    engine = SimEngine(model, spec.hardware, spec.pp, kv_blocks=setting.kv_blocks, perf_dir=spec.perf_dir,
+                       host_work_scale=spec.host_scale)
+    spec_w = parse_workload(workload)
+    requests = setting.requests or spec.requests or (None if spec_w.kind == "trace" else max(512, 4 * concurrency))
+    cfg = BenchConfig(spec_w, [concurrency], spec.all_policies, requests, spec.seed,
                       knobs=engine.default_knobs(), model_name=model, hardware_name=spec.hardware)
-    row = GridRow(model, workload, concurrency, subject=spec.policies[0])
-    for policy in spec.policies:
+    row = GridRow(model, setting.label or workload, concurrency, subject=spec.policies[0], variants=list(spec.variants))
+    for policy in spec.all_policies:
         f = run_one(engine, cfg, policy, concurrency).figures.as_dict()
-        row.runs[policy] = {k: f[k] for k in KEPT} | {"idle_shares": idle_shares(f)}
+        row.runs[policy] = {k: f[k] for k in KEPT} | {"idle_shares": idle_shares(f),
+                                                      "recompute_share": recompute_share(f)}
     rate = {p: r["input_tokens_per_s"] or 0.0 for p, r in row.runs.items()}    # None: nothing completed
     baselines = list(spec.policies[1:])
     if baselines:
@@ -97,22 +135,23 @@ def run_grid(spec: GridSpec, jobs: int = 1,
     settings = spec.settings()
     rows: dict[tuple[str, str, int], GridRow] = {}
     if jobs <= 1:
-        for i, key in enumerate(settings, 1):
-            rows[key] = run_setting(spec, *key)
+        for i, setting in enumerate(settings, 1):
+            rows[setting.key] = run_setting(spec, setting)
             if progress:
                 progress(i, len(settings))
     else:
         with ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("spawn")) as pool:
-            futures = {pool.submit(run_setting, spec, *key): key for key in settings}
+            futures = {pool.submit(run_setting, spec, setting): setting.key for setting in settings}
             for i, fut in enumerate(as_completed(futures), 1):
                 rows[futures[fut]] = fut.result()
                 if progress:
                     progress(i, len(settings))
-    return [rows[key] for key in settings]
+    return [rows[s.key] for s in settings]
 
 
 def summary(rows: Sequence[GridRow]) -> str:
-    """``wins N/M, min ratio R, c=128 suffix4k: glm-5.2 Q1, minimax-m2.7 Q2``."""
+    """``wins N/M, min ratio R, c=128 suffix4k: glm-5.2 Q1, minimax-m2.7 Q2`` (the paper grid), plus the
+    runs that stalled and, with variants, each variant's ratio to the subject (min-max)."""
     scored = [r for r in rows if r.best_baseline]
     if not scored:
         return "no baseline to compare with"
@@ -124,14 +163,31 @@ def summary(rows: Sequence[GridRow]) -> str:
     headline = [r for r in scored if r.concurrency == top and r.workload in ("suffix4k", "suffix:4096")]
     if headline:
         line += f", c={top} suffix4k: " + ", ".join(f"{r.model} {r.ratio:.3f}" for r in headline)
+    stalled: dict[str, int] = {}
+    for r in rows:
+        for p, f in r.runs.items():
+            if f.get("stalled"):
+                stalled[p] = stalled.get(p, 0) + 1
+    if stalled:
+        line += "; stalled: " + ", ".join(f"{p} {n}/{len(rows)}" for p, n in stalled.items())
+    for variant in rows[0].variants:
+        ratios = [variant_ratio(r, variant) for r in rows]
+        known = [x for x in ratios if x is not None]
+        if known:
+            line += f"; {variant} / {rows[0].subject} {min(known):.3f}-{max(known):.3f}"
     return line
 
 
+def variant_ratio(row: GridRow, variant: str) -> float | None:
+    mine, subject = row.runs[variant]["input_tokens_per_s"], row.runs[row.subject]["input_tokens_per_s"]
+    return mine / subject if mine is not None and subject else None
+
+
 def to_markdown(rows: Sequence[GridRow], spec: GridSpec) -> str:
-    policies = list(spec.policies)
+    policies = spec.all_policies
     head = ["model", "workload", "c"] + [f"{p} in/computed tok/s (eff, p50/p95 s)" for p in policies] + [
         f"{policies[0]} / best", "loser's top idle causes"]
-    lines = [f"# wavepp grid: {spec.hardware}, PP{spec.pp}", "", summary(rows), "",
+    lines = [f"# wavepp grid ({spec.name}): {spec.hardware}, PP{spec.pp}", "", summary(rows), "",
              "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
         cells = [r.model, r.workload, str(r.concurrency)]
@@ -139,8 +195,20 @@ def to_markdown(rows: Sequence[GridRow], spec: GridSpec) -> str:
             f = r.runs[p]
             cells.append(f"{fmt(f['input_tokens_per_s'], ',.0f')}/{fmt(f['computed_tokens_per_s'], ',.0f')} "
                          f"({fmt(f['pipeline_efficiency'], '.3f')}, "
-                         f"{fmt(f['prefill_latency_p50_s'], '.2f')}/{fmt(f['prefill_latency_p95_s'], '.2f')})")
+                         f"{fmt(f['prefill_latency_p50_s'], '.2f')}/{fmt(f['prefill_latency_p95_s'], '.2f')})"
+                         + (" **stalled**" if f.get("stalled") else ""))
         cells.append(f"{r.ratio:.3f}" if r.best_baseline else "-")
         cells.append(", ".join(f"{c} {s:.1%}" for c, s in r.loser_causes) or "-")
         lines.append("| " + " | ".join(cells) + " |")
+    detail = ["model", "workload", "c", "policy", "good hit", "fallbacks", "recompute", "evictions per stage",
+              "completed", "stalled"]
+    lines += ["", "## Reuse under pressure", "", "| " + " | ".join(detail) + " |", "|" + "---|" * len(detail)]
+    for r in rows:
+        for p in policies:
+            f = r.runs[p]
+            lines.append("| " + " | ".join([
+                r.model, r.workload, str(r.concurrency), p, fmt(f.get("good_hit_rate"), ".3f"),
+                str(f.get("fallbacks", 0)), f"{f.get('recompute_share', 0.0):.1%}",
+                "/".join(f"{e:,}" for e in f.get("evictions", [])), str(f["completed"]),
+                (f.get("stalled") or "-")[:80]]) + " |")
     return "\n".join(lines) + "\n"

@@ -30,7 +30,9 @@ def test_rows_compare_the_subject_with_the_best_baseline() -> None:
     wins = sum(r.ratio >= 1 for r in rows)
     assert summary(rows).startswith(f"wins {wins}/2, min ratio {min(r.ratio for r in rows):.3f}")
     md = to_markdown(rows, SPEC)
-    assert md.count("\n| llama-3-8b |") == 2 and "wavepp / best" in md
+    table, detail = md.split("## Reuse under pressure")
+    assert table.count("\n| llama-3-8b |") == 2 and "wavepp / best" in table
+    assert detail.count("\n| llama-3-8b |") == 2 * len(SPEC.policies)      # a row per setting and policy
 
 
 def test_grid_command_writes_json_and_markdown(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -41,7 +43,7 @@ def test_grid_command_writes_json_and_markdown(tmp_path: Path, capsys: pytest.Ca
     data = json.loads(out.read_text())
     assert data["summary"].startswith("wins ") and len(data["settings"]) == 1
     assert set(data["settings"][0]["runs"]) == {"wavepp", "trtllm-pp"}
-    assert md.read_text().startswith("# wavepp grid: h200, PP2")
+    assert md.read_text().startswith("# wavepp grid (paper): h200, PP2")
 
 
 @pytest.mark.parametrize("flag,value,message", [("--policy", "wavepp,best", "unknown policy 'best'"),
@@ -52,3 +54,29 @@ def test_a_bad_grid_value_is_one_line_before_any_run(flag: str, value: str, mess
     assert main(["grid", "--quiet", flag, value]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("wavepp: error:") and message in err[0], err
+
+
+def test_the_pressure_grid_sizes_its_working_sets_on_the_smallest_pool(tmp_path: Path) -> None:
+    """docs: N documents of mean m make 0.5x and 3x the smallest stage's pool; a trace's pools hold a
+    third of its distinct blocks; a model whose context cannot hold a mean skips it."""
+    from wavepp.runtime.engines.sim.engine import SimEngine
+    from wavepp.runtime.grid_pressure import TRACE_FIT, pressure_settings
+    from wavepp.runtime.workloads import parse_workload
+    trace = tmp_path / "t.jsonl"
+    trace.write_text("\n".join(json.dumps({"timestamp": i, "input_length": 1024, "hash_ids": [0, i + 1]})
+                               for i in range(30)))
+    settings = pressure_settings("h200", 2, models=("llama-3-8b",), traces=[trace])
+    pool = min(SimEngine("llama-3-8b", "h200", 2).capacities) * 64
+    docs = [s for s in settings if s.workload.startswith("docs:")]
+    assert docs == []                                    # llama-3-8b's 8K context holds no 32K document
+    [t] = [s for s in settings if s.workload.startswith("trace:")]
+    assert t.kv_blocks == (round(31 * 512 / TRACE_FIT / 64),) * 2 and t.requests is None
+    glm = pressure_settings("b300", 4, models=("glm-5.2",))
+    small = min(SimEngine("glm-5.2", "b300", 4).capacities) * 64
+    for s in glm:
+        spec = parse_workload(s.workload)
+        mean = int(s.label.split()[1].removesuffix("K")) * 1024
+        ws = float(s.label.split()[3].removesuffix("x"))
+        assert abs(spec.documents * mean - ws * small) <= mean            # the working set, to a document
+        assert s.requests == min(2000, max(4 * s.concurrency, 2 * spec.documents))
+    assert {s.label for s in glm} >= {"docs 256K ws 3x", "docs 32K ws 0.5x"} and pool > 0

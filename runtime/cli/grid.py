@@ -11,6 +11,10 @@ from wavepp.runtime.cli.args import Handler, UsageError, int_list, name_list, ou
 
 def register(sub: Any) -> dict[str, Handler]:
     g = sub.add_parser("grid", help="every policy over a declared grid of sim settings; JSON + Markdown summary")
+    g.add_argument("--grid", choices=["paper", "pressure"], default="paper",
+                   help="paper (default): models x workloads x concurrency, the published study's 40 settings; "
+                        "pressure: many distinct long contexts and traces whose working set does not fit the pools "
+                        "(runtime/grid_pressure.py; --workloads and --concurrency do not apply)")
     g.add_argument("--models", type=name_list, default=["glm-5.2", "minimax-m2.7"])
     g.add_argument("--hardware", default="b300")
     g.add_argument("--pp", type=positive_int, default=4)
@@ -37,13 +41,25 @@ def cmd_grid(args: argparse.Namespace) -> int:
     from wavepp.runtime.progress import BenchProgress
     from wavepp.runtime.workloads import parse_workload
 
-    spec = GridSpec(args.models, args.hardware, args.pp, args.workloads, args.concurrency, args.policy,
-                    args.requests, args.seed, args.perf_dir, args.host_scale)
+    if args.grid == "pressure":
+        from pathlib import Path
+
+        from wavepp.runtime.engines.sim.perf_tables import default_perf_dir
+        from wavepp.runtime.grid_pressure import pressure_spec
+        traces = sorted((default_perf_dir().parent / "traces").glob("*.jsonl"))   # ../shared/data/traces
+        try:
+            spec = pressure_spec(args.hardware, args.pp, args.models, [Path(t) for t in traces],
+                                 seed=args.seed, perf_dir=args.perf_dir, host_scale=args.host_scale)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+    else:
+        spec = GridSpec(args.models, args.hardware, args.pp, args.workloads, args.concurrency, args.policy,
+                        args.requests, args.seed, args.perf_dir, args.host_scale)
     try:                                   # every value checked before the first run
-        for p in spec.policies:
+        for p in spec.all_policies:
             get_policy(p)
-        for w in spec.workloads:
-            parse_workload(w)
+        for s in spec.settings():
+            parse_workload(s.workload)
         for m in spec.models:
             SimEngine(m, spec.hardware, spec.pp, perf_dir=spec.perf_dir, host_work_scale=spec.host_scale)
     except ValueError as exc:
