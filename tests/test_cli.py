@@ -200,3 +200,12 @@ def test_a_bad_policy_or_workload_is_refused_before_torch_loads() -> None:
     assert "torch" not in _modules_loaded_by("from wavepp.runtime.cli import main\n"
                                              "assert main(['bench', '--policy', 'foo']) == 2\n"
                                              "assert main(['bench', '--workload', 'bogus']) == 2")
+
+
+def test_calibrate_coordination_says_which_figures_it_did_not_measure(capsys: pytest.CaptureFixture[str]) -> None:
+    """A factor is not printed as microseconds and a cited constant is not passed off as measured."""
+    assert main(["calibrate-coordination", "--prompt-tokens", "4096", "--block-size", "64"]) == 0
+    lines = {line.split()[0]: line for line in capsys.readouterr().out.splitlines()}
+    assert lines["host_work_scale"].split()[1] == "1.000" and "a factor" in lines["host_work_scale"]
+    assert "cited" in lines["stage_message_s"] and "recorded" in lines["redis_rtt_s"]
+    assert lines["per_block_complete_s"].endswith(" us")                     # measured: no remark
