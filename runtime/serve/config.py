@@ -1,8 +1,8 @@
 """``wavepp serve`` settings: each one a flag, or a ``WAVEPP_*`` environment variable when the flag
 is not given (compose sets those), or its default - in that order.
 
-:data:`OPTIONS` is the one list: the CLI's flags, the environment variables and the README's
-table are made from it. An environment value goes through the flag's own parser, and a bad one
+:data:`OPTIONS` is the one list: the CLI's flags, the environment variables and the settings
+table of docs/serve.md are made from it. An environment value goes through the flag's own parser, and a bad one
 is refused naming the variable (``WAVEPP_PP: must be >= 1, got '0'``).
 """
 
