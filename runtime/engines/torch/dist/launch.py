@@ -129,7 +129,8 @@ class StageStartFailed(RuntimeError):
     """A stage process ended before it joined the world (its one line says how)."""
 
 
-def spawn_stages(size: int, cuda: bool, target: Callable[[int, int, str, bool], None]) -> tuple[World, list[BaseProcess]]:
+def spawn_stages(size: int, cuda: bool,
+                 target: Callable[[int, int, str, bool], None]) -> tuple[World, list[BaseProcess]]:
     """Start ranks 1..size-1 on this host and join as rank 0. A stage process that ends before the
     rendezvous completes fails it at once (``StageStartFailed``) instead of leaving rank 0 waiting out
     gloo's timeout. Every rank is on this host, so nothing of the world listens beyond loopback:
