@@ -45,7 +45,7 @@ class ArrivalSource(Protocol):
     @property
     def exhausted(self) -> bool: ...
 
-    def primed_prompts(self) -> list[tuple[array, list[int]]]:
+    def primed_prompts(self) -> list[tuple[array[int], list[int]]]:
         """Prefixes to compute into the caches before the measured arrivals: (tokens, block hashes)."""
         ...
 

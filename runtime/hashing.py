@@ -20,7 +20,7 @@ ROOT_HASH = 0x5741_5645_5050_0001  # "WAVEPP" + version 1
 _DIGEST_BYTES = 8
 
 
-def token_array(tokens: Sequence[int]) -> array:
+def token_array(tokens: Sequence[int]) -> array[int]:
     """Tokens as a compact ``array('I')`` (4 bytes a token, little-endian on every host we run)."""
     if isinstance(tokens, array) and tokens.typecode == "I":
         return tokens

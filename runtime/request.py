@@ -31,7 +31,7 @@ class Request:
     """A prompt to prefill. ``block_hashes`` are computed once, at arrival."""
 
     id: str
-    tokens: array                 # array('I') of token ids
+    tokens: array[int]                 # array('I') of token ids
     arrival: float               # clock time, seconds
     block_hashes: list[int]      # one per full block
     group: str = ""              # workload's prefix group (for reports only)

@@ -55,7 +55,7 @@ class ServerSource:
         self._cancel: dict[str, str] = {}          # request id -> reason, until it is withdrawn
         self.num_cancelled = 0
 
-    def primed_prompts(self) -> list[tuple[array, list[int]]]:
+    def primed_prompts(self) -> list[tuple[array[int], list[int]]]:
         return []                                   # nothing is seen before the first client asks
 
     def next_request(self, now: float) -> Request:

@@ -119,10 +119,10 @@ class TraceWorkload(ClosedLoop):
         self.vocab_size = vocab_size
         self.extra = extra
         self.speed = speed
-        self.open_loop = open_loop     # type: ignore[misc]   # a replay of a closed-loop run: False
+        self.open_loop = open_loop     # a replay of a closed-loop run: False
         self.num_requests = len(trace.rows)
         self.issued = 0
-        self._blocks: dict[int, array] = {}
+        self._blocks: dict[int, array[int]] = {}
         self._hashed: dict[tuple[int, int], list[int]] = {}
 
     @property
@@ -156,7 +156,7 @@ class TraceWorkload(ClosedLoop):
         rows = self.trace.rows
         return (rows[i].arrival_s - rows[0].arrival_s) / self.speed
 
-    def primed_prompts(self) -> list[tuple[array, list[int]]]:
+    def primed_prompts(self) -> list[tuple[array[int], list[int]]]:
         """A file trace starts from cold caches (reuse builds up as in the trace); an in-memory one
         may name prefixes that were cached before its first arrival."""
         out = []
@@ -165,7 +165,7 @@ class TraceWorkload(ClosedLoop):
             out.append((tokens, block_hashes(tokens, self.block_size, self.extra)))
         return out
 
-    def _block(self, hash_id: int) -> array:
+    def _block(self, hash_id: int) -> array[int]:
         block = self._blocks.get(hash_id)
         if block is None:
             rng = random.Random(hash_id)
@@ -174,7 +174,7 @@ class TraceWorkload(ClosedLoop):
             block = self._blocks[hash_id] = array("I", [t % v for t in raw])
         return block
 
-    def _tokens(self, hash_ids: tuple[int, ...], length: int) -> array:
+    def _tokens(self, hash_ids: tuple[int, ...], length: int) -> array[int]:
         tokens = array("I")
         for h in hash_ids:
             tokens.extend(self._block(h))
@@ -189,7 +189,7 @@ class TraceWorkload(ClosedLoop):
         group = f"h{row.hash_ids[0]}" if row.hash_ids else "cold"
         return Request(f"t{row.line:06d}", tokens, now, self._hashes(row.hash_ids, tokens), group)
 
-    def _hashes(self, hash_ids: tuple[int, ...], tokens: array) -> list[int]:
+    def _hashes(self, hash_ids: tuple[int, ...], tokens: array[int]) -> list[int]:
         """``block_hashes(tokens)``, each whole trace block's KV block hashes remembered by (parent hash,
         hash id): a prefix many requests share is hashed once, as a workload generator hashes only a
         prompt's new suffix (the arrival's CPU cost, which a real-time loop pays, is the run's)."""

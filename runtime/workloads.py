@@ -169,7 +169,7 @@ def doc_length_bounds(prompt_tokens: int, block_size: int) -> tuple[int, int]:
 
 @dataclass(frozen=True, slots=True)
 class _Prefix:
-    tokens: array
+    tokens: array[int]
     hashes: list[int]
 
 
@@ -195,7 +195,7 @@ class Workload(ClosedLoop):
         self.issued = 0
         shared = spec.kind in ("reuse90", "mixed", "suffix")
         self.prefixes = [self._make_prefix() for _ in range(self.NUM_GROUPS)] if shared else []
-        self.histories: list[array] = [array("I") for _ in range(spec.sessions)]
+        self.histories: list[array[int]] = [array("I") for _ in range(spec.sessions)]
         self._used: set[int] = set()               # shared prefixes (or documents) requests used so far
         self._session_tokens = 0                   # sessions: distinct history tokens so far
         if spec.kind == "docs":
@@ -205,7 +205,7 @@ class Workload(ClosedLoop):
             self._doc_cum = list(itertools.accumulate(weights))
             self._docs: dict[int, _Prefix] = {}
 
-    def _tokens(self, n: int) -> array:
+    def _tokens(self, n: int) -> array[int]:
         raw = array("I", self.rng.randbytes(4 * n))
         v = self.vocab_size
         return array("I", [t % v for t in raw])
@@ -219,7 +219,7 @@ class Workload(ClosedLoop):
         tokens = self._tokens(blocks * self.block_size)
         return _Prefix(tokens, block_hashes(tokens, self.block_size, self.extra))
 
-    def primed_prompts(self) -> list[tuple[array, list[int]]]:
+    def primed_prompts(self) -> list[tuple[array[int], list[int]]]:
         """The prefixes to compute into the caches before the run: (tokens, block hashes)."""
         return [(p.tokens, p.hashes) for p in self.prefixes]
 

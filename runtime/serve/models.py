@@ -66,7 +66,7 @@ def knob_changes_model(block_size: int) -> type[BaseModel]:
         elif f.name == "policy":
             fields[f.name] = (str | None, Field(default=None, description="a preset or NAME+KIND=VARIANT"))
         elif knob_kind(f.name) == "choice":
-            fields[f.name] = (Literal[knob_choices(f.name)] | None, None)  # type: ignore[valid-type]
+            fields[f.name] = (Literal[knob_choices(f.name)] | None, None)
         else:
             lo, hi = int_range(f.name)
             step = block_size if in_blocks(f.name) else None
@@ -88,11 +88,11 @@ def request_models(vocab: int, max_prompt_tokens: int, block_size: int, tokenize
     # Types made for this server (vocabulary, prompt limit): mypy sees them as values, pydantic as types.
     TokenIds: Any = Annotated[list[json_int(ge=0, lt=vocab)],  # type: ignore[misc]
                               Field(min_length=1, max_length=max_prompt_tokens)]
-    Prompts: Any = Annotated[list[TokenIds], Field(min_length=1, max_length=MAX_PROMPTS)]  # type: ignore[valid-type]
+    Prompts: Any = Annotated[list[TokenIds], Field(min_length=1, max_length=MAX_PROMPTS)]
     if tokenizer is None:           # the schema offers text only where the server can tokenize it
         class PrefillRequest(BaseModel):
             model_config = ConfigDict(extra="forbid")
-            token_ids: TokenIds = Field(description="the prompt as token ids")  # type: ignore[valid-type]
+            token_ids: TokenIds = Field(description="the prompt as token ids")
             prompt: None = Field(default=None, description="text prompts need a server started with --tokenizer")
 
         CompletionPrompt: Any = TokenIds | Prompts
@@ -100,7 +100,7 @@ def request_models(vocab: int, max_prompt_tokens: int, block_size: int, tokenize
         class PrefillRequest(BaseModel):          # type: ignore[no-redef]
             model_config = ConfigDict(extra="forbid", json_schema_extra={
                 "oneOf": [{"required": ["token_ids"]}, {"required": ["prompt"]}]})
-            token_ids: TokenIds | None = Field(default=None,  # type: ignore[valid-type]
+            token_ids: TokenIds | None = Field(default=None,
                                                description="the prompt as token ids")
             prompt: str | None = Field(default=None, min_length=1, description="the prompt as text")
 

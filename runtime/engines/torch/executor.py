@@ -28,7 +28,7 @@ class RequestBook:
 
     def __init__(self, keep_logits: bool = False) -> None:
         self.keep_logits = keep_logits
-        self._tokens: dict[str, array] = {}
+        self._tokens: dict[str, array[int]] = {}
         self._first: dict[str, int] = {}
         self._logits: dict[str, Tensor] = {}
 
