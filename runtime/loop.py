@@ -49,6 +49,7 @@ from wavepp.runtime.stage_tasks import StageWorker, run_link
 from wavepp.runtime.step_times import StepTimes
 from wavepp.runtime.watchdog import DEFAULT_STALL_TIMEOUT_S, watch
 from wavepp.store.base import Store
+from wavepp.store.records import PlannedChunk, WavePlanRecord
 from wavepp.store.resilient import ResilientStore
 from wavepp.telemetry import names as N
 from wavepp.telemetry.setup import Telemetry
@@ -324,10 +325,8 @@ class PipelineLoop:
                 continue
             wave.broadcast_tokens = self.policy.relay.relayed_tokens(admitted_tokens)
             if self.publish_plans:
-                plan = {"wave": wave.id, "budget": wave.budget, "planned_at": wave.planned_at,
-                        "policy": self.policy.name, "chunks": [
-                            {"request": c.request_id, "start": c.start, "tokens": c.length,
-                             "reuse_blocks": c.reuse_blocks, "last": c.is_last} for c in wave.chunks]}
+                plan = WavePlanRecord(wave.id, wave.budget, wave.planned_at, self.policy.name, tuple(
+                    PlannedChunk(c.request_id, c.start, c.length, c.reuse_blocks, c.is_last) for c in wave.chunks))
                 self.writer.submit(lambda plan=plan: self.store.plan_publish(plan))  # type: ignore[misc]
             for stage in self.stages:
                 stage.inbox.put_nowait(wave)

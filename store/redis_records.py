@@ -16,6 +16,7 @@ import redis
 from redis import exceptions as rex
 
 from wavepp.store.base import RegistryEntry
+from wavepp.store.records import WavePlanRecord
 
 # The Redis store's warnings, under its logger's name wherever its records are decoded (log filters
 # and the suite's checks name it).
@@ -65,15 +66,17 @@ def decode_entries(pairs: Iterable[tuple[bytes | str, bytes | str]]) -> list[Reg
     return out
 
 
-def decode_plans(raw: Iterable[bytes | str | None]) -> list[dict[str, Any]]:
-    """Wave plans from their JSON; an undecodable one (another client wrote it) is skipped."""
+def decode_plans(raw: Iterable[bytes | str | None]) -> list[WavePlanRecord]:
+    """Wave plans from their JSON (:meth:`WavePlanRecord.from_json`); one that is not a JSON object
+    (another client wrote it) is skipped."""
     out = []
     for text in raw:
         try:
-            plan = json.loads(text) if text is not None else None
+            data = json.loads(text) if text is not None else None
         except (ValueError, UnicodeDecodeError):
-            plan = None
-        if isinstance(plan, dict):
+            data = None
+        plan = WavePlanRecord.from_json(data)
+        if plan is not None:
             out.append(plan)
         else:
             report_once("a wave plan", "is not a JSON object: ignored")

@@ -20,6 +20,7 @@ from wavepp.runtime.engines.sim.engine import SimEngine
 from wavepp.runtime.knobs import validated_values
 from wavepp.runtime.loop import PipelineLoop
 from wavepp.runtime.workloads import Workload, parse_workload
+from wavepp.store.records import WavePlanRecord
 from wavepp.store.redis_store import RedisStore
 from wavepp.telemetry import names as N
 
@@ -60,7 +61,7 @@ def test_plans_are_published_and_none_stays_in_flight() -> None:
     rec = run_one(engine, cfg, "wavepp", 8)
     store = rec.parts.store.inner   # type: ignore[attr-defined]
 
-    async def read() -> tuple[list[dict], list[dict]]:
+    async def read() -> tuple[list[WavePlanRecord], list[WavePlanRecord]]:
         return await store.plans_recent(10_000), await store.plans_in_flight()
 
     recent, in_flight = asyncio.run(read())
@@ -68,11 +69,11 @@ def test_plans_are_published_and_none_stays_in_flight() -> None:
     plan_spans = {int(s.attributes[N.WAVE_ID]): s for s in rec.spans  # type: ignore[arg-type, index]
                   if s.name == N.WAVE_PLAN and s.attributes.get(N.WAVE_ID) is not None}  # type: ignore[union-attr]
     # The warm-up's waves (the primed prefixes: no span) come first, then every measured wave's plan.
-    warm = [p for p in recent if p["wave"] not in plan_spans]
-    assert warm and all(c["request"].startswith("prime") for p in warm for c in p["chunks"])
-    assert [p["wave"] for p in recent[len(warm):]] == sorted(plan_spans)
+    warm = [p for p in recent if p.wave not in plan_spans]
+    assert warm and all(c.request.startswith("prime") for p in warm for c in p.chunks)
+    assert [p.wave for p in recent[len(warm):]] == sorted(plan_spans)
     for p in recent[len(warm):]:
-        assert [c["request"] for c in p["chunks"]] == list(plan_spans[p["wave"]].attributes[N.REQUEST_IDS])  # type: ignore[index]
+        assert [c.request for c in p.chunks] == list(plan_spans[p.wave].attributes[N.REQUEST_IDS])  # type: ignore[index]
 
 
 def _free_port() -> int:

@@ -13,6 +13,7 @@ from wavepp.runtime.engines.coordination import CostedStore
 from wavepp.runtime.knobs import Deployment, validated_values
 from wavepp.store.base import RegistryEntry, Store
 from wavepp.store.memory import MemoryStore
+from wavepp.store.records import WavePlanRecord
 from wavepp.store.resilient import ResilientStore
 from wavepp.store.threaded import ThreadedStore
 from wavepp.store.wrapper import StoreWrapper
@@ -52,7 +53,7 @@ async def _script(store: Store) -> list[Any]:
         await store.registry_entries(),
         await store.registry_drop("A", ["r1"]),
         await store.registry_reap(),
-        await store.plan_publish({"wave": 1}),
+        await store.plan_publish(WavePlanRecord(1)),
         await store.plans_in_flight(),
         await store.plan_retire(1),
         await store.plans_recent(5),
