@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from wavepp.store.deployment import Deployment
-from wavepp.store.records import WavePlanRecord
+from wavepp.store.records import StatusSnapshot, WavePlanRecord
 
 # Run descriptions kept (the newest runs by id, which starts with the run's UTC start time:
 # runtime.runfile.RunInfo); a viewer shows a handful of recent runs.
@@ -184,11 +184,13 @@ class Store(Protocol):
         ...
 
     # ---- runtime status ----------------------------------------------------------------------
-    async def status_put(self, status: dict[str, Any]) -> None:
+    async def status_put(self, status: StatusSnapshot) -> None:
         """The runtime's latest status snapshot (queues, per-stage cache state); the dashboard reads it."""
         ...
 
-    async def status_get(self) -> dict[str, Any] | None: ...
+    async def status_get(self) -> StatusSnapshot | None:
+        """The latest snapshot (any run's); None when none was written, or the entry is corrupt."""
+        ...
 
     # ---- run descriptions ------------------------------------------------------------------
     async def run_meta_put(self, run_id: str, meta: dict[str, Any]) -> None:

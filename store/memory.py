@@ -17,7 +17,7 @@ from typing import Any
 from wavepp.store.base import RUN_META_CAP, HintResult, KnobsRecord, KnobValidator, RegistryEntry, StoreError
 from wavepp.store.deployment import Deployment
 from wavepp.store.probe import longest_prefix_in
-from wavepp.store.records import WavePlanRecord
+from wavepp.store.records import StatusSnapshot, WavePlanRecord
 
 PLAN_LOG_CAP = 10_000
 KNOB_HISTORY_CAP = 1_000
@@ -41,7 +41,7 @@ class MemoryStore:
         self._in_flight: dict[int, WavePlanRecord] = {}
         self._knobs = KnobsRecord(0, {})
         self._knob_history: deque[dict[str, Any]] = deque(maxlen=KNOB_HISTORY_CAP)
-        self._status: dict[str, Any] | None = None
+        self._status: StatusSnapshot | None = None
         self._run_meta: dict[str, str] = {}                  # run id -> its description as JSON (Redis's shape)
 
     def _stage(self, stage: int) -> dict[int, int]:
@@ -149,10 +149,10 @@ class MemoryStore:
         self._knobs = dataclasses.replace(self._knobs, deployment=deployment)
 
     # ---- status ----------------------------------------------------------------------------
-    async def status_put(self, status: dict[str, Any]) -> None:
+    async def status_put(self, status: StatusSnapshot) -> None:
         self._status = status
 
-    async def status_get(self) -> dict[str, Any] | None:
+    async def status_get(self) -> StatusSnapshot | None:
         return self._status
 
     # ---- run descriptions ------------------------------------------------------------------

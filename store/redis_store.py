@@ -33,7 +33,7 @@ from wavepp.store.base import (
     StoreError,
 )
 from wavepp.store.deployment import Deployment
-from wavepp.store.records import WavePlanRecord
+from wavepp.store.records import StatusSnapshot, WavePlanRecord
 from wavepp.store.redis_knobs import HISTORY_REPLACED, KNOB_HISTORY_CAP, decode_history, decode_knobs, knob_keys
 from wavepp.store.redis_records import (
     RUN_META,
@@ -308,12 +308,12 @@ class RedisStore:
 
     # ---- status ----------------------------------------------------------------------------
     @_translate
-    async def status_put(self, status: dict[str, Any]) -> None:
+    async def status_put(self, status: StatusSnapshot) -> None:
         self.round_trips += 1
-        await self.client.set(self.key("status"), json.dumps(status, separators=(",", ":")))
+        await self.client.set(self.key("status"), json.dumps(status.to_json(), separators=(",", ":")))
 
     @_translate
-    async def status_get(self) -> dict[str, Any] | None:
+    async def status_get(self) -> StatusSnapshot | None:
         self.round_trips += 1
         return decode_status(await self.client.get(self.key("status")))
 

@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 
 from wavepp.store.base import HintResult, KnobsRecord, KnobValidator, RegistryEntry, Store
 from wavepp.store.deployment import Deployment
-from wavepp.store.records import WavePlanRecord
+from wavepp.store.records import StatusSnapshot, WavePlanRecord
 
 T = TypeVar("T")
 
@@ -93,10 +93,10 @@ class StoreWrapper(Store):
         return await self._call("knobs_history", lambda: self.inner.knobs_history(count))
 
     # ---- runtime status ----------------------------------------------------------------------
-    async def status_put(self, status: dict[str, Any]) -> None:
+    async def status_put(self, status: StatusSnapshot) -> None:
         return await self._call("status_put", lambda: self.inner.status_put(status))
 
-    async def status_get(self) -> dict[str, Any] | None:
+    async def status_get(self) -> StatusSnapshot | None:
         return await self._call("status_get", lambda: self.inner.status_get())
 
     # ---- run descriptions ------------------------------------------------------------------

@@ -20,7 +20,7 @@ from wavepp.runtime.engines.sim.engine import SimEngine
 from wavepp.runtime.knobs import validated_values
 from wavepp.runtime.loop import PipelineLoop
 from wavepp.runtime.workloads import Workload, parse_workload
-from wavepp.store.records import WavePlanRecord
+from wavepp.store.records import StatusSnapshot, WavePlanRecord
 from wavepp.store.redis_store import RedisStore
 from wavepp.telemetry import names as N
 
@@ -166,11 +166,11 @@ def test_unreachable_store_at_start_is_one_line(url: str, capsys: pytest.Capture
     assert len(err) == 1 and "cannot reach redis" in err[0]
 
 
-def _status(url: str) -> dict:  # type: ignore[type-arg]
-    async def read() -> dict:  # type: ignore[type-arg]
+def _status(url: str) -> StatusSnapshot | None:
+    async def read() -> StatusSnapshot | None:
         store = await RedisStore.connect(url)
         try:
-            return await store.status_get() or {}
+            return await store.status_get()
         finally:
             await store.close()
     return asyncio.run(read())
@@ -196,7 +196,8 @@ def test_an_invalid_record_written_mid_run_is_refused_and_the_run_completes() ->
         client.hset(f"{prefix}:knobs", mapping={"version": version + 1, "values": json.dumps(bad)})
         deadline = time.monotonic() + 5
         while time.monotonic() < deadline and not seen.get("refused"):
-            seen["refused"] = _status(url).get("knobs_refused")
+            status = _status(url)
+            seen["refused"] = status.knobs_refused if status is not None else None
             time.sleep(0.05)
         for corrupt in (lambda: client.hset(f"{prefix}:knobs", "values", "{not json"),
                         lambda: client.delete(f"{prefix}:knobs") + client.set(f"{prefix}:knobs", "a string")):
@@ -253,7 +254,7 @@ def test_knobs_survive_a_store_restart(tmp_path: Path) -> None:
         assert rec.parts.store.outages >= 1                    # type: ignore[attr-defined]
         assert rec.figures.completed == 160
         assert rec.loop.knob_changes == []
-        assert {s["policy"] for s in rec.loop.status} == {"trtllm-pp"}
+        assert {s.policy for s in rec.loop.status} == {"trtllm-pp"}
         expected = cfg.knobs.replace(policy="trtllm-pp").as_dict()
         assert rec.meta["knobs"] == expected
         record = asyncio.run(_knobs(url))

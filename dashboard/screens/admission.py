@@ -51,8 +51,8 @@ def render_admission(view: View) -> None:
                                 name="tokens planned"))
     budget.update_layout(title="MPU wave budget", xaxis_title="time (s)", yaxis_title="tokens", height=300)
     left.plotly_chart(charts.add_knob_marks(budget, fr.knob_marks), key="budget")
-    status = pd.DataFrame([{"t": fr.t(s["t"]), "waiting": s["waiting"], "admitted": s["active"],
-                            "waves in flight": s["in_flight"]} for s in view.snap.status])
+    status = pd.DataFrame([{"t": fr.t(s.t), "waiting": s.waiting, "admitted": s.active,
+                            "waves in flight": s.in_flight} for s in view.snap.status])
     if len(status):
         depth = status.melt("t", var_name="queue", value_name="depth")
         right.plotly_chart(charts.lines(depth, "t", "depth", "queue", "queue depths", fr.knob_marks), key="depths")

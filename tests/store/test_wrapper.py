@@ -13,7 +13,7 @@ from wavepp.runtime.engines.coordination import CostedStore
 from wavepp.runtime.knobs import Deployment, validated_values
 from wavepp.store.base import RegistryEntry, Store
 from wavepp.store.memory import MemoryStore
-from wavepp.store.records import WavePlanRecord
+from wavepp.store.records import StatusSnapshot, WavePlanRecord
 from wavepp.store.resilient import ResilientStore
 from wavepp.store.threaded import ThreadedStore
 from wavepp.store.wrapper import StoreWrapper
@@ -61,7 +61,7 @@ async def _script(store: Store) -> list[Any]:
         (await store.knobs_set({"ring": 4}, None, Deployment(64, 2), validate=validated_values)).values,
         await store.knobs_get(),
         [h["changes"] for h in await store.knobs_history(5)],
-        await store.status_put({"t": 1, "stages": []}),
+        await store.status_put(StatusSnapshot(1)),
         await store.status_get(),
         await store.run_meta_put("run-1", {"pp": 2}),
         await store.run_meta_get("run-1"),
