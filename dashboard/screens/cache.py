@@ -17,7 +17,7 @@ def render_cache(view: View) -> None:
     fr, f = view.frames, view.figures
     c = st.columns(3)
     if f is not None:
-        metric(c[0], f, "good_hit_rate")
+        metric(c[0], "good_hit_rate", f.good_hit_rate)
     done = fr.requests[~fr.requests["failed"]]
     c[1].metric("reused tokens", f"{int(done['reused'].sum()):,}")
     c[2].metric("reusable tokens", f"{int(done['reusable'].sum()):,}")

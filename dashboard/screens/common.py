@@ -50,10 +50,11 @@ FIGURES: dict[str, Figure] = {
 }
 
 
-def metric(col: Any, figures: Any, key: str, label: str | None = None) -> None:
-    """One tile: the figure's name (or ``label``) and its value as every page shows it."""
+def metric(col: Any, key: str, value: float | None, label: str | None = None) -> None:
+    """One tile: figure ``key``'s name (or ``label``) and ``value`` (read off the run's figures by
+    the caller: ``f.good_hit_rate``) as every page shows it."""
     fig = FIGURES[key]
-    col.metric(label or fig.name, fig.format(getattr(figures, key)))
+    col.metric(label or fig.name, fig.format(value))
 
 
 def no_data(view: View, what: str = "spans") -> bool:
