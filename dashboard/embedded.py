@@ -30,6 +30,7 @@ from wavepp.runtime.runfile import RunInfo
 from wavepp.runtime.workloads import Workload, parse_workload
 from wavepp.store.base import KnobsRecord, StoreError
 from wavepp.store.memory import MemoryStore
+from wavepp.store.records import StatusSnapshot
 from wavepp.telemetry.ring import SpanRing
 
 log = logging.getLogger(__name__)
@@ -146,7 +147,7 @@ class _Facade:
     def read(self, after: int) -> tuple[list[dict[str, Any]], int]:
         return self.rt.ring.read(after)
 
-    def status(self, count: int) -> list[dict[str, Any]]:
+    def status(self, count: int) -> list[StatusSnapshot]:
         if not self.rt.ready:
             return []
         return list(self.rt.loop.result.status)[-count:]
@@ -231,7 +232,7 @@ class RemoteRuntime:
     def read(self, after: int) -> tuple[list[dict[str, Any]], int]:
         return self._rt.read(after)  # type: ignore[no-any-return]
 
-    def status(self, count: int = 5000) -> list[dict[str, Any]]:
+    def status(self, count: int = 5000) -> list[StatusSnapshot]:
         return self._rt.status(count)  # type: ignore[no-any-return]
 
     def knobs(self) -> KnobsRecord:

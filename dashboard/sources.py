@@ -20,6 +20,7 @@ import redis
 from wavepp.runtime.knobs import validated_values
 from wavepp.runtime.runfile import SavedRun, load_runs
 from wavepp.store.base import KnobsRecord, StoreError
+from wavepp.store.records import StatusSnapshot
 from wavepp.store.redis_records import decode_status
 from wavepp.store.urls import StoreUrl, parse_store_url
 from wavepp.telemetry.redis_stream import SpanStreamReader, read_run_labels
@@ -38,7 +39,7 @@ class Snapshot:
     capacities: list[int] = field(default_factory=list)
     knobs: KnobsRecord | None = None
     knob_history: list[dict[str, Any]] = field(default_factory=list)
-    status: list[dict[str, Any]] = field(default_factory=list)    # this run's status records only
+    status: list[StatusSnapshot] = field(default_factory=list)    # this run's status records only
     live: bool = False
     error: str | None = None
     runs: dict[str, str] = field(default_factory=dict)    # id -> label of the runs available, oldest first
@@ -69,17 +70,17 @@ class Source(Protocol):
         ...
 
 
-def stages_from(spans: list[dict[str, Any]], status: list[dict[str, Any]]) -> tuple[int, list[int]]:
-    if status and status[-1].get("stages"):
-        caps = [int(s["capacity"]) for s in status[-1]["stages"]]
+def stages_from(spans: list[dict[str, Any]], status: Sequence[StatusSnapshot]) -> tuple[int, list[int]]:
+    if status and status[-1].stages:
+        caps = [s.capacity for s in status[-1].stages]
         return len(caps), caps
     stages = {int(s["a"].get("wavepp.stage", 0)) for s in spans if "wavepp.stage" in s["a"]}
     return (max(stages) + 1 if stages else 0), []
 
 
-def _position(run_id: str, received: int, status: Sequence[dict[str, Any]], knobs: KnobsRecord | None,
+def _position(run_id: str, received: int, status: Sequence[StatusSnapshot], knobs: KnobsRecord | None,
               history: Sequence[dict[str, Any]]) -> tuple[Any, ...]:
-    return (run_id, received, status[-1].get("t") if status else None, len(status),
+    return (run_id, received, status[-1].t if status else None, len(status),
             knobs.version if knobs else None, len(history))
 
 
@@ -124,15 +125,15 @@ class _RunLog:
 
     def __init__(self) -> None:
         self.spans: deque[dict[str, Any]] = deque(maxlen=LIVE_SPANS_KEPT)
-        self.status: deque[dict[str, Any]] = deque(maxlen=LIVE_STATUS_KEPT)
+        self.status: deque[StatusSnapshot] = deque(maxlen=LIVE_STATUS_KEPT)
         self.received = 0                                  # spans ever received: the stream position
 
     def add_spans(self, spans: Sequence[dict[str, Any]]) -> None:
         self.spans.extend(spans)
         self.received += len(spans)
 
-    def add_status(self, status: dict[str, Any]) -> None:
-        if not self.status or self.status[-1].get("t") != status.get("t"):
+    def add_status(self, status: StatusSnapshot) -> None:
+        if not self.status or self.status[-1].t != status.t:
             self.status.append(status)
 
 
@@ -186,7 +187,7 @@ class StoreSource:
                 break
         status = decode_status(self.client.get(f"{self.prefix}:status"))
         if status is not None:
-            self._log(status.get("run", "")).add_status(status)
+            self._log(status.run).add_status(status)
         if any(r not in self._labels for r in self._runs):
             self._labels |= read_run_labels(self.client, self.url)
 
@@ -255,7 +256,7 @@ class EmbeddedSource:
         self.runtime = runtime               # dashboard.embedded.RemoteRuntime
         self._spans: deque[dict[str, Any]] = deque(maxlen=LIVE_SPANS_KEPT)
         self._after = 0
-        self._status: list[dict[str, Any]] = []          # the last status records read (kept when it stops answering)
+        self._status: list[StatusSnapshot] = []          # the last status records read (kept when it stops answering)
         self._lock = threading.Lock()
         self.stopped = False                 # the runtime finished or crashed, or its process died
 

@@ -29,8 +29,7 @@ class View:
     def running(self) -> bool:
         """A live run still going: after a stage's last finished step it may well be computing (its
         span has not ended), so that stretch is not shown as idle (drain) yet."""
-        last = self.snap.status[-1] if self.snap.status else {}
-        return self.snap.live and last.get("state", "running") == "running"
+        return self.snap.live and (not self.snap.status or self.snap.status[-1].state == "running")
 
 
 @dataclass(slots=True)

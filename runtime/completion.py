@@ -18,6 +18,7 @@ from wavepp.runtime.control_plane import LeaseRegistry
 from wavepp.runtime.engines.base import StageExecutor, StageHandle, now
 from wavepp.runtime.request import AdmittedRequest, Chunk, Completion, Request, RequestState, Wave
 from wavepp.runtime.run_state import RunState
+from wavepp.store.records import StatusSnapshot
 from wavepp.telemetry import names as N
 from wavepp.telemetry.setup import Telemetry
 
@@ -34,7 +35,7 @@ class LoopResult:
     failures: dict[str, str] = field(default_factory=dict)     # request id -> one-line error (a server drops
     num_failed: int = 0                                        # each once answered; this counts them all)
     knob_changes: list[tuple[int, dict[str, Any]]] = field(default_factory=list)   # (span-clock ns, changes)
-    status: deque[dict[str, Any]] = field(default_factory=lambda: deque(maxlen=STATUS_HISTORY))
+    status: deque[StatusSnapshot] = field(default_factory=lambda: deque(maxlen=STATUS_HISTORY))
 
 
 class RequestEnds:

@@ -50,6 +50,7 @@ from wavepp.runtime.stage_tasks import StageWorker, run_link
 from wavepp.runtime.step_times import StepTimes
 from wavepp.runtime.watchdog import DEFAULT_STALL_TIMEOUT_S, watch
 from wavepp.store.base import Store
+from wavepp.store.records import PlannedChunk, StageStatus, StatusSnapshot, WavePlanRecord
 from wavepp.store.resilient import ResilientStore
 from wavepp.telemetry import names as N
 from wavepp.telemetry.setup import Telemetry
@@ -330,10 +331,8 @@ class PipelineLoop:
                 continue
             wave.broadcast_tokens = self.policy.relay.relayed_tokens(admitted_tokens)
             if self.publish_plans:
-                plan = {"wave": wave.id, "budget": wave.budget, "planned_at": wave.planned_at,
-                        "policy": self.policy.name, "chunks": [
-                            {"request": c.request_id, "start": c.start, "tokens": c.length,
-                             "reuse_blocks": c.reuse_blocks, "last": c.is_last} for c in wave.chunks]}
+                plan = WavePlanRecord(wave.id, wave.budget, wave.planned_at, self.policy.name, tuple(
+                    PlannedChunk(c.request_id, c.start, c.length, c.reuse_blocks, c.is_last) for c in wave.chunks))
                 self.writer.submit(lambda plan=plan: self.store.plan_publish(plan))  # type: ignore[misc]
             for stage in self.stages:
                 stage.inbox.put_nowait(wave)
@@ -361,21 +360,20 @@ class PipelineLoop:
         wave.span = self.tel.start(N.WAVE, attributes, root=True, link_to=carried)
         return wave
 
-    async def status(self, state: str = "running") -> dict[str, Any]:
+    async def status(self, state: str = "running") -> StatusSnapshot:
         """A snapshot of queues and per-stage cache state (the dashboard's Cache and Admission pages),
         with the run's id (runs sharing a store never mix), the wall-clock time it was taken (a viewer
         tells a silent runtime from a busy one) and the runtime's state: running, finished or failed."""
-        stages = []
-        for h, st in zip(self.handles, await asyncio.gather(*(h.stats() for h in self.handles)), strict=True):
-            stages.append({"stage": h.stage, "capacity": st.num_blocks, "cached": st.num_cached,
-                           "free": st.num_free, "leases": st.num_leases, "escrowed": st.num_escrowed_blocks,
-                           "evictions": st.num_evictions, "replacements": st.num_victim_replacements})
-        return {"t": self.tel.now_ns(), "run": self.tel.run_id, "wall": time.time(), "state": state,
-                "policy": self.policy.name, "waiting": self.run_state.num_waiting,
-                "active": self.run_state.num_active, "in_flight": self.run_state.in_flight, "ring": self.ring,
-                "finished": self.num_finished, "failed": self.result.num_failed,
-                "knobs_version": self.knob_watcher.version, "knobs_refused": self.knob_watcher.refused,
-                "stages": stages}
+        stats = await asyncio.gather(*(h.stats() for h in self.handles))
+        stages = tuple(StageStatus(h.stage, st.num_blocks, st.num_cached, st.num_free, st.num_leases,
+                                   st.num_escrowed_blocks, st.num_evictions, st.num_victim_replacements)
+                       for h, st in zip(self.handles, stats, strict=True))
+        return StatusSnapshot(t=self.tel.now_ns(), run=self.tel.run_id, wall=time.time(), state=state,
+                              policy=self.policy.name, waiting=self.run_state.num_waiting,
+                              active=self.run_state.num_active, in_flight=self.run_state.in_flight, ring=self.ring,
+                              finished=self.num_finished, failed=self.result.num_failed,
+                              knobs_version=self.knob_watcher.version, knobs_refused=self.knob_watcher.refused,
+                              stages=stages)
 
     async def _status_task(self) -> None:
         while True:

@@ -15,6 +15,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from wavepp.store.records import StatusSnapshot
+
 FORMAT = "wavepp-run/1"
 
 
@@ -55,12 +57,12 @@ class SavedRun:
     figures: dict[str, Any]
     spans: list[dict[str, Any]]        # compact form (telemetry.span_codec)
     knob_changes: list[dict[str, Any]] = field(default_factory=list)   # {"t": ns, "changes": {...}}
-    status: list[dict[str, Any]] = field(default_factory=list)         # runtime status snapshots
+    status: list[StatusSnapshot] = field(default_factory=list)         # runtime status snapshots
     id: str = ""                       # the run's unique id (RunInfo.id)
 
     def as_dict(self) -> dict[str, Any]:
         return {"id": self.id, "label": self.label, "meta": self.meta, "figures": self.figures, "spans": self.spans,
-                "knob_changes": self.knob_changes, "status": self.status}
+                "knob_changes": self.knob_changes, "status": [s.to_json() for s in self.status]}
 
 
 def save_runs(path: str | Path, runs: Sequence[SavedRun]) -> None:
@@ -70,6 +72,13 @@ def save_runs(path: str | Path, runs: Sequence[SavedRun]) -> None:
         p.write_bytes(gzip.compress(data.encode()))
     else:
         p.write_text(data)
+
+
+def _statuses(raw: Any) -> list[StatusSnapshot]:
+    """A saved run's status snapshots; an entry that is not a status record (the file was edited, or
+    written by something else) is left out, as the store leaves such a record out."""
+    found = (StatusSnapshot.from_json(s) for s in raw) if isinstance(raw, list) else ()
+    return [s for s in found if s is not None]
 
 
 def load_runs(path: str | Path) -> list[SavedRun]:
@@ -88,6 +97,7 @@ def load_runs(path: str | Path) -> list[SavedRun]:
     try:
         # Files from before run ids: the position in the file stands in for the id.
         return [SavedRun(r["label"], r["meta"], r["figures"], r["spans"], r.get("knob_changes", []),
-                         r.get("status", []), r.get("id") or f"{p.name}#{i}") for i, r in enumerate(data["runs"])]
+                         _statuses(r.get("status", [])), r.get("id") or f"{p.name}#{i}")
+                for i, r in enumerate(data["runs"])]
     except (KeyError, TypeError) as exc:
         raise ValueError(f"{p} is not a saved run: missing {exc}") from None

@@ -4,7 +4,7 @@ itself did over the same arrivals (:func:`anchored`)."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from wavepp.runtime.report import RunFigures
 from wavepp.runtime.whatif_predict import Prediction
@@ -26,17 +26,17 @@ def anchored(predictions: Sequence[Prediction], current: RunFigures, observed: R
         return list(predictions)
     rate = observed.input_tokens_per_s / current.input_tokens_per_s
 
-    def by_ratio(field: str, value: float | None) -> float | None:
-        o, c = getattr(observed, field), getattr(current, field)
+    def by_ratio(figure: Callable[[RunFigures], float | None], f: RunFigures) -> float | None:
+        value, o, c = figure(f), figure(observed), figure(current)
         return value * o / c if value is not None and o is not None and c else value
 
     def move(f: RunFigures) -> RunFigures:
         return dataclasses.replace(
-            f, input_tokens_per_s=by_ratio("input_tokens_per_s", f.input_tokens_per_s),
+            f, input_tokens_per_s=by_ratio(lambda r: r.input_tokens_per_s, f),
             computed_tokens_per_s=f.computed_tokens_per_s * rate if f.computed_tokens_per_s is not None else None,
             makespan_s=f.makespan_s / rate if f.makespan_s is not None else None,
-            prefill_latency_p50_s=by_ratio("prefill_latency_p50_s", f.prefill_latency_p50_s),
-            prefill_latency_p95_s=by_ratio("prefill_latency_p95_s", f.prefill_latency_p95_s),
-            prefill_latency_p99_s=by_ratio("prefill_latency_p99_s", f.prefill_latency_p99_s))
+            prefill_latency_p50_s=by_ratio(lambda r: r.prefill_latency_p50_s, f),
+            prefill_latency_p95_s=by_ratio(lambda r: r.prefill_latency_p95_s, f),
+            prefill_latency_p99_s=by_ratio(lambda r: r.prefill_latency_p99_s, f))
 
     return [dataclasses.replace(p, figures=move(p.replayed), raw=p.replayed) for p in predictions]

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from wavepp.store.deployment import Deployment
+from wavepp.store.records import StatusSnapshot, WavePlanRecord
 
 # Run descriptions kept (the newest runs by id, which starts with the run's UTC start time:
 # runtime.runfile.RunInfo); a viewer shows a handful of recent runs.
@@ -143,17 +144,17 @@ class Store(Protocol):
         ...
 
     # ---- wave plans ------------------------------------------------------------------------
-    async def plan_publish(self, plan: dict[str, Any]) -> None:
-        """Append a wave plan (``plan["wave"]`` is its id) to the capped log and mark it in flight."""
+    async def plan_publish(self, plan: WavePlanRecord) -> None:
+        """Append a wave plan (``plan.wave`` is its id) to the capped log and mark it in flight."""
         ...
 
     async def plan_retire(self, wave_id: int) -> None: ...
 
-    async def plans_recent(self, count: int) -> list[dict[str, Any]]:
+    async def plans_recent(self, count: int) -> list[WavePlanRecord]:
         """The last ``count`` plans, oldest first."""
         ...
 
-    async def plans_in_flight(self) -> list[dict[str, Any]]:
+    async def plans_in_flight(self) -> list[WavePlanRecord]:
         """Plans published and not retired, by wave id (what a restarted stage must know)."""
         ...
 
@@ -183,11 +184,13 @@ class Store(Protocol):
         ...
 
     # ---- runtime status ----------------------------------------------------------------------
-    async def status_put(self, status: dict[str, Any]) -> None:
+    async def status_put(self, status: StatusSnapshot) -> None:
         """The runtime's latest status snapshot (queues, per-stage cache state); the dashboard reads it."""
         ...
 
-    async def status_get(self) -> dict[str, Any] | None: ...
+    async def status_get(self) -> StatusSnapshot | None:
+        """The latest snapshot (any run's); None when none was written, or the entry is corrupt."""
+        ...
 
     # ---- run descriptions ------------------------------------------------------------------
     async def run_meta_put(self, run_id: str, meta: dict[str, Any]) -> None:

@@ -17,6 +17,7 @@ from typing import Any
 from wavepp.store.base import RUN_META_CAP, HintResult, KnobsRecord, KnobValidator, RegistryEntry, StoreError
 from wavepp.store.deployment import Deployment
 from wavepp.store.probe import longest_prefix_in
+from wavepp.store.records import StatusSnapshot, WavePlanRecord
 
 PLAN_LOG_CAP = 10_000
 KNOB_HISTORY_CAP = 1_000
@@ -36,11 +37,11 @@ class MemoryStore:
         self._counts: dict[int, dict[int, int]] = {}
         self._holders: dict[str, float] = {}                 # holder -> heartbeat deadline
         self._entries: dict[str, RegistryEntry] = {}
-        self._plans: deque[dict[str, Any]] = deque(maxlen=PLAN_LOG_CAP)
-        self._in_flight: dict[int, dict[str, Any]] = {}
+        self._plans: deque[WavePlanRecord] = deque(maxlen=PLAN_LOG_CAP)
+        self._in_flight: dict[int, WavePlanRecord] = {}
         self._knobs = KnobsRecord(0, {})
         self._knob_history: deque[dict[str, Any]] = deque(maxlen=KNOB_HISTORY_CAP)
-        self._status: dict[str, Any] | None = None
+        self._status: StatusSnapshot | None = None
         self._run_meta: dict[str, str] = {}                  # run id -> its description as JSON (Redis's shape)
 
     def _stage(self, stage: int) -> dict[int, int]:
@@ -113,17 +114,17 @@ class MemoryStore:
         return dead
 
     # ---- plans -----------------------------------------------------------------------------
-    async def plan_publish(self, plan: dict[str, Any]) -> None:
+    async def plan_publish(self, plan: WavePlanRecord) -> None:
         self._plans.append(plan)
-        self._in_flight[int(plan["wave"])] = plan
+        self._in_flight[plan.wave] = plan
 
     async def plan_retire(self, wave_id: int) -> None:
         self._in_flight.pop(wave_id, None)
 
-    async def plans_recent(self, count: int) -> list[dict[str, Any]]:
+    async def plans_recent(self, count: int) -> list[WavePlanRecord]:
         return list(self._plans)[-count:] if count > 0 else []
 
-    async def plans_in_flight(self) -> list[dict[str, Any]]:
+    async def plans_in_flight(self) -> list[WavePlanRecord]:
         return [self._in_flight[w] for w in sorted(self._in_flight)]
 
     # ---- knobs -----------------------------------------------------------------------------
@@ -148,10 +149,10 @@ class MemoryStore:
         self._knobs = dataclasses.replace(self._knobs, deployment=deployment)
 
     # ---- status ----------------------------------------------------------------------------
-    async def status_put(self, status: dict[str, Any]) -> None:
+    async def status_put(self, status: StatusSnapshot) -> None:
         self._status = status
 
-    async def status_get(self) -> dict[str, Any] | None:
+    async def status_get(self) -> StatusSnapshot | None:
         return self._status
 
     # ---- run descriptions ------------------------------------------------------------------

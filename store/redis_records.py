@@ -16,6 +16,7 @@ import redis
 from redis import exceptions as rex
 
 from wavepp.store.base import RegistryEntry
+from wavepp.store.records import StatusSnapshot, WavePlanRecord
 
 # The Redis store's warnings, under its logger's name wherever its records are decoded (log filters
 # and the suite's checks name it).
@@ -65,15 +66,17 @@ def decode_entries(pairs: Iterable[tuple[bytes | str, bytes | str]]) -> list[Reg
     return out
 
 
-def decode_plans(raw: Iterable[bytes | str | None]) -> list[dict[str, Any]]:
-    """Wave plans from their JSON; an undecodable one (another client wrote it) is skipped."""
+def decode_plans(raw: Iterable[bytes | str | None]) -> list[WavePlanRecord]:
+    """Wave plans from their JSON (:meth:`WavePlanRecord.from_json`); one that is not a JSON object
+    (another client wrote it) is skipped."""
     out = []
     for text in raw:
         try:
-            plan = json.loads(text) if text is not None else None
+            data = json.loads(text) if text is not None else None
         except (ValueError, UnicodeDecodeError):
-            plan = None
-        if isinstance(plan, dict):
+            data = None
+        plan = WavePlanRecord.from_json(data)
+        if plan is not None:
             out.append(plan)
         else:
             report_once("a wave plan", "is not a JSON object: ignored")
@@ -94,18 +97,18 @@ def decode_run_meta(run_id: str, raw: bytes | str | None) -> dict[str, Any] | No
     return meta
 
 
-def decode_status(raw: bytes | str | None) -> dict[str, Any] | None:
-    """A status snapshot from its JSON; one that is not a JSON object (another client wrote it) is absent."""
+def decode_status(raw: bytes | str | None) -> StatusSnapshot | None:
+    """A status snapshot from its JSON (:meth:`StatusSnapshot.from_json`); one that is not a runtime's
+    status record (another client wrote it) is absent."""
     if not raw:
         return None
     try:
-        status = json.loads(raw)
+        data = json.loads(raw)
     except (ValueError, UnicodeDecodeError):
-        status = None
-    if not (isinstance(status, dict) and isinstance(status.get("t"), int) and isinstance(status.get("run", ""), str)
-            and isinstance(status.get("stages"), list)):
+        data = None
+    status = StatusSnapshot.from_json(data)
+    if status is None:
         report_once("the status snapshot", "is not a runtime's status record: ignored")
-        return None
     return status
 
 

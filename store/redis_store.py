@@ -33,6 +33,7 @@ from wavepp.store.base import (
     StoreError,
 )
 from wavepp.store.deployment import Deployment
+from wavepp.store.records import StatusSnapshot, WavePlanRecord
 from wavepp.store.redis_knobs import HISTORY_REPLACED, KNOB_HISTORY_CAP, decode_history, decode_knobs, knob_keys
 from wavepp.store.redis_records import (
     RUN_META,
@@ -224,11 +225,11 @@ class RedisStore:
 
     # ---- plans -----------------------------------------------------------------------------
     @_translate
-    async def plan_publish(self, plan: dict[str, Any]) -> None:
-        data = json.dumps(plan, separators=(",", ":"))
+    async def plan_publish(self, plan: WavePlanRecord) -> None:
+        data = json.dumps(plan.to_json(), separators=(",", ":"))
         async with self.client.pipeline(transaction=True) as pipe:
             pipe.xadd(self.key("plans"), {"plan": data}, maxlen=PLAN_LOG_CAP, approximate=True)
-            pipe.hset(self.key("plans", "in_flight"), str(plan["wave"]), data)
+            pipe.hset(self.key("plans", "in_flight"), str(plan.wave), data)
             self.round_trips += 1
             await pipe.execute()
 
@@ -238,7 +239,7 @@ class RedisStore:
         await self.client.hdel(self.key("plans", "in_flight"), str(wave_id))
 
     @_translate
-    async def plans_recent(self, count: int) -> list[dict[str, Any]]:
+    async def plans_recent(self, count: int) -> list[WavePlanRecord]:
         if count <= 0:
             return []
         self.round_trips += 1
@@ -246,7 +247,7 @@ class RedisStore:
         return decode_plans(fields.get(b"plan") for _, fields in reversed(rows))
 
     @_translate
-    async def plans_in_flight(self) -> list[dict[str, Any]]:
+    async def plans_in_flight(self) -> list[WavePlanRecord]:
         self.round_trips += 1
         raw = await self.client.hgetall(self.key("plans", "in_flight"))
         return decode_plans(raw[k] for k in sorted(raw, key=lambda k: int(k) if k.isdigit() else -1))
@@ -307,12 +308,12 @@ class RedisStore:
 
     # ---- status ----------------------------------------------------------------------------
     @_translate
-    async def status_put(self, status: dict[str, Any]) -> None:
+    async def status_put(self, status: StatusSnapshot) -> None:
         self.round_trips += 1
-        await self.client.set(self.key("status"), json.dumps(status, separators=(",", ":")))
+        await self.client.set(self.key("status"), json.dumps(status.to_json(), separators=(",", ":")))
 
     @_translate
-    async def status_get(self) -> dict[str, Any] | None:
+    async def status_get(self) -> StatusSnapshot | None:
         self.round_trips += 1
         return decode_status(await self.client.get(self.key("status")))
 

@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 
 from wavepp.store.base import HintResult, KnobsRecord, KnobValidator, RegistryEntry, Store
 from wavepp.store.deployment import Deployment
+from wavepp.store.records import StatusSnapshot, WavePlanRecord
 
 T = TypeVar("T")
 
@@ -64,16 +65,16 @@ class StoreWrapper(Store):
         return await self._call("registry_reap", lambda: self.inner.registry_reap())
 
     # ---- wave plans ------------------------------------------------------------------------
-    async def plan_publish(self, plan: dict[str, Any]) -> None:
+    async def plan_publish(self, plan: WavePlanRecord) -> None:
         return await self._call("plan_publish", lambda: self.inner.plan_publish(plan))
 
     async def plan_retire(self, wave_id: int) -> None:
         return await self._call("plan_retire", lambda: self.inner.plan_retire(wave_id))
 
-    async def plans_recent(self, count: int) -> list[dict[str, Any]]:
+    async def plans_recent(self, count: int) -> list[WavePlanRecord]:
         return await self._call("plans_recent", lambda: self.inner.plans_recent(count))
 
-    async def plans_in_flight(self) -> list[dict[str, Any]]:
+    async def plans_in_flight(self) -> list[WavePlanRecord]:
         return await self._call("plans_in_flight", lambda: self.inner.plans_in_flight())
 
     # ---- knobs -----------------------------------------------------------------------------
@@ -92,10 +93,10 @@ class StoreWrapper(Store):
         return await self._call("knobs_history", lambda: self.inner.knobs_history(count))
 
     # ---- runtime status ----------------------------------------------------------------------
-    async def status_put(self, status: dict[str, Any]) -> None:
+    async def status_put(self, status: StatusSnapshot) -> None:
         return await self._call("status_put", lambda: self.inner.status_put(status))
 
-    async def status_get(self) -> dict[str, Any] | None:
+    async def status_get(self) -> StatusSnapshot | None:
         return await self._call("status_get", lambda: self.inner.status_get())
 
     # ---- run descriptions ------------------------------------------------------------------

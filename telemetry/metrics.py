@@ -32,6 +32,7 @@ from opentelemetry.trace import StatusCode
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.exposition import MetricsHandler
 
+from wavepp.store.records import StatusSnapshot
 from wavepp.telemetry import names as N
 
 # Bucket boundaries (seconds) per histogram, from what each measures on the sim and on a CPU torch run.
@@ -129,16 +130,16 @@ class WaveppMetrics:
                 if seconds > 0:
                     self.stage_idle.add(seconds, {"policy": policy, "stage": stage, "cause": cause})
 
-    def observe_status(self, policy: str, snapshot: Mapping[str, Any]) -> None:
+    def observe_status(self, policy: str, snapshot: StatusSnapshot) -> None:
         """Queue depths and per-stage KV blocks from one of the loop's status snapshots."""
         labels = {"policy": policy}
-        self.requests_waiting.set(snapshot.get("waiting", 0), labels)
-        self.requests_active.set(snapshot.get("active", 0), labels)
-        for st in snapshot.get("stages", ()):
-            stage = {"policy": policy, "stage": st["stage"]}
-            for state in ("cached", "free", "escrowed"):
-                self.kv_blocks.set(st.get(state, 0), stage | {"state": state})
-            self.kv_leases.set(st.get("leases", 0), stage)
+        self.requests_waiting.set(snapshot.waiting, labels)
+        self.requests_active.set(snapshot.active, labels)
+        for st in snapshot.stages:
+            stage: dict[str, str | int] = {"policy": policy, "stage": st.stage}
+            for state, blocks in (("cached", st.cached), ("free", st.free), ("escrowed", st.escrowed)):
+                self.kv_blocks.set(blocks, stage | {"state": state})
+            self.kv_leases.set(st.leases, stage)
 
     def spans_dropped_by(self, exporter: str, n: int) -> None:
         if n:

@@ -44,6 +44,7 @@ from opentelemetry.trace import Link, Span, SpanKind, Status, StatusCode
 from opentelemetry.trace.span import TraceState
 from opentelemetry.util.types import Attributes as OtelAttributes
 
+from wavepp.store.records import StatusSnapshot
 from wavepp.store.urls import StoreUrl
 from wavepp.telemetry import names as N
 from wavepp.telemetry.batch import DropCountingBatchProcessor
@@ -250,10 +251,10 @@ class Telemetry:
     def finished_spans(self) -> Sequence[ReadableSpan]:
         return list(self._list.spans)
 
-    def status(self, snapshot: dict[str, Any]) -> None:
+    def status(self, snapshot: StatusSnapshot) -> None:
         """A status snapshot of the loop (queues, per-stage KV blocks): the metrics' gauges."""
         if self.metrics is not None:
-            self.metrics.observe_status(str(snapshot.get("policy") or self.policy), snapshot)   # the policy now
+            self.metrics.observe_status(snapshot.policy or self.policy, snapshot)   # the policy now
 
     def publish_run(self) -> None:
         """Write the run's label where viewers of the span stream list runs (its Redis run index)

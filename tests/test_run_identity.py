@@ -53,8 +53,8 @@ def test_every_span_and_status_record_carries_the_run_id() -> None:
         for rec in (a, b):
             run = rec.run                                                            # type: ignore[attr-defined]
             assert {s.get("run") for s in rec.encoded} == {run.id}                   # type: ignore[attr-defined]
-            assert rec.loop.status and {s["run"] for s in rec.loop.status} == {run.id}  # type: ignore[attr-defined]
-            assert rec.loop.status[-1]["state"] == "finished"                        # type: ignore[attr-defined]
+            assert rec.loop.status and {s.run for s in rec.loop.status} == {run.id}  # type: ignore[attr-defined]
+            assert rec.loop.status[-1].state == "finished"                           # type: ignore[attr-defined]
             saved = rec.saved()                                                      # type: ignore[attr-defined]
             assert saved.id == run.id
             for part in ("wavepp", "reuse90", "c=4", "sim", "redis://", "Z"):       # policy … start time
@@ -76,7 +76,7 @@ def test_a_store_shared_by_two_benches_shows_two_runs_never_merged() -> None:
         assert snap.run_id == ids[1]                                                 # the newest run
         assert len(snap.spans) == len(second.encoded)                                # type: ignore[attr-defined]
         assert all(s["run"] == ids[1] for s in snap.spans)
-        assert snap.status and all(s["run"] == ids[1] for s in snap.status)
+        assert snap.status and all(s.run == ids[1] for s in snap.status)
         older = StoreSource(url).snapshot(ids[0])
         assert len(older.spans) == len(first.encoded) and not older.status         # type: ignore[attr-defined]
     finally:
@@ -239,7 +239,7 @@ def test_a_run_that_fails_says_so_in_its_last_status_record() -> None:
     else:
         raise AssertionError("the run should have failed")
     last = holder["loop"].result.status[-1]
-    assert last["run"] == run.id and last["state"] == "failed: stage 1 exited with -9"
+    assert last.run == run.id and last.state == "failed: stage 1 exited with -9"
 
 
 def test_a_server_run_is_labelled_open_loop_not_c0() -> None:

@@ -64,7 +64,7 @@ def test_bounded_queue_and_cancellation_in_every_state_release_everything() -> N
             assert outcome.completion is not None and outcome.completion.request_id == f"r{i}"
         assert source.outstanding == 0 and not loop.result.failures      # a server keeps no record of them
         # ... but counts them: the two cancelled ended without a completion (its state says which were cancelled)
-        assert (await loop.status())["failed"] == loop.result.num_failed == 2
+        assert (await loop.status()).failed == loop.result.num_failed == 2
         loop.done.set()
         await run
         for h in parts.handles:

@@ -20,6 +20,7 @@ from wavepp.runtime.engines.sim.engine import SimEngine
 from wavepp.runtime.knobs import validated_values
 from wavepp.runtime.loop import PipelineLoop
 from wavepp.runtime.workloads import Workload, parse_workload
+from wavepp.store.records import StatusSnapshot, WavePlanRecord
 from wavepp.store.redis_store import RedisStore
 from wavepp.telemetry import names as N
 
@@ -60,7 +61,7 @@ def test_plans_are_published_and_none_stays_in_flight() -> None:
     rec = run_one(engine, cfg, "wavepp", 8)
     store = rec.parts.store.inner   # type: ignore[attr-defined]
 
-    async def read() -> tuple[list[dict], list[dict]]:
+    async def read() -> tuple[list[WavePlanRecord], list[WavePlanRecord]]:
         return await store.plans_recent(10_000), await store.plans_in_flight()
 
     recent, in_flight = asyncio.run(read())
@@ -68,11 +69,11 @@ def test_plans_are_published_and_none_stays_in_flight() -> None:
     plan_spans = {int(s.attributes[N.WAVE_ID]): s for s in rec.spans  # type: ignore[arg-type, index]
                   if s.name == N.WAVE_PLAN and s.attributes.get(N.WAVE_ID) is not None}  # type: ignore[union-attr]
     # The warm-up's waves (the primed prefixes: no span) come first, then every measured wave's plan.
-    warm = [p for p in recent if p["wave"] not in plan_spans]
-    assert warm and all(c["request"].startswith("prime") for p in warm for c in p["chunks"])
-    assert [p["wave"] for p in recent[len(warm):]] == sorted(plan_spans)
+    warm = [p for p in recent if p.wave not in plan_spans]
+    assert warm and all(c.request.startswith("prime") for p in warm for c in p.chunks)
+    assert [p.wave for p in recent[len(warm):]] == sorted(plan_spans)
     for p in recent[len(warm):]:
-        assert [c["request"] for c in p["chunks"]] == list(plan_spans[p["wave"]].attributes[N.REQUEST_IDS])  # type: ignore[index]
+        assert [c.request for c in p.chunks] == list(plan_spans[p.wave].attributes[N.REQUEST_IDS])  # type: ignore[index]
 
 
 def _free_port() -> int:
@@ -165,11 +166,11 @@ def test_unreachable_store_at_start_is_one_line(url: str, capsys: pytest.Capture
     assert len(err) == 1 and "cannot reach redis" in err[0]
 
 
-def _status(url: str) -> dict:  # type: ignore[type-arg]
-    async def read() -> dict:  # type: ignore[type-arg]
+def _status(url: str) -> StatusSnapshot | None:
+    async def read() -> StatusSnapshot | None:
         store = await RedisStore.connect(url)
         try:
-            return await store.status_get() or {}
+            return await store.status_get()
         finally:
             await store.close()
     return asyncio.run(read())
@@ -195,7 +196,8 @@ def test_an_invalid_record_written_mid_run_is_refused_and_the_run_completes() ->
         client.hset(f"{prefix}:knobs", mapping={"version": version + 1, "values": json.dumps(bad)})
         deadline = time.monotonic() + 5
         while time.monotonic() < deadline and not seen.get("refused"):
-            seen["refused"] = _status(url).get("knobs_refused")
+            status = _status(url)
+            seen["refused"] = status.knobs_refused if status is not None else None
             time.sleep(0.05)
         for corrupt in (lambda: client.hset(f"{prefix}:knobs", "values", "{not json"),
                         lambda: client.delete(f"{prefix}:knobs") + client.set(f"{prefix}:knobs", "a string")):
@@ -252,7 +254,7 @@ def test_knobs_survive_a_store_restart(tmp_path: Path) -> None:
         assert rec.parts.store.outages >= 1                    # type: ignore[attr-defined]
         assert rec.figures.completed == 160
         assert rec.loop.knob_changes == []
-        assert {s["policy"] for s in rec.loop.status} == {"trtllm-pp"}
+        assert {s.policy for s in rec.loop.status} == {"trtllm-pp"}
         expected = cfg.knobs.replace(policy="trtllm-pp").as_dict()
         assert rec.meta["knobs"] == expected
         record = asyncio.run(_knobs(url))

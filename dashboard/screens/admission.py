@@ -17,10 +17,12 @@ def render_admission(view: View) -> None:
         return
     fr, f = view.frames, view.figures
     if f is not None:
-        c = st.columns(5)
-        for col, key in zip(c, ("admission_interval_p50_s", "admission_interval_p99_s", "requests_per_round_mean",
-                                "admission_latency_p99_s", "fallbacks"), strict=True):
-            metric(col, f, key)
+        tiles = [("admission_interval_p50_s", f.admission_interval_p50_s),
+                 ("admission_interval_p99_s", f.admission_interval_p99_s),
+                 ("requests_per_round_mean", f.requests_per_round_mean),
+                 ("admission_latency_p99_s", f.admission_latency_p99_s), ("fallbacks", f.fallbacks)]
+        for col, (key, value) in zip(st.columns(5), tiles, strict=True):
+            metric(col, key, value)
     admitting = fr.rounds[fr.rounds["admitted"] > 0].sort_values("t")
     gaps = pd.DataFrame({"t": admitting["t"].iloc[1:].to_numpy(),
                          "interval_ms": admitting["t"].diff().iloc[1:].to_numpy() * 1e3})
@@ -51,8 +53,8 @@ def render_admission(view: View) -> None:
                                 name="tokens planned"))
     budget.update_layout(title="MPU wave budget", xaxis_title="time (s)", yaxis_title="tokens", height=300)
     left.plotly_chart(charts.add_knob_marks(budget, fr.knob_marks), key="budget")
-    status = pd.DataFrame([{"t": fr.t(s["t"]), "waiting": s["waiting"], "admitted": s["active"],
-                            "waves in flight": s["in_flight"]} for s in view.snap.status])
+    status = pd.DataFrame([{"t": fr.t(s.t), "waiting": s.waiting, "admitted": s.active,
+                            "waves in flight": s.in_flight} for s in view.snap.status])
     if len(status):
         depth = status.melt("t", var_name="queue", value_name="depth")
         right.plotly_chart(charts.lines(depth, "t", "depth", "queue", "queue depths", fr.knob_marks), key="depths")

@@ -17,16 +17,16 @@ def render_cache(view: View) -> None:
     fr, f = view.frames, view.figures
     c = st.columns(3)
     if f is not None:
-        metric(c[0], f, "good_hit_rate")
+        metric(c[0], "good_hit_rate", f.good_hit_rate)
     done = fr.requests[~fr.requests["failed"]]
     c[1].metric("reused tokens", f"{int(done['reused'].sum()):,}")
     c[2].metric("reusable tokens", f"{int(done['reusable'].sum()):,}")
     if not view.snap.status:
         st.info("No status snapshots (per-stage cache state) in this source.")
         return
-    rows = [{"t": fr.t(s["t"]), "stage": f"stage {st_['stage']}", "residency": st_["cached"] / max(st_["capacity"], 1),
-             "leases": st_["leases"], "escrowed blocks": st_["escrowed"], "evictions": st_["evictions"]}
-            for s in view.snap.status for st_ in s["stages"]]
+    rows = [{"t": fr.t(s.t), "stage": f"stage {st_.stage}", "residency": st_.cached / max(st_.capacity, 1),
+             "leases": st_.leases, "escrowed blocks": st_.escrowed, "evictions": st_.evictions}
+            for s in view.snap.status for st_ in s.stages]
     df = pd.DataFrame(rows)
     st.plotly_chart(charts.lines(df, "t", "residency", "stage", "cached blocks / capacity", fr.knob_marks,
                                  "fraction of capacity"), key="residency")
@@ -36,5 +36,5 @@ def render_cache(view: View) -> None:
                        key="escrows")
     st.plotly_chart(charts.lines(df, "t", "evictions", "stage", "evictions (cumulative)", fr.knob_marks),
                     key="evictions")
-    last = view.snap.status[-1]["stages"]
+    last = [st_.to_json() for st_ in view.snap.status[-1].stages]
     st.dataframe(pd.DataFrame(last), hide_index=True)

@@ -10,6 +10,7 @@ import streamlit as st
 
 from wavepp.dashboard.sources import Snapshot
 from wavepp.dashboard.view import View
+from wavepp.store.records import StatusSnapshot
 
 SILENT_AFTER_S = 5.0        # a running runtime writes a status record every 0.25 s
 
@@ -49,10 +50,11 @@ FIGURES: dict[str, Figure] = {
 }
 
 
-def metric(col: Any, figures: Any, key: str, label: str | None = None) -> None:
-    """One tile: the figure's name (or ``label``) and its value as every page shows it."""
+def metric(col: Any, key: str, value: float | None, label: str | None = None) -> None:
+    """One tile: figure ``key``'s name (or ``label``) and ``value`` (read off the run's figures by
+    the caller: ``f.good_hit_rate``) as every page shows it."""
     fig = FIGURES[key]
-    col.metric(label or fig.name, fig.format(getattr(figures, key)))
+    col.metric(label or fig.name, fig.format(value))
 
 
 def no_data(view: View, what: str = "spans") -> bool:
@@ -72,11 +74,10 @@ def span_age(snap: Snapshot) -> None:
             st.caption(f"newest span ended {age:.2f} s before this render")
 
 
-def _summary(status: dict[str, Any]) -> str:
-    at = time.strftime("%H:%M:%S", time.localtime(status["wall"])) if "wall" in status else "?"
-    return (f"last status at {at}: {status.get('finished', 0)} requests finished, {status.get('failed', 0)} failed, "
-            f"{status.get('waiting', 0)} waiting, {status.get('active', 0)} admitted, "
-            f"{status.get('in_flight', 0)} waves in flight")
+def _summary(status: StatusSnapshot) -> str:
+    at = time.strftime("%H:%M:%S", time.localtime(status.wall)) if status.wall is not None else "?"
+    return (f"last status at {at}: {status.finished} requests finished, {status.failed} failed, "
+            f"{status.waiting} waiting, {status.active} admitted, {status.in_flight} waves in flight")
 
 
 def runtime_banner(snap: Snapshot) -> None:
@@ -88,10 +89,10 @@ def runtime_banner(snap: Snapshot) -> None:
         st.warning(snap.error + tail)
     elif last is None:
         return
-    elif last.get("state") == "finished":
+    elif last.state == "finished":
         st.info(f"This run finished{tail}.")
-    elif str(last.get("state", "")).startswith("failed"):
-        st.error(f"The runtime stopped: {last['state']}{tail}.")
-    elif "wall" in last and time.time() - last["wall"] > SILENT_AFTER_S:
-        st.warning(f"The runtime has not reported for {time.time() - last['wall']:.0f} s: it stopped without a word "
+    elif last.state.startswith("failed"):
+        st.error(f"The runtime stopped: {last.state}{tail}.")
+    elif last.wall is not None and time.time() - last.wall > SILENT_AFTER_S:
+        st.warning(f"The runtime has not reported for {time.time() - last.wall:.0f} s: it stopped without a word "
                    f"or lost the store{tail}.")

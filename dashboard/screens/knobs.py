@@ -59,9 +59,9 @@ def render_knobs(view: View) -> None:
 def refusal_banner(view: View) -> None:
     """A live runtime refused a knobs record (another client wrote values it cannot use) and has
     accepted nothing newer since: say so, with the reason, above every page."""
-    status = view.snap.status[-1] if view.snap.live and view.snap.status else {}
-    refused = status.get("knobs_refused")
-    if refused and status.get("knobs_version") == refused.get("running"):
+    status = view.snap.status[-1] if view.snap.live and view.snap.status else None
+    refused = status.knobs_refused if status is not None else None
+    if status is not None and refused and status.knobs_version == refused.get("running"):
         st.error(f"The runtime refused knobs version {refused['version']}: {refused['reason']}. "
                  f"It keeps running with version {refused['running']}.")
 

@@ -21,10 +21,11 @@ def render_throughput(view: View) -> None:
         return
     fr, f = view.frames, view.figures
     if f is not None:
-        c = st.columns(5)
-        for col, key in zip(c, ("input_tokens_per_s", "computed_tokens_per_s", "prefill_latency_p50_s",
-                                "prefill_latency_p95_s", "prefill_latency_p99_s"), strict=True):
-            metric(col, f, key)
+        tiles = [("input_tokens_per_s", f.input_tokens_per_s), ("computed_tokens_per_s", f.computed_tokens_per_s),
+                 ("prefill_latency_p50_s", f.prefill_latency_p50_s), ("prefill_latency_p95_s", f.prefill_latency_p95_s),
+                 ("prefill_latency_p99_s", f.prefill_latency_p99_s)]
+        for col, (key, value) in zip(st.columns(5), tiles, strict=True):
+            metric(col, key, value)
     done = fr.requests[~fr.requests["failed"]]
     end = max(fr.end, float(done["done"].max()) if len(done) else 0.0)
     if end <= 0:

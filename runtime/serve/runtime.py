@@ -268,7 +268,7 @@ class ServerRuntime:
                   "max_prompt_tokens": self.max_prompt_tokens}
         if loop is None or not self.serving:
             return {"server": server, "run": self.run.id}
-        status = await loop.status()
+        status = (await loop.status()).to_json()
         planner = loop.planner
         status["budget"] = {"current": getattr(planner, "current", None),
                             "max_wave_tokens": loop.knobs.max_wave_tokens,

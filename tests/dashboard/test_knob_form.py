@@ -11,6 +11,7 @@ import pytest
 import redis
 
 from wavepp.runtime.knobs import Deployment
+from wavepp.store.records import StatusSnapshot
 from wavepp.store.redis_store import RedisStore
 
 from .test_knobs_page import field, fresh_url, knobs_page, version  # type: ignore[import-not-found]
@@ -73,8 +74,8 @@ def test_a_refusal_by_the_runtime_is_a_banner_on_every_page(dashboard_env: None)
     async def put() -> None:
         store = await RedisStore.connect(url)
         try:
-            await store.status_put({"t": 1, "knobs_version": 3, "stages": [],
-                                    "knobs_refused": {"version": 4, "reason": "max_wave_tokens: bad", "running": 3}})
+            await store.status_put(StatusSnapshot(1, knobs_version=3, knobs_refused={
+                "version": 4, "reason": "max_wave_tokens: bad", "running": 3}))
         finally:
             await store.close()
     asyncio.run(put())

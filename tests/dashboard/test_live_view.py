@@ -86,8 +86,8 @@ def test_a_banner_says_when_the_runtime_stopped(url: str, change: dict[str, Any]
     """Today the only hint was a growing "newest span ended X s ago" caption."""
     rec = bench_run(url, "wavepp")
     last = rec.loop.status[-1]
-    assert last["state"] == "finished" and last["run"] == rec.run.id
-    put_status(url, {**last, **change, "t": last["t"] + 1})
+    assert last.state == "finished" and last.run == rec.run.id
+    put_status(url, {**last.to_json(), **change, "t": last.t + 1})
     at = open_page(url, "Cache")
     banners = [e.value for e in getattr(at, kind)]
     assert any(words in b and "last status at" in b and "requests finished" in b for b in banners), banners

@@ -19,6 +19,7 @@ from wavepp.runtime.knobs import POLICY_NAMES, Deployment, KnobError, Knobs, val
 from wavepp.store.base import RUN_META_CAP, HintResult, KnobsRecord, RegistryEntry, StoreError
 from wavepp.store.memory import MemoryStore
 from wavepp.store.probe import longest_prefix, longest_prefix_linear
+from wavepp.store.records import PlannedChunk, WavePlanRecord
 from wavepp.store.redis_store import RedisStore
 
 H = [101, 102, 103, 104, 105]
@@ -283,7 +284,7 @@ def test_registry_refresh_and_reap_of_an_expired_holder(store_factory: Any) -> N
 
 def test_plans_publish_retire_recent_in_flight(store_factory: Any) -> None:
     """Recent plans in publish order (oldest first); in-flight ones by numeric wave id until retired."""
-    plans = [{"wave": w, "chunks": [{"request": f"q{w}", "tokens": 64 * w}], "budget": 512}
+    plans = [WavePlanRecord(w, 512, 0.25 * w, "wavepp", (PlannedChunk(f"q{w}", 0, 64 * w, w, w == 3),))
              for w in (5, 10, 2, 3)]
     async def body() -> None:
         store = await store_factory()
@@ -293,7 +294,7 @@ def test_plans_publish_retire_recent_in_flight(store_factory: Any) -> None:
         assert await store.plans_recent(2) == plans[-2:]
         assert await store.plans_recent(100) == plans
         assert await store.plans_recent(0) == []
-        assert [p["wave"] for p in await store.plans_in_flight()] == [2, 3, 5, 10]
+        assert [p.wave for p in await store.plans_in_flight()] == [2, 3, 5, 10]
         await store.plan_retire(3)
         await store.plan_retire(99)                          # unknown wave: harmless
         assert await store.plans_in_flight() == [plans[2], plans[0], plans[1]]
@@ -321,7 +322,7 @@ def test_clear_all_can_keep_the_knobs(store_factory: Any) -> None:
     async def body() -> None:
         store = await store_factory()
         await store.hint_update(0, H, [])
-        await store.plan_publish({"wave": 1})
+        await store.plan_publish(WavePlanRecord(1))
         written = await store.knobs_set({"ring": 2}, validate=validated_values)
         assert await store.clear_all(keep_knobs=True) > 0
         assert await store.hint_count(0) == 0 and await store.plans_recent(10) == []
@@ -508,7 +509,7 @@ def test_run_descriptions_survive_clear_all(store_factory: Any, keep_knobs: bool
     async def body() -> None:
         store = await store_factory()
         await store.run_meta_put("20261130T093000Z-1a2b3c", {"engine": "sim"})
-        await store.plan_publish({"wave": 1})
+        await store.plan_publish(WavePlanRecord(1))
         assert await store.clear_all(keep_knobs=keep_knobs) > 0
         assert await store.plans_recent(10) == []
         assert await store.run_meta_get("20261130T093000Z-1a2b3c") == {"engine": "sim"}
@@ -523,7 +524,7 @@ def test_clear_all_forgets_everything(store_factory: Any) -> None:
         for s in (store, other):
             await s.hint_update(0, H, [])
             await s.registry_put([entry("r1", "A")], LONG_TTL_S)
-            await s.plan_publish({"wave": 1})
+            await s.plan_publish(WavePlanRecord(1))
             await s.knobs_set({"ring": 2}, validate=validated_values)
         assert await store.clear_all() > 0
         assert await store.hint_count(0) == 0
@@ -535,7 +536,7 @@ def test_clear_all_forgets_everything(store_factory: Any) -> None:
         # another deployment (Redis: another cluster in the same database) is untouched
         assert await other.hint_count(0) == 5
         assert await other.registry_entries() == [entry("r1", "A")]
-        assert await other.plans_in_flight() == [{"wave": 1}]
+        assert await other.plans_in_flight() == [WavePlanRecord(1)]
         assert (await other.knobs_get()).version == 1
         await store.hint_update(1, H[:1], [])                # usable after clearing
         assert await store.hint_count(1) == 1
@@ -597,7 +598,7 @@ async def _random_op(rng: random.Random, memory: MemoryStore, prompts: list[list
         return rng.choice(["registry_entries", "registry_reap"]), ()
     if kind == 10:
         w = rng.randrange(12)
-        return "plan_publish", ({"wave": w, "chunks": [[w, rng.randrange(1000)]]},)
+        return "plan_publish", (WavePlanRecord(w, chunks=(PlannedChunk(f"r{w}", 0, rng.randrange(1000), 0, True),)),)
     if kind == 11:
         return "plan_retire", (rng.randrange(12),)
     if kind == 12:

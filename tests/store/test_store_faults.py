@@ -22,6 +22,7 @@ from wavepp.runtime.cli import main
 from wavepp.runtime.engines.sim.engine import SimEngine
 from wavepp.runtime.workloads import parse_workload
 from wavepp.store.base import RegistryEntry
+from wavepp.store.records import WavePlanRecord
 from wavepp.store.redis_store import RedisStore
 from wavepp.store.resilient import ResilientStore, StoreGone, StoreUnavailable
 
@@ -131,15 +132,15 @@ def test_corrupted_keys_are_healed_and_reported_once(corrupt: tuple[str, Callabl
             await store.registry_put([entry], 10)
             await store.registry_refresh("me", 10)
             assert await store.registry_entries() == [entry]
-            await store.plan_publish({"wave": 1, "chunks": []})
-            assert await store.plans_in_flight() == [{"wave": 1, "chunks": []}]
-            assert await store.plans_recent(5) == [{"wave": 1, "chunks": []}]
+            await store.plan_publish(WavePlanRecord(1))
+            assert await store.plans_in_flight() == [WavePlanRecord(1)]
+            assert await store.plans_recent(5) == [WavePlanRecord(1)]
             assert await store.run_meta_get("r") is None
             await store.run_meta_put("r", {"engine": "sim"})
             assert await store.run_meta_get("r") == {"engine": "sim"}
             write()                                   # the same keys again: healed, not reported twice
             await store.hint_update_many([(0, [1], [])])
-            await store.plan_publish({"wave": 2, "chunks": []})
+            await store.plan_publish(WavePlanRecord(2))
         finally:
             await store.close()
 

@@ -13,6 +13,7 @@ from wavepp.runtime.engines.coordination import CostedStore
 from wavepp.runtime.knobs import Deployment, validated_values
 from wavepp.store.base import RegistryEntry, Store
 from wavepp.store.memory import MemoryStore
+from wavepp.store.records import StatusSnapshot, WavePlanRecord
 from wavepp.store.resilient import ResilientStore
 from wavepp.store.threaded import ThreadedStore
 from wavepp.store.wrapper import StoreWrapper
@@ -52,7 +53,7 @@ async def _script(store: Store) -> list[Any]:
         await store.registry_entries(),
         await store.registry_drop("A", ["r1"]),
         await store.registry_reap(),
-        await store.plan_publish({"wave": 1}),
+        await store.plan_publish(WavePlanRecord(1)),
         await store.plans_in_flight(),
         await store.plan_retire(1),
         await store.plans_recent(5),
@@ -60,7 +61,7 @@ async def _script(store: Store) -> list[Any]:
         (await store.knobs_set({"ring": 4}, None, Deployment(64, 2), validate=validated_values)).values,
         await store.knobs_get(),
         [h["changes"] for h in await store.knobs_history(5)],
-        await store.status_put({"t": 1, "stages": []}),
+        await store.status_put(StatusSnapshot(1)),
         await store.status_get(),
         await store.run_meta_put("run-1", {"pp": 2}),
         await store.run_meta_get("run-1"),

@@ -10,6 +10,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.telemetry.helpers import small_run
+from wavepp.store.records import StageStatus, StatusSnapshot
 from wavepp.telemetry.config import TelemetryConfig
 from wavepp.telemetry.metrics import WaveppMetrics
 
@@ -80,9 +81,9 @@ def test_render_is_exposition_text_for_any_http_server(metrics: WaveppMetrics) -
 
 
 def test_status_snapshots_become_queue_and_kv_gauges(metrics: WaveppMetrics) -> None:
-    metrics.observe_status("wavepp", {"waiting": 3, "active": 5, "stages": [
-        {"stage": 0, "cached": 10, "free": 80, "escrowed": 6, "leases": 2},
-        {"stage": 1, "cached": 12, "free": 70, "escrowed": 4, "leases": 2}]})
+    metrics.observe_status("wavepp", StatusSnapshot(1, waiting=3, active=5, stages=(
+        StageStatus(0, capacity=98, cached=10, free=80, leases=2, escrowed=6, evictions=0, replacements=0),
+        StageStatus(1, capacity=86, cached=12, free=70, leases=2, escrowed=4, evictions=0, replacements=0))))
     m = scrape(metrics.serve(0))
     assert value(m["wavepp_requests_waiting"], policy="wavepp") == 3
     assert value(m["wavepp_requests_active"], policy="wavepp") == 5
@@ -95,11 +96,11 @@ def test_a_run_feeds_the_queue_and_kv_gauges_from_its_status(metrics: WaveppMetr
     record = small_run(TelemetryConfig(), metrics, requests=8)
     m = scrape(metrics.serve(0))
     last = record.loop.status[-1]
-    for st in last["stages"]:
-        for state in ("cached", "free", "escrowed"):
-            assert value(m["wavepp_kv_blocks"], stage=str(st["stage"]), state=state) == st[state]
+    for st in last.stages:
+        for state, blocks in (("cached", st.cached), ("free", st.free), ("escrowed", st.escrowed)):
+            assert value(m["wavepp_kv_blocks"], stage=str(st.stage), state=state) == blocks
     assert value(m["wavepp_kv_blocks"], stage="0", state="free") > 0
-    assert value(m["wavepp_requests_waiting"], policy="wavepp") == last["waiting"]
+    assert value(m["wavepp_requests_waiting"], policy="wavepp") == last.waiting
     # Stage completion has its own step (a span per stage for each wave that finishes requests).
     assert value(m["wavepp_stage_step_seconds_count"], step="complete", stage="1") > 0
 
