@@ -70,7 +70,7 @@ test: $(STAMP) services
 
 # runtime/engines/torch/dist is named: ruff's default excludes skip any directory called dist.
 lint: $(STAMP)
-	$(VENV)/bin/ruff check runtime runtime/engines/torch/dist store telemetry tests
+	$(VENV)/bin/ruff check runtime runtime/engines/torch/dist store telemetry dashboard tests scripts wavepp
 	$(VENV)/bin/mypy
 
 clean:

@@ -19,8 +19,9 @@ from wavepp.runtime.policies import POLICIES, get_policy
 
 # The store keeps the deployment record and quotes bad values too; both live below the runtime and
 # are re-exported here, where every knob message and check uses them.
-from wavepp.store.deployment import Deployment
-from wavepp.store.echo import ECHO_CHARS, echo
+from wavepp.store.deployment import Deployment as Deployment
+from wavepp.store.echo import ECHO_CHARS as ECHO_CHARS
+from wavepp.store.echo import echo as echo
 
 
 class KnobError(ValueError):

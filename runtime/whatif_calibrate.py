@@ -42,7 +42,7 @@ MIN_SPREAD = 0.15             # steps' modelled times vary less than this (relat
 
 
 def _dur(s: Span) -> float:
-    return (s["t1"] - s["t0"]) / 1e9
+    return float(s["t1"] - s["t0"]) / 1e9
 
 
 def fit_cpu_scale(observed: Sequence[Span]) -> float | None:

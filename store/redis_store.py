@@ -18,7 +18,7 @@ import re
 import struct
 from collections.abc import Callable, Coroutine, Sequence
 from functools import wraps
-from typing import Any, Concatenate, ParamSpec, TypeVar
+from typing import Any, Concatenate, ParamSpec, TypeVar, cast
 
 import redis.asyncio as aioredis
 from redis import exceptions as rex
@@ -35,8 +35,8 @@ from wavepp.store.base import (
 from wavepp.store.deployment import Deployment
 from wavepp.store.records import StatusSnapshot, WavePlanRecord
 from wavepp.store.redis_knobs import HISTORY_REPLACED, KNOB_HISTORY_CAP, decode_history, decode_knobs, knob_keys
+from wavepp.store.redis_records import RUN_META as RUN_META  # a key name bench's reset deletes
 from wavepp.store.redis_records import (
-    RUN_META,
     as_text,
     decode_entries,
     decode_plans,
@@ -84,7 +84,7 @@ def _translate(fn: Callable[Concatenate[RedisStore, P], Coroutine[Any, Any, T]]
             raise StoreUnavailable(f"redis unavailable: {exc}") from exc
         except rex.ResponseError as exc:        # the retry after healing failed too
             raise StoreError(f"redis at {self.url.where}: {_first_line(exc)}") from None
-    return wrapper
+    return cast("Callable[Concatenate[RedisStore, P], Coroutine[Any, Any, T]]", wrapper)   # wraps() keeps it
 
 
 def _first_line(exc: BaseException) -> str:

@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import MISSING, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 
@@ -154,7 +154,7 @@ def load_profile(path: str | Path) -> dict[str, Any]:
     problem = _profile_problem(data)
     if problem:
         raise ValueError(f"{path} is not a valid cost profile: {problem}; {REMAKE}")
-    return data
+    return cast(dict[str, Any], data)      # checked field by field above
 
 
 def _profile_problem(data: dict[str, Any]) -> str | None:

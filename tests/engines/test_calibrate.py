@@ -96,7 +96,7 @@ def test_calibrating_a_small_torch_model(tmp_path: Path) -> None:
     model.write_text(json.dumps(cfg.to_hf_dict()))
     waves = wave_grid(512, 256, grid_l=(0, 128, 384), grid_x=(16, 64, 128), grid_n=(1, 2, 4))
     with TorchEngine(str(model), pp=2, block_size=16, kv_blocks=[200]) as engine:
-        prof = calibrate(engine, waves=waves, repeats=1)
+        prof = calibrate(engine, waves=waves, repeats=3)     # median of 3: a loaded machine's noise
     assert prof["format"] == FORMAT and prof["pp"] == 2 and prof["block_size"] == 16
     assert [len(s) for s in prof["samples"]] == [len(waves)] * 2
     assert all(t > 0 for stage in prof["samples"] for *_, t in stage)

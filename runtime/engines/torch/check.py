@@ -216,7 +216,8 @@ def _reference(cfg: DecoderConfig, hf_dict: dict[str, Any], weights: dict[str, T
         raise ValueError(f"reference model does not take our weights: first mismatch {bad[0]}")
     if cfg.tie_word_embeddings:
         model.tie_weights()
-    return model.eval()
+    evaluated: torch.nn.Module = model.eval()
+    return evaluated
 
 
 def _rel_err(ours: Tensor, ref: Tensor) -> float:

@@ -130,7 +130,7 @@ class DecoderLayer(nn.Module):
         T = x.shape[0]
         nh, nkv, hd = self.nh, self.nkv, self.hd
         qkv = F.linear(x, self.w_qkv, self.b_qkv)  # (T, (nh + 2 nkv) hd)
-        q, k, v = qkv.split([nh * hd, nkv * hd, nkv * hd], dim=-1)
+        q, k, v = qkv.split([nh * hd, nkv * hd, nkv * hd], dim=-1)  # type: ignore[no-untyped-call]  # torch stubs
         q = q.view(T, nh, hd)
         k = k.view(T, nkv, hd)
         cos, sin = plan.cos[:, None, :], plan.sin[:, None, :]  # (T, 1, hd)
@@ -165,7 +165,7 @@ class DecoderLayer(nn.Module):
             top_w = top_w / top_w.sum(dim=-1, keepdim=True)
         top_w = top_w.to(x.dtype)
         out = torch.zeros_like(x)  # (T, H)
-        for e in top_i.unique().tolist():  # experts in increasing order, as transformers accumulates them
+        for e in top_i.unique().tolist():  # type: ignore[no-untyped-call]  # experts in increasing order (as transformers)
             tok, slot = torch.where(top_i == e)  # tokens routed to e, and which of their k picks it is
             gate, up = F.linear(x[tok], self.w_experts_gate_up[e]).chunk(2, dim=-1)
             y = F.linear(F.silu(gate) * up, self.w_experts_down[e]) * top_w[tok, slot, None]

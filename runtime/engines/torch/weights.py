@@ -95,7 +95,8 @@ def load_hf_dir(path: str | Path, cfg: DecoderConfig) -> dict[str, torch.Tensor]
         if name not in where:
             return None
         with safe_open(str(where[name]), framework="pt") as sf:
-            return sf.get_tensor(name)
+            tensor: torch.Tensor = sf.get_tensor(name)
+            return tensor
 
     out: dict[str, torch.Tensor] = {}
     for name, shape in expected_shapes(cfg).items():

@@ -30,6 +30,7 @@ from urllib.parse import urlsplit
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+from torch.distributed import Store, TCPStore  # type: ignore[attr-defined]  # exported at run time, not in the stubs
 
 from wavepp.runtime.engines.launchers import LAUNCHERS
 from wavepp.runtime.engines.torch.dist.wire import Link
@@ -56,7 +57,7 @@ class World:
     data: dict[int, Link] = field(default_factory=dict)
 
     @classmethod
-    def join(cls, rank: int, size: int, init_method: str, cuda: bool, store: dist.Store | None = None) -> World:
+    def join(cls, rank: int, size: int, init_method: str, cuda: bool, store: Store | None = None) -> World:
         """Rendezvous and create every link (all ranks call this with the same size and cuda).
         ``init_method``: ``env://`` (torchrun), or ``tcp://127.0.0.1:PORT`` (spawned), where rank 0
         hosts the rendezvous ``store`` itself (:func:`loopback_store`) and the others are its clients."""
@@ -71,7 +72,7 @@ class World:
             # Not init_method=: rank 0 passes its store, and torch prefixes the keys of a store made
             # from an init_method ("default_pg/") but not of one passed in; both sides pass one.
             where = urlsplit(init_method)
-            store = dist.TCPStore(where.hostname or "127.0.0.1", where.port or 0, size, False, timeout)
+            store = TCPStore(where.hostname or "127.0.0.1", where.port or 0, size, False, timeout)
         if store is not None:
             dist.init_process_group("gloo", store=store, rank=rank, world_size=size, timeout=timeout)
         else:
@@ -92,7 +93,7 @@ class World:
             dist.destroy_process_group()
 
 
-def loopback_store(size: int) -> tuple[dist.TCPStore, int]:
+def loopback_store(size: int) -> tuple[TCPStore, int]:
     """Rank 0's rendezvous store, listening on 127.0.0.1 only, and its port. ``tcp://`` (and
     ``env://``) start a TCPStore that listens on every interface whatever host they name, so the
     store gets a socket bound here (which also leaves no gap between choosing the port and binding it)."""
@@ -101,7 +102,7 @@ def loopback_store(size: int) -> tuple[dist.TCPStore, int]:
         sock.bind(("127.0.0.1", 0))
         sock.listen(size)
         port = int(sock.getsockname()[1])
-        store = dist.TCPStore("127.0.0.1", port, size, True, link_timeout(), wait_for_workers=False,
+        store = TCPStore("127.0.0.1", port, size, True, link_timeout(), wait_for_workers=False,
                               master_listen_fd=sock.fileno())
     except BaseException:
         sock.close()
