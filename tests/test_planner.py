@@ -17,6 +17,7 @@ from wavepp.runtime.planner import (
     pack_fcfs,
     pack_static,
     pack_timed,
+    scheduled,
 )
 from wavepp.runtime.request import AdmittedRequest, Chunk, Request
 from wavepp.runtime.step_times import StageFit, StepTimes, features, fit
@@ -398,3 +399,27 @@ def test_the_step_time_fit_is_non_negative_and_exact_on_noiseless_steps() -> Non
     # Steps that make an unconstrained fit negative (a cost that falls with more tokens): clamped at 0.
     bent = fit([features([(0, x)]) for x in (100, 200, 400, 800)], [1.0, 0.9, 0.8, 0.7])
     assert all(v >= 0 for v in (bent.c, bent.c_chunk, bent.gamma, bent.beta, bent.alpha_lx, bent.alpha_xx))
+
+
+def test_dynamic_chunks_follow_sglangs_predictor() -> None:
+    """SGLang's dynamic chunking: x solves f(L + x) - f(L) = f(base) - f(0) for f(l) = a·l² + b·l from
+    stage 0's fit, smoothed base + 0.75·(x - base), floored at base // 4, block-aligned."""
+    import math
+
+    from wavepp.runtime.mechanisms.chunking import DynamicPlanner
+    fit = STAGE_FITS[0]
+    planner = DynamicPlanner(8192, B, StepTimes(2, lambda: STAGE_FITS), scheduled)
+    a, b = fit.alpha_xx, fit.beta
+    for L in (0, 16384, 65536, 131072):
+        target = a * 8192 ** 2 + b * 8192
+        x = (math.sqrt((2 * a * L + b) ** 2 + 4 * a * target) - (2 * a * L + b)) / (2 * a)
+        assert a * (L + x) ** 2 + b * (L + x) - (a * L * L + b * L) == pytest.approx(target)   # equal time
+        expected = max(2048, int(8192 + 0.75 * (x - 8192)) // B * B)
+        assert planner.chunk_tokens(L) == expected, L
+    assert planner.chunk_tokens(0) == 8192 and planner.chunk_tokens(131072) < 8192
+    a_long = adm("long", 200000)
+    a_long.scheduled = 131072
+    plan = planner.plan([a_long, adm("next", 4096)])
+    assert plan is not None and plan.budget == planner.chunk_tokens(131072) == plan.chunks[0].length
+    untrained = DynamicPlanner(8192, B, StepTimes(2), scheduled)          # no fit yet: the static size
+    assert untrained.chunk_tokens(131072) == 8192
