@@ -51,6 +51,10 @@ class ArrivalSource(Protocol):
 
     def next_request(self, now: float) -> Request: ...
 
+    def working_set_tokens(self) -> int:
+        """Distinct tokens of the shared prefixes the requests issued so far used (0: none to speak of)."""
+        ...
+
     async def arrivals(self, port: ArrivalPort) -> None:
         """A task of the loop: bring the requests in; never returns before ``port.done``."""
         ...

@@ -145,6 +145,7 @@ def run_one(engine: Engine, cfg: BenchConfig, policy_name: str, concurrency: int
     spans = tel.finished_spans()
     encoded = [encode(s) for s in spans]
     figures = compute_figures(encoded, engine.pp, meta, stalled)
+    meta["working_set_tokens"] = workload.working_set_tokens()     # beside meta["capacities"]: the pressure
     tel.shutdown()
     meta["spans"] = len(spans)
     meta["spans_dropped"] = tel.dropped()

@@ -58,6 +58,9 @@ class ServerSource:
     def primed_prompts(self) -> list[tuple[array[int], list[int]]]:
         return []                                   # nothing is seen before the first client asks
 
+    def working_set_tokens(self) -> int:
+        return 0                                    # clients' prompts: not known as shared prefixes
+
     def next_request(self, now: float) -> Request:
         raise RuntimeError("a server's requests come from its clients")
 

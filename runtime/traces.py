@@ -151,6 +151,11 @@ class TraceWorkload(ClosedLoop):
         else:
             super().ended(port)
 
+    def working_set_tokens(self) -> int:
+        """Distinct tokens of the trace blocks the requests issued so far named."""
+        ids = {h for row in self.trace.rows[: self.issued] for h in row.hash_ids}
+        return len(ids) * self.trace.block_tokens
+
     def arrival_offset(self, i: int) -> float:
         """Seconds after the first arrival at which request ``i`` arrives."""
         rows = self.trace.rows

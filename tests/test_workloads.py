@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
 from wavepp.runtime.hashing import block_hashes
@@ -289,3 +292,19 @@ def test_the_working_set_of_the_shared_prefix_workloads() -> None:
     drain(w)
     assert w.working_set_tokens() == sum(len(t) for t, _ in w.primed_prompts())   # all 8 groups drawn
     assert make("cold").working_set_tokens() == 0
+
+
+def test_a_bench_reports_the_working_set_beside_each_stages_pool(tmp_path: Path,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    from wavepp.runtime.cli import main
+    out = tmp_path / "b.json"
+    assert main(["bench", "--model", "llama-3-8b", "--hardware", "h200", "--pp", "2", "--workload",
+                 "docs:6:suffix=128", "--prompt-tokens", "1024", "--kv-blocks", "60,40", "--concurrency", "2",
+                 "--requests", "12", "--policy", "wavepp", "--quiet", "--json", str(out)]) == 0
+    [run] = json.loads(out.read_text())["runs"]
+    assert run["capacity_tokens"] == [60 * 64, 40 * 64]
+    w = Workload(parse_workload("docs:6:suffix=128"), 12, 1024, 64, 128256, 0)   # the bench's seed and sizes
+    drain(w)
+    assert run["working_set_tokens"] == w.working_set_tokens() > 40 * 64          # more than a stage holds
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("working set"))
+    assert f"{w.working_set_tokens():,} tokens" in line and "the smallest stage's pool (pools 3,840, 2,560" in line

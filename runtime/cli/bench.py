@@ -229,6 +229,7 @@ def _bench(args: argparse.Namespace, spec: Any, engine: Any, sim: Any, knobs: An
             failure = exc
     if records:
         print_table([r.figures for r in records])
+        print_pressure(records)
         bench_telemetry.print_cost(records)
     if sim is not None and failure is None:
         for r, s_ in zip(records, run_bench(sim, cfg), strict=True):
@@ -257,12 +258,30 @@ def _bench(args: argparse.Namespace, spec: Any, engine: Any, sim: Any, knobs: An
     return 0
 
 
+def print_pressure(records: Sequence[Any]) -> None:
+    """The workload's working set beside each stage's pool (once per distinct line): how much must
+    be evicted for every reuse to hold."""
+    seen = set()
+    for r in records:
+        ws, pools = r.meta.get("working_set_tokens") or 0, [n * r.meta["block_size"] for n in r.meta["capacities"]]
+        if not ws or not pools:
+            continue
+        line = (f"working set {ws:,} tokens of shared prefixes = {ws / min(pools):.3g}x the smallest stage's pool "
+                f"(pools {', '.join(f'{p:,}' for p in pools)} tokens) [{r.label}]")
+        key = line.rsplit(" [", 1)[0]
+        if key not in seen:
+            seen.add(key)
+            print(line)
+
+
 def _write_outputs(args: argparse.Namespace, records: Sequence[Any]) -> None:
     """``--json``, ``--save-run`` and ``--trace`` of the runs that finished."""
     if not records:
         return
     if args.json_path:
         runs = [{**r.figures.as_dict(), **{k: v for k, v in r.meta.items() if k.startswith(("sim_", "spans"))},
+                 "working_set_tokens": r.meta.get("working_set_tokens"),
+                 "capacity_tokens": [n * r.meta["block_size"] for n in r.meta["capacities"]],
                  "telemetry": r.meta["telemetry"],
                  "knobs": r.meta["knobs"], "knob_changes": [c for _, c in r.loop.knob_changes]} for r in records]
         write_text(args.json_path, json.dumps({"runs": runs}, indent=1))
