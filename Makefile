@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-dev
 
-.PHONY: demo test lint bench bench-torch bench-telemetry grid ablation clean services stack
+.PHONY: demo test lint bench bench-torch bench-telemetry grid grid-pressure ablation clean services stack
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -35,6 +35,11 @@ bench: $(STAMP)
 grid: $(STAMP)
 	@mkdir -p out
 	$(VENV)/bin/wavepp grid --jobs 2 --json out/grid.json --markdown out/grid.md
+
+# The pressure grid: many distinct long contexts and traces that do not fit the pools (runtime/grid_pressure.py).
+grid-pressure: $(STAMP)
+	@mkdir -p out
+	$(VENV)/bin/wavepp grid --grid pressure --jobs 2 --json out/grid-pressure.json --markdown out/grid-pressure.md
 
 # WavePP's mechanisms off one at a time, and TensorRT-LLM's on one at a time (GLM-5.2, c=128, suffix4k).
 WAVEPP_OFF := wavepp+admission=inline,wavepp+lookup=first-stage,wavepp+stage-admission=first-chunk,wavepp+chunking=static,wavepp+ring=P,wavepp+fill=off
