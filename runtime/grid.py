@@ -36,6 +36,7 @@ class Setting:
     requests: int | None = None
     kv_blocks: tuple[int, ...] | None = None
     label: str = ""
+    prompt_tokens: int | None = None      # the typical prompt (a docs workload's mean); None: the engine's
 
     @property
     def key(self) -> tuple[str, str, int]:
@@ -110,7 +111,7 @@ def run_setting(spec: GridSpec, setting: Setting) -> GridRow:
                        host_work_scale=spec.host_scale)
     spec_w = parse_workload(workload)
     requests = setting.requests or spec.requests or (None if spec_w.kind == "trace" else max(512, 4 * concurrency))
-    cfg = BenchConfig(spec_w, [concurrency], spec.all_policies, requests, spec.seed,
+    cfg = BenchConfig(spec_w, [concurrency], spec.all_policies, requests, spec.seed, setting.prompt_tokens,
                       knobs=engine.default_knobs(), model_name=model, hardware_name=spec.hardware)
     row = GridRow(model, setting.label or workload, concurrency, subject=spec.policies[0], variants=list(spec.variants))
     for policy in spec.all_policies:

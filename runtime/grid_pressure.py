@@ -60,7 +60,7 @@ def pressure_settings(hardware: str = "b300", pp: int = 4, block_size: int = 64,
                 for c in CONCURRENCY:
                     label = f"docs {mean // 1024}K ws {ws:g}x"
                     out.append(Setting(model, f"docs:{docs}:suffix={SUFFIX}", c,
-                                       min(MAX_REQUESTS, max(4 * c, 2 * docs)), label=label))
+                                       min(MAX_REQUESTS, max(4 * c, 2 * docs)), label=label, prompt_tokens=mean))
         for trace in traces:
             blocks = max(1, round(trace_working_set(trace) / TRACE_FIT / block_size))
             for c in TRACE_CONCURRENCY:

@@ -79,4 +79,5 @@ def test_the_pressure_grid_sizes_its_working_sets_on_the_smallest_pool(tmp_path:
         ws = float(s.label.split()[3].removesuffix("x"))
         assert abs(spec.documents * mean - ws * small) <= mean            # the working set, to a document
         assert s.requests == min(2000, max(4 * s.concurrency, 2 * spec.documents))
+        assert s.prompt_tokens == mean                                    # the documents' mean length
     assert {s.label for s in glm} >= {"docs 256K ws 3x", "docs 32K ws 0.5x"} and pool > 0
