@@ -40,7 +40,8 @@ from typing import Any
 import pytest
 
 from wavepp.runtime.engines.sim.costmodel import ChunkShape
-from wavepp.runtime.engines.sim.table_cost import Choices, load_table_cost_model
+from wavepp.runtime.engines.sim.table_choices import Choices
+from wavepp.runtime.engines.sim.table_cost import load_table_cost_model
 
 api = pytest.importorskip("aiconfigurator.cli.api", reason="aiconfigurator is not installed (pip install -e '.[dev]')")
 

@@ -12,7 +12,8 @@ from wavepp.runtime.engines.sim.costmodel import ChunkShape
 from wavepp.runtime.engines.sim.engine import SimEngine
 from wavepp.runtime.engines.sim.perf_interp import TableCoverageError
 from wavepp.runtime.engines.sim.profiles import get_hardware, get_model
-from wavepp.runtime.engines.sim.table_cost import Choices, TableCostModel, _Kind, load_table_cost_model
+from wavepp.runtime.engines.sim.table_choices import Choices
+from wavepp.runtime.engines.sim.table_cost import TableCostModel, _Kind, load_table_cost_model
 
 # repo_root.parent / "shared" / "data" / "perf": tests/engines/sim/<this file> -> parents[3] is the repo root.
 PERF = Path(__file__).resolve().parents[3].parent / "shared" / "data" / "perf"
