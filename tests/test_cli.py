@@ -158,6 +158,7 @@ def test_the_default_workload_on_llama_3_8b_completes(tmp_path: Path, capsys: py
     (["--engine", "torch", "--hardware", "h200"], "--hardware: only for --engine sim"),
     (["--engine", "torch", "--realtime", "--host-scale", "2"], "--host-scale, --realtime: only for --engine sim"),
     (["--engine", "torch", "--cost-model", "table"], "--cost-model: only for --engine sim"),
+    (["--engine", "torch", "--kv-dtype", "fp8"], "--kv-dtype: only for --engine sim"),
     (["--kv-memory-mb", "64"], "--kv-memory-mb: only for --engine torch"),
     (["--launcher", "spawn"], "--launcher: only for --engine torch"),
 ])
@@ -166,6 +167,20 @@ def test_a_flag_of_the_other_engine_is_refused_not_ignored(argv: list[str], flag
     assert main(["bench", "--quiet", *argv]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith(f"wavepp: error: {flags}"), err
+
+
+def test_an_fp8_kv_cache_holds_about_twice_the_tokens_of_bf16(tmp_path: Path) -> None:
+    """--kv-dtype: the pools are sized from the deployment's memory in blocks of the KV dtype, so fp8
+    (one byte an element) fits twice the bf16 tokens less a block's rounding on every stage."""
+    pools = {}
+    for dtype in ("bf16", "fp8"):
+        fig = tmp_path / f"{dtype}.json"
+        assert main(["bench", "--model", "minimax-m2.7", "--hardware", "b300", "--pp", "4", "--requests", "8",
+                     "--concurrency", "4", "--policy", "wavepp", "--kv-dtype", dtype, "--quiet",
+                     "--json", str(fig)]) == 0
+        [run] = json.loads(fig.read_text())["runs"]
+        pools[dtype] = run["capacity_tokens"]
+    assert all(abs(f - 2 * b) <= 2 * 64 for b, f in zip(pools["bf16"], pools["fp8"], strict=True)), pools
 
 
 def test_a_torch_run_reports_its_device_not_a_hardware_profile(tmp_path: Path) -> None:

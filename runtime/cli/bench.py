@@ -27,6 +27,7 @@ from wavepp.runtime.cli.args import (
 from wavepp.runtime.cli.bench_url import cmd_bench_url
 from wavepp.runtime.engines.launchers import LAUNCHER_HELP, LAUNCHERS
 from wavepp.runtime.engines.sim.perf_tables import PERF_DIR_ENV
+from wavepp.runtime.engines.sim.profiles import DEFAULT_KV_DTYPE, KV_DTYPES
 
 
 def register(sub: Any) -> dict[str, Handler]:
@@ -82,6 +83,9 @@ def register(sub: Any) -> dict[str, Handler]:
                    help="write Chrome trace-event JSON here (one lane per stage)")
     b.add_argument("--save-run", type=output_file, default=None,
                    help="save spans, figures, knobs and status of every run (.gz ok)")
+    b.add_argument("--kv-dtype", choices=list(KV_DTYPES), default=None,
+                   help=f"sim: the KV cache's dtype (default {DEFAULT_KV_DTYPE}, TensorRT-LLM's for these FP8 "
+                        "checkpoints; fp8 halves the bytes per cached token, so a pool holds twice the tokens)")
     b.add_argument("--host-scale", type=float, default=None,
                    help="sim: multiply the lockstep host work of a conventional PP loop (sensitivity)")
     b.add_argument("--stall-timeout", type=positive_float, default=60.0,
@@ -105,7 +109,8 @@ def defaults() -> argparse.Namespace:
 
 #: bench flags that mean something on one engine only: given for the other, they are refused
 SIM_ONLY = {"hardware": "--hardware", "gpus_per_stage": "--gpus-per-stage", "cost_profile": "--cost-profile",
-            "perf_dir": "--perf-dir", "host_scale": "--host-scale", "time_scale": "--time-scale"}
+            "perf_dir": "--perf-dir", "host_scale": "--host-scale", "time_scale": "--time-scale",
+            "kv_dtype": "--kv-dtype"}
 TORCH_ONLY = {"kv_memory_mb": "--kv-memory-mb", "launcher": "--launcher", "sim_profile": "--sim-profile"}
 
 
@@ -169,7 +174,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
                                    time_scale=args.time_scale or 1.0, cost_profile=args.cost_profile,
                                    cost_model="auto" if args.cost_profile else args.cost_model,
                                    perf_dir=args.perf_dir,
-                                   host_work_scale=1.0 if args.host_scale is None else args.host_scale)
+                                   host_work_scale=1.0 if args.host_scale is None else args.host_scale,
+                                   kv_dtype=args.kv_dtype or DEFAULT_KV_DTYPE)
             sim = None
             if args.sim_profile:
                 if args.engine != "torch":
