@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from itertools import takewhile
 from typing import Protocol, TypeVar
 
 from wavepp.runtime.kvcache.stage_cache import CacheStats, DescriptorMismatch, Mismatch, StageCache
@@ -208,12 +209,10 @@ class StageHandle:
         the schedule arrives from the previous stage (one message), the scheduler re-runs over
         ``num_active`` requests, each pending prompt's prefix is walked in this stage's tree, and the
         scheduled prompts (``copied_tokens``) are copied into the step's inputs. Returns blocks walked."""
-        by_hash, walked = self.cache.pool.by_hash, 0
-        for hashes in pending:                     # a radix walk: block by block until a miss
-            for h in hashes:
-                walked += 1
-                if h not in by_hash:
-                    break
+        cached, walked = self.cache.pool.by_hash.__contains__, 0
+        for hashes in pending:                     # a radix walk: block by block until a miss (the miss visited too)
+            hits = len(list(takewhile(cached, hashes)))
+            walked += hits + (hits < len(hashes))
         bytes(4 * copied_tokens)                   # the prompt copy (int32 tokens)
         await self._charge("walk", walked, remote=True)
         await self._charge("schedule", num_active, remote=False)
