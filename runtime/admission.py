@@ -16,7 +16,7 @@ admission drive (:mod:`runtime.mechanisms.admission_drive`), not this module's.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Container, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,6 +25,7 @@ from wavepp.runtime.engines.base import LeaseItem, StageHandle, now, on_stages
 from wavepp.runtime.knobs import Knobs
 from wavepp.runtime.mechanisms.reserve import Reserve, SuffixBlocks
 from wavepp.runtime.mechanisms.reuse_lookup import ReuseLookup
+from wavepp.runtime.mechanisms.sharing import ComputeAgain, Sharing
 from wavepp.runtime.request import AdmittedRequest, Request, RequestState
 from wavepp.runtime.run_state import RunState
 from wavepp.store.base import Store
@@ -35,7 +36,8 @@ from wavepp.telemetry.setup import Telemetry
 @dataclass(frozen=True, slots=True)
 class RoundResult:
     admitted: list[AdmittedRequest]
-    deferred: list[Request]          # did not fit (escrow backpressure); retried next round, in order
+    deferred: list[Request]          # did not fit (escrow backpressure) or wait for a producer; retried next
+                                     # round, in order
 
 
 class Admission:
@@ -44,8 +46,9 @@ class Admission:
 
     def __init__(self, stages: Sequence[StageHandle], admit_stages: Sequence[int], store: Store,
                  block_size: int, telemetry: Telemetry, lookup: ReuseLookup,
-                 reserve: Reserve | None = None, policy: str = "wavepp") -> None:
-        """``policy``: the name of the policy these rounds admit under (each admitted request keeps it)."""
+                 reserve: Reserve | None = None, policy: str = "wavepp", share: Sharing | None = None) -> None:
+        """``policy``: the name of the policy these rounds admit under (each admitted request keeps it);
+        ``share``: what a request whose next block another request is computing does (``mechanisms.sharing``)."""
         self.stages = list(stages)
         self.admit_stages = list(admit_stages)
         self.store = store
@@ -54,6 +57,7 @@ class Admission:
         self.lookup = lookup
         self.reserve = reserve or SuffixBlocks()
         self.policy = policy
+        self.share = share or ComputeAgain()
         self._admitting = [self.stages[s] for s in self.admit_stages]
 
     def _max_blocks(self, r: Request) -> int:
@@ -61,15 +65,24 @@ class Admission:
         cap = (r.num_tokens - 1) // self.block_size
         return cap if r.max_reuse_blocks is None else min(cap, r.max_reuse_blocks)
 
-    async def round(self, requests: Sequence[Request], critical_path: bool = False) -> RoundResult:
-        """``critical_path``: the loop waits for this round (the span says so; see the idle causes)."""
+    async def round(self, requests: Sequence[Request], critical_path: bool = False,
+                    computing: Container[int] = ()) -> RoundResult:
+        """``critical_path``: the loop waits for this round (the span says so; see the idle causes);
+        ``computing``: block hashes admitted requests are computing now."""
         attributes = {N.NUM_REQUESTS: len(requests), N.ADMISSION_CRITICAL: critical_path}
         with self.tel.span(N.ADMISSION_ROUND, attributes, cpu=True) as round_span:
             hints = await self._hint(requests)
-            granted = await self._lease(requests, hints)
-            admitted, deferred = await self._escrow(requests, granted)
+            waits = self.share.waiting(requests, hints, [self._max_blocks(r) for r in requests], computing)
+            going = [r for r, w in zip(requests, waits, strict=True) if not w]
+            admitted: list[AdmittedRequest] = []
+            if going:
+                granted = await self._lease(going, [k for k, w in zip(hints, waits, strict=True) if not w])
+                admitted, _ = await self._escrow(going, granted)
+            if len(going) < len(requests):
+                round_span.set_attribute(N.WAITING_FOR_PRODUCER, len(requests) - len(going))
             round_span.set_attribute(N.NUM_ADMITTED, len(admitted))
-        return RoundResult(admitted, deferred)
+        taken = {a.id for a in admitted}
+        return RoundResult(admitted, [r for r in requests if r.id not in taken])
 
     async def _hint(self, requests: Sequence[Request]) -> list[int]:
         limits = [self._max_blocks(r) for r in requests]
@@ -151,7 +164,7 @@ class AdmissionQueue:
         self.run.admitting = len(batch)
         started = self.tel.now_ns()
         try:
-            result = await self.admission.round(batch, critical_path)
+            result = await self.admission.round(batch, critical_path, self.run.computing)
         finally:
             self.run.admitting = 0
         ended = self.tel.now_ns()

@@ -126,7 +126,7 @@ class PipelineLoop:
         self.policy: Policy = policy if policy.pool == self.pool else dataclasses.replace(policy, pool=self.pool)
         self.admit_stages = self.policy.stage_admission.admit_stages(self.num_stages)
         self.admission = Admission(self.handles, self.admit_stages, self.store, self.block_size, self.tel,
-                                   self.policy.lookup, self.policy.reserve, self.policy.name)
+                                   self.policy.lookup, self.policy.reserve, self.policy.name, self.policy.share)
         self.planner = self.policy.make_planner(knobs, self.num_stages, self.block_size, self.step_times)
         self.ring = self.policy.ring_size(knobs, self.num_stages)
 
@@ -391,4 +391,6 @@ class PipelineLoop:
         """Stages publish attach/detach events to the hint index off the critical path."""
         while True:
             await self.run_state.index_dirty.wait()
+            mark = self.run_state.settle_mark()
             await self.publisher.flush()
+            self.run_state.settled(mark)

@@ -30,6 +30,13 @@ class RunState:
         # blocks now. Too late to cancel or fail them - the ending under way is theirs.
         self._completing: set[str] = set()
         self._by_policy: Counter[str] = Counter()        # admitted requests per policy they were admitted under
+        # Block hashes admitted requests will compute (past their reuse boundary), with how many will:
+        # what a waiting request may wait for instead of computing it again (runtime.mechanisms.sharing).
+        self.computing: Counter[int] = Counter()
+        self._computes_from: dict[str, int] = {}          # request id -> its first block in ``computing``
+        # Ended requests' blocks stay in ``computing`` until the hint index has them (``settled``): a
+        # round in between would read a stale hint and compute them again.
+        self._settling: deque[tuple[list[int], int]] = deque()
         self.admitting = 0           # requests inside an admission round right now
         self.executing = 0           # stages inside a step right now
         self.num_admitted = 0
@@ -135,6 +142,8 @@ class RunState:
         for a in admitted:
             self._active[a.id] = a
             self._by_policy[a.policy] += 1
+            self._computes_from[a.id] = a.reuse_blocks
+            self.computing.update(a.request.block_hashes[a.reuse_blocks:])
             n += 1
         self.num_admitted += n
         self._waiting.extendleft(reversed(deferred))
@@ -176,6 +185,27 @@ class RunState:
         del self._active[a.id]
         self._completing.discard(a.id)
         self._by_policy[a.policy] -= 1
+        self._settling.append((a.request.block_hashes, self._computes_from.pop(a.id)))
+        self.index_dirty.notify()
+
+    def settle_mark(self) -> int:
+        """Before an index flush: how many ended requests it will cover."""
+        return len(self._settling)
+
+    def settled(self, mark: int) -> None:
+        """The index flush begun at ``mark`` is done: the requests that had ended by then compute
+        nothing any more, and a request waiting for their blocks may try again."""
+        computing = self.computing
+        for _ in range(mark):
+            hashes, start = self._settling.popleft()
+            for h in hashes[start:]:
+                n = computing[h] - 1
+                if n:
+                    computing[h] = n
+                else:
+                    del computing[h]
+        if mark:
+            self.capacity.notify()
 
     def withdraw(self, rid: str) -> Request | None:
         """Take a waiting request out of the line (its client went away); None when it is not waiting."""

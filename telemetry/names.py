@@ -39,6 +39,7 @@ TOKENS = "wavepp.tokens"                         # tokens run by this step / wav
 BUDGET = "wavepp.budget"                         # wave token budget the planner used
 NUM_REQUESTS = "wavepp.requests"
 NUM_ADMITTED = "wavepp.requests.admitted"        # requests an admission round admitted
+WAITING_FOR_PRODUCER = "wavepp.requests.waiting_for_producer"  # round: requests whose next block another computes
 NUM_WAVES_READY = "wavepp.waves.ready"
 NUM_IN_FLIGHT = "wavepp.waves.in_flight"
 EVICTIONS = "wavepp.stage.evictions"            # cached blocks a stage evicted to prepare a wave

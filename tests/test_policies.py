@@ -58,10 +58,12 @@ def test_presets_are_compositions_and_the_knob_lists_them() -> None:
     wavepp, trt, legacy = (POLICIES.get(n) for n in ("wavepp", "trtllm-pp", "trtllm-pp-legacy"))
     assert wavepp.mechanisms() == {"admission": "async", "lookup": "hint-index", "stage-admission": "every-stage",
                                    "charge": "suffix", "chunking": "mpu", "ring": "2P", "fill": "on", "relay": "off",
-                                   "reserve": "suffix", "host": "none", "return": "direct", "pool": "per-stage"}
+                                   "reserve": "suffix", "host": "none", "return": "direct", "pool": "per-stage",
+                                   "share": "wait"}
     assert trt.mechanisms() == {"admission": "inline", "lookup": "first-stage", "stage-admission": "first-chunk",
                                 "charge": "suffix", "chunking": "static", "ring": "P", "fill": "off", "relay": "on",
-                                "reserve": "suffix", "host": "lockstep", "return": "ring", "pool": "min"}
+                                "reserve": "suffix", "host": "lockstep", "return": "ring", "pool": "min",
+                                "share": "off"}
     assert legacy.mechanisms() == {**trt.mechanisms(), "charge": "position0", "reserve": "whole-prompt"}
 
 

@@ -31,6 +31,7 @@ from wavepp.runtime.mechanisms.iteration import (
 from wavepp.runtime.mechanisms.ports import PlanInputs, WaveSettings
 from wavepp.runtime.mechanisms.reserve import RESERVE, Reserve, SuffixBlocks
 from wavepp.runtime.mechanisms.reuse_lookup import LOOKUP, ReuseLookup
+from wavepp.runtime.mechanisms.sharing import SHARING, ComputeAgain, Sharing
 from wavepp.runtime.mechanisms.stage_admission import STAGE_ADMISSION, StageAdmission
 from wavepp.runtime.mechanisms.token_charge import CHARGE, TokenCharge
 from wavepp.runtime.planner import Planner
@@ -53,6 +54,7 @@ class Policy:
     host: HostWork = Overlapped()
     return_path: ReturnPath = DirectReturn()
     pool: CachePool = PerStage()             # fixed for a run: the engine builds the caches with it
+    share: Sharing = ComputeAgain()
 
     def mechanisms(self) -> dict[str, str]:
         """Kind -> variant name: what this policy runs (saved with every run)."""
@@ -76,4 +78,4 @@ class Policy:
 
 #: every mechanism kind (as written in a policy spec) -> its registry of variants
 KINDS: dict[str, Registry[Any]] = {r.kind: r for r in (
-    ADMISSION, LOOKUP, STAGE_ADMISSION, CHARGE, CHUNKING, RING, FILL, RELAY, RESERVE, HOST, RETURN, POOL)}
+    ADMISSION, LOOKUP, STAGE_ADMISSION, CHARGE, CHUNKING, RING, FILL, RELAY, RESERVE, HOST, RETURN, POOL, SHARING)}

@@ -4,12 +4,15 @@ from wavepp.runtime.mechanisms.admission_drive import AsyncRounds
 from wavepp.runtime.mechanisms.chunking import Mpu
 from wavepp.runtime.mechanisms.iteration import FillToMinimum, PlansFromStore, Ring
 from wavepp.runtime.mechanisms.reuse_lookup import HintIndex
+from wavepp.runtime.mechanisms.sharing import WaitForProducer
 from wavepp.runtime.mechanisms.stage_admission import EveryStage
 from wavepp.runtime.mechanisms.token_charge import SuffixOnly
 from wavepp.runtime.policies.base import Policy
 
 #: Async admission rounds beside the loop; hint index over all stages; lease + escrow on every
 #: stage; MPU wave budget with hysteresis (charged only for uncached tokens); a ring of R = 2P
-#: waves in flight; a wave smaller than b_min waits for more work while P waves keep the stages busy.
+#: waves in flight; a wave smaller than b_min waits for more work while P waves keep the stages busy;
+#: a request whose next block another admitted request is computing waits for it (runtime.mechanisms.sharing).
 WAVEPP = Policy("wavepp", admission=AsyncRounds(), lookup=HintIndex(), stage_admission=EveryStage(),
-                charge=SuffixOnly(), chunking=Mpu(), ring=Ring(2), fill=FillToMinimum(), relay=PlansFromStore())
+                charge=SuffixOnly(), chunking=Mpu(), ring=Ring(2), fill=FillToMinimum(), relay=PlansFromStore(),
+                share=WaitForProducer())
