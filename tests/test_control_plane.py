@@ -8,8 +8,7 @@ import asyncio
 import json
 import logging
 import time
-import uuid
-from collections.abc import Iterator
+from collections.abc import Callable
 
 import httpx
 import pytest
@@ -30,17 +29,9 @@ REWRITTEN_WITHIN_S = max(1.0, 4 * KNOB_POLL_S)
 
 
 @pytest.fixture
-def url() -> Iterator[str]:
+def url(redis_cluster: Callable[[str], str]) -> str:
     """A store URL on the local Redis (db 13) under a cluster of its own; its keys deleted after."""
-    cluster = f"deployment-{uuid.uuid4().hex[:8]}"
-    client = redis.Redis(db=13)
-    try:
-        yield f"redis://127.0.0.1:6379/13?cluster={cluster}"
-    finally:
-        keys = list(client.scan_iter(match=f"wavepp:{{{cluster}}}:*"))
-        if keys:
-            client.delete(*keys)
-        client.close()
+    return redis_cluster("deployment")
 
 
 def _plain(url: str) -> tuple[redis.Redis, str]:

@@ -6,8 +6,7 @@ from __future__ import annotations
 
 import json
 import logging
-import uuid
-from collections.abc import Iterator
+from collections.abc import Callable
 
 import pytest
 import redis
@@ -33,17 +32,9 @@ def span(i: int, run: str = "run-a") -> dict[str, object]:
 
 
 @pytest.fixture
-def url() -> Iterator[str]:
+def url(redis_cluster: Callable[[str], str]) -> str:
     """A store URL on the local Redis (db 13) under a cluster of its own; its keys deleted after."""
-    cluster = f"stream-{uuid.uuid4().hex[:8]}"
-    client = redis.Redis(db=13)
-    try:
-        yield f"redis://127.0.0.1:6379/13?cluster={cluster}"
-    finally:
-        keys = list(client.scan_iter(match=f"wavepp:{{{cluster}}}:*"))
-        if keys:
-            client.delete(*keys)
-        client.close()
+    return redis_cluster("stream")
 
 
 def _append(client: redis.Redis, url: str, *entries: dict[str, bytes | str]) -> None:
