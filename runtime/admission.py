@@ -71,8 +71,9 @@ class Admission:
         ``computing``: block hashes admitted requests are computing now."""
         attributes = {N.NUM_REQUESTS: len(requests), N.ADMISSION_CRITICAL: critical_path}
         with self.tel.span(N.ADMISSION_ROUND, attributes, cpu=True) as round_span:
-            hints = await self._hint(requests)
-            waits = self.share.waiting(requests, hints, [self._max_blocks(r) for r in requests], computing)
+            limits = [self._max_blocks(r) for r in requests]
+            hints = await self._hint(requests, limits)
+            waits = self.share.waiting(requests, hints, limits, computing)
             going = [r for r, w in zip(requests, waits, strict=True) if not w]
             admitted: list[AdmittedRequest] = []
             if going:
@@ -84,8 +85,7 @@ class Admission:
         taken = {a.id for a in admitted}
         return RoundResult(admitted, [r for r in requests if r.id not in taken])
 
-    async def _hint(self, requests: Sequence[Request]) -> list[int]:
-        limits = [self._max_blocks(r) for r in requests]
+    async def _hint(self, requests: Sequence[Request], limits: Sequence[int]) -> list[int]:
         prompts = [r.block_hashes for r in requests]     # capped below: no copy of long hash lists
         with self.tel.span(N.HINT_LOOKUP, {N.NUM_REQUESTS: len(requests)}) as span:
             boundaries, probes = await self.lookup.boundaries(prompts, limits, self.store, self.stages)
