@@ -366,7 +366,7 @@ class PipelineLoop:
         tells a silent runtime from a busy one) and the runtime's state: running, finished or failed."""
         stats = await asyncio.gather(*(h.stats() for h in self.handles))
         stages = tuple(StageStatus(h.stage, st.num_blocks, st.num_cached, st.num_free, st.num_leases,
-                                   st.num_escrowed_blocks, st.num_evictions, st.num_victim_replacements)
+                                   st.num_escrowed_blocks, st.num_evictions)
                        for h, st in zip(self.handles, stats, strict=True))
         return StatusSnapshot(t=self.tel.now_ns(), run=self.tel.run_id, wall=time.time(), state=state,
                               policy=self.policy.name, waiting=self.run_state.num_waiting,

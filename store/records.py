@@ -123,22 +123,19 @@ class WavePlanRecord:
 
 @dataclass(frozen=True, slots=True)
 class StageStatus:
-    """One stage's cache state in a status snapshot (KV blocks; evictions and replacements since the
-    run started)."""
+    """One stage's cache state in a status snapshot (KV blocks; evictions since the run started)."""
 
     stage: int
     capacity: int                # blocks the stage's pool holds
     cached: int                  # blocks holding a cached prefix
     free: int
     leases: int                  # requests holding pins on the stage
-    escrowed: int                # blocks escrowed for admitted requests
+    escrowed: int                # blocks escrowed for admitted requests (promised, not yet taken)
     evictions: int
-    replacements: int            # evicted blocks replaced by a victim's
 
     def to_json(self) -> dict[str, Any]:
         return {"stage": self.stage, "capacity": self.capacity, "cached": self.cached, "free": self.free,
-                "leases": self.leases, "escrowed": self.escrowed, "evictions": self.evictions,
-                "replacements": self.replacements}
+                "leases": self.leases, "escrowed": self.escrowed, "evictions": self.evictions}
 
     @classmethod
     def from_json(cls, data: object, position: int) -> StageStatus | None:
@@ -147,8 +144,7 @@ class StageStatus:
             return None
         return cls(stage=_int(data, "stage", position), capacity=_int(data, "capacity", 0),
                    cached=_int(data, "cached", 0), free=_int(data, "free", 0), leases=_int(data, "leases", 0),
-                   escrowed=_int(data, "escrowed", 0), evictions=_int(data, "evictions", 0),
-                   replacements=_int(data, "replacements", 0))
+                   escrowed=_int(data, "escrowed", 0), evictions=_int(data, "evictions", 0))
 
 
 @dataclass(frozen=True, slots=True)

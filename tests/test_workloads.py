@@ -211,7 +211,11 @@ def test_sessions_outgrow_uneven_pools_and_the_stages_evict_differently() -> Non
         rec = run_one(engine, cfg, policy, 4)
         assert rec.figures.completed == 120
         evictions = [h.cache.pool.num_evictions for h in rec.parts.handles]
-        assert min(evictions) > 0 and evictions[0] != evictions[1]
+        assert min(evictions) > 0
+        if policy == "wavepp":                 # its own pool per stage: the smaller one evicts more
+            assert evictions[0] < evictions[1]
+        else:                                  # pool=min: both ranks the smaller pool, in lockstep - alike
+            assert [h.capacity for h in rec.parts.handles] == [200, 200] and evictions[0] == evictions[1]
         assert rec.figures.evictions == evictions           # nothing primed: the spans saw every eviction
         assert rec.figures.good_hit_rate is not None and 0 < rec.figures.good_hit_rate < 1
 

@@ -16,9 +16,8 @@ held by another request (usually nothing under heavy reuse)::
     held_children 1     1     0     0
 
 Unheld cached blocks are *reclaimable*: evicting leaves one by one frees them all. Unheld leaves
-are *evictable* and sit in ``lru`` (oldest first); an escrow may also *name* one as its victim
-(``named``): still cached and still a hit, but set aside for eviction at materialization.
-The escrow bookkeeping itself lives in :mod:`runtime.kvcache.stage_cache`.
+are *evictable* and sit in ``lru`` (oldest first). The escrow's count of promised blocks lives in
+:mod:`runtime.kvcache.stage_cache`; the pool evicts only when a stage materializes.
 
 Free blocks come in two kinds: ones handed back (``_returned``, reused last-in first-out) and
 ones never used yet (ids ``_fresh`` and up, handed out lowest first). A block's :class:`Block`
@@ -55,8 +54,7 @@ class BlockPool:
         self._fresh = 0                                               # lowest id never used
         self._returned: list[int] = []                                # free again; pop() reuses the last first
         self.by_hash: dict[int, int] = {}
-        self.lru: OrderedDict[int, None] = OrderedDict()              # evictable, not named; oldest first
-        self.named: dict[int, str] = {}                               # evictable, named victim -> request id
+        self.lru: OrderedDict[int, None] = OrderedDict()              # evictable leaves, oldest first
         self.num_evictions = 0
         self.num_reclaimable = 0                                      # cached and not held
 
@@ -67,14 +65,14 @@ class BlockPool:
 
     @property
     def num_evictable(self) -> int:
-        return len(self.lru) + len(self.named)
+        return len(self.lru)
 
     @property
     def num_cached(self) -> int:
         return len(self.by_hash)
 
     def is_evictable(self, block_id: int) -> bool:
-        return block_id in self.lru or block_id in self.named
+        return block_id in self.lru
 
     def chain(self, block_id: int) -> list[int]:
         """Block ids from the root down to ``block_id`` (a prompt's block table prefix)."""
@@ -95,7 +93,6 @@ class BlockPool:
             if b.hash is not None:
                 self.num_reclaimable -= 1
                 self.lru.pop(b.id, None)
-                self.named.pop(b.id, None)
             if b.parent < 0:
                 return
             p = blocks[b.parent]
@@ -140,34 +137,16 @@ class BlockPool:
             self._unhold(b)
 
     def take_free(self) -> int:
-        """The next free block (IndexError when none is left)."""
+        """The next free block: the last one handed back, else the lowest never used (IndexError
+        when none is left)."""
         if self._returned:
             return self._returned.pop()
-        return self.take_free_many(1)[0]
-
-    def take_free_many(self, n: int) -> list[int]:
-        """``n`` free blocks off the free list, in the order ``take_free`` hands them out read
-        backwards (so ``pop()`` on the result hands them out in that order): reused ones first, then
-        the lowest never-used ids."""
-        if n > self.num_free:
-            raise IndexError(f"{n} free blocks asked for, {self.num_free} left")
-        if n <= 0:
-            return []
-        returned = self._returned
-        reused = min(n, len(returned))
-        out = returned[len(returned) - reused:]
-        del returned[len(returned) - reused:]
-        fresh = n - reused
-        if fresh:
-            start = self._fresh
-            self.blocks.extend(Block(i) for i in range(start, start + fresh))
-            self._fresh = start + fresh
-            out = list(range(start + fresh - 1, start - 1, -1)) + out
-        return out
-
-    def give_back(self, block_ids: list[int]) -> None:
-        """Free blocks taken with ``take_free_many`` and never owned, in the order they came."""
-        self._returned.extend(block_ids)
+        if self._fresh >= self.num_blocks:
+            raise IndexError("no free block left")
+        bid = self._fresh
+        self.blocks.append(Block(bid))
+        self._fresh = bid + 1
+        return bid
 
     def own(self, block_id: int) -> int:
         """Mark a block taken off the free list as OWNED by one request."""
@@ -188,7 +167,6 @@ class BlockPool:
             p = self.blocks[parent]
             if p.num_children == 0:
                 self.lru.pop(parent, None)
-                self.named.pop(parent, None)
             p.num_children += 1
             p.held_children += 1
             if not p.held:
@@ -202,8 +180,7 @@ class BlockPool:
         """
         b = self.blocks[block_id]
         assert b.hash is not None and not b.held and b.num_children == 0, "not an evictable leaf"
-        self.lru.pop(block_id, None)
-        self.named.pop(block_id, None)
+        del self.lru[block_id]
         evicted = b.hash
         del self.by_hash[evicted]
         if b.parent >= 0:

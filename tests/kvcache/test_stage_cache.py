@@ -66,7 +66,7 @@ def test_escrow_refuses_what_it_cannot_promise() -> None:
     run_request(c, "warm", hashes, len(tokens))      # 4 cached, 4 free
     c.lease("x", [], 0, 6 * B)
     assert c.can_escrow(6)
-    c.escrow("x", 6)                          # 4 free + 2 victims
+    c.escrow("x", 6)                                # 4 free + 2 of the cached ones
     c.lease("y", [], 0, 3 * B)
     assert not c.can_escrow(3)                       # only 2 reclaimable left
     with pytest.raises(ValueError, match="cannot escrow 3 blocks"):
@@ -96,8 +96,9 @@ def test_a_lease_may_not_pin_a_block_an_escrow_counts_on() -> None:
     c.check()
 
 
-def test_a_victim_that_gained_an_owner_is_replaced_at_materialization() -> None:
-    """Escrow names an LRU leaf; a lease pins it before materialization; a replacement is evicted."""
+def test_escrow_takes_no_block_and_materialization_evicts_the_leaf_oldest_then() -> None:
+    """An escrow is a count: the block it will take stays cached and a hit (a later lease may pin
+    it); materialization takes the LRU leaf of that moment."""
     c = StageCache(0, 8, B)
     ta, ha = prompt(1, 4)
     tb, hb = prompt(2, 4)
@@ -106,17 +107,42 @@ def test_a_victim_that_gained_an_owner_is_replaced_at_materialization() -> None:
     c.lease("x", [], 0, 1 * B)
     assert c.can_escrow(1)
     c.escrow("x", 1)
-    named = c.tickets["x"].victims[-1]
-    assert c.pool.blocks[named].hash == ha[3]        # the LRU leaf: the tail of prompt a
-    assert c.lease("y", ha, 3, len(ta)) == 3         # pins a[0..3) - not the victim a[3]
-    assert c.lease("z", ha, 4, 4 * B + 1) == 4       # pins the victim itself (7 reclaimable left >= 1)
+    assert c.stats().num_evictions == 0 and c.prefix_length(ha) == 4 and c.available_blocks() == 7
+    assert c.lease("z", ha, 4, 4 * B + 1) == 4       # pins the oldest leaf, a[3] (7 reclaimable >= 1 left)
     table = c.materialize("x", 0, B, 0)
-    assert table[0] != named and c.pool.blocks[named].hash == ha[3]   # the victim survived
-    assert c.stats().num_victim_replacements == 1
-    assert c.prefix_length(hb) == 3                  # the replacement came from prompt b's tail
-    for rid in ("x", "y", "z"):
+    assert c.pool.blocks[table[0]].hash is None      # an owned block now, taken from ...
+    assert c.prefix_length(ha) == 4 and c.prefix_length(hb) == 3   # ... prompt b's tail, oldest then
+    assert c.stats().num_evictions == 1 and c.stats().num_escrowed_blocks == 0
+    for rid in ("x", "z"):
         c.release(rid)
     c.check()
+
+
+def test_stages_that_complete_at_different_times_evict_the_same_blocks() -> None:
+    """Two stages run the same requests; stage 1 lags (it completes 'a' only after 'c' is
+    admitted). The escrow promises a count on both and each stage picks its block when it
+    materializes - after completing the same requests - so both keep the same blocks (named at the
+    escrow, stage 1 would have evicted 'b' while stage 0 kept it)."""
+    stages = [StageCache(s, 6, B) for s in range(2)]
+    ta, ha = prompt(1, 3, extra_tokens=1)            # 4 blocks, the last one partial
+    tb, hb = prompt(2, 2)
+    tc, hc = prompt(3, 1)                            # one block to find
+    for c in stages:
+        run_request(c, "b", hb, len(tb))             # cached, LRU-oldest
+        c.lease("a", ha, 0, len(ta))
+        c.escrow("a", 4)
+        c.materialize("a", 0, len(ta), 0)
+    stages[0].complete("a", ha)                      # stage 0 is ahead: its partial block is free again
+    for c in stages:                                 # 'c' is admitted on both at the same moment
+        assert c.lease("c", hc, 0, len(tc)) == 0
+        c.escrow("c", 1)                             # stage 0 has a free block now, stage 1 none
+    stages[1].complete("a", ha)                      # stage 1 catches up before it prepares 'c'
+    for c in stages:
+        c.materialize("c", 0, len(tc), 0)
+        c.complete("c", hc)
+        c.check()
+    assert [c.stats().num_evictions for c in stages] == [0, 0]       # both took the freed block
+    assert [c.prefix_length(hb) for c in stages] == [2, 2] and [c.prefix_length(ha) for c in stages] == [3, 3]
 
 
 def test_descriptor_mismatch_is_refused_and_release_leaks_nothing() -> None:

@@ -11,12 +11,11 @@ import pytest
 
 from wavepp.store.records import PlannedChunk, StageStatus, StatusSnapshot, WavePlanRecord
 
-STAGE = StageStatus(stage=1, capacity=3000, cached=819, free=2181, leases=2, escrowed=64, evictions=5,
-                    replacements=1)
+STAGE = StageStatus(stage=1, capacity=3000, cached=819, free=2181, leases=2, escrowed=64, evictions=5)
 STATUS = StatusSnapshot(t=1767225600749881911, run="20261201T112520Z-1a2b3c", wall=1764588320.5, state="finished",
                         policy="trtllm-pp", waiting=3, active=5, in_flight=2, ring=4, finished=64, failed=1,
                         knobs_version=4, knobs_refused={"version": 5, "reason": "bad", "running": 4},
-                        stages=(StageStatus(0, 3000, 819, 2181, 0, 0, 0, 0), STAGE))
+                        stages=(StageStatus(0, 3000, 819, 2181, 0, 0, 0), STAGE))
 PLAN = WavePlanRecord(wave=7, budget=8192, planned_at=0.0573416052565905, policy="wavepp",
                       chunks=(PlannedChunk("r1", 0, 4096, 0, False), PlannedChunk("r2", 1024, 64, 16, True)))
 
@@ -25,10 +24,9 @@ def test_a_status_snapshot_round_trips_in_the_runtime_s_key_order() -> None:
     data = STATUS.to_json()
     assert list(data) == ["t", "run", "wall", "state", "policy", "waiting", "active", "in_flight", "ring",
                           "finished", "failed", "knobs_version", "knobs_refused", "stages"]
-    assert list(data["stages"][1]) == ["stage", "capacity", "cached", "free", "leases", "escrowed", "evictions",
-                                       "replacements"]
+    assert list(data["stages"][1]) == ["stage", "capacity", "cached", "free", "leases", "escrowed", "evictions"]
     assert data["stages"][1] == {"stage": 1, "capacity": 3000, "cached": 819, "free": 2181, "leases": 2,
-                                 "escrowed": 64, "evictions": 5, "replacements": 1}
+                                 "escrowed": 64, "evictions": 5}
     text = json.dumps(data, separators=(",", ":"))
     assert StatusSnapshot.from_json(json.loads(text)) == STATUS
     assert json.dumps(StatusSnapshot.from_json(json.loads(text)).to_json(), separators=(",", ":")) == text  # type: ignore[union-attr]
@@ -76,8 +74,8 @@ def test_fields_missing_or_of_another_type_read_as_their_defaults() -> None:
     assert odd == StatusSnapshot(1, wall=None, state="running", waiting=0, active=2, in_flight=0, knobs_version=3,
                                  knobs_refused=None)
     stages = StatusSnapshot.from_json(FOREIGN[-3])
-    assert stages is not None and stages.stages == (StageStatus(0, 3000, 0, 0, 0, 0, 0, 0),
-                                                    StageStatus(1, 0, 0, 0, 0, 0, 0, 0))
+    assert stages is not None and stages.stages == (StageStatus(0, 3000, 0, 0, 0, 0, 0),
+                                                    StageStatus(1, 0, 0, 0, 0, 0, 0))
     assert StatusSnapshot.from_json({"t": 1, "stages": [1, "x", None]}) == StatusSnapshot(1)   # no stage entries
     kept = StatusSnapshot.from_json(FOREIGN[-1])
     assert kept == StatusSnapshot(-5, wall=12, state="failed: x")

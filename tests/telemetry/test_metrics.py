@@ -82,8 +82,8 @@ def test_render_is_exposition_text_for_any_http_server(metrics: WaveppMetrics) -
 
 def test_status_snapshots_become_queue_and_kv_gauges(metrics: WaveppMetrics) -> None:
     metrics.observe_status("wavepp", StatusSnapshot(1, waiting=3, active=5, stages=(
-        StageStatus(0, capacity=98, cached=10, free=80, leases=2, escrowed=6, evictions=0, replacements=0),
-        StageStatus(1, capacity=86, cached=12, free=70, leases=2, escrowed=4, evictions=0, replacements=0))))
+        StageStatus(0, capacity=98, cached=10, free=80, leases=2, escrowed=6, evictions=0),
+        StageStatus(1, capacity=86, cached=12, free=70, leases=2, escrowed=4, evictions=0))))
     m = scrape(metrics.serve(0))
     assert value(m["wavepp_requests_waiting"], policy="wavepp") == 3
     assert value(m["wavepp_requests_active"], policy="wavepp") == 5
