@@ -15,13 +15,13 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from itertools import takewhile
 from typing import Protocol, TypeVar
 
 from wavepp.runtime.kvcache.stage_cache import CacheStats, DescriptorMismatch, Mismatch, StageCache
 from wavepp.runtime.request import Chunk, Request, Wave, cdiv
 from wavepp.runtime.step_times import StageFit
 from wavepp.store.base import Store
+from wavepp.store.probe import longest_prefix_in
 
 T = TypeVar("T")
 
@@ -209,9 +209,9 @@ class StageHandle:
         the schedule arrives from the previous stage (one message), the scheduler re-runs over
         ``num_active`` requests, each pending prompt's prefix is walked in this stage's tree, and the
         scheduled prompts (``copied_tokens``) are copied into the step's inputs. Returns blocks walked."""
-        cached, walked = self.cache.pool.by_hash.__contains__, 0
-        for hashes in pending:                     # a radix walk: block by block until a miss (the miss visited too)
-            hits = len(list(takewhile(cached, hashes)))
+        cached, walked = self.cache.pool.by_hash, 0
+        for hashes in pending:                     # a radix walk visits every hit and the first miss; residency
+            hits, _ = longest_prefix_in(hashes, cached)   # is prefix-closed, so a binary search counts them
             walked += hits + (hits < len(hashes))
         bytes(4 * copied_tokens)                   # the prompt copy (int32 tokens)
         await self._charge("walk", walked, remote=True)
