@@ -13,6 +13,7 @@ history); the dashboard's synchronous readers use the same decoding.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import struct
@@ -116,7 +117,7 @@ class RedisStore:
             url = parse_store_url(url)
         client = aioredis.Redis.from_url(url.url, socket_connect_timeout=timeout_s, socket_timeout=5.0)
         try:
-            await client.ping()
+            await _ping(client)
         except rex.AuthenticationError:
             await client.aclose()
             raise StoreError(f"redis at {url.where}: authentication failed (wrong user or password)") from None
@@ -364,3 +365,26 @@ class RedisStore:
 
     async def close(self) -> None:
         await self.client.aclose()
+
+
+async def _ping(client: aioredis.Redis) -> None:
+    """``client.ping()``, stopped at once when the caller is cancelled. redis-py 8.1 swallows a
+    cancellation that lands at some points of its connect (the ping then waits out its 5 s socket
+    timeout: a SIGTERM to a server starting against a silent store was ignored that long). So the
+    ping runs as a task of its own that never raises; a cancelled caller stops waiting for it."""
+    async def quietly() -> BaseException | None:
+        try:
+            await client.ping()
+        except BaseException as exc:         # noqa: BLE001 - handed to the caller below
+            return exc
+        return None
+
+    task = asyncio.ensure_future(quietly())
+    try:
+        await asyncio.wait({task})
+    except asyncio.CancelledError:
+        task.cancel()
+        raise
+    error = task.result()
+    if error is not None:
+        raise error

@@ -63,6 +63,30 @@ def test_connect_to_closed_port_cannot_reach() -> None:
     assert "cannot reach redis" in message and f"127.0.0.1:{port}/0" in message
 
 
+def test_a_cancelled_connect_to_a_silent_server_stops_at_once_wherever_the_cancel_lands() -> None:
+    """redis-py 8.1 swallowed a cancellation landing at some steps of its connect and waited out its 5 s
+    read timeout instead (a SIGTERM to a server starting against a silent store was ignored that long)."""
+    silent = socket.create_server(("127.0.0.1", 0))        # accepts, never answers
+    url = f"redis://127.0.0.1:{silent.getsockname()[1]}/0"
+
+    async def cancel_after(steps: int) -> float:
+        task = asyncio.create_task(RedisStore.connect(url))
+        for _ in range(steps):
+            await asyncio.sleep(0)
+        loop = asyncio.get_running_loop()
+        t0 = loop.time()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        return loop.time() - t0
+
+    try:
+        waited = [asyncio.run(cancel_after(steps)) for steps in range(14)]
+    finally:
+        silent.close()
+    assert max(waited) < 1.0, [round(w, 3) for w in waited]
+
+
 def test_connect_with_wrong_or_missing_password_fails_authentication(start_private_redis: StartRedis) -> None:
     _, port = start_private_redis("--requirepass", "secret")
     for url in (f"redis://:letmein@127.0.0.1:{port}/0", f"redis://127.0.0.1:{port}/0"):
