@@ -40,6 +40,9 @@ __all__ = ["LAUNCHERS", "StageStartFailed", "World", "describe_exit", "join_torc
 TIMEOUT_ENV = "WAVEPP_DIST_TIMEOUT_S"   # gloo's limit on one send or receive (tests shorten it)
 
 
+RENDEZVOUS_S = 600.0   # how long ranks wait for each other at start (spawned ranks import torch first)
+
+
 def link_timeout() -> datetime.timedelta:
     """How long one send or receive on a link may take: 10 minutes, or ``$WAVEPP_DIST_TIMEOUT_S``
     seconds. A link idle that long would time out too; the leader's keepalive (leader.py) keeps
@@ -68,15 +71,19 @@ class World:
         else:
             device = torch.device("cpu")
         timeout = link_timeout()
+        # The rendezvous waits for every rank to start, whatever the link timeout: a test that shortens
+        # the links to seconds must not fail because a spawned rank took longer to import torch.
+        meet = max(timeout, datetime.timedelta(seconds=RENDEZVOUS_S))
         if store is None and init_method.startswith("tcp://"):
             # Not init_method=: rank 0 passes its store, and torch prefixes the keys of a store made
             # from an init_method ("default_pg/") but not of one passed in; both sides pass one.
             where = urlsplit(init_method)
-            store = TCPStore(where.hostname or "127.0.0.1", where.port or 0, size, False, timeout)
+            store = TCPStore(where.hostname or "127.0.0.1", where.port or 0, size, False, meet)
         if store is not None:
-            dist.init_process_group("gloo", store=store, rank=rank, world_size=size, timeout=timeout)
+            dist.init_process_group("gloo", store=store, rank=rank, world_size=size, timeout=meet)
         else:
-            dist.init_process_group("gloo", init_method=init_method, rank=rank, world_size=size, timeout=timeout)
+            dist.init_process_group("gloo", init_method=init_method, rank=rank, world_size=size, timeout=meet)
+        dist.barrier()                  # every rank is up: the links below connect at once
         world = cls(rank, size, device)
         for s in range(1, size):
             g_cmd, g_rep = dist.new_group([0, s], timeout=timeout), dist.new_group([0, s], timeout=timeout)
@@ -102,8 +109,9 @@ def loopback_store(size: int) -> tuple[TCPStore, int]:
         sock.bind(("127.0.0.1", 0))
         sock.listen(size)
         port = int(sock.getsockname()[1])
-        store = TCPStore("127.0.0.1", port, size, True, link_timeout(), wait_for_workers=False,
-                              master_listen_fd=sock.fileno())
+        meet = max(link_timeout(), datetime.timedelta(seconds=RENDEZVOUS_S))
+        store = TCPStore("127.0.0.1", port, size, True, meet, wait_for_workers=False,
+                         master_listen_fd=sock.fileno())
     except BaseException:
         sock.close()
         raise
