@@ -69,6 +69,7 @@ class BenchConfig:
     store_deadline_s: float | None = None   # real time: a store down this long ends the run (None: wait)
     telemetry: Sequence[str] = ("on",)      # span export per run, side by side: off, on, otlp (--telemetry)
     metrics: WaveppMetrics | None = None    # instruments to feed (None: the process's, with --metrics-port)
+    check_invariants: bool = False          # runtime.invariants after every wave and at the drain
 
 
 @dataclass(slots=True)
@@ -120,7 +121,8 @@ def run_one(engine: Engine, cfg: BenchConfig, policy_name: str, concurrency: int
         # The saved run's meta goes to the store when the loop starts (and again if the store comes
         # back empty): a viewer of a live store can replay the run.
         loop = PipelineLoop(parts.handles, parts.executor, parts.store, knobs, workload,
-                            concurrency, tel, engine.block_size, stall_timeout_s=cfg.stall_timeout_s, meta=meta)
+                            concurrency, tel, engine.block_size, stall_timeout_s=cfg.stall_timeout_s, meta=meta,
+                            check_invariants=cfg.check_invariants)
         loops.append(loop)
         if progress is not None:
             loop.progress = lambda done, total: progress(label, done, total)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -66,6 +66,8 @@ class RequestEnds:
         # Warm-up requests (the loop's warm_up): each one's end resolves its future and counts in no
         # result, no progress and no closed loop.
         self.warming: dict[str, asyncio.Future[Completion | str]] = {}
+        # ``--check-invariants``: awaited after every retired wave (runtime.invariants.check_running).
+        self.after_retire: Callable[[], Awaitable[None]] | None = None
 
     async def retire(self, wave: Wave, live: list[Chunk]) -> None:
         """The last stage ran ``wave`` (its ``live`` chunks): finish the requests it completes,
@@ -78,6 +80,8 @@ class RequestEnds:
         self.on_retired(wave)
         if wave.span is not None:
             self.tel.end(wave.span)
+        if self.after_retire is not None:
+            await self.after_retire()
 
     async def complete(self, done: list[AdmittedRequest], wave: Wave) -> None:
         """The requests whose last chunk left the last stage in ``wave``: one message per stage,

@@ -28,12 +28,12 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import itertools
 import logging
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from wavepp.runtime import invariants
 from wavepp.runtime.admission import Admission, AdmissionQueue
 from wavepp.runtime.arrivals import ArrivalPort, ArrivalSource
 from wavepp.runtime.completion import LoopResult, RequestEnds
@@ -45,7 +45,7 @@ from wavepp.runtime.policies import get_policy
 from wavepp.runtime.policies.base import Policy
 from wavepp.runtime.publications import Publication, Publications
 from wavepp.runtime.request import Completion, Request, Wave, cdiv
-from wavepp.runtime.run_state import RunState
+from wavepp.runtime.run_state import ComputedBefore, RunState
 from wavepp.runtime.stage_tasks import StageWorker, run_link
 from wavepp.runtime.step_times import StepTimes
 from wavepp.runtime.watchdog import DEFAULT_STALL_TIMEOUT_S, watch
@@ -58,7 +58,6 @@ from wavepp.telemetry.setup import Telemetry
 log = logging.getLogger(__name__)
 
 STATUS_EVERY_S = 0.25          # runtime status snapshots (dashboard: queues, cache state over time)
-EVER_COMPUTED_CAP = 4_000_000  # block hashes remembered for the good-hit rate (oldest forgotten first)
 
 __all__ = ["LoopResult", "PipelineLoop"]
 
@@ -69,10 +68,13 @@ class PipelineLoop:
     def __init__(self, handles: Sequence[StageHandle], executor: StageExecutor, store: Store,
                  knobs: Knobs, workload: ArrivalSource, concurrency: int,
                  telemetry: Telemetry, block_size: int, publish_plans: bool = True,
-                 stall_timeout_s: float = DEFAULT_STALL_TIMEOUT_S, meta: dict[str, Any] | None = None) -> None:
+                 stall_timeout_s: float = DEFAULT_STALL_TIMEOUT_S, meta: dict[str, Any] | None = None,
+                 check_invariants: bool = False) -> None:
         """``stall_timeout_s``: end the run with :class:`runtime.watchdog.Stalled` when nothing
         happens that long while work waits (the deadlock guard). ``meta``: what the run is
-        (:func:`runtime.run_meta.describe_run`), published under the run's id for viewers of the store."""
+        (:func:`runtime.run_meta.describe_run`), published under the run's id for viewers of the store.
+        ``check_invariants``: check :mod:`runtime.invariants` after every retired wave and once the
+        run drained (slow: every stage's whole pool each time; for tests and diagnosis)."""
         if concurrency < 1:
             raise ValueError(f"concurrency must be >= 1, got {concurrency}")
         if not stall_timeout_s > 0:
@@ -99,9 +101,13 @@ class PipelineLoop:
         self.pool = get_policy(knobs.policy).pool   # the engine built the caches with it: fixed for the run
         self._configure(knobs)
         self.queue = AdmissionQueue(self.run_state, self.admission, knobs, self.registry, telemetry, self.spans)
+        self.computed_before = ComputedBefore()       # what completed requests computed (the good-hit rate)
         self.ends = RequestEnds(self.run_state, self.handles, executor, telemetry, self.spans, self.registry,
-                                self.result, lambda: self.policy, self.next_arrival, self.remember_computed,
+                                self.result, lambda: self.policy, self.next_arrival, self.computed_before.add,
                                 self._plan_retired)
+        self.check_invariants = check_invariants
+        if check_invariants:
+            self.ends.after_retire = lambda: invariants.check_running(self)
         self.stages = [StageWorker(s, h, executor, telemetry, self.run_state, self.ends, lambda: self.policy,
                                    block_size, self.step_times) for s, h in enumerate(self.handles)]
         self.knob_watcher = KnobWatcher(store, Deployment(block_size, self.num_stages),
@@ -112,7 +118,6 @@ class PipelineLoop:
         self._pending_knobs: Knobs | None = None
         self._plan_events: list[tuple[str, dict[str, Any]]] = []  # knob changes and refusals: on the next wave plan
         self.progress: Callable[[int, int], None] | None = None   # (finished, total) after each request
-        self.ever_computed: dict[int, None] = {}       # an insertion-ordered set, capped
         self.done = asyncio.Event()
         self.warming = False                   # inside warm_up: spans muted, knob changes held back
         self.port = ArrivalPort(self._arrive, self.run_state, self.ends, self.result.failures, concurrency,
@@ -226,8 +231,10 @@ class PipelineLoop:
         for t in finished:
             if t is not done_wait and t.exception() is not None:
                 raise t.exception()  # type: ignore[misc]
-        await self.publisher.flush()
+        await self._flush_index()
         await self._drain_writes()
+        if self.check_invariants and (self.num_finished >= self.workload.num_requests or not self.run_state.has_work()):
+            await invariants.check_drained(self, tasks)     # a server stopped with work left is not drained
         return self.result
 
     async def _drain_writes(self) -> None:
@@ -236,12 +243,6 @@ class PipelineLoop:
             await self.writer.drain()
         finally:
             task.cancel()
-
-    def remember_computed(self, hashes: Sequence[int]) -> None:
-        self.ever_computed.update(dict.fromkeys(hashes))
-        if len(self.ever_computed) > EVER_COMPUTED_CAP:
-            for h in list(itertools.islice(self.ever_computed, len(self.ever_computed) - EVER_COMPUTED_CAP)):
-                del self.ever_computed[h]
 
     @property
     def num_finished(self) -> int:
@@ -258,11 +259,7 @@ class PipelineLoop:
         resolves this future and counts nowhere else."""
         if warming is not None:
             self.ends.warming[req.id] = warming
-        reusable = 0
-        for h in req.block_hashes[: (req.num_tokens - 1) // self.block_size]:
-            if h not in self.ever_computed:
-                break
-            reusable += 1
+        reusable = self.computed_before.prefix(req.block_hashes[: (req.num_tokens - 1) // self.block_size])
         self.spans[req.id] = self.tel.start(N.REQUEST, {
             N.REQUEST_ID: req.id, N.POLICY: self.policy.name, N.GEN_AI_INPUT_TOKENS: req.num_tokens,
             N.REUSABLE_TOKENS: reusable * self.block_size}, root=True)
@@ -391,6 +388,11 @@ class PipelineLoop:
         """Stages publish attach/detach events to the hint index off the critical path."""
         while True:
             await self.run_state.index_dirty.wait()
-            mark = self.run_state.settle_mark()
-            await self.publisher.flush()
-            self.run_state.settled(mark)
+            await self._flush_index()
+
+    async def _flush_index(self) -> None:
+        """Publish the stages' pending index events; the requests that had ended by then compute
+        nothing any more (``RunState.settled``)."""
+        mark = self.run_state.settle_mark()
+        await self.publisher.flush()
+        self.run_state.settled(mark)

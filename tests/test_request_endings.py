@@ -1,6 +1,7 @@
 """Every request ends exactly once, whatever races it: a client that gives up at any point of its
 request's life, and the ``policy`` knob changed under load, never stop the loop, never fail an
-unrelated request and never leave a lease, escrow or reference behind (issue 23, items 1-2).
+unrelated request and never leave a lease, escrow or reference behind (issue 23, items 1-2) - with
+the runtime's invariant checker after every wave and at the drain (``runtime/invariants.py``).
 
 The servers' open-loop source on the shared loop, on the sim engine in virtual time: deterministic
 for a seed, hundreds of clients in a couple of seconds.
@@ -63,7 +64,8 @@ class Served:
         tel = engine.telemetry(RunInfo.new(policy, "serve", 0, "sim", "memory"))
         knobs = engine.default_knobs().replace(max_wave_tokens=2048, min_wave_tokens=1024, policy=policy)
         source = ServerSource(max_queue=10_000)
-        loop = PipelineLoop(parts.handles, parts.executor, store, knobs, source, 1, tel, BLOCK)
+        # Every wave boundary and the drain checked (runtime/invariants.py): a violation fails the run.
+        loop = PipelineLoop(parts.handles, parts.executor, store, knobs, source, 1, tel, BLOCK, check_invariants=True)
         task = asyncio.create_task(loop.run())
         await until(lambda: source.ready)
         return cls(engine, loop, source, task)

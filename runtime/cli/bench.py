@@ -90,6 +90,9 @@ def register(sub: Any) -> dict[str, Handler]:
                    help="sim: multiply the lockstep host work of a conventional PP loop (sensitivity)")
     b.add_argument("--stall-timeout", type=positive_float, default=60.0,
                    help="end a run that makes no progress this many seconds (of its clock) while work waits")
+    b.add_argument("--check-invariants", action="store_true",
+                   help="check the runtime's invariants (runtime/invariants.py) after every wave and when a run "
+                        "drained; a violation ends the run with its name (slow: for tests and diagnosis)")
     b.add_argument("--quiet", action="store_true", help="no progress bar")
     b.add_argument("--launcher", choices=LAUNCHERS, default=None, help=LAUNCHER_HELP)
     bench_telemetry.add_flags(b)
@@ -214,7 +217,8 @@ def _bench(args: argparse.Namespace, spec: Any, engine: Any, sim: Any, knobs: An
     from wavepp.store.base import StoreError
     requests = args.requests if spec.kind == "trace" else args.requests or max(512, 4 * max(args.concurrency))
     cfg = BenchConfig(spec, args.concurrency, args.policy, requests, args.seed, args.prompt_tokens, knobs,
-                      args.model, args.hardware, args.stall_timeout, args.store_deadline, args.telemetry)
+                      args.model, args.hardware, args.stall_timeout, args.store_deadline, args.telemetry,
+                      check_invariants=args.check_invariants)
     if args.engine == "sim" and not args.quiet:
         print(f"sim cost model: {engine.cost_model_name}")
     try:

@@ -48,6 +48,13 @@ def _token(text: str) -> str:
     return text
 
 
+def _switch(text: str) -> bool:
+    value = text.strip().lower()
+    if value not in ("1", "0", "on", "off", "true", "false", "yes", "no"):
+        raise ValueError(f"must be on or off, got {text!r}")
+    return value in ("1", "on", "true", "yes")
+
+
 def _choice(*names: str) -> Callable[[str], str]:
     def parse(text: str) -> str:
         if text not in names:
@@ -97,6 +104,9 @@ OPTIONS: tuple[Option, ...] = (
     Option("drain_s", _positive_float, 30.0, "SIGTERM: seconds to finish in-flight requests (new ones get 503)"),
     Option("store_deadline", _positive_float, None, "a store unreachable this many seconds fails the server "
                                                     "(default: wait it out)"),
+    Option("check_invariants", _switch, False, "check the runtime's invariants (runtime/invariants.py) after every "
+                                               "wave and when the loop drained; a violation stops the server "
+                                               "(slow: for tests and diagnosis; the flag alone means on)"),
     Option("admin_token", _token, None, "PUT /v1/knobs needs Authorization: Bearer TOKEN (default: open); the "
                                         "dashboard reads the same variable. Prefer the variable: a flag shows in ps"),
 )
@@ -106,8 +116,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """One flag per option; its default is None so an environment variable can fill it in."""
     for opt in OPTIONS:
         default = "" if opt.default is None else f" (default {opt.default})"
+        switch: dict[str, Any] = {"nargs": "?", "const": True} if opt.parse is _switch else {}
         parser.add_argument(opt.flag, dest=opt.dest, type=_argparse_type(opt), default=None,
-                            help=f"{opt.help}{default}; env {opt.env}")
+                            help=f"{opt.help}{default}; env {opt.env}", **switch)
 
 
 def _argparse_type(opt: Option) -> Callable[[str], Any]:

@@ -83,8 +83,10 @@ class ServerRuntime:
     """The loop, its stages and its store for the life of a server."""
 
     def __init__(self, engine: Any, knobs: Knobs, max_queue: int, max_prompt_tokens: int | None = None,
-                 store_deadline_s: float | None = None) -> None:
+                 store_deadline_s: float | None = None, check_invariants: bool = False) -> None:
+        """``check_invariants``: :mod:`runtime.invariants` after every wave and when the loop drained."""
         self.engine = engine
+        self.check_invariants = check_invariants
         self.knobs = check_block_size(knobs, engine.block_size)
         # The longest prompt that can ever be served: the model's context, and the smallest stage's KV pool.
         fits = min(engine.capacities) * engine.block_size
@@ -121,7 +123,8 @@ class ServerRuntime:
         # publishes it when it starts, and again when the store comes back empty.
         meta = describe_run(self.engine, self.run, self.knobs, [h.capacity for h in self.parts.handles])
         self.loop = PipelineLoop(self.parts.handles, self.parts.executor, self.store, self.knobs, self.source,
-                                 1, self.tel, self.engine.block_size, meta=meta)
+                                 1, self.tel, self.engine.block_size, meta=meta,
+                                 check_invariants=self.check_invariants)
         self._task = asyncio.create_task(self.loop.run(), name="pipeline-loop")
         self._task.add_done_callback(self._stopped)
         while not self.source.ready and not self._task.done():
