@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-dev
 
-.PHONY: demo test lint bench bench-torch bench-telemetry grid grid-pressure ablation clean services stack
+.PHONY: demo test test-reliability lint bench bench-torch bench-telemetry grid grid-pressure ablation clean services stack
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -72,6 +72,13 @@ services:
 
 test: $(STAMP) services
 	$(PY) -m pytest
+
+# The stateful machines and property tests at length (the `reliability` hypothesis profile of
+# tests/conftest.py: 2,500 examples each, 60 steps per stateful example), with hypothesis's counts.
+RELIABILITY := tests/kvcache/test_cache_machine.py tests/store/test_probe.py tests/test_planner.py \
+	tests/test_hashing.py tests/test_report.py tests/engines/sim/test_perf_interp.py
+test-reliability: $(STAMP) services
+	WAVEPP_HYPOTHESIS_PROFILE=reliability $(PY) -m pytest $(RELIABILITY) --hypothesis-show-statistics
 
 # runtime/engines/torch/dist is named: ruff's default excludes skip any directory called dist.
 lint: $(STAMP)

@@ -1,5 +1,6 @@
 """Suite-wide settings and fixtures."""
 
+import os
 import uuid
 from collections.abc import Callable, Iterator
 
@@ -10,7 +11,9 @@ from hypothesis import settings
 # The suite runs on shared, loaded machines: a property test's example may be descheduled for a
 # second. Speed is measured by benchmarks, never by a test's clock, so no per-example deadline.
 settings.register_profile("wavepp", deadline=None)
-settings.load_profile("wavepp")
+# `make test-reliability`: the stateful machines and property tests at length (see the Makefile).
+settings.register_profile("reliability", deadline=None, max_examples=2500, stateful_step_count=60)
+settings.load_profile(os.environ.get("WAVEPP_HYPOTHESIS_PROFILE", "wavepp"))
 
 
 @pytest.fixture
