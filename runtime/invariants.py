@@ -91,10 +91,11 @@ async def check_index(loop: PipelineLoop) -> None:
         if count != len(held):
             raise InvariantViolation(f"hint index: stage {h.stage} caches {len(held)} blocks, "
                                      f"the index says {count}")
-        if held:
-            [found] = await loop.store.hint_lookup([held], [h.stage])
-            if found.reuse_blocks != len(held):
-                raise InvariantViolation(f"hint index: block {held[found.reuse_blocks]} cached on stage {h.stage} "
+        if held:                                   # each hash on its own: a snapshot is not one chain
+            found = await loop.store.hint_lookup([[x] for x in held], [h.stage])
+            missing = [x for x, r in zip(held, found, strict=True) if r.reuse_blocks != 1]
+            if missing:
+                raise InvariantViolation(f"hint index: block {missing[0]} cached on stage {h.stage} "
                                          "is missing from the index")
 
 

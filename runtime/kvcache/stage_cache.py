@@ -121,7 +121,7 @@ class StageCache:
         pool = self.pool
         cached = self._cached_prefix(hashes, k)
         held = self._held_prefix(hashes, cached)
-        granted = cached if cached <= held else min(cached, held + self.reserved_slack())
+        granted = cached if cached <= held else min(cached, held + max(0, self.available_blocks()))
         boundary = pool.by_hash[hashes[granted - 1]] if granted else -1
         if boundary >= 0:
             self.work += granted - held if granted > held else 0
@@ -129,10 +129,6 @@ class StageCache:
         self.leases[rid] = Lease(granted, num_tokens, boundary)
         self.progress[rid] = granted * self.block_size
         return granted
-
-    def reserved_slack(self) -> int:
-        """How many reclaimable blocks may still become held without breaking an escrow promise."""
-        return max(0, self.available_blocks())
 
     def shrink_lease(self, rid: str, k: int) -> None:
         """Lower the boundary to ``k`` (the leader's minimum over stages)."""
