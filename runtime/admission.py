@@ -59,6 +59,9 @@ class Admission:
         self.policy = policy
         self.share = share or ComputeAgain()
         self._admitting = [self.stages[s] for s in self.admit_stages]
+        # A hybrid model resumes only at its stages' state snapshots: a lookup's boundary is rounded down
+        # to their interval before the lease (what is then lowered is a real miss, counted as a fallback).
+        self.resume_step = max((h.resume_step for h in self.stages), default=1)
 
     def _max_blocks(self, r: Request) -> int:
         # At least one token is always computed: the first token needs the last position's logits.
@@ -89,6 +92,8 @@ class Admission:
         prompts = [r.block_hashes for r in requests]     # capped below: no copy of long hash lists
         with self.tel.span(N.HINT_LOOKUP, {N.NUM_REQUESTS: len(requests)}) as span:
             boundaries, probes = await self.lookup.boundaries(prompts, limits, self.store, self.stages)
+            if self.resume_step > 1:
+                boundaries = [k - k % self.resume_step for k in boundaries]
             if probes:
                 span.set_attribute(N.PROBES, probes)
             return boundaries
@@ -97,12 +102,7 @@ class Admission:
         items = [LeaseItem(r.id, r.block_hashes, k, r.num_tokens) for r, k in zip(requests, hints, strict=True)]
         with self.tel.span(N.LEASE, {N.NUM_REQUESTS: len(requests), N.BLOCKS: sum(hints)}) as span:
             answers = await on_stages(self._admitting, lambda h: h.lease(items))
-            final = [min(col) for col in zip(*answers, strict=True)]
-            excess = {h.stage: [(r.id, k) for r, g, k in zip(requests, answer, final, strict=True) if g > k]
-                      for h, answer in zip(self._admitting, answers, strict=True)}
-            shrinking = [h for h in self._admitting if excess[h.stage]]
-            if shrinking:
-                await on_stages(shrinking, lambda h: h.shrink(excess[h.stage]))
+            final = await self._agree(requests, answers)
             lowered = 0
             for r, hint, k in zip(requests, hints, final, strict=True):
                 if k < hint:           # the stages could not give what the first lookup promised
@@ -110,6 +110,24 @@ class Admission:
                     r.fallbacks += 1
             span.set_attribute(N.FALLBACKS, lowered)
         return final
+
+    async def _agree(self, requests: Sequence[Request], answers: list[list[int]]) -> list[int]:
+        """Lower each request's boundary to the minimum of the stages' answers; stages holding more unpin
+        the excess. One round, except where a hybrid stage keeps no state snapshot at that minimum and
+        answers lower still (``StageCache.shrink_lease``): then again, until every stage agrees."""
+        while True:
+            final = [min(col) for col in zip(*answers, strict=True)]
+            excess = {h.stage: [(i, k) for i, (g, k) in enumerate(zip(answer, final, strict=True)) if g > k]
+                      for h, answer in zip(self._admitting, answers, strict=True)}
+            shrinking = [h for h in self._admitting if excess[h.stage]]
+            if not shrinking:
+                return final
+            asks = {s: [(requests[i].id, k) for i, k in items] for s, items in excess.items()}
+            held = await on_stages(shrinking, lambda h: h.shrink(asks[h.stage]))  # noqa: B023 (awaited here)
+            for h, got in zip(shrinking, held, strict=True):
+                row = answers[self.admit_stages.index(h.stage)]
+                for (i, _), g in zip(excess[h.stage], got, strict=True):
+                    row[i] = g
 
     async def _escrow(self, requests: Sequence[Request], granted: list[int]) -> tuple[list[AdmittedRequest],
                                                                                        list[Request]]:

@@ -107,6 +107,13 @@ class StageHandle:
         return self.cache.pool.num_blocks
 
     @property
+    def resume_step(self) -> int:
+        """Blocks between the boundaries a request may resume at here: the state-snapshot interval of a
+        hybrid model's stage, else 1 (any block boundary)."""
+        states = self.cache.states
+        return states.spec.interval_blocks if states is not None else 1
+
+    @property
     def suspends(self) -> bool:
         """Whether an operation may wait (a message, a modelled cost) rather than return at once."""
         return self._costs is not None
@@ -129,10 +136,13 @@ class StageHandle:
         await self._charge("lease", self.cache.work - work, remote)
         return granted
 
-    async def shrink(self, items: Sequence[tuple[str, int]], remote: bool = True) -> None:
-        await self._charge("shrink", sum(self.cache.leases[rid].reuse_blocks - k for rid, k in items), remote)
-        for rid, k in items:
-            self.cache.shrink_lease(rid, k)
+    async def shrink(self, items: Sequence[tuple[str, int]], remote: bool = True) -> list[int]:
+        """Lower leases to the leader's boundaries; answers the boundary each now holds (on a hybrid
+        stage possibly lower still: the largest where it keeps a state snapshot)."""
+        work, walked = self.cache.work, sum(self.cache.leases[rid].reuse_blocks - k for rid, k in items)
+        granted = [self.cache.shrink_lease(rid, k) for rid, k in items]
+        await self._charge("shrink", walked + self.cache.work - work, remote)
+        return granted
 
     async def escrow(self, items: Sequence[tuple[str, int]], remote: bool = True) -> Escrowed:
         """Escrow a round in order; stops at the first request that does not fit (see

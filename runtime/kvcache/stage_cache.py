@@ -21,6 +21,10 @@ reuse needs a prefix on *all* of them. Measured on the pressure grid's synthetic
 stages holding different prefixes, and the cross-stage minimum was 446K of the 936K blocks the
 best stage held; with the choice made at materialization - where every stage sees the same
 completions before the same wave - 2 of 4,041, and good-hit rose from 0.50 to 0.82.
+
+A hybrid model's stage (recurrent-state layers beside attention) also keeps state snapshots
+(:mod:`runtime.kvcache.state_snapshots`): a lease resumes only where the stage holds one, an escrow
+promises the slots a request's state will take, and snapshots count as reclaimable like cached blocks.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from wavepp.runtime.kvcache.block_pool import BlockPool
+from wavepp.runtime.kvcache.state_snapshots import StateSnapshots, StateSpec
 from wavepp.runtime.request import cdiv
 from wavepp.store.probe import longest_prefix_in
 
@@ -48,6 +53,7 @@ class Lease:
     reuse_blocks: int
     num_tokens: int
     boundary: int                # pinned block holding tokens up to k*B (-1 when k == 0)
+    snapshot: int | None = None  # hybrid stage: hash keying the pinned state snapshot at k (None when k == 0)
 
 
 @dataclass(slots=True)
@@ -59,12 +65,15 @@ class CacheStats:
     num_leases: int
     num_escrowed_blocks: int                 # promised to tickets, not yet taken
     num_evictions: int
+    num_snapshots: int = 0                   # hybrid stages: recurrent-state snapshots kept
+    num_snapshot_blocks: int = 0             # blocks they and running requests' working states occupy
 
 
 class StageCache:
     """A stage's KV block pool with the operations admission and materialization use."""
 
-    def __init__(self, stage: int, num_blocks: int, block_size: int) -> None:
+    def __init__(self, stage: int, num_blocks: int, block_size: int, state: StateSpec | None = None) -> None:
+        """``state``: the stage's recurrent-state layers (a hybrid model), None when it has only attention."""
         self.stage = stage
         self.block_size = block_size
         self.pool = BlockPool(num_blocks)
@@ -73,6 +82,9 @@ class StageCache:
         self.tables: dict[str, list[int]] = {}     # materialized block table per request
         self.progress: dict[str, int] = {}         # next token this stage expects per request
         self.reserved = 0                            # Σ tickets
+        self.states = StateSnapshots(state) if state is not None else None
+        self.working: dict[str, list[int]] = {}    # hybrid: a running request's working-state blocks
+        self.state_due: dict[str, int] = {}        # hybrid: blocks of a ticket kept for states, not yet taken
         self.work = 0                                # probes and chain steps (the sim charges for them)
         self._attached: list[int] = []              # hint-index updates not yet published
         self._detached: list[int] = []
@@ -120,50 +132,108 @@ class StageCache:
             raise ValueError(f"request {rid} already holds a lease on stage {self.stage}")
         pool = self.pool
         cached = self._cached_prefix(hashes, k)
-        held = self._held_prefix(hashes, cached)
-        granted = cached if cached <= held else min(cached, held + max(0, self.available_blocks()))
+        if self.states is not None:
+            granted, held = self._resumable(hashes, cached)
+        else:
+            held = self._held_prefix(hashes, cached)
+            granted = cached if cached <= held else min(cached, held + max(0, self.available_blocks()))
         boundary = pool.by_hash[hashes[granted - 1]] if granted else -1
+        snapshot = None
         if boundary >= 0:
             self.work += granted - held if granted > held else 0
             pool.pin(boundary)
-        self.leases[rid] = Lease(granted, num_tokens, boundary)
+            if self.states is not None:
+                snapshot = hashes[granted - 1]
+                self.states.pin(snapshot)
+        self.leases[rid] = Lease(granted, num_tokens, boundary, snapshot)
         self.progress[rid] = granted * self.block_size
         return granted
 
-    def shrink_lease(self, rid: str, k: int) -> None:
-        """Lower the boundary to ``k`` (the leader's minimum over stages)."""
+    def _resumable(self, hashes: list[int], cached: int) -> tuple[int, int]:
+        """A hybrid stage's grant within the cached ``hashes[:cached]``: the largest snapshot boundary whose
+        pins (the chain's unheld part and the snapshot itself) escrow promises still leave room for;
+        with the held prefix there. (0, 0) when none."""
+        assert self.states is not None
+        states, room = self.states, self.available_blocks()
+        j = states.resume_point(hashes, cached)
+        while j > 0:
+            held = self._held_prefix(hashes, j)
+            if (j - held) + states.needs_room(hashes[j - 1]) <= room:
+                return j, held
+            j = states.resume_point(hashes, j - 1)
+        return 0, 0
+
+    def shrink_lease(self, rid: str, k: int) -> int:
+        """Lower the boundary to ``k`` (the leader's minimum over stages); returns the boundary now held:
+        ``k``, or on a hybrid stage the largest snapshot boundary at or below it (the leader lowers again)."""
         lease = self.leases[rid]
         if k > lease.reuse_blocks:
             raise ValueError(f"a lease only shrinks: {k} > {lease.reuse_blocks}")
         if k == lease.reuse_blocks:
-            return
+            return k
+        blocks = self.pool.blocks
         new = lease.boundary
         for _ in range(lease.reuse_blocks - k):
-            new = self.pool.blocks[new].parent
+            new = blocks[new].parent
+        snapshot = None
+        if self.states is not None:                # walk on up to a boundary this stage can resume at
+            states, step = self.states, self.states.spec.interval_blocks
+            if lease.snapshot is not None:
+                states.unpin(lease.snapshot)
+
+            def resumes(block: int) -> bool:     # a snapshot follows it, and pinning it breaks no promise
+                h = blocks[block].hash
+                return h in states.by_hash and states.needs_room(h) <= self.available_blocks()
+
+            while k > 0 and (k % step or not resumes(new)):
+                new, k = blocks[new].parent, k - 1
+                self.work += 1
+            if k > 0:
+                snapshot = blocks[new].hash
+                assert snapshot is not None
+                states.pin(snapshot)
         if new >= 0:
             self.pool.pin(new)                         # an ancestor of a held block: already held
         self.pool.unpin(lease.boundary)
-        lease.boundary, lease.reuse_blocks = new, k
+        lease.boundary, lease.reuse_blocks, lease.snapshot = new, k, snapshot
         self.progress[rid] = k * self.block_size
+        return k
 
     # ---- escrow ------------------------------------------------------------------------------
     def available_blocks(self) -> int:
-        """Blocks an escrow can still claim: free and reclaimable ones no ticket counts on."""
-        return self.pool.num_free + self.pool.num_reclaimable - self.reserved
+        """Blocks an escrow can still claim: free and reclaimable ones (cached blocks, unpinned state
+        snapshots) no ticket counts on."""
+        snapshots = self.states.reclaimable if self.states is not None else 0
+        return self.pool.num_free + self.pool.num_reclaimable + snapshots - self.reserved
 
-    def can_escrow(self, num_blocks: int) -> bool:
-        return num_blocks <= self.available_blocks()
+    def state_blocks(self, rid: str) -> int:
+        """Blocks a hybrid stage keeps for a leased request's states beside its KV suffix: its working
+        state, and a snapshot at each interval boundary past its reuse boundary (0 without state layers)."""
+        lease = self.leases.get(rid)
+        if self.states is None or lease is None:
+            return 0
+        spec = self.states.spec
+        new = spec.positions(lease.reuse_blocks, lease.num_tokens // self.block_size)
+        return spec.slot_blocks * (1 + len(new))
+
+    def can_escrow(self, num_blocks: int, rid: str | None = None) -> bool:
+        """Whether ``num_blocks`` (plus request ``rid``'s state blocks on a hybrid stage) fit."""
+        extra = self.state_blocks(rid) if rid is not None else 0
+        return num_blocks + extra <= self.available_blocks()
 
     def escrow(self, rid: str, num_blocks: int) -> None:
-        """Promise ``num_blocks`` for the request's suffix: a count, nothing taken or evicted yet (the
-        caller checked :meth:`can_escrow`)."""
+        """Promise ``num_blocks`` for the request's suffix (and, on a hybrid stage, its states): a count,
+        nothing taken or evicted yet (the caller checked :meth:`can_escrow`)."""
         if rid in self.tickets:
             raise ValueError(f"request {rid} already holds an escrow on stage {self.stage}")
-        if not self.can_escrow(num_blocks):
+        if not self.can_escrow(num_blocks, rid):
             raise ValueError(f"stage {self.stage} cannot escrow {num_blocks} blocks for {rid} "
                              f"({self.available_blocks()} available)")
-        self.tickets[rid] = num_blocks
-        self.reserved += num_blocks
+        extra = self.state_blocks(rid)
+        if extra:
+            self.state_due[rid] = extra
+        self.tickets[rid] = num_blocks + extra
+        self.reserved += num_blocks + extra
 
     def escrow_round(self, items: list[tuple[str, int]]) -> int:
         """Escrow an admission round's requests in order; returns how many fit (a prefix of ``items``).
@@ -178,7 +248,7 @@ class StageCache:
         waits only for blocks pinned, leased or escrowed by requests admitted before it.
         """
         for done, (rid, n) in enumerate(items):
-            if self.can_escrow(n):
+            if self.can_escrow(n, rid):
                 self.escrow(rid, n)
                 continue
             behind = [r for r, _ in items[done + 1:] if r in self.leases]
@@ -186,7 +256,7 @@ class StageCache:
                 return done
             for r in behind:
                 self.release(r)
-            if not self.can_escrow(n):
+            if not self.can_escrow(n, rid):
                 return done
             self.escrow(rid, n)
             return done + 1
@@ -213,11 +283,13 @@ class StageCache:
                 f"token {self.progress[rid]} of {lease.num_tokens}"
             )
         table = self.tables.get(rid)
+        need = cdiv(start + length, self.block_size) - len(table if table is not None else lease.reuse_blocks * [0])
+        if need > 0 and self.tickets.get(rid, 0) - self.state_due.get(rid, 0) < need:
+            raise DescriptorMismatch(f"stage {self.stage}: request {rid} has no escrow for {need} blocks")
         if table is None:                              # first chunk here: the prefix's block table
             table = self.tables[rid] = self.pool.chain(lease.boundary) if lease.boundary >= 0 else []
-        need = cdiv(start + length, self.block_size) - len(table)
-        if need > 0 and self.tickets.get(rid, 0) < need:
-            raise DescriptorMismatch(f"stage {self.stage}: request {rid} has no escrow for {need} blocks")
+            if self.states is not None:                # and the working state, resumed from the snapshot
+                self.working[rid] = self._take_state(rid)
         if need > 0:
             table += self._take_promised(rid, need)
         self.progress[rid] = start + length
@@ -225,17 +297,44 @@ class StageCache:
 
     def _take_promised(self, rid: str, n: int) -> list[int]:
         """``n`` blocks of the request's escrow: free ones first, then LRU leaves, evicted now (the
-        invariant guarantees enough)."""
+        invariant guarantees enough); on a hybrid stage a leaf's snapshot goes with it, and with no
+        evictable leaf left, the oldest unpinned snapshot."""
         self.tickets[rid] -= n
         self.reserved -= n
-        pool = self.pool
-        free = min(n, pool.num_free)
-        out = [pool.own(pool.take_free()) for _ in range(free)]
-        for _ in range(n - free):
-            victim = next(iter(pool.lru))
-            self._detached.append(pool.evict(victim))
-            out.append(victim)
+        pool, states = self.pool, self.states
+        if states is None:
+            free = min(n, pool.num_free)
+            out = [pool.own(pool.take_free()) for _ in range(free)]
+            for _ in range(n - free):
+                victim = next(iter(pool.lru))
+                self._detached.append(pool.evict(victim))
+                out.append(victim)
+            return out
+        out = []
+        while len(out) < n:
+            if pool.num_free:
+                out.append(pool.own(pool.take_free()))
+            elif pool.lru:
+                victim = next(iter(pool.lru))
+                evicted = pool.evict(victim)
+                self._detached.append(evicted)
+                out.append(victim)
+                if evicted in states.by_hash:
+                    self._free(states.drop(evicted))
+            else:
+                self._free(states.drop(states.oldest()))
         return out
+
+    def _take_state(self, rid: str) -> list[int]:
+        """One state's blocks out of the request's escrow (its working state, or a snapshot)."""
+        assert self.states is not None
+        n = self.states.spec.slot_blocks
+        self.state_due[rid] -= n
+        return self._take_promised(rid, n)
+
+    def _free(self, blocks: list[int]) -> None:
+        for bid in blocks:
+            self.pool.release_owned(bid)
 
     # ---- completion and release -------------------------------------------------------------
     def complete(self, rid: str, hashes: list[int]) -> None:
@@ -265,6 +364,10 @@ class StageCache:
             keep = i + 1
         for bid in table[keep:]:
             pool.release_owned(bid)             # partial last block, or blocks we stopped attaching
+        if self.states is not None:
+            self._keep_snapshots(rid, hashes, k, keep)
+            if lease.snapshot is not None:
+                self.states.unpin(lease.snapshot)
         for bid in reversed(table[k:keep]):
             pool.unpin(bid)
         if lease.boundary >= 0:
@@ -272,23 +375,37 @@ class StageCache:
         self.progress.pop(rid, None)
         self._drop_ticket(rid)
 
+    def _keep_snapshots(self, rid: str, hashes: list[int], k: int, attached: int) -> None:
+        """A hybrid stage keeps the states the request passed at each interval boundary in ``(k, attached]``
+        (its blocks there just attached and still pinned by it), and frees its working state."""
+        assert self.states is not None
+        states = self.states
+        for j in states.spec.positions(k, attached):
+            if hashes[j - 1] not in states.by_hash:
+                states.add(hashes[j - 1], self._take_state(rid))
+        self._free(self.working.pop(rid, []))
+
     def release(self, rid: str) -> bool:
         """Failure path: drop everything the request holds here (lease, escrow, new blocks).
         False when it held nothing."""
         held = rid in self.leases or rid in self.tables or rid in self.tickets
         lease = self.leases.pop(rid, None)
         table = self.tables.pop(rid, [])
+        self._free(self.working.pop(rid, []))
         if lease is not None:
             for bid in table[lease.reuse_blocks:]:
                 self.pool.release_owned(bid)
             if lease.boundary >= 0:
                 self.pool.unpin(lease.boundary)
+            if lease.snapshot is not None and self.states is not None:
+                self.states.unpin(lease.snapshot)
         self.progress.pop(rid, None)
         self._drop_ticket(rid)
         return held
 
     def _drop_ticket(self, rid: str) -> None:
         self.reserved -= self.tickets.pop(rid, 0)
+        self.state_due.pop(rid, None)
 
     def prime(self, rid: str, hashes: list[int], num_tokens: int) -> bool:
         """Put a prompt's blocks into the cache as if a request had just computed them.
@@ -320,19 +437,33 @@ class StageCache:
         self._detached = detached + self._detached
 
     def stats(self) -> CacheStats:
-        p = self.pool
+        p, states = self.pool, self.states
+        state_blocks = 0 if states is None else states.num_blocks + sum(map(len, self.working.values()))
         return CacheStats(
             num_blocks=p.num_blocks, num_free=p.num_free, num_cached=p.num_cached,
             num_evictable=p.num_evictable, num_leases=len(self.leases), num_escrowed_blocks=self.reserved,
-            num_evictions=p.num_evictions,
+            num_evictions=p.num_evictions, num_snapshots=0 if states is None else len(states.by_hash),
+            num_snapshot_blocks=state_blocks,
         )
 
     def check(self) -> None:
         """Assert accounting invariants; with no request in flight, every block is free or cached."""
         self.pool.check()
         assert self.reserved == sum(self.tickets.values()) and min(self.tickets.values(), default=0) >= 0
-        assert self.reserved <= self.pool.num_free + self.pool.num_reclaimable, "escrow over-committed"
+        assert self.available_blocks() >= 0, "escrow over-committed"
+        assert all(0 <= self.state_due.get(r, 0) <= n for r, n in self.tickets.items()), "state promise drifted"
+        state_blocks: set[int] = set()
+        if self.states is not None:
+            pins: dict[int, int] = {}
+            for lease in self.leases.values():
+                if lease.snapshot is not None:
+                    pins[lease.snapshot] = pins.get(lease.snapshot, 0) + 1
+            self.states.check(self.pool.by_hash, pins)
+            state_blocks = {b for s in self.states.by_hash.values() for b in s.blocks}
+            state_blocks.update(b for blocks in self.working.values() for b in blocks)
+            assert all(self.pool.blocks[b].hash is None for b in state_blocks), "a state block is in the tree"
         if not self.leases and not self.tickets:
             p = self.pool
-            assert p.num_free + p.num_cached == p.num_blocks, "blocks leaked"
-            assert all(b.ref_count == 0 for b in p.blocks), "a reference leaked"
+            assert not self.working, "a working state leaked"
+            assert p.num_free + p.num_cached + len(state_blocks) == p.num_blocks, "blocks leaked"
+            assert all(b.ref_count == 0 for b in p.blocks if b.id not in state_blocks), "a reference leaked"

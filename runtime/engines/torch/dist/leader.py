@@ -46,6 +46,10 @@ class RemoteStageHandle(StageHandle):
         return self._capacity
 
     @property
+    def resume_step(self) -> int:
+        return 1                               # the torch engine's models have attention layers only
+
+    @property
     def suspends(self) -> bool:
         return True
 
@@ -59,8 +63,8 @@ class RemoteStageHandle(StageHandle):
     async def lease(self, items: Sequence[LeaseItem], remote: bool = True) -> list[int]:
         return await self._op("lease", list(items))  # type: ignore[no-any-return]
 
-    async def shrink(self, items: Sequence[tuple[str, int]], remote: bool = True) -> None:
-        await self._op("shrink", list(items))
+    async def shrink(self, items: Sequence[tuple[str, int]], remote: bool = True) -> list[int]:
+        return await self._op("shrink", list(items))  # type: ignore[no-any-return]
 
     async def escrow(self, items: Sequence[tuple[str, int]], remote: bool = True) -> Escrowed:
         return await self._op("escrow", list(items))  # type: ignore[no-any-return]
