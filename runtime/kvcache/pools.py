@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from wavepp.runtime.kvcache.stage_cache import StageCache
+from wavepp.runtime.kvcache.state_snapshots import StateSpec
 from wavepp.runtime.registry import Registry
 
 
@@ -24,9 +25,16 @@ class CachePool(Protocol):
         """Blocks each stage's cache holds, given what each stage's memory holds."""
         ...
 
-    def caches(self, capacities: Sequence[int], block_size: int) -> list[StageCache]:
-        """The caches of stages 0..P-1 for one run."""
+    def caches(self, capacities: Sequence[int], block_size: int,
+               states: Sequence[StateSpec | None] | None = None) -> list[StageCache]:
+        """The caches of stages 0..P-1 for one run; ``states``: per stage, its recurrent-state layers'
+        snapshots (a hybrid model), None for attention only."""
         ...
+
+
+def _build(sizes: Sequence[int], block_size: int, states: Sequence[StateSpec | None] | None) -> list[StageCache]:
+    specs = list(states) if states is not None else [None] * len(sizes)
+    return [StageCache(s, n, block_size, spec) for s, (n, spec) in enumerate(zip(sizes, specs, strict=True))]
 
 
 POOL = Registry[CachePool]("pool", doc="how the stages' KV caches are provided and sized")
@@ -43,8 +51,9 @@ class PerStage:
     def sizes(self, capacities: Sequence[int]) -> list[int]:
         return list(capacities)
 
-    def caches(self, capacities: Sequence[int], block_size: int) -> list[StageCache]:
-        return [StageCache(s, n, block_size) for s, n in enumerate(self.sizes(capacities))]
+    def caches(self, capacities: Sequence[int], block_size: int,
+               states: Sequence[StateSpec | None] | None = None) -> list[StageCache]:
+        return _build(self.sizes(capacities), block_size, states)
 
 
 @POOL.register
@@ -60,5 +69,6 @@ class SmallestEverywhere:
     def sizes(self, capacities: Sequence[int]) -> list[int]:
         return [min(capacities)] * len(capacities)
 
-    def caches(self, capacities: Sequence[int], block_size: int) -> list[StageCache]:
-        return [StageCache(s, n, block_size) for s, n in enumerate(self.sizes(capacities))]
+    def caches(self, capacities: Sequence[int], block_size: int,
+               states: Sequence[StateSpec | None] | None = None) -> list[StageCache]:
+        return _build(self.sizes(capacities), block_size, states)

@@ -57,7 +57,7 @@ MIN_ACTIVATION_BYTES = 70 * 1024 * 1024  # base_backend.MIN_ACTIVATION_BYTES
 
 def stage_weight_bytes(model: ModelProfile, layers: range, is_first: bool, is_last: bool) -> float:
     """Weight bytes of a stage over all its GPUs: its layers, the embedding on the first, the LM head on the last."""
-    total = sum(model.layer_params(i)[0] for i in layers) * model.weight_bytes
+    total = sum(model.layer_weight_bytes(i) for i in layers)
     return total + (is_first + is_last) * model.embedding_params * HEAD_BYTES
 
 
@@ -69,11 +69,12 @@ def kv_bytes_per_token_per_gpu(model: ModelProfile, layers: range, gpus: int) ->
     layers that own an indexer (NVIDIA/TensorRT-LLM#16558; ``ModelProfile.indexer_key_bytes``, uint8 whatever
     the KV dtype). GQA splits the KV heads over TP (a rank holds ceil(kv_heads / tp) of them).
     """
+    attending = model.attention_layers(layers)      # a hybrid model's linear layers keep a state, not KV
     if model.attention == "mla":
-        latent = model.kv_bytes_per_token(len(layers))
+        latent = model.kv_bytes_per_token(attending)
         return latent + sum(model.has_indexer(i) for i in layers) * model.indexer_key_bytes
     local_heads = math.ceil(model.num_kv_heads / gpus)
-    return 2.0 * local_heads * model.head_dim * model.kv_bytes * len(layers)
+    return 2.0 * local_heads * model.head_dim * model.kv_bytes * attending
 
 
 def activation_bytes(model: ModelProfile, gpus: int, max_num_tokens: int = MAX_NUM_TOKENS) -> float:

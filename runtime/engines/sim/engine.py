@@ -11,14 +11,23 @@ from wavepp.runtime.engines.base import EngineParts, StageHandle
 from wavepp.runtime.engines.calibrate import FittedCostModel, load_profile
 from wavepp.runtime.engines.common import open_run_store, run_telemetry
 from wavepp.runtime.engines.coordination import DEFAULT_COSTS, CoordinationCosts, SimCostHook
+from wavepp.runtime.engines.sim.capacity import kv_bytes_per_token_per_gpu
 from wavepp.runtime.engines.sim.clock import run_virtual
 from wavepp.runtime.engines.sim.costmodel import AnalyticCostModel, CostModel
 from wavepp.runtime.engines.sim.executor import SimExecutor
 from wavepp.runtime.engines.sim.perf_interp import TableCoverageError
-from wavepp.runtime.engines.sim.profiles import DEFAULT_KV_DTYPE, KV_DTYPES, get_hardware, get_model
+from wavepp.runtime.engines.sim.profiles import (
+    DEFAULT_KV_DTYPE,
+    KV_DTYPES,
+    ModelProfile,
+    get_hardware,
+    get_model,
+    split_layers,
+)
 from wavepp.runtime.engines.sim.table_cost import load_table_cost_model
 from wavepp.runtime.knobs import CPU_KNOBS, Knobs
 from wavepp.runtime.kvcache.pools import CachePool, PerStage
+from wavepp.runtime.kvcache.state_snapshots import StateSpec
 from wavepp.runtime.runfile import RunInfo
 from wavepp.store.base import Store
 from wavepp.store.memory import MemoryStore
@@ -27,6 +36,9 @@ from wavepp.telemetry.setup import Telemetry
 
 T = TypeVar("T")
 PER_STAGE = PerStage()
+# A hybrid model's snapshot interval: one per chunk of the published wave budget (M = 16384), where a
+# Kimi-K3 stage's state costs about half the KV of the tokens between two snapshots.
+DEFAULT_SNAPSHOT_INTERVAL = 16384
 # Every KV block is a Python object in its stage's pool (runtime.kvcache.block_pool): beyond this
 # many in all, building the stages alone takes many GB and minutes (e.g. glm-5.2 on PP64: 189M).
 MAX_SIM_BLOCKS = 1 << 26
@@ -48,7 +60,8 @@ class SimEngine:
                  realtime: bool = False, time_scale: float = 1.0, cost_profile: str | None = None,
                  cost_model: str = "auto", perf_dir: str | None = None, host_work_scale: float = 1.0,
                  clock: str | None = None, cpu_scale: float = 1.0, wake_s: float = 0.0,
-                 step_fit: Sequence[tuple[float, float]] | None = None, kv_dtype: str = DEFAULT_KV_DTYPE) -> None:
+                 step_fit: Sequence[tuple[float, float]] | None = None, kv_dtype: str = DEFAULT_KV_DTYPE,
+                 snapshot_interval: int = DEFAULT_SNAPSHOT_INTERVAL) -> None:
         """``cost_profile``: a calibration file (``wavepp calibrate``) - the fitted model of a real
         engine replaces the analytic roofline, and its measured coordination costs the table.
         ``cost_model``: ``table`` (measured kernel tables under ``perf_dir``), ``analytic`` (roofline), or
@@ -64,7 +77,9 @@ class SimEngine:
         ``step_fit``: per stage, ``(scale, offset_s)``: a step takes scale x the modelled time + offset
         (a replay's fit of the cost model to the steps a run timed).
         ``kv_dtype``: the KV cache's dtype, ``bf16`` (TensorRT-LLM's default for these FP8 checkpoints:
-        ``profiles.KV_DTYPES``) or ``fp8``: half the bytes per cached token, and the tables' fp8-cache rows."""
+        ``profiles.KV_DTYPES``) or ``fp8``: half the bytes per cached token, and the tables' fp8-cache rows.
+        ``snapshot_interval``: a hybrid model's stages keep a recurrent-state snapshot every this many tokens
+        of a computed prompt (a multiple of the block size; :mod:`runtime.kvcache.state_snapshots`)."""
         if pp < 1:
             raise ValueError(f"pp must be >= 1, got {pp}")
         if block_size < 1:
@@ -80,6 +95,9 @@ class SimEngine:
             raise ValueError(f"CPU scale must be positive, got {cpu_scale}")
         if not wake_s >= 0:
             raise ValueError(f"wake-up time must be >= 0, got {wake_s}")
+        if snapshot_interval < block_size or snapshot_interval % block_size:
+            raise ValueError(f"snapshot interval must be a positive multiple of the block size {block_size}, "
+                             f"got {snapshot_interval}")
         if kv_dtype not in KV_DTYPES:
             raise ValueError(f"unknown KV dtype {kv_dtype!r} ({', '.join(KV_DTYPES)})")
         if step_fit is not None and (len(step_fit) != pp or not all(a > 0 and b >= 0 for a, b in step_fit)):
@@ -90,7 +108,7 @@ class SimEngine:
         self.replay_args: dict[str, Any] = {
             "model": model, "hardware": hardware, "gpus_per_stage": gpus_per_stage, "cost_model": cost_model,
             "cost_profile": cost_profile, "perf_dir": perf_dir, "host_work_scale": host_work_scale,
-            "time_scale": time_scale, "clock": clock, "kv_dtype": kv_dtype}
+            "time_scale": time_scale, "clock": clock, "kv_dtype": kv_dtype, "snapshot_interval": snapshot_interval}
         self.kv_dtype = kv_dtype
         self.store_url = parse_store_url(store_url)
         self.clock = clock
@@ -101,6 +119,7 @@ class SimEngine:
         self.step_fit = tuple(step_fit) if step_fit is not None else None
         self.time_scale = time_scale
         self.profile: dict[str, Any] | None = None
+        self.states: list[StateSpec | None] | None = None
         self.cost_model: CostModel
         if cost_model not in ("auto", "analytic", "table"):
             raise ValueError(f"unknown cost model {cost_model!r} (auto, analytic, table)")
@@ -129,6 +148,7 @@ class SimEngine:
             self.costs = costs
             self._vocab, self._context = m.vocab_size, m.max_context
             default = [analytic.stage_kv_capacity_tokens(s) // block_size for s in range(pp)]
+            self.states = state_specs(m, pp, gps, block_size, snapshot_interval)
             if min(default) < 1:
                 raise ValueError(f"{m.name} on {pp} x {gps} {hw.name} leaves no room for KV cache")
         self.costs = dataclasses.replace(self.costs, host_work_scale=host_work_scale)
@@ -163,7 +183,8 @@ class SimEngine:
         """Fresh stages for one run, their caches provided by ``pool`` (the policy's). In real time
         (and on the CPU clock), coordination costs are paid for real (no hook)."""
         hook = SimCostHook(self.costs) if self.virtual else None
-        handles = [StageHandle(cache, hook) for cache in pool.caches(self.capacities, self.block_size)]
+        caches = pool.caches(self.capacities, self.block_size, self.states)
+        handles = [StageHandle(cache, hook) for cache in caches]
         executor = SimExecutor(self.cost_model, self.time_scale, self._context, self.step_fit)
         return EngineParts(handles, executor, MemoryStore(), self.block_size)
 
@@ -188,3 +209,24 @@ class SimEngine:
 
     def close(self, orderly: bool = True) -> None:
         """Nothing to stop (the torch engine may have stage processes)."""
+
+
+def state_specs(model: ModelProfile, pp: int, gpus_per_stage: int, block_size: int,
+                interval_tokens: int) -> list[StateSpec | None] | None:
+    """Per stage what a state snapshot costs its pool, in KV blocks of that stage (None: no linear layers
+    anywhere). A stage's state and its KV share one pool (vLLM's hybrid allocator pages them together;
+    SGLang sizes a separate pool by a ratio instead), so a snapshot takes the blocks its bytes fill."""
+    if not model.linear_layers:
+        return None
+    specs: list[StateSpec | None] = []
+    for layers in split_layers(model.num_layers, pp):
+        state = model.state_bytes_per_sequence(layers, gpus_per_stage)
+        if not state:
+            specs.append(None)
+            continue
+        block = kv_bytes_per_token_per_gpu(model, layers, gpus_per_stage) * block_size
+        if not block:
+            raise ValueError(f"{model.name}: a stage of linear layers only keeps no KV to size its states by")
+        specs.append(StateSpec(slot_blocks=-(-int(state) // int(block)), interval_blocks=interval_tokens // block_size))
+    return specs
+

@@ -55,6 +55,18 @@ class ModelProfile:
     index_head_dim: int | None = None
     index_topk: int | None = None  # keys each query attends to
     index_full_layers: frozenset[int] = frozenset()  # layers that compute the indexer (others reuse it)
+    attention_output_gate: bool = False  # a sigmoid gate on the attention output (its own h -> heads*v GEMM)
+    # Hybrid models: layers with a recurrent state instead of KV (Kimi Delta Attention: linear attention with a
+    # short causal conv over q, k and v and one heads x dim x dim state per sequence); the others attend.
+    linear_layers: frozenset[int] = frozenset()
+    linear_num_heads: int = 0
+    linear_head_dim: int = 0
+    linear_conv_kernel: int = 0
+    state_bytes: float = 4.0  # bytes per element of the recurrent state (fp32)
+    conv_state_bytes: float = 2.0  # bytes per element of the conv tail (bf16)
+    # Latent MoE: routed experts work in a narrower space, entered and left through two projections per layer.
+    routed_hidden_size: int | None = None
+    expert_weight_bytes: float | None = None  # routed experts' bytes per weight as served (None: weight_bytes)
 
     @property
     def kv_dtype(self) -> str:
@@ -67,8 +79,29 @@ class ModelProfile:
             raise ValueError(f"unknown KV dtype {kv_dtype!r} ({', '.join(KV_DTYPES)})")
         return replace(self, kv_bytes=KV_DTYPES[kv_dtype])
 
+    def is_linear(self, layer: int) -> bool:
+        """True when decoder layer ``layer`` keeps a recurrent state instead of KV (a hybrid model's)."""
+        return layer in self.linear_layers
+
+    def attention_layers(self, layers: range) -> int:
+        """How many of ``layers`` attend (and so hold KV)."""
+        return sum(1 for i in layers if i not in self.linear_layers)
+
+    def state_bytes_per_sequence(self, layers: range, gpus: int) -> float:
+        """Bytes of one sequence's recurrent state over the linear layers among ``layers``, on one of ``gpus``
+        TP ranks (heads split over them): per layer the heads x dim x dim state and the conv tail of
+        (kernel - 1) positions of q, k and v (TensorRT-LLM / FLA short conv keeps kernel - 1 past inputs)."""
+        n = sum(1 for i in layers if i in self.linear_layers)
+        if not n:
+            return 0.0
+        heads = self.linear_num_heads / gpus
+        d = self.linear_head_dim
+        recurrent = heads * d * d * self.state_bytes
+        conv = (self.linear_conv_kernel - 1) * 3 * heads * d * self.conv_state_bytes
+        return n * (recurrent + conv)
+
     def kv_bytes_per_token(self, num_layers: int) -> float:
-        """KV-cache bytes one token occupies over ``num_layers`` layers.
+        """KV-cache bytes one token occupies over ``num_layers`` attention layers.
 
         MLA caches the compressed latent plus the decoupled RoPE key; GQA caches K and V per KV head.
         The DSA indexer's key cache (``index_head_dim`` fp8 values on indexer layers, ~3% of the MLA
@@ -106,12 +139,25 @@ class ModelProfile:
 
     @property
     def expert_params(self) -> int:
-        """Parameters of one routed (or shared) SwiGLU expert: gate, up and down projections."""
+        """Parameters of one routed SwiGLU expert: gate, up and down projections (in the latent width of a
+        latent MoE)."""
+        return 3 * (self.routed_hidden_size or self.hidden_size) * self.moe_intermediate_size
+
+    @property
+    def shared_expert_params(self) -> int:
+        """Parameters of one shared expert (always at the full hidden width)."""
         return 3 * self.hidden_size * self.moe_intermediate_size
 
     def attention_params(self, layer: int) -> int:
         """Attention-block parameters of ``layer``: projections, norms, and the DSA indexer if it has one."""
         h = self.hidden_size
+        if self.is_linear(layer):
+            # KDA: fused q, k, v and output-gate projections, beta + the gate's low-rank down-projection,
+            # its up-projection, the output projection; input and post-attention RMSNorm, output norm.
+            width = self.linear_num_heads * self.linear_head_dim
+            qkvg = h * 4 * width
+            beta_fa = h * (self.linear_num_heads + self.linear_head_dim)
+            return qkvg + beta_fa + self.linear_head_dim * width + width * h + 2 * h + width
         if self.attention == "gqa":
             qo = 2 * h * self.num_heads * self.head_dim
             kv = 2 * h * self.num_kv_heads * self.head_dim
@@ -127,6 +173,8 @@ class ModelProfile:
         kv_b = self.kv_lora_rank * self.num_heads * (self.qk_nope_head_dim + self.v_head_dim)
         o = self.num_heads * self.v_head_dim * h
         total = q + kv_a + kv_b + o + 2 * h
+        if self.attention_output_gate:
+            total += h * self.num_heads * self.v_head_dim
         if self.has_indexer(layer):
             # DeepSeek-V3.2 indexer: wq_b (q_lora -> heads*dim), wk (h -> dim), k_norm, weights_proj
             assert self.index_n_heads is not None and self.index_head_dim is not None
@@ -147,10 +195,21 @@ class ModelProfile:
             ffn = 3.0 * self.hidden_size * self.intermediate_size
             return attn + ffn, attn + ffn
         router = float(self.hidden_size * self.n_routed_experts)
-        shared = float(self.n_shared_experts * self.expert_params)
+        shared = float(self.n_shared_experts * self.shared_expert_params)
+        if self.routed_hidden_size is not None:  # latent down / up projections and the latent norm
+            shared += 2.0 * self.hidden_size * self.routed_hidden_size + self.routed_hidden_size
         routed_total = float(self.n_routed_experts * self.expert_params)
         routed_active = float(self.experts_per_token * self.expert_params)
         return attn + router + shared + routed_total, attn + router + shared + routed_active
+
+    def layer_weight_bytes(self, layer: int) -> float:
+        """Bytes of decoder layer ``layer``'s weights as served: routed experts at ``expert_weight_bytes``
+        (a checkpoint that quantizes them further than the rest), everything else at ``weight_bytes``."""
+        total, _ = self.layer_params(layer)
+        if self.expert_weight_bytes is None or not self.is_moe_layer(layer):
+            return total * self.weight_bytes
+        routed = float(self.n_routed_experts * self.expert_params)
+        return (total - routed) * self.weight_bytes + routed * self.expert_weight_bytes
 
 
 @dataclass(frozen=True, slots=True)
@@ -248,7 +307,48 @@ _MINIMAX_M2_7 = ModelProfile(
     first_k_dense=0,
 )
 
-MODELS: dict[str, ModelProfile] = {m.name: m for m in (_LLAMA_3_8B, _GLM_5_2, _MINIMAX_M2_7)}
+# ../shared/data/models/Kimi-K3.json (text_config; the config aiconfigurator ships,
+# moonshotai--Kimi-K3_config.json, lists the same layers 1-based as linear_attn_config.kda_layers).
+# linear_attn_config.full_attn_layers is 1-based: MLA on 4, 8, ..., 92 and 93 (24 layers), KDA on the other 69.
+# Served as the checkpoint is quantized (aiconfigurator 0.12.0 utils.parse_compressed_tensors_quant of its
+# compressed-tensors "mxfp4-pack-quantized", group 32, whose ignore list keeps attention, shared experts, the
+# dense MLP and the LM head unquantized): routed experts MXFP4 - 4-bit E2M1 values plus one 8-bit E8M0 scale per
+# 32 (OCP Microscaling Formats v1.0), 4.25 bits = 0.53125 bytes a weight - and everything else bf16. KV cache
+# bf16: the checkpoint declares no kv_cache_scheme, so TensorRT-LLM's "auto" keeps the model dtype (KV_DTYPES).
+_KIMI_K3_FULL_ATTENTION = frozenset(i - 1 for i in (*range(4, 93, 4), 93))
+_KIMI_K3 = ModelProfile(
+    name="kimi-k3",
+    num_layers=93,  # num_hidden_layers
+    hidden_size=7168,  # hidden_size
+    vocab_size=163840,  # vocab_size
+    num_heads=96,  # num_attention_heads
+    num_kv_heads=96,  # num_key_value_heads
+    head_dim=128,  # v_head_dim (and linear_attn_config.head_dim); MLA's q/k heads are qk_nope + qk_rope
+    attention="mla",  # on the full-attention layers
+    intermediate_size=33792,  # intermediate_size (the one dense layer)
+    weight_bytes=2.0,
+    kv_bytes=2.0,
+    max_context=1048576,  # max_position_embeddings
+    q_lora_rank=1536,  # q_lora_rank
+    kv_lora_rank=512,  # kv_lora_rank
+    qk_nope_head_dim=128,  # qk_nope_head_dim
+    qk_rope_head_dim=64,  # qk_rope_head_dim
+    v_head_dim=128,  # v_head_dim
+    n_routed_experts=896,  # num_experts
+    experts_per_token=16,  # num_experts_per_token
+    moe_intermediate_size=3072,  # moe_intermediate_size
+    n_shared_experts=2,  # num_shared_experts
+    first_k_dense=1,  # first_k_dense_replace
+    attention_output_gate=True,  # mla_use_output_gate
+    linear_layers=frozenset(range(93)) - _KIMI_K3_FULL_ATTENTION,  # linear_attn_config: 69 KDA layers
+    linear_num_heads=96,  # linear_attn_config.num_heads
+    linear_head_dim=128,  # linear_attn_config.head_dim
+    linear_conv_kernel=4,  # linear_attn_config.short_conv_kernel_size
+    routed_hidden_size=3584,  # routed_expert_hidden_size (latent_moe_use_norm: a norm in the latent)
+    expert_weight_bytes=4.25 / 8,
+)
+
+MODELS: dict[str, ModelProfile] = {m.name: m for m in (_LLAMA_3_8B, _GLM_5_2, _MINIMAX_M2_7, _KIMI_K3)}
 
 # A fixed per-step cost for launching the stage's forward (CUDA-graph replay plus host bookkeeping).
 # Assumption, not measured: to be replaced by calibration against the torch engine.

@@ -46,6 +46,7 @@ class TableSpec:
     moe_distribution: str  # moe_perf routing skew (FORMAT §4: DeepSeek-style 1.01, generic MoE 1.2)
     dsa_module: str | None = None  # dsa_context_module_perf ``model`` measured for this architecture
     attention_extras: int = 0  # element-wise ops fused into GQA attention (RoPE, KV write, QK-norm)
+    hybrid: bool = False  # linear-attention + MLA layers and a latent MoE, priced by hybrid_ops
 
 
 # The models the tables cover. Both serve block-scaled FP8 checkpoints (GLM-5.2-FP8; MiniMax-M2.7's
@@ -56,6 +57,9 @@ SPECS: dict[str, TableSpec] = {
     "glm-5.2": TableSpec("fp8_block", "power_law_1.01", dsa_module="zai-org/GLM-5"),
     # Generic MoE routing (power_law_1.2); use_qk_norm true: RoPE, KV write and QK-norm are fused extras.
     "minimax-m2.7": TableSpec("fp8_block", "power_law_1.2", attention_extras=3),
+    # Everything but the routed experts is bf16 in the checkpoint (profiles._KIMI_K3); aiconfigurator's
+    # kimi_k3 model routes with power_law_1.01. Its MoE curve is hybrid_ops' own (no TRT-LLM table has it).
+    "kimi-k3": TableSpec("bfloat16", "power_law_1.01", hybrid=True),
 }
 
 

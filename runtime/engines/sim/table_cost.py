@@ -26,6 +26,9 @@ FORMAT §6's ``context_p2p`` charges one tensor over the inter-node link).
 Ops are summed serially and nothing is added for launches (FORMAT §6-7: the tables were timed under CUDA
 graphs and TensorRT-LLM's static context time has no fixed overhead).
 
+A hybrid model's layers (Kimi-K3: Kimi Delta Attention, TensorRT-LLM's granular MLA, a latent MoE) are
+priced by :mod:`hybrid_ops`.
+
 The choices the tables do not make for us - where TensorRT-LLM's code and aiconfigurator's model of it
 part - are stated, with their sources, in :mod:`table_choices`.
 """
@@ -40,6 +43,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from wavepp.runtime.engines.sim.costmodel import ChunkShape, _causal_pairs, activation_send_time
+from wavepp.runtime.engines.sim.hybrid_ops import HybridOps
 from wavepp.runtime.engines.sim.perf_interp import ContextGrid, Curve, GemmTable, GridPoint, TableCoverageError
 from wavepp.runtime.engines.sim.perf_tables import PerfTables, default_perf_dir
 from wavepp.runtime.engines.sim.profiles import (
@@ -82,6 +86,7 @@ class _Kind:
 
     moe: bool
     indexer: bool
+    linear: bool = False        # a hybrid model's recurrent-state (KDA) layer
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,9 +113,14 @@ class TableCostModel:
         self.system = tables.system
         self._gemm = self._gemm_table(tables, spec.gemm_dtype)
         self._gemm_bf16 = self._gemm_table(tables, "bfloat16")
-        self._moe = self._moe_curve(tables) if model.n_routed_experts else None
         self._allreduce = self._allreduce_curve(tables) if tp > 1 else None
-        self._attention = self._attention_grid(tables)
+        self._hybrid: HybridOps | None = None
+        if spec.hybrid:
+            self._hybrid = HybridOps(model, hardware, tp, tables, self._gemm, self._memory_op, model.kv_dtype)
+            self._moe: Curve | None = self._hybrid.moe
+        else:
+            self._moe = self._moe_curve(tables) if model.n_routed_experts else None
+            self._attention = self._attention_grid(tables)
         ranges = split_layers(model.num_layers, pp)
         self._stages = tuple(self._plan(r, s == 0, s == pp - 1) for s, r in enumerate(ranges))
         self._token_cache: dict[tuple[_Kind, int], float] = {}
@@ -264,10 +274,15 @@ class TableCostModel:
         t = 2 * self._memory_op(ADD_NORM_BYTES_PER_HIDDEN * h * x)  # add_norm_1, add_norm_2
         if self._allreduce is not None:
             t += 2 * self._allreduce(x * h)  # ar_1 after attention, ar_2 after the FFN / MoE combine
-        if m.attention == "gqa":
+        hybrid = self._hybrid
+        if hybrid is not None:
+            t += hybrid.kda_token_ops(x) if kind.linear else hybrid.mla_token_ops(x)
+        elif m.attention == "gqa":
             qkv = m.num_heads * m.head_dim // tp + 2 * m.head_dim * self._kv_heads
             t += gemm(x, qkv, h) + gemm(x, h, m.num_heads * m.head_dim // tp)
-        if kind.moe:
+        if kind.moe and hybrid is not None:
+            t += hybrid.latent_moe(x, self._ffn)
+        elif kind.moe:
             assert self._moe is not None
             t += self._gemm_bf16(x, m.n_routed_experts, h) + self._moe(x)  # router, routed experts
             if m.n_shared_experts:
@@ -294,7 +309,10 @@ class TableCostModel:
         if hit is not None:
             return hit
         heads = self._heads
-        if self.spec.dsa_module is not None:  # the new tokens' row at the exact prefix
+        if self._hybrid is not None:
+            t = (self._hybrid.kda_chunk_ops(new, batch) if kind.linear
+                 else self._hybrid.mla_attention(cached, new, batch))
+        elif self.spec.dsa_module is not None:  # the new tokens' row at the exact prefix
             t = self._attention(heads, cached, new, batch)
             if not kind.indexer:  # reuses the indexer: its share is not run
                 t *= self._dsa_sol(heads, cached, new, batch, indexer=False) / self._dsa_sol(heads, cached, new, batch)
@@ -309,7 +327,7 @@ class TableCostModel:
     def _plan(self, layers: range, is_first: bool, is_last: bool) -> _StagePlan:
         m = self.model
         every = not m.index_full_layers or not self.choices.indexer_reuse  # every layer computes the indexer
-        counts = Counter(_Kind(m.is_moe_layer(i), every or m.has_indexer(i)) for i in layers)
+        counts = Counter(_Kind(m.is_moe_layer(i), every or m.has_indexer(i), m.is_linear(i)) for i in layers)
         return _StagePlan(layers, tuple(counts.items()), is_first, is_last)
 
     @property
@@ -335,6 +353,8 @@ class TableCostModel:
             layer = self._token_ops(kind, x) + extras
             for (cached, new), batch in shapes.items():
                 layer += self._attention_op(kind, cached, new, batch)
+            if self._hybrid is not None and not kind.linear:   # MLA's kv_b over new and cached latents
+                layer += self._hybrid.mla_kv_up(x + sum(c.context for c in chunks))
             total += count * layer
         if plan.is_first:  # embedding gather
             total += self._memory_op(x * h * ACT_BYTES)

@@ -147,7 +147,10 @@ def test_table_is_the_default_where_the_tables_cover(tmp_path: Path) -> None:
     assert SimEngine("glm-5.2", "b300", 4, perf_dir=str(PERF)).cost_model_name == "table"
     assert SimEngine("minimax-m2.7", "h200", 4, perf_dir=str(PERF)).cost_model_name == "table"
     llama = SimEngine("llama-3-8b", "b300", 4, perf_dir=str(PERF)).cost_model_name
-    assert llama == "analytic (no kernel tables for model 'llama-3-8b' (tables: glm-5.2, minimax-m2.7))"
+    assert llama == "analytic (no kernel tables for model 'llama-3-8b' (tables: glm-5.2, minimax-m2.7, kimi-k3))"
+    assert SimEngine("kimi-k3", "b300", 4, perf_dir=str(PERF)).cost_model_name == "table"
+    with pytest.raises(ValueError, match="leaves no room for KV cache"):   # 1.56 TB of weights > 8 x 141 GiB
+        SimEngine("kimi-k3", "h200", 4, perf_dir=str(PERF))
     assert SimEngine("glm-5.2", "b300", 4, perf_dir=str(tmp_path)).cost_model_name.startswith("analytic (no kernel")
     assert SimEngine("glm-5.2", "b300", 4, cost_model="analytic").cost_model_name == "analytic"
     with pytest.raises(TableCoverageError):
