@@ -28,6 +28,7 @@ from wavepp.runtime.cli.bench_url import cmd_bench_url
 from wavepp.runtime.engines.launchers import LAUNCHER_HELP, LAUNCHERS
 from wavepp.runtime.engines.sim.perf_tables import PERF_DIR_ENV
 from wavepp.runtime.engines.sim.profiles import DEFAULT_KV_DTYPE, KV_DTYPES
+from wavepp.runtime.kvcache.state_snapshots import DEFAULT_SNAPSHOT_INTERVAL
 
 
 def register(sub: Any) -> dict[str, Handler]:
@@ -86,6 +87,10 @@ def register(sub: Any) -> dict[str, Handler]:
     b.add_argument("--kv-dtype", choices=list(KV_DTYPES), default=None,
                    help=f"sim: the KV cache's dtype (default {DEFAULT_KV_DTYPE}, TensorRT-LLM's for these FP8 "
                         "checkpoints; fp8 halves the bytes per cached token, so a pool holds twice the tokens)")
+    b.add_argument("--snapshot-interval", type=positive_int, default=None, metavar="TOKENS",
+                   help=f"sim, hybrid models (kimi-k3): keep a recurrent-state snapshot every this many tokens of a "
+                        f"computed prompt, where a later request may resume (a multiple of the block size; default "
+                        f"{DEFAULT_SNAPSHOT_INTERVAL})")
     b.add_argument("--host-scale", type=float, default=None,
                    help="sim: multiply the lockstep host work of a conventional PP loop (sensitivity)")
     b.add_argument("--stall-timeout", type=positive_float, default=60.0,
@@ -113,7 +118,7 @@ def defaults() -> argparse.Namespace:
 #: bench flags that mean something on one engine only: given for the other, they are refused
 SIM_ONLY = {"hardware": "--hardware", "gpus_per_stage": "--gpus-per-stage", "cost_profile": "--cost-profile",
             "perf_dir": "--perf-dir", "host_scale": "--host-scale", "time_scale": "--time-scale",
-            "kv_dtype": "--kv-dtype"}
+            "kv_dtype": "--kv-dtype", "snapshot_interval": "--snapshot-interval"}
 TORCH_ONLY = {"kv_memory_mb": "--kv-memory-mb", "launcher": "--launcher", "sim_profile": "--sim-profile"}
 
 
@@ -178,7 +183,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
                                    cost_model="auto" if args.cost_profile else args.cost_model,
                                    perf_dir=args.perf_dir,
                                    host_work_scale=1.0 if args.host_scale is None else args.host_scale,
-                                   kv_dtype=args.kv_dtype or DEFAULT_KV_DTYPE)
+                                   kv_dtype=args.kv_dtype or DEFAULT_KV_DTYPE,
+                                   snapshot_interval=args.snapshot_interval or DEFAULT_SNAPSHOT_INTERVAL)
             sim = None
             if args.sim_profile:
                 if args.engine != "torch":

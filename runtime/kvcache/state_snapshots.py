@@ -24,6 +24,10 @@ from __future__ import annotations
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
+# Tokens between two snapshots unless a run says otherwise: one per chunk of the published wave budget
+# (M = 16384); a Kimi-K3 stage's state then costs about half the KV of the tokens between two snapshots.
+DEFAULT_SNAPSHOT_INTERVAL = 16384
+
 
 @dataclass(frozen=True, slots=True)
 class StateSpec:

@@ -27,7 +27,7 @@ from wavepp.runtime.engines.sim.profiles import (
 from wavepp.runtime.engines.sim.table_cost import load_table_cost_model
 from wavepp.runtime.knobs import CPU_KNOBS, Knobs
 from wavepp.runtime.kvcache.pools import CachePool, PerStage
-from wavepp.runtime.kvcache.state_snapshots import StateSpec
+from wavepp.runtime.kvcache.state_snapshots import DEFAULT_SNAPSHOT_INTERVAL, StateSpec
 from wavepp.runtime.runfile import RunInfo
 from wavepp.store.base import Store
 from wavepp.store.memory import MemoryStore
@@ -36,9 +36,7 @@ from wavepp.telemetry.setup import Telemetry
 
 T = TypeVar("T")
 PER_STAGE = PerStage()
-# A hybrid model's snapshot interval: one per chunk of the published wave budget (M = 16384), where a
-# Kimi-K3 stage's state costs about half the KV of the tokens between two snapshots.
-DEFAULT_SNAPSHOT_INTERVAL = 16384
+
 # Every KV block is a Python object in its stage's pool (runtime.kvcache.block_pool): beyond this
 # many in all, building the stages alone takes many GB and minutes (e.g. glm-5.2 on PP64: 189M).
 MAX_SIM_BLOCKS = 1 << 26
