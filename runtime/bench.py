@@ -19,6 +19,7 @@ from wavepp.runtime.engines.common import store_source
 from wavepp.runtime.knobs import Knobs
 from wavepp.runtime.kvcache.pools import CachePool
 from wavepp.runtime.loop import LoopResult, PipelineLoop
+from wavepp.runtime.mechanisms.topology import Topology
 from wavepp.runtime.policies import get_policy
 from wavepp.runtime.report import RunFigures, compute_figures
 from wavepp.runtime.run_meta import describe_run
@@ -103,6 +104,7 @@ def run_one(engine: Engine, cfg: BenchConfig, policy_name: str, concurrency: int
             workload: Workload | TraceWorkload | None = None) -> RunRecord:
     """One run; ``workload`` replaces the one ``cfg`` names (a what-if replay brings its own)."""
     knobs = cfg.knobs.replace(policy=policy_name)
+    engine = laid_out(engine, get_policy(policy_name).topology)
     parts = engine.build(get_policy(policy_name).pool)
     run = RunInfo.new(policy_name, cfg.workload.name, concurrency, engine.name, store_source(engine.store_url))
     meta = describe_run(engine, run, knobs, [h.capacity for h in parts.handles], cfg.model_name, cfg.hardware_name)
@@ -196,3 +198,15 @@ def iter_bench(engine: Engine, cfg: BenchConfig, progress: Progress | None = Non
 
 def run_bench(engine: Engine, cfg: BenchConfig, progress: Progress | None = None) -> list[RunRecord]:
     return list(iter_bench(engine, cfg, progress))
+
+
+def laid_out(engine: Engine, topology: Topology) -> Engine:
+    """The engine a policy runs on: this one, or the sim laid out as the policy's topology says (a
+    tensor/expert-parallel baseline: one stage over every GPU). ValueError on an engine that cannot."""
+    relayout = getattr(engine, "laid_out", None)
+    if relayout is not None:
+        return relayout(topology)  # type: ignore[no-any-return]
+    if topology.layout(2, 1) != (2, 1) or topology.comm != "custom":
+        raise ValueError(f"topology {topology.name!r} runs on the sim engine only")
+    return engine
+

@@ -160,6 +160,9 @@ def summary(rows: Sequence[GridRow]) -> str:
     worst = min(scored, key=lambda r: r.ratio)
     line = (f"wins {wins}/{len(scored)}, min ratio {worst.ratio:.3f} "
             f"({worst.model} {worst.workload} c={worst.concurrency})")
+    if min(r.concurrency for r in scored) < 8:
+        high = [r for r in scored if r.concurrency >= 8]
+        line += f"; at c >= 8: wins {sum(r.ratio >= 1.0 for r in high)}/{len(high)}"
     top = max(r.concurrency for r in scored)
     headline = [r for r in scored if r.concurrency == top and r.workload in ("suffix4k", "suffix:4096")]
     if headline:

@@ -99,6 +99,7 @@ class PipelineLoop:
         self.writer = StoreWriter()
         self.registry = LeaseRegistry(store, self.writer)
         self.pool = get_policy(knobs.policy).pool   # the engine built the caches with it: fixed for the run
+        self.topology = get_policy(knobs.policy).topology   # and laid out its stages by it
         self._configure(knobs)
         self.queue = AdmissionQueue(self.run_state, self.admission, knobs, self.registry, telemetry, self.spans)
         self.computed_before = ComputedBefore()       # what completed requests computed (the good-hit rate)
@@ -128,7 +129,9 @@ class PipelineLoop:
         caches were built by the pool of the policy the run started with: a policy switched to later
         runs on them (its own pool applies from the next run; the knob-change event says so)."""
         policy = get_policy(knobs.policy)
-        self.policy: Policy = policy if policy.pool == self.pool else dataclasses.replace(policy, pool=self.pool)
+        if policy.pool != self.pool or policy.topology != self.topology:
+            policy = dataclasses.replace(policy, pool=self.pool, topology=self.topology)
+        self.policy: Policy = policy
         self.admit_stages = self.policy.stage_admission.admit_stages(self.num_stages)
         self.admission = Admission(self.handles, self.admit_stages, self.store, self.block_size, self.tel,
                                    self.policy.lookup, self.policy.reserve, self.policy.name, self.policy.share)
@@ -306,7 +309,10 @@ class PipelineLoop:
         self._configure(knobs)
         self.queue.configure(self.admission, knobs)
         self.result.knob_changes.append((self.tel.now_ns(), changed))
-        kept = {N.KNOBS_POOL_KEPT: self.pool.name} if get_policy(knobs.policy).pool != self.pool else {}
+        switched = get_policy(knobs.policy)
+        kept = {N.KNOBS_POOL_KEPT: self.pool.name} if switched.pool != self.pool else {}
+        if switched.topology != self.topology:
+            kept[N.KNOBS_TOPOLOGY_KEPT] = self.topology.name
         self._plan_events.append((N.EVENT_KNOBS, {N.KNOBS_CHANGED: sorted(changed), **kept,
                                                   **{f"wavepp.knobs.{k}": v for k, v in changed.items()}}))
         self.run_state.changed.notify()

@@ -58,6 +58,7 @@ ERROR = "wavepp.error"
 KNOBS_CHANGED = "wavepp.knobs.changed"           # names of the knobs that changed
 KNOBS_VERSION = "wavepp.knobs.version"           # the knobs record's version (a refused one)
 KNOBS_POOL_KEPT = "wavepp.pool.kept"              # a policy switched to runs on the run's cache pool (named)
+KNOBS_TOPOLOGY_KEPT = "wavepp.topology.kept"      # ... and on the run's stages (a TEP policy's layout is not)
 MEASURED = "wavepp.measured"                     # False for warm-up requests left out of the figures
 GEN_AI_INPUT_TOKENS = "gen_ai.usage.input_tokens"  # OpenTelemetry GenAI semantic convention
 COMPUTED_TOKENS = "wavepp.tokens.computed"        # request span: prompt tokens run through the model

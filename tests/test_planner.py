@@ -423,3 +423,14 @@ def test_dynamic_chunks_follow_sglangs_predictor() -> None:
     assert plan is not None and plan.budget == planner.chunk_tokens(131072) == plan.chunks[0].length
     untrained = DynamicPlanner(8192, B, StepTimes(2), scheduled)          # no fit yet: the static size
     assert untrained.chunk_tokens(131072) == 8192
+    # A request's first chunk gets the base size whatever its cached prefix (SGLang sizes only chunked_req).
+    reused = adm("reused", 200000, reuse_blocks=131072 // B)
+    first = planner.plan([reused])
+    assert first is not None and first.chunks[0].length == 8192
+    # The fit is taken once (SGLang profiles at startup and never refits): later fits change nothing.
+    fits = list(STAGE_FITS)
+    kept = DynamicPlanner(8192, B, StepTimes(2, lambda: fits), scheduled)
+    before = kept.chunk_tokens(65536)
+    fits[0] = StageFit(c=2e-3, c_chunk=1e-4, gamma=2e-8, beta=4e-6, alpha_lx=6e-11, alpha_xx=3e-10)
+    assert kept.chunk_tokens(65536) == before
+    assert DynamicPlanner(8192, B, StepTimes(2, lambda: fits), scheduled).chunk_tokens(65536) < before

@@ -59,12 +59,22 @@ def test_presets_are_compositions_and_the_knob_lists_them() -> None:
     assert wavepp.mechanisms() == {"admission": "async", "lookup": "hint-index", "stage-admission": "every-stage",
                                    "charge": "suffix", "chunking": "mpu", "ring": "2P", "fill": "on", "relay": "off",
                                    "reserve": "suffix", "host": "none", "return": "direct", "pool": "per-stage",
-                                   "share": "wait"}
+                                   "share": "wait", "topology": "pp"}
     assert trt.mechanisms() == {"admission": "inline", "lookup": "first-stage", "stage-admission": "first-chunk",
                                 "charge": "suffix", "chunking": "static", "ring": "P", "fill": "off", "relay": "on",
                                 "reserve": "suffix", "host": "lockstep", "return": "ring", "pool": "min",
-                                "share": "off"}
+                                "share": "off", "topology": "pp"}
     assert legacy.mechanisms() == {**trt.mechanisms(), "charge": "position0", "reserve": "whole-prompt"}
+    vllm, sglang = POLICIES.get("vllm-pp"), POLICIES.get("sglang-pp")
+    assert vllm.mechanisms() == {**trt.mechanisms(), "stage-admission": "central", "chunking": "static-16384",
+                                 "host": "none", "pool": "central"}
+    assert sglang.mechanisms() == {**trt.mechanisms(), "stage-admission": "central", "chunking": "dynamic-16384",
+                                   "pool": "central"}
+    overlap = {"ring": "2P", "return": "direct"}
+    assert POLICIES.get("trtllm-tep").mechanisms() == {**trt.mechanisms(), **overlap, "topology": "tep"}
+    assert POLICIES.get("vllm-tep").mechanisms() == {**vllm.mechanisms(), **overlap, "topology": "tep-nccl"}
+    assert POLICIES.get("sglang-tep").mechanisms() == {**sglang.mechanisms(), **overlap, "topology": "tep-nccl",
+                                                       "chunking": "static-16384"}
 
 
 def test_a_spec_swaps_mechanisms_in_order() -> None:
@@ -240,3 +250,32 @@ def test_the_policys_pool_sizes_the_caches_and_a_policy_switched_to_runs_on_them
                   if e.name == N.EVENT_KNOBS]
         assert events and events[0].attributes[N.KNOBS_POOL_KEPT] == "min"   # the change says its pool stayed
     engine.run(main())
+
+
+# ---- one manager for every stage (vLLM, SGLang) --------------------------------------------------
+
+def test_one_manager_decides_for_every_stage_so_no_request_falls_back() -> None:
+    """vllm-pp and sglang-pp under pressure on uneven pools: every pool is the smallest's, the stages past
+    the first keep nothing of their own, and a hit holds on every stage - no fallback - where TensorRT-LLM's
+    per-rank pools, evicting on their own schedules, fall back late."""
+    from wavepp.runtime.kvcache.pools import MirrorCache
+    engine = SimEngine("llama-3-8b", "h200", 3, block_size=B, kv_blocks=[420, 260, 330])
+    cfg = BenchConfig(parse_workload("mixed"), [8], [], 64, 0, prompt_tokens=2048)
+    for spec in ("vllm-pp", "sglang-pp"):
+        rec = run_one(engine, cfg, spec, 8)
+        assert rec.figures.completed == 64 and rec.figures.failed == 0
+        assert rec.figures.fallbacks == 0 and sum(rec.figures.evictions) > 0, spec
+        assert [h.capacity for h in rec.parts.handles] == [260] * 3
+        central, *mirrors = (h.cache for h in rec.parts.handles)
+        assert all(isinstance(m, MirrorCache) and m.central is central for m in mirrors)
+        assert all(not m.pool.by_hash and not m.tables for m in mirrors)
+        central.check()
+    assert run_one(engine, cfg, "trtllm-pp", 8).figures.fallbacks > 0
+
+
+def test_a_policy_switched_to_on_a_central_pool_finds_the_mirrors_agreeing() -> None:
+    engine = SimEngine("llama-3-8b", "h200", 3, block_size=B, kv_blocks=[420, 260, 330])
+    cfg = BenchConfig(parse_workload("reuse90"), [8], [], 32, 0, prompt_tokens=2048)
+    for spec in ("wavepp+pool=central", "trtllm-pp+pool=central"):
+        rec = run_one(engine, cfg, spec, 8)
+        assert rec.figures.completed == 32 and rec.figures.failed == 0, spec

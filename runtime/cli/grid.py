@@ -11,10 +11,12 @@ from wavepp.runtime.cli.args import Handler, UsageError, int_list, name_list, ou
 
 def register(sub: Any) -> dict[str, Handler]:
     g = sub.add_parser("grid", help="every policy over a declared grid of sim settings; JSON + Markdown summary")
-    g.add_argument("--grid", choices=["paper", "pressure"], default="paper",
+    g.add_argument("--grid", choices=["paper", "pressure", "kimi-k3"], default="paper",
                    help="paper (default): models x workloads x concurrency, the published study's 40 settings; "
                         "pressure: many distinct long contexts and traces whose working set does not fit the pools "
-                        "(runtime/grid_pressure.py; --workloads and --concurrency do not apply)")
+                        "(runtime/grid_pressure.py); kimi-k3: Kimi-K3 on one B300 node, PP and TP/EP deployments of "
+                        "four engines, 4 workloads x c = 1-64 (runtime/grid_kimi.py); --models, --workloads and "
+                        "--concurrency apply to paper only")
     g.add_argument("--models", type=name_list, default=["glm-5.2", "minimax-m2.7"])
     g.add_argument("--hardware", default="b300")
     g.add_argument("--pp", type=positive_int, default=4)
@@ -50,6 +52,12 @@ def cmd_grid(args: argparse.Namespace) -> int:
         try:
             spec = pressure_spec(args.hardware, args.pp, args.models, [Path(t) for t in traces],
                                  seed=args.seed, perf_dir=args.perf_dir, host_scale=args.host_scale)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+    elif args.grid == "kimi-k3":
+        from wavepp.runtime.grid_kimi import kimi_spec
+        try:
+            spec = kimi_spec(args.hardware, args.pp, seed=args.seed, perf_dir=args.perf_dir, host_scale=args.host_scale)
         except ValueError as exc:
             raise UsageError(str(exc)) from None
     else:

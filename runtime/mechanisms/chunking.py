@@ -58,12 +58,22 @@ class Mpu:
 class Static:
     """A fixed budget per wave, ``static_chunk_tokens`` (TensorRT-LLM's ``max_num_tokens``,
     default 8192), FCFS context chunking (``_chunk_fcfs``; a truncated chunk rounded down to the
-    block unit, any leftover may take a fragment)."""
+    block unit, any leftover may take a fragment). ``tokens``: an engine's own default budget instead
+    of the knob (0: the knob)."""
 
     name: str = "static"
+    tokens: int = 0
 
     def planner(self, inputs: PlanInputs) -> Planner:
-        return StaticPlanner(inputs.knobs.static_chunk_tokens, inputs.block_size, inputs.position)
+        return StaticPlanner(self.tokens or inputs.knobs.static_chunk_tokens, inputs.block_size, inputs.position)
+
+
+# The budget vLLM v1 and SGLang (without dynamic chunking) default to on a GPU of 160 GiB or more (B300):
+# vLLM's ``max_num_batched_tokens`` 16384 for the LLM class and the API server alike
+# (``EngineArgs.get_batch_defaults``; FCFS, running requests first, each chunk as large as the budget left,
+# ``long_prefill_token_threshold`` 0), SGLang's ``chunked_prefill_size`` 16384 (``arg_groups/memory_hook.py``):
+# the same packing.
+STATIC_16K = CHUNKING.register(Static("static-16384", 16384))
 
 
 @CHUNKING.register
@@ -89,9 +99,11 @@ class DynamicPlanner(Planner):
     of a request at context L is the x with ``f(L + x) - f(L) = f(base) - f(0)`` - the time a fresh
     chunk of ``chunked_prefill_size`` (``base``) takes - smoothed ``base + 0.75·(x - base)``
     (``SGLANG_DYNAMIC_CHUNKING_SMOOTH_FACTOR``), floored at ``base // 4`` and aligned to the block.
-    Here ``f`` comes from stage 0's fitted ``t(0, l)`` (``a = α_xx``, ``b = β``), refit online; the
-    wave is packed first come first served with that budget (any leftover may take a fragment, as
-    SGLang fills a batch). Token packing of ``base`` until stage 0 has a fit."""
+    Here ``f`` comes from stage 0's fitted ``t(0, l)`` (``a = α_xx``, ``b = β``), taken once - SGLang fits
+    at startup from 128 profiled prefills and never refits - and the wave is packed first come first served
+    with that budget (any leftover may take a fragment, as SGLang fills a batch). Only a continuing chunk
+    is resized (SGLang sizes ``chunked_req`` by its ``prefix_len``; a request's first chunk gets ``base``,
+    whatever its cached prefix). Token packing of ``base`` until stage 0 has a fit."""
 
     SMOOTH = 0.75
 
@@ -100,13 +112,16 @@ class DynamicPlanner(Planner):
         self.block_size = block_size
         self.times = times
         self.position = position
+        self._fit: tuple[float, float] | None = None     # (a, b) of stage 0's first fit, kept
 
     def chunk_tokens(self, context: int) -> int:
         """The dynamic chunk size after ``context`` tokens (``base`` until stage 0 has a fit)."""
-        fit = self.times.fit_of(0)
-        if fit is None:
-            return self.base
-        a, b = fit.alpha_xx, fit.beta
+        if self._fit is None:
+            fit = self.times.fit_of(0)
+            if fit is None:
+                return self.base
+            self._fit = (fit.alpha_xx, fit.beta)
+        a, b = self._fit
         target = a * self.base ** 2 + b * self.base
         q = 2 * a * context + b
         x = target / q if a <= 0 else (math.sqrt(q * q + 4 * a * target) - q) / (2 * a)
@@ -117,7 +132,9 @@ class DynamicPlanner(Planner):
         waiting = [a for a in admitted if a.remaining > 0]
         if not waiting:
             return None
-        budget = self.chunk_tokens(waiting[0].scheduled)
+        head = waiting[0]
+        budget = self.chunk_tokens(head.scheduled) if head.scheduled > head.reuse_blocks * self.block_size \
+            else self.base
         chunks = pack_static(admitted, budget, self.block_size, self.position)
         return WavePlan(chunks, budget, sum(a.remaining for a in waiting) / budget) if chunks else None
 
@@ -125,10 +142,17 @@ class DynamicPlanner(Planner):
 @CHUNKING.register
 @dataclass(frozen=True, slots=True)
 class Dynamic:
-    """SGLang's dynamic chunking (:class:`DynamicPlanner`): ``static_chunk_tokens`` as
+    """SGLang's dynamic chunking (:class:`DynamicPlanner`): ``static_chunk_tokens`` (or ``tokens``) as
     ``chunked_prefill_size``, each chunk after a long context shrunk to take a fresh chunk's time."""
 
     name: str = "dynamic"
+    tokens: int = 0
 
     def planner(self, inputs: PlanInputs) -> Planner:
-        return DynamicPlanner(inputs.knobs.static_chunk_tokens, inputs.block_size, inputs.step_times, inputs.position)
+        return DynamicPlanner(self.tokens or inputs.knobs.static_chunk_tokens, inputs.block_size, inputs.step_times,
+                              inputs.position)
+
+
+# SGLang's ``chunked_prefill_size`` on a GPU of 160 GiB or more (B300): 16384 (``arg_groups/memory_hook.py``,
+# 0.5.23); dynamic chunking is ``--enable-dynamic-chunking`` (off by default; the PP docs recommend it).
+SGLANG_DYNAMIC = CHUNKING.register(Dynamic("dynamic-16384", 16384))

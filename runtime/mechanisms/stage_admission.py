@@ -156,3 +156,21 @@ class OnFirstChunk:
                 return READY
         await dropped_meanwhile()          # the escrow message may have landed after a release
         return READY
+
+
+@STAGE_ADMISSION.register
+@dataclass(frozen=True, slots=True)
+class CentralStage:
+    """One manager admits for every stage (``kvcache.pools.CentralManager``): the lease and escrow on it are
+    every stage's, so no stage admits late and none falls back (vLLM v1's scheduler; SGLang's lockstep
+    replicas)."""
+
+    name: str = "central"
+
+    def admit_stages(self, num_stages: int) -> list[int]:
+        return [0]
+
+    async def before_chunk(self, stage: StagePort, wave_id: int, a: AdmittedRequest, chunk: Chunk,
+                           reserve: Reserve) -> StageVerdict:
+        return READY
+

@@ -34,6 +34,7 @@ from wavepp.runtime.mechanisms.reuse_lookup import LOOKUP, ReuseLookup
 from wavepp.runtime.mechanisms.sharing import SHARING, ComputeAgain, Sharing
 from wavepp.runtime.mechanisms.stage_admission import STAGE_ADMISSION, StageAdmission
 from wavepp.runtime.mechanisms.token_charge import CHARGE, TokenCharge
+from wavepp.runtime.mechanisms.topology import TOPOLOGY, Pipeline, Topology
 from wavepp.runtime.planner import Planner
 from wavepp.runtime.registry import Registry
 from wavepp.runtime.step_times import StepTimes
@@ -55,6 +56,7 @@ class Policy:
     return_path: ReturnPath = DirectReturn()
     pool: CachePool = PerStage()             # fixed for a run: the engine builds the caches with it
     share: Sharing = ComputeAgain()
+    topology: Topology = Pipeline()          # fixed for a run: the engine lays its stages out by it
 
     def mechanisms(self) -> dict[str, str]:
         """Kind -> variant name: what this policy runs (saved with every run)."""
@@ -78,4 +80,5 @@ class Policy:
 
 #: every mechanism kind (as written in a policy spec) -> its registry of variants
 KINDS: dict[str, Registry[Any]] = {r.kind: r for r in (
-    ADMISSION, LOOKUP, STAGE_ADMISSION, CHARGE, CHUNKING, RING, FILL, RELAY, RESERVE, HOST, RETURN, POOL, SHARING)}
+    ADMISSION, LOOKUP, STAGE_ADMISSION, CHARGE, CHUNKING, RING, FILL, RELAY, RESERVE, HOST, RETURN, POOL, SHARING,
+    TOPOLOGY)}

@@ -24,10 +24,12 @@ from wavepp.runtime.engines.sim.profiles import (
     get_model,
     split_layers,
 )
+from wavepp.runtime.engines.sim.table_choices import Choices
 from wavepp.runtime.engines.sim.table_cost import load_table_cost_model
 from wavepp.runtime.knobs import CPU_KNOBS, Knobs
 from wavepp.runtime.kvcache.pools import CachePool, PerStage
 from wavepp.runtime.kvcache.state_snapshots import DEFAULT_SNAPSHOT_INTERVAL, StateSpec
+from wavepp.runtime.mechanisms.topology import Topology
 from wavepp.runtime.runfile import RunInfo
 from wavepp.store.base import Store
 from wavepp.store.memory import MemoryStore
@@ -59,7 +61,7 @@ class SimEngine:
                  cost_model: str = "auto", perf_dir: str | None = None, host_work_scale: float = 1.0,
                  clock: str | None = None, cpu_scale: float = 1.0, wake_s: float = 0.0,
                  step_fit: Sequence[tuple[float, float]] | None = None, kv_dtype: str = DEFAULT_KV_DTYPE,
-                 snapshot_interval: int = DEFAULT_SNAPSHOT_INTERVAL) -> None:
+                 snapshot_interval: int = DEFAULT_SNAPSHOT_INTERVAL, comm: str = "custom") -> None:
         """``cost_profile``: a calibration file (``wavepp calibrate``) - the fitted model of a real
         engine replaces the analytic roofline, and its measured coordination costs the table.
         ``cost_model``: ``table`` (measured kernel tables under ``perf_dir``), ``analytic`` (roofline), or
@@ -77,7 +79,9 @@ class SimEngine:
         ``kv_dtype``: the KV cache's dtype, ``bf16`` (TensorRT-LLM's default for these FP8 checkpoints:
         ``profiles.KV_DTYPES``) or ``fp8``: half the bytes per cached token, and the tables' fp8-cache rows.
         ``snapshot_interval``: a hybrid model's stages keep a recurrent-state snapshot every this many tokens
-        of a computed prompt (a multiple of the block size; :mod:`runtime.kvcache.state_snapshots`)."""
+        of a computed prompt (a multiple of the block size; :mod:`runtime.kvcache.state_snapshots`).
+        ``comm``: the TP all-reduce's table, ``custom`` (TensorRT-LLM's kernel) or ``nccl``
+        (:mod:`runtime.mechanisms.topology`)."""
         if pp < 1:
             raise ValueError(f"pp must be >= 1, got {pp}")
         if block_size < 1:
@@ -96,6 +100,8 @@ class SimEngine:
         if snapshot_interval < block_size or snapshot_interval % block_size:
             raise ValueError(f"snapshot interval must be a positive multiple of the block size {block_size}, "
                              f"got {snapshot_interval}")
+        if comm not in ("custom", "nccl"):
+            raise ValueError(f"unknown all-reduce {comm!r} (custom, nccl)")
         if kv_dtype not in KV_DTYPES:
             raise ValueError(f"unknown KV dtype {kv_dtype!r} ({', '.join(KV_DTYPES)})")
         if step_fit is not None and (len(step_fit) != pp or not all(a > 0 and b >= 0 for a, b in step_fit)):
@@ -106,7 +112,10 @@ class SimEngine:
         self.replay_args: dict[str, Any] = {
             "model": model, "hardware": hardware, "gpus_per_stage": gpus_per_stage, "cost_model": cost_model,
             "cost_profile": cost_profile, "perf_dir": perf_dir, "host_work_scale": host_work_scale,
-            "time_scale": time_scale, "clock": clock, "kv_dtype": kv_dtype, "snapshot_interval": snapshot_interval}
+            "time_scale": time_scale, "clock": clock, "kv_dtype": kv_dtype, "snapshot_interval": snapshot_interval,
+            "comm": comm}
+        self.model_name, self.hardware_name, self._store_arg, self._costs_arg = model, hardware, store_url, costs
+        self.gpus_per_stage = gpus_per_stage or 1
         self.kv_dtype = kv_dtype
         self.store_url = parse_store_url(store_url)
         self.clock = clock
@@ -132,12 +141,13 @@ class SimEngine:
             default = [int(n) * int(self.profile["block_size"]) // block_size for n in self.profile["capacities"]]
         else:
             m, hw = get_model(model).with_kv_dtype(kv_dtype), get_hardware(hardware)
-            gps = gpus_per_stage or max(1, hw.gpus_per_node // pp)
+            gps = self.gpus_per_stage = gpus_per_stage or max(1, hw.gpus_per_node // pp)
             analytic = AnalyticCostModel(m, hw, pp, gps)  # also the memory figures: capacities below
             self.cost_model, self.cost_model_name = analytic, "analytic"
             if cost_model != "analytic":
                 try:
-                    self.cost_model = load_table_cost_model(m.name, hw.name, pp, gps, perf_dir, kv_dtype=kv_dtype)
+                    self.cost_model = load_table_cost_model(m.name, hw.name, pp, gps, perf_dir, Choices(comm=comm),
+                                                            kv_dtype=kv_dtype)
                     self.cost_model_name = "table"
                 except TableCoverageError as exc:
                     if cost_model == "table":
@@ -176,6 +186,20 @@ class SimEngine:
         if self.profile is not None:
             return min(1024, self._context // 2)
         return min(32768, self._context // 2)
+
+    def laid_out(self, topology: Topology) -> SimEngine:
+        """This engine, or one like it with the stages ``topology`` lays over the same GPUs (a tensor/expert-
+        parallel deployment: one stage over them all). Per-stage ``kv_blocks`` given for this layout are not
+        carried to another: that one's pools come from its memory."""
+        gps = self.gpus_per_stage
+        pp, gps_new = topology.layout(self.pp, gps)
+        if (pp, gps_new) == (self.pp, gps) and topology.comm == self.replay_args["comm"]:
+            return self
+        if self.profile is not None:
+            raise ValueError(f"topology {topology.name!r}: a calibrated cost profile was measured on {self.pp} stages")
+        args = {**self.replay_args, "gpus_per_stage": gps_new, "comm": topology.comm}
+        return SimEngine(self.model_name, self.hardware_name, pp, self.block_size, store_url=self._store_arg,
+                         costs=self._costs_arg, **{k: v for k, v in args.items() if k not in ("model", "hardware")})
 
     def build(self, pool: CachePool = PER_STAGE) -> EngineParts:
         """Fresh stages for one run, their caches provided by ``pool`` (the policy's). In real time

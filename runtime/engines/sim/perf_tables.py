@@ -17,6 +17,8 @@ from wavepp.runtime.engines.sim.perf_interp import TableCoverageError
 PERF_DIR_ENV = "WAVEPP_PERF_DIR"
 # Our hardware profile names -> aiconfigurator's system folders (FORMAT §1 "Local layout").
 SYSTEMS = {"h200": "h200_sxm", "b300": "b300_sxm"}
+# The NCCL version each system's YAML names (misc.nccl_version; FORMAT §1).
+NCCL_VERSIONS = {"h200_sxm": "2.26.2", "b300_sxm": "2.27"}
 
 
 def default_perf_dir() -> Path:
@@ -52,6 +54,30 @@ class PerfTables:
         self.versions = sorted((d for d in base.iterdir() if d.is_dir()), key=lambda d: _version_key(d.name),
                                reverse=True)
         self.root = root
+
+    def read_nccl(self, where: dict[str, Any], columns: list[str]) -> dict[str, list[Any]]:
+        """Columns of the system's ``nccl_perf`` rows matching ``where``, from the NCCL version its YAML names
+        (``misc.nccl_version``: FORMAT §1), each key's first row (FORMAT §4: some files hold keys twice)."""
+        import pyarrow.parquet as pq
+
+        path = self.root / self.system / "nccl" / NCCL_VERSIONS[self.system] / "nccl_perf.parquet"
+        if not path.is_file():
+            raise TableCoverageError(f"no NCCL table at {path}")
+        data = pq.read_table(path, columns=[*columns, "message_size"] if "message_size" not in columns else columns,
+                             filters=[(k, "=", v) for k, v in where.items()])
+        rows = data.to_pylist()
+        seen: set[Any] = set()
+        out: dict[str, list[Any]] = {c: [] for c in columns}
+        for row in rows:
+            if row["message_size"] in seen:
+                continue
+            seen.add(row["message_size"])
+            for c in columns:
+                out[c].append(row[c])
+        if not out[columns[0]]:
+            shape = ", ".join(f"{k}={v}" for k, v in where.items())
+            raise TableCoverageError(f"nccl_perf on {self.system} has no rows for {shape}")
+        return out
 
     def read(self, table: str, where: dict[str, Any], columns: list[str]) -> dict[str, list[Any]]:
         """Columns of the rows of ``table`` matching ``where``, from the newest version that has any."""

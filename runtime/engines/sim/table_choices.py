@@ -72,6 +72,7 @@ class Choices:
     indexer_reuse: bool = True  # GLM-5.2's "shared" DSA layers skip the indexer (NVIDIA/TensorRT-LLM#15574)
     shared_expert_tp: bool = True  # the shared expert is split over the stage's TP group
     dsa_gemm_type: str | None = None  # DSA module rows' gemm_type; None: the checkpoint's GEMM dtype
+    comm: str = "custom"  # the TP all-reduce: TensorRT-LLM's kernel ("custom") or NCCL's ("nccl"; mechanisms.topology)
 
     @classmethod
     def aiconfigurator(cls) -> Choices:

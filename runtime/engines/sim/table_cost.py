@@ -159,6 +159,10 @@ class TableCostModel:
     def _allreduce_curve(self, tables: PerfTables) -> Curve:
         if self.tp > self.hardware.gpus_per_node:
             raise TableCoverageError(f"all-reduce over {self.tp} GPUs spans nodes; the tables hold one node")
+        if self.choices.comm == "nccl":          # NCCL's all_reduce of bf16 ("half") elements (FORMAT §4)
+            cols = tables.read_nccl({"op_name": "all_reduce", "nccl_dtype": "half", "num_gpus": self.tp},
+                                    ["message_size", "latency"])
+            return Curve(cols["message_size"], [v * MS for v in cols["latency"]], lambda size: size)
         cols = tables.read("custom_allreduce_perf", {"allreduce_dtype": "bfloat16", "num_gpus": self.tp},
                            ["message_size", "latency", "kernel_source"])
         # FORMAT §3: rows timed outside a CUDA graph (kernel_source "*_eager") are not used.
