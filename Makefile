@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-dev
 
-.PHONY: demo test test-reliability lint bench bench-torch bench-telemetry grid grid-pressure ablation clean services stack
+.PHONY: demo test test-reliability lint bench bench-torch bench-telemetry grid grid-pressure grid-kimi ablation ablation-kimi clean services stack
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -41,6 +41,11 @@ grid-pressure: $(STAMP)
 	@mkdir -p out
 	$(VENV)/bin/wavepp grid --grid pressure --jobs 2 --json out/grid-pressure.json --markdown out/grid-pressure.md
 
+# Kimi-K3 on one B300 node: WavePP against the PP loops and TP/EP deployments of three engines (runtime/grid_kimi.py).
+grid-kimi: $(STAMP)
+	@mkdir -p out
+	$(VENV)/bin/wavepp grid --grid kimi-k3 --jobs 2 --json out/grid-kimi.json --markdown out/grid-kimi.md
+
 # WavePP's mechanisms off one at a time, and TensorRT-LLM's on one at a time (GLM-5.2, c=128, suffix4k).
 WAVEPP_OFF := wavepp+admission=inline,wavepp+lookup=first-stage,wavepp+stage-admission=first-chunk,wavepp+chunking=static,wavepp+ring=P,wavepp+fill=off
 TRTLLM_ON := wavepp+charge=position0,wavepp+reserve=whole-prompt,wavepp+host=lockstep,wavepp+relay=on,wavepp+return=ring
@@ -48,6 +53,18 @@ ablation: $(STAMP)
 	@mkdir -p out
 	$(VENV)/bin/wavepp bench --engine sim --model glm-5.2 --hardware b300 --pp 4 --workload suffix4k \
 		--concurrency 128 --policy wavepp,$(WAVEPP_OFF),$(TRTLLM_ON),trtllm-pp,trtllm-pp-legacy --json out/ablation.json
+
+# The same on Kimi-K3 (c=32, 128K-token documents at half the smallest pool, as in the kimi-k3 grid), then the
+# state-snapshot interval swept.
+KIMI_DOCS := --engine sim --model kimi-k3 --hardware b300 --pp 4 --workload docs:36:suffix=4096 --prompt-tokens 131072 \
+	--concurrency 32 --requests 128 --quiet
+ablation-kimi: $(STAMP)
+	@mkdir -p out
+	$(VENV)/bin/wavepp bench $(KIMI_DOCS) --policy wavepp,$(WAVEPP_OFF),wavepp+share=off,trtllm-pp,sglang-pp,vllm-pp \
+		--json out/ablation-kimi.json
+	for interval in 4096 8192 16384 32768 65536; do \
+		$(VENV)/bin/wavepp bench $(KIMI_DOCS) --policy wavepp,vllm-pp --snapshot-interval $$interval \
+			--json out/ablation-kimi-snapshot-$$interval.json || exit 1; done
 
 # Issue 3's figures: the torch engine (threads with the calibrated sim, and spawned processes),
 # wavepp vs trtllm-pp on four workloads; about 25 minutes on a 2-core CPU.

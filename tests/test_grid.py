@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from wavepp.runtime.cli import main
-from wavepp.runtime.grid import GridSpec, run_grid, summary, to_markdown
+from wavepp.runtime.grid import GridRow, GridSpec, run_grid, summary, to_markdown
 
 SPEC = GridSpec(models=("llama-3-8b",), hardware="h200", pp=2, workloads=("reuse90", "suffix:256"),
                 concurrencies=(4,), policies=("wavepp", "trtllm-pp", "trtllm-pp-legacy"), requests=12)
@@ -81,3 +81,22 @@ def test_the_pressure_grid_sizes_its_working_sets_on_the_smallest_pool(tmp_path:
         assert s.requests == min(2000, max(4 * s.concurrency, 2 * spec.documents))
         assert s.prompt_tokens == mean                                    # the documents' mean length
     assert {s.label for s in glm} >= {"docs 256K ws 3x", "docs 32K ws 0.5x"} and pool > 0
+
+
+def test_the_kimi_grid_is_28_settings_of_seven_policies_16_at_c_8_or_more() -> None:
+    from wavepp.runtime.engines.sim.engine import SimEngine
+    from wavepp.runtime.grid_kimi import POLICIES, kimi_spec
+    from wavepp.runtime.policies import get_policy
+    from wavepp.runtime.workloads import parse_workload
+    spec = kimi_spec()
+    settings = spec.settings()
+    assert len(settings) == 28 and sum(s.concurrency >= 8 for s in settings) == 16
+    assert {s.model for s in settings} == {"kimi-k3"} and spec.policies == POLICIES
+    assert {get_policy(p).topology.name for p in spec.policies} == {"pp", "tep", "tep-nccl"}
+    [docs] = {s.workload for s in settings if s.workload.startswith("docs:")}
+    pool = min(SimEngine("kimi-k3", "b300", 4).capacities) * 64
+    assert abs(parse_workload(docs).documents * 131072 - 0.5 * pool) <= 131072   # half the smallest pool
+    assert all(s.requests == max(32, 4 * s.concurrency) for s in settings)
+    rows = [GridRow("kimi-k3", "cold", c, subject="wavepp", best_baseline="vllm-pp", ratio=r)
+            for c, r in ((1, 0.9), (8, 1.1), (16, 0.95))]
+    assert summary(rows).startswith("wins 1/3, min ratio 0.900 (kimi-k3 cold c=1); at c >= 8: wins 1/2")
