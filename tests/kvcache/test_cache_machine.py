@@ -8,7 +8,10 @@ After every step: each stage's own accounting (:meth:`StageCache.check`), a leas
 cached on every stage with the request's hashes, no block in two requests' tables unless it is a
 shared cached prefix, a table's new blocks owned, and the linear walk agreeing with the binary
 search the runtime uses (residency is prefix-closed). At the end every request is drained and no
-lease, escrow, table or reference remains.
+lease, escrow, table or reference remains. Half the examples are a hybrid model's stages: each keeps
+recurrent-state snapshots of its own size at a common interval (``runtime.kvcache.state_snapshots``); a lease
+resumes only at a snapshot it holds and pins it, the leader lowers until every stage agrees, and no state block
+is ever in a request's table or in the tree.
 
 The example count comes from the hypothesis profile: ``make test`` runs the suite's default, ``make
 test-reliability`` the ``reliability`` profile (``tests/conftest.py``).
@@ -24,6 +27,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 
 from wavepp.runtime.hashing import block_hashes
 from wavepp.runtime.kvcache.stage_cache import StageCache
+from wavepp.runtime.kvcache.state_snapshots import StateSpec
 from wavepp.runtime.request import cdiv
 from wavepp.store.probe import longest_prefix_in, longest_prefix_linear
 
@@ -54,9 +58,11 @@ class StageCaches(RuleBasedStateMachine):
         self.n = 0
         self.docs: list[list[int]] = []
 
-    @initialize(caps=st.lists(st.integers(6, 24), min_size=2, max_size=4), seed=st.integers(0, 2**16))
-    def build(self, caps: list[int], seed: int) -> None:
-        self.stages = [StageCache(s, c, B) for s, c in enumerate(caps)]
+    @initialize(caps=st.lists(st.integers(6, 24), min_size=2, max_size=4), seed=st.integers(0, 2**16),
+                slots=st.none() | st.tuples(st.integers(1, 3), st.lists(st.integers(1, 3), min_size=4, max_size=4)))
+    def build(self, caps: list[int], seed: int, slots: tuple[int, list[int]] | None) -> None:
+        specs = [None if slots is None else StateSpec(slots[1][s], slots[0]) for s in range(len(caps))]
+        self.stages = [StageCache(s, c, B, spec) for s, (c, spec) in enumerate(zip(caps, specs, strict=False))]
         rng = random.Random(seed)
         self.docs = [[rng.randrange(50) for _ in range(6 * B)] for _ in range(3)]
 
@@ -69,12 +75,14 @@ class StageCaches(RuleBasedStateMachine):
         rid = f"r{self.n}"
         self.n += 1
         hint = min(c.prefix_length(hashes, limit) for c in self.stages)
-        granted = [c.lease(rid, hashes, hint, len(tokens)) for c in self.stages]
-        k = min(granted)
-        for c in self.stages:
-            c.shrink_lease(rid, k)
+        k = min(c.lease(rid, hashes, hint, len(tokens)) for c in self.stages)
+        while True:                                   # the leader lowers until every stage agrees
+            held = [c.shrink_lease(rid, k) for c in self.stages]
+            if min(held) == k:
+                break
+            k = min(held)
         need = cdiv(len(tokens) - k * B, B)
-        if not all(c.can_escrow(need) for c in self.stages):
+        if not all(c.can_escrow(need, rid) for c in self.stages):
             for c in self.stages:
                 assert c.release(rid)
             return
@@ -150,6 +158,20 @@ class StageCaches(RuleBasedStateMachine):
                     assert c.pool.blocks[bid].hash is None and c.pool.blocks[bid].ref_count == 1
 
     @invariant()
+    def states_stay_out_of_tables_and_the_tree_and_leases_pin_theirs(self) -> None:
+        for c in self.stages:
+            if c.states is None:
+                continue
+            state = {b for snap in c.states.by_hash.values() for b in snap.blocks}
+            state |= {b for blocks in c.working.values() for b in blocks}
+            assert not state & {b for table in c.tables.values() for b in table}
+            for rid, lease in c.leases.items():
+                r = self.live.get(rid)
+                if r is not None and lease.reuse_blocks:
+                    assert lease.snapshot == r.hashes[lease.reuse_blocks - 1]
+                    assert c.states.by_hash[lease.snapshot].pins > 0
+
+    @invariant()
     def the_binary_search_counts_what_a_walk_counts(self) -> None:
         for r in list(self.live.values())[:3]:
             for c in self.stages:
@@ -164,6 +186,7 @@ class StageCaches(RuleBasedStateMachine):
         for c in self.stages:
             c.check()
             assert not c.leases and not c.tickets and not c.tables and not c.progress and c.reserved == 0
+            assert not c.working and not c.state_due
 
 
 TestStageCaches = StageCaches.TestCase
