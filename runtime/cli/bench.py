@@ -192,6 +192,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
                                      "use --engine torch")
                 sim = SimEngine(args.model, args.hardware, args.pp, args.block_size, args.kv_blocks,
                                 cost_profile=args.sim_profile)
+            if args.engine == "torch":          # a TP/EP layout is the sim's alone: refused before any run
+                from wavepp.runtime.bench import laid_out
+                for p in args.policy:
+                    laid_out(engine, get_policy(p).topology)
             changes = {k: v for k, v in (("max_wave_tokens", args.max_wave_tokens),
                                          ("min_wave_tokens", args.min_wave_tokens),
                                          ("ring", args.ring)) if v is not None}

@@ -53,3 +53,9 @@ def test_the_bench_lays_a_tep_policy_out_on_one_stage_of_every_gpu() -> None:
     for spec in ("trtllm-tep", "vllm-tep", "sglang-tep"):
         rec = run_one(engine, cfg, spec, 4)
         assert rec.figures.completed == 8 and rec.figures.failed == 0 and len(rec.parts.handles) == 1, spec
+
+
+def test_a_tep_policy_on_the_torch_engine_is_one_line_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
+    from wavepp.runtime.cli import main
+    assert main(["bench", "--engine", "torch", "--policy", "wavepp,vllm-tep", "--requests", "2", "--quiet"]) == 2
+    assert capsys.readouterr().err.strip() == "wavepp: error: topology 'tep-nccl' runs on the sim engine only"
