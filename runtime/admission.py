@@ -59,8 +59,9 @@ class Admission:
         self.policy = policy
         self.share = share or ComputeAgain()
         self._admitting = [self.stages[s] for s in self.admit_stages]
-        # A hybrid model resumes only at its stages' state snapshots: a lookup's boundary is rounded down
-        # to their interval before the lease (what is then lowered is a real miss, counted as a fallback).
+        # A hybrid model resumes only at its stages' state snapshots - where a prompt ended, or at the
+        # interval's multiples: a lease lowered to the multiple below the lookup's boundary is the interval's
+        # cost, not a miss; lower than that is a fallback.
         self.resume_step = max((h.resume_step for h in self.stages), default=1)
 
     def _max_blocks(self, r: Request) -> int:
@@ -92,8 +93,6 @@ class Admission:
         prompts = [r.block_hashes for r in requests]     # capped below: no copy of long hash lists
         with self.tel.span(N.HINT_LOOKUP, {N.NUM_REQUESTS: len(requests)}) as span:
             boundaries, probes = await self.lookup.boundaries(prompts, limits, self.store, self.stages)
-            if self.resume_step > 1:
-                boundaries = [k - k % self.resume_step for k in boundaries]
             if probes:
                 span.set_attribute(N.PROBES, probes)
             return boundaries
@@ -103,9 +102,9 @@ class Admission:
         with self.tel.span(N.LEASE, {N.NUM_REQUESTS: len(requests), N.BLOCKS: sum(hints)}) as span:
             answers = await on_stages(self._admitting, lambda h: h.lease(items))
             final = await self._agree(requests, answers)
-            lowered = 0
+            lowered, step = 0, self.resume_step
             for r, hint, k in zip(requests, hints, final, strict=True):
-                if k < hint:           # the stages could not give what the first lookup promised
+                if k < hint - hint % step:     # the stages could not give what the first lookup promised
                     lowered += 1
                     r.fallbacks += 1
             span.set_attribute(N.FALLBACKS, lowered)

@@ -177,7 +177,7 @@ class StageCache:
             new = blocks[new].parent
         snapshot = None
         if self.states is not None:                # walk on up to a boundary this stage can resume at
-            states, step = self.states, self.states.spec.interval_blocks
+            states = self.states
             if lease.snapshot is not None:
                 states.unpin(lease.snapshot)
 
@@ -185,7 +185,7 @@ class StageCache:
                 h = blocks[block].hash
                 return h in states.by_hash and states.needs_room(h) <= self.available_blocks()
 
-            while k > 0 and (k % step or not resumes(new)):
+            while k > 0 and not resumes(new):
                 new, k = blocks[new].parent, k - 1
                 self.work += 1
             if k > 0:
@@ -208,7 +208,8 @@ class StageCache:
 
     def state_blocks(self, rid: str) -> int:
         """Blocks a hybrid stage keeps for a leased request's states beside its KV suffix: its working
-        state, and a snapshot at each interval boundary past its reuse boundary (0 without state layers)."""
+        state (its end snapshot once it completes), and a snapshot at each interval boundary between its reuse
+        boundary and its end (0 without state layers)."""
         lease = self.leases.get(rid)
         if self.states is None or lease is None:
             return 0
@@ -376,14 +377,19 @@ class StageCache:
         self._drop_ticket(rid)
 
     def _keep_snapshots(self, rid: str, hashes: list[int], k: int, attached: int) -> None:
-        """A hybrid stage keeps the states the request passed at each interval boundary in ``(k, attached]``
-        (its blocks there just attached and still pinned by it), and frees its working state."""
+        """A hybrid stage keeps the states the request passed at each interval boundary in ``(k, attached)``
+        and its working state as the snapshot at its last attached block (those blocks just attached and
+        still pinned by it); one already kept there by another request stays, ours is freed."""
         assert self.states is not None
         states = self.states
         for j in states.spec.positions(k, attached):
             if hashes[j - 1] not in states.by_hash:
                 states.add(hashes[j - 1], self._take_state(rid))
-        self._free(self.working.pop(rid, []))
+        working = self.working.pop(rid, [])
+        if attached > k and working and hashes[attached - 1] not in states.by_hash:
+            states.add(hashes[attached - 1], working)
+        else:
+            self._free(working)
 
     def release(self, rid: str) -> bool:
         """Failure path: drop everything the request holds here (lease, escrow, new blocks).

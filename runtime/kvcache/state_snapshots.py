@@ -4,15 +4,18 @@ A linear-attention layer (Kimi-K3's Kimi Delta Attention) keeps no per-token KV:
 recurrent state per sequence (a matrix per head, plus a short-conv tail). To resume a prompt after
 ``j`` cached blocks, a stage needs the KV of its attention layers for blocks ``[0, j)`` *and* the
 state of its linear layers after block ``j - 1``. So a stage keeps a *snapshot* of the state at
-every ``interval`` blocks of a computed prompt, and can resume only at a block boundary where it
-holds one; the reuse boundary of a request is the largest boundary ``<= k`` held on every stage
-(found by scanning back from ``k``).
+every ``interval`` blocks of a computed prompt and at its last full block (the state a request ends
+with - SGLang's ``MambaRadixCache`` keeps it at a request's end and at each chunk's 64-aligned end, the
+chunked kernel's own granularity, and a block is 64 tokens here), and can resume only at a block
+boundary where it holds one; the reuse boundary of a request is the largest boundary ``<= k`` held on
+every stage, found by scanning back from ``k``: ``k`` itself, then the interval's multiples below it.
 
 Memory: a snapshot lives in the stage's KV pool, as ``slot_blocks`` blocks taken like any other
 (a free block first, else an evicted one), so state competes with KV for the same memory - the
 trade-off the interval sets: every snapshot costs a slot, a longer interval recomputes more. A
-request being computed holds one more slot for its working state. Snapshots are keyed by the hash
-of the block they follow, so two requests that computed the same prefix share one.
+request being computed holds one more slot for its working state, which becomes its end snapshot.
+Snapshots are keyed by the hash of the block they follow, so two requests that computed the same
+prefix share one.
 
 Eviction: a snapshot goes with the KV block it follows (evicting that leaf drops it); an unpinned
 snapshot of a chain that is still held can also be evicted alone, oldest first, when a stage has
@@ -42,9 +45,10 @@ class StateSpec:
                              f"and {self.interval_blocks}")
 
     def positions(self, after: int, upto: int) -> range:
-        """Snapshot boundaries ``j`` (in blocks) with ``after < j <= upto``."""
+        """Interval boundaries ``j`` (in blocks) with ``after < j < upto`` (``upto``, the prompt's end, keeps
+        the working state instead)."""
         step = self.interval_blocks
-        return range((after // step + 1) * step, upto + 1, step)
+        return range((after // step + 1) * step, upto, step)
 
 
 @dataclass(slots=True)
@@ -64,9 +68,14 @@ class StateSnapshots:
     probes: int = 0                                                    # lookups (the sim charges for them)
 
     def resume_point(self, hashes: list[int], upto: int) -> int:
-        """The largest snapshot boundary ``j <= upto`` held here (0: start from scratch)."""
+        """The largest snapshot boundary ``j <= upto`` held here - ``upto`` itself (a prompt ended there),
+        else the interval's multiples below it (0: start from scratch)."""
         step = self.spec.interval_blocks
-        j = upto - upto % step
+        if upto > 0:
+            self.probes += 1
+            if hashes[upto - 1] in self.by_hash:
+                return upto
+        j = (upto - 1) - (upto - 1) % step if upto > 0 else 0
         while j > 0:
             self.probes += 1
             if hashes[j - 1] in self.by_hash:

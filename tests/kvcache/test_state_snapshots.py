@@ -42,24 +42,27 @@ def compute(c: StageCache, rid: str, hashes: list[int], num_tokens: int, k: int)
 
 
 def test_a_stage_resumes_only_at_a_snapshot_boundary() -> None:
-    """10 cached blocks, snapshots after blocks 4 and 8: a lease of 10 is granted 8, of 7 granted 4."""
+    """10 cached blocks, snapshots after blocks 4 and 8 (the interval) and 10 (where the prompt ended): a
+    lease of 10 is granted 10, of 9 granted 8, of 7 granted 4."""
     c = StageCache(0, 64, B, SPEC)
     h = hashes_of(1, 10)
     compute(c, "a", h, 10 * B + 1, 0)
     assert c.prefix_length(h) == 10
-    assert sorted(c.states.by_hash) == sorted([h[3], h[7]])  # type: ignore[union-attr]
-    assert c.lease("b", h, 10, 10 * B + 1) == 8
-    assert c.lease("c", h, 7, 7 * B + 1) == 4
-    assert c.leases["b"].snapshot == h[7] and c.leases["c"].snapshot == h[3]
+    assert sorted(c.states.by_hash) == sorted([h[3], h[7], h[9]])  # type: ignore[union-attr]
+    assert c.lease("b", h, 10, 10 * B + 1) == 10
+    assert c.lease("c", h, 9, 9 * B + 1) == 8
+    assert c.lease("d", h, 7, 7 * B + 1) == 4
+    assert [c.leases[r].snapshot for r in "bcd"] == [h[9], h[7], h[3]]
     c.check()
-    c.release("b")
-    c.release("c")
+    for r in "bcd":
+        c.release(r)
     c.check()
 
 
 def test_escrow_promises_the_working_state_and_each_new_snapshot() -> None:
-    """A 10-block prompt from scratch: 11 KV blocks (10 full + the partial one), a working state and
-    two snapshots (after blocks 4 and 8) of 2 blocks each; from a resume at 8, no new snapshot."""
+    """A 10-block prompt from scratch: 11 KV blocks (10 full + the partial one), a working state (its end
+    snapshot after block 10) and two snapshots (after blocks 4 and 8) of 2 blocks each; from a resume at 10,
+    the working state alone."""
     c = StageCache(0, 64, B, SPEC)
     h = hashes_of(2, 10)
     c.lease("a", h, 0, 10 * B + 1)
@@ -71,17 +74,17 @@ def test_escrow_promises_the_working_state_and_each_new_snapshot() -> None:
     c.complete("a", h)
     c.check()
     st = c.stats()
-    assert (st.num_snapshots, st.num_snapshot_blocks, c.reserved) == (2, 4, 0)
-    assert st.num_free == 64 - 10 - 4                    # the partial block and the working state came back
+    assert (st.num_snapshots, st.num_snapshot_blocks, c.reserved) == (3, 6, 0)
+    assert st.num_free == 64 - 10 - 6                    # the partial block came back; the working state stays
     c.lease("b", h, 10, 10 * B + 3)
     assert c.state_blocks("b") == 2
 
 
 def test_an_escrow_that_cannot_hold_the_states_waits() -> None:
     """The KV suffix alone would fit; with the states it does not, so the request is refused."""
-    c = StageCache(0, 12, B, SPEC)
+    c = StageCache(0, 11, B, SPEC)
     h = hashes_of(3, 8)
-    c.lease("a", h, 0, 8 * B)
+    c.lease("a", h, 0, 8 * B)                            # 8 KV blocks + working 2 + a snapshot at 4: 12 > 11
     assert c.can_escrow(8) and not c.can_escrow(8, "a")
     assert c.escrow_round([("a", 8)]) == 0
     c.release("a")
@@ -91,15 +94,15 @@ def test_an_escrow_that_cannot_hold_the_states_waits() -> None:
 def test_pinned_snapshots_survive_pressure_and_unpinned_ones_go_alone() -> None:
     """A pinned snapshot is never evicted; with no evictable leaf left, an unpinned snapshot of a held
     chain is evicted on its own - that stage then resumes lower, where it still holds one."""
-    c = StageCache(0, 24, B, SPEC)
+    c = StageCache(0, 25, B, SPEC)
     h = hashes_of(4, 8)
-    compute(c, "a", h, 8 * B, 0)                         # 8 blocks + snapshots at 4 and 8: 12 blocks used
+    compute(c, "a", h, 8 * B, 0)                         # 8 blocks + snapshots at 4 and 8 (its end): 12 used
     assert c.lease("hold", h, 8, 8 * B + 1) == 8         # pins the chain and the snapshot at 8
-    other = hashes_of(5, 8)
-    assert c.available_blocks() == 24 - 8 - 2            # the held chain and its pinned snapshot stay out
-    compute(c, "x", other, 8 * B, 0)                     # 8 KV + 2 snapshots: the last 2 blocks it needs come
+    other = hashes_of(5, 9)
+    assert c.available_blocks() == 25 - 8 - 2            # the held chain and its pinned snapshot stay out
+    compute(c, "x", other, 9 * B, 0)                     # 9 KV + working + snapshots at 4 and 8: the last 2
     assert h[3] not in c.states.by_hash and h[7] in c.states.by_hash  # type: ignore[union-attr]
-    assert c.prefix_length(h) == 8                       # from the unpinned snapshot at 4; its KV stays
+    assert c.prefix_length(h) == 8                       # come from the unpinned snapshot at 4; its KV stays
     c.release("hold")
     assert c.lease("y", h, 6, 6 * B + 1) == 0             # the snapshot at 4 is gone here
     c.release("y")
@@ -109,11 +112,11 @@ def test_pinned_snapshots_survive_pressure_and_unpinned_ones_go_alone() -> None:
 def test_evicting_a_leaf_drops_the_snapshot_that_follows_it() -> None:
     c = StageCache(0, 18, B, SPEC)
     h = hashes_of(6, 4)
-    compute(c, "a", h, 4 * B, 0)                         # 4 blocks + a snapshot after block 4 (2 blocks)
+    compute(c, "a", h, 4 * B, 0)                         # 4 blocks + its end snapshot after block 4 (2 blocks)
     assert c.stats().num_snapshots == 1
     other = hashes_of(7, 12)
     compute(c, "b", other, 11 * B, 0)                    # 11 blocks + working 2 + snapshots at 4, 8 (4)
-    assert c.stats().num_snapshots == 2 and h[3] not in c.states.by_hash  # type: ignore[union-attr]
+    assert c.stats().num_snapshots == 3 and h[3] not in c.states.by_hash  # type: ignore[union-attr]
     c.check()
 
 
@@ -145,8 +148,8 @@ def test_shrinking_walks_down_to_a_boundary_the_stage_holds() -> None:
 
 
 def test_the_boundary_is_the_largest_one_held_on_every_stage() -> None:
-    """Stage 0 keeps snapshots after blocks 4, 8 and 12; stage 1 evicted the one after 12, stage 2 the
-    one after 8: the boundary is 4, the largest held on every stage, found by lowering until all agree."""
+    """Stage 0 keeps snapshots after blocks 4, 8 and 12 (the end); stage 1 evicted the one after 12, stage 2
+    the one after 8: the boundary is 4, the largest held on every stage, found by lowering until all agree."""
     h = hashes_of(10, 12)
     caches = [StageCache(s, 64, B, SPEC) for s in range(3)]
     for c in caches:
