@@ -15,6 +15,7 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
+from wavepp.runtime.kvcache.state_snapshots import DEFAULT_SNAPSHOT_INTERVAL
 from wavepp.runtime.policies import POLICIES, get_policy
 
 # The store keeps the deployment record and quotes bad values too; both live below the runtime and
@@ -55,6 +56,7 @@ class Knobs:
     max_round_requests: int = 64        # requests one admission round may batch
     static_chunk_tokens: int = 8192     # baselines' max_num_tokens (TensorRT-LLM default 8192)
     policy: str = "wavepp"              # which mechanisms run (runtime.policies); switches at a wave boundary
+    snapshot_interval: int = DEFAULT_SNAPSHOT_INTERVAL   # hybrid models: tokens between two state snapshots
 
     def replace(self, **changes: Any) -> Knobs:
         return validate(dataclasses.replace(self, **changes), changed=changes)
@@ -85,6 +87,7 @@ _RANGES: dict[str, tuple[int, int]] = {
     "max_leases": (1, 1 << 20),
     "max_round_requests": (1, 1 << 16),
     "static_chunk_tokens": (16, 1 << 22),
+    "snapshot_interval": (16, 1 << 22),
 }
 _INTEGER = re.compile(r"-?[0-9]+")     # plain ASCII digits: no `8_192`, no full-width digits, no `+`
 
@@ -291,6 +294,13 @@ HELP: dict[str, KnobHelp] = {
         "tokens (whole blocks)", "The static planner's chunk (TensorRT-LLM's max_num_tokens, default 8192).",
         "Used by the baselines' static planner only: smaller chunks pipeline earlier but each carries "
         "per-wave overhead."),
+    "snapshot_interval": KnobHelp(
+        "tokens (rounded down to whole blocks)", "A hybrid model's stages (kimi-k3) keep a recurrent-state snapshot "
+        "every this many tokens of a computed prompt (and where it ends); a later request resumes only at one. "
+        "No effect on a model without linear-attention layers.",
+        "Shorter: more resumable boundaries (less recomputed) but each snapshot takes pool blocks, so the caches "
+        "evict sooner; longer: fewer snapshots, more tokens recomputed after a shared prefix. Applies to "
+        "snapshots kept from the next wave on."),
     "policy": KnobHelp(
         "name", f"Which mechanisms run ({', '.join(POLICY_NAMES)} or an ablation NAME+KIND=VARIANT); "
                 "switches at a wave boundary.",

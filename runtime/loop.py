@@ -7,21 +7,20 @@ A request's path, module by module::
 
 The run's requests and waves live in one :class:`runtime.run_state.RunState`; the stage tasks,
 completion and the policy's mechanisms see that state and their own ports, never this object.
-This module owns the configuration (knobs, policy, planner, ring), arrivals, the dispatcher and
-the tasks that tie the parts together. The same code runs on every engine; an engine supplies
-stage handles, a stage executor, a store and an event loop (virtual time on the sim). Tasks::
+This module owns the configuration (knobs, policy, planner, ring), arrivals, the dispatcher and the tasks
+that tie the parts together. The same code runs on every engine; an engine supplies stage handles, a stage
+executor, a store and an event loop (virtual time on the sim). Tasks::
 
     arrivals ─► waiting ─► [admission task] ─► active ─► dispatcher ─► stage 0 ─► link ─► stage 1 … ─► retire
                    ▲                                         ▲                                          │
                    └──────────── closed loop: a finished request brings the next ◄──────────────────────┘
 
-The policy's mechanisms plug into fixed hook points (:mod:`runtime.mechanisms`): its admission
-drive runs rounds in the admission task or in the dispatcher before each plan; its chunking and
-token charge make the planner; its ring bounds the waves in flight; its stage admission runs
-before a stage prepares a chunk; its host work runs on each stage for each wave; its return path
-decides when a ring slot reopens. Each stage prepares a chunk locally (materialize) right before
-it executes the wave; a chunk whose request failed or fell back meanwhile is skipped ("stale":
-its attempt is no longer live).
+The policy's mechanisms plug into fixed hook points (:mod:`runtime.mechanisms`): its admission drive runs rounds
+in the admission task or in the dispatcher before each plan; its chunking and token charge make the planner; its
+ring bounds the waves in flight; its stage admission runs before a stage prepares a chunk; its host work runs on
+each stage for each wave; its return path decides when a ring slot reopens. Each stage prepares a chunk locally
+(materialize) right before it executes the wave; a chunk whose request failed or fell back meanwhile is skipped
+("stale": its attempt is no longer live).
 """
 
 from __future__ import annotations
@@ -98,8 +97,8 @@ class PipelineLoop:
         self.publisher = IndexPublisher(self.handles, store)
         self.writer = StoreWriter()
         self.registry = LeaseRegistry(store, self.writer)
-        self.pool = get_policy(knobs.policy).pool   # the engine built the caches with it: fixed for the run
-        self.topology = get_policy(knobs.policy).topology   # and laid out its stages by it
+        start = get_policy(knobs.policy)     # the engine built the caches and laid out the stages by it
+        self.pool, self.topology = start.pool, start.topology    # fixed for the run
         self._configure(knobs)
         self.queue = AdmissionQueue(self.run_state, self.admission, knobs, self.registry, telemetry, self.spans)
         self.computed_before = ComputedBefore()       # what completed requests computed (the good-hit rate)
@@ -125,13 +124,11 @@ class PipelineLoop:
                                 lambda: self.num_finished, self.done)
 
     def _configure(self, knobs: Knobs) -> None:
-        """Policy, admission, planner and ring from the knobs (at start and at a wave boundary). The
-        caches were built by the pool of the policy the run started with: a policy switched to later
-        runs on them (its own pool applies from the next run; the knob-change event says so)."""
-        policy = get_policy(knobs.policy)
-        if policy.pool != self.pool or policy.topology != self.topology:
-            policy = dataclasses.replace(policy, pool=self.pool, topology=self.topology)
-        self.policy: Policy = policy
+        """Policy, admission, planner and ring from the knobs (at start and at a wave boundary). A policy switched
+        to runs on the run's pool and stages (its own apply from the next run; the knob-change event says so)."""
+        for h in self.handles:                  # before the admission below reads each stage's resume step
+            h.set_snapshot_interval(knobs.snapshot_interval)
+        self.policy: Policy = dataclasses.replace(get_policy(knobs.policy), pool=self.pool, topology=self.topology)
         self.admit_stages = self.policy.stage_admission.admit_stages(self.num_stages)
         self.admission = Admission(self.handles, self.admit_stages, self.store, self.block_size, self.tel,
                                    self.policy.lookup, self.policy.reserve, self.policy.name, self.policy.share)
@@ -158,7 +155,7 @@ class PipelineLoop:
                                  lambda: self.knob_watcher.publish(self.knob_watcher.knobs)))
         return items
 
-    def _knobs_refused(self, version: int, reason: str) -> None:
+    def _knobs_refused(self, version: int, reason: str) -> None:   # a knob watcher's report: an event
         self._plan_events.append((N.EVENT_KNOBS_REFUSED, {N.KNOBS_VERSION: version, N.ERROR: reason}))
 
     async def warm_up(self) -> None:
@@ -309,10 +306,9 @@ class PipelineLoop:
         self._configure(knobs)
         self.queue.configure(self.admission, knobs)
         self.result.knob_changes.append((self.tel.now_ns(), changed))
-        switched = get_policy(knobs.policy)
-        kept = {N.KNOBS_POOL_KEPT: self.pool.name} if switched.pool != self.pool else {}
-        if switched.topology != self.topology:
-            kept[N.KNOBS_TOPOLOGY_KEPT] = self.topology.name
+        new = get_policy(knobs.policy)
+        fixed = ((N.KNOBS_POOL_KEPT, self.pool, new.pool), (N.KNOBS_TOPOLOGY_KEPT, self.topology, new.topology))
+        kept = {key: ours.name for key, ours, theirs in fixed if theirs != ours}
         self._plan_events.append((N.EVENT_KNOBS, {N.KNOBS_CHANGED: sorted(changed), **kept,
                                                   **{f"wavepp.knobs.{k}": v for k, v in changed.items()}}))
         self.run_state.changed.notify()

@@ -88,8 +88,8 @@ def register(sub: Any) -> dict[str, Handler]:
                    help=f"sim: the KV cache's dtype (default {DEFAULT_KV_DTYPE}, TensorRT-LLM's for these FP8 "
                         "checkpoints; fp8 halves the bytes per cached token, so a pool holds twice the tokens)")
     b.add_argument("--snapshot-interval", type=positive_int, default=None, metavar="TOKENS",
-                   help=f"sim, hybrid models (kimi-k3): keep a recurrent-state snapshot every this many tokens of a "
-                        f"computed prompt, where a later request may resume (a multiple of the block size; default "
+                   help=f"hybrid models (kimi-k3): the snapshot_interval knob - keep a recurrent-state snapshot every "
+                        f"this many tokens of a computed prompt, where a later request may resume (default "
                         f"{DEFAULT_SNAPSHOT_INTERVAL})")
     b.add_argument("--host-scale", type=float, default=None,
                    help="sim: multiply the lockstep host work of a conventional PP loop (sensitivity)")
@@ -118,7 +118,7 @@ def defaults() -> argparse.Namespace:
 #: bench flags that mean something on one engine only: given for the other, they are refused
 SIM_ONLY = {"hardware": "--hardware", "gpus_per_stage": "--gpus-per-stage", "cost_profile": "--cost-profile",
             "perf_dir": "--perf-dir", "host_scale": "--host-scale", "time_scale": "--time-scale",
-            "kv_dtype": "--kv-dtype", "snapshot_interval": "--snapshot-interval"}
+            "kv_dtype": "--kv-dtype"}
 TORCH_ONLY = {"kv_memory_mb": "--kv-memory-mb", "launcher": "--launcher", "sim_profile": "--sim-profile"}
 
 
@@ -183,8 +183,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
                                    cost_model="auto" if args.cost_profile else args.cost_model,
                                    perf_dir=args.perf_dir,
                                    host_work_scale=1.0 if args.host_scale is None else args.host_scale,
-                                   kv_dtype=args.kv_dtype or DEFAULT_KV_DTYPE,
-                                   snapshot_interval=args.snapshot_interval or DEFAULT_SNAPSHOT_INTERVAL)
+                                   kv_dtype=args.kv_dtype or DEFAULT_KV_DTYPE)
             sim = None
             if args.sim_profile:
                 if args.engine != "torch":
@@ -198,7 +197,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
                     laid_out(engine, get_policy(p).topology)
             changes = {k: v for k, v in (("max_wave_tokens", args.max_wave_tokens),
                                          ("min_wave_tokens", args.min_wave_tokens),
-                                         ("ring", args.ring)) if v is not None}
+                                         ("ring", args.ring),
+                                         ("snapshot_interval", args.snapshot_interval)) if v is not None}
             knobs = check_block_size(engine.default_knobs().replace(**changes), args.block_size)
             if args.prompt_tokens is not None and args.prompt_tokens < 2 * args.block_size:
                 raise ValueError(f"--prompt-tokens must be at least 2 blocks ({2 * args.block_size})")

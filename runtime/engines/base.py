@@ -13,6 +13,7 @@ attach none.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
@@ -112,6 +113,18 @@ class StageHandle:
         hybrid model's stage, else 1 (any block boundary)."""
         states = self.cache.states
         return states.spec.interval_blocks if states is not None else 1
+
+    @property
+    def mirrored(self) -> bool:
+        """Whether a central manager decides this stage's blocks (it keeps none of its own)."""
+        return self.cache.mirrored
+
+    def set_snapshot_interval(self, tokens: int) -> None:
+        """The ``snapshot_interval`` knob: a hybrid stage keeps snapshots every ``tokens`` (whole blocks)
+        from now on; nothing on a stage without state layers."""
+        states = self.cache.states
+        if states is not None:
+            states.spec = dataclasses.replace(states.spec, interval_blocks=max(1, tokens // self.cache.block_size))
 
     @property
     def suspends(self) -> bool:

@@ -107,6 +107,8 @@ class MirrorCache(StageCache):
     admits on more stages than the manager (a policy switched to at run time) finds each mirror agreeing:
     whatever the manager granted and set aside holds here too."""
 
+    mirrored = True
+
     def __init__(self, stage: int, central: StageCache) -> None:
         super().__init__(stage, central.pool.num_blocks, central.block_size)   # an unused pool: built lazily
         self.central = central

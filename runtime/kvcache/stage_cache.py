@@ -32,6 +32,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from wavepp.runtime.kvcache.block_pool import BlockPool
+from wavepp.runtime.kvcache.hybrid_states import HybridStates, Lease
 from wavepp.runtime.kvcache.state_snapshots import StateSnapshots, StateSpec
 from wavepp.runtime.request import cdiv
 from wavepp.store.probe import longest_prefix_in
@@ -49,14 +50,6 @@ class Mismatch:
 
 
 @dataclass(slots=True)
-class Lease:
-    reuse_blocks: int
-    num_tokens: int
-    boundary: int                # pinned block holding tokens up to k*B (-1 when k == 0)
-    snapshot: int | None = None  # hybrid stage: hash keying the pinned state snapshot at k (None when k == 0)
-
-
-@dataclass(slots=True)
 class CacheStats:
     num_blocks: int
     num_free: int
@@ -69,8 +62,10 @@ class CacheStats:
     num_snapshot_blocks: int = 0             # blocks they and running requests' working states occupy
 
 
-class StageCache:
+class StageCache(HybridStates):
     """A stage's KV block pool with the operations admission and materialization use."""
+
+    mirrored = False                             # a central manager's mirror (kvcache.pools) says True
 
     def __init__(self, stage: int, num_blocks: int, block_size: int, state: StateSpec | None = None) -> None:
         """``state``: the stage's recurrent-state layers (a hybrid model), None when it has only attention."""
@@ -149,20 +144,6 @@ class StageCache:
         self.progress[rid] = granted * self.block_size
         return granted
 
-    def _resumable(self, hashes: list[int], cached: int) -> tuple[int, int]:
-        """A hybrid stage's grant within the cached ``hashes[:cached]``: the largest snapshot boundary whose
-        pins (the chain's unheld part and the snapshot itself) escrow promises still leave room for;
-        with the held prefix there. (0, 0) when none."""
-        assert self.states is not None
-        states, room = self.states, self.available_blocks()
-        j = states.resume_point(hashes, cached)
-        while j > 0:
-            held = self._held_prefix(hashes, j)
-            if (j - held) + states.needs_room(hashes[j - 1]) <= room:
-                return j, held
-            j = states.resume_point(hashes, j - 1)
-        return 0, 0
-
     def shrink_lease(self, rid: str, k: int) -> int:
         """Lower the boundary to ``k`` (the leader's minimum over stages); returns the boundary now held:
         ``k``, or on a hybrid stage the largest snapshot boundary at or below it (the leader lowers again)."""
@@ -177,21 +158,7 @@ class StageCache:
             new = blocks[new].parent
         snapshot = None
         if self.states is not None:                # walk on up to a boundary this stage can resume at
-            states = self.states
-            if lease.snapshot is not None:
-                states.unpin(lease.snapshot)
-
-            def resumes(block: int) -> bool:     # a snapshot follows it, and pinning it breaks no promise
-                h = blocks[block].hash
-                return h in states.by_hash and states.needs_room(h) <= self.available_blocks()
-
-            while k > 0 and not resumes(new):
-                new, k = blocks[new].parent, k - 1
-                self.work += 1
-            if k > 0:
-                snapshot = blocks[new].hash
-                assert snapshot is not None
-                states.pin(snapshot)
+            new, k, snapshot = self._shrink_to_snapshot(lease.snapshot, new, k)
         if new >= 0:
             self.pool.pin(new)                         # an ancestor of a held block: already held
         self.pool.unpin(lease.boundary)
@@ -205,17 +172,6 @@ class StageCache:
         snapshots) no ticket counts on."""
         snapshots = self.states.reclaimable if self.states is not None else 0
         return self.pool.num_free + self.pool.num_reclaimable + snapshots - self.reserved
-
-    def state_blocks(self, rid: str) -> int:
-        """Blocks a hybrid stage keeps for a leased request's states beside its KV suffix: its working
-        state (its end snapshot once it completes), and a snapshot at each interval boundary between its reuse
-        boundary and its end (0 without state layers)."""
-        lease = self.leases.get(rid)
-        if self.states is None or lease is None:
-            return 0
-        spec = self.states.spec
-        new = spec.positions(lease.reuse_blocks, lease.num_tokens // self.block_size)
-        return spec.slot_blocks * (1 + len(new))
 
     def can_escrow(self, num_blocks: int, rid: str | None = None) -> bool:
         """Whether ``num_blocks`` (plus request ``rid``'s state blocks on a hybrid stage) fit."""
@@ -302,40 +258,16 @@ class StageCache:
         evictable leaf left, the oldest unpinned snapshot."""
         self.tickets[rid] -= n
         self.reserved -= n
-        pool, states = self.pool, self.states
-        if states is None:
-            free = min(n, pool.num_free)
-            out = [pool.own(pool.take_free()) for _ in range(free)]
-            for _ in range(n - free):
-                victim = next(iter(pool.lru))
-                self._detached.append(pool.evict(victim))
-                out.append(victim)
-            return out
-        out = []
-        while len(out) < n:
-            if pool.num_free:
-                out.append(pool.own(pool.take_free()))
-            elif pool.lru:
-                victim = next(iter(pool.lru))
-                evicted = pool.evict(victim)
-                self._detached.append(evicted)
-                out.append(victim)
-                if evicted in states.by_hash:
-                    self._free(states.drop(evicted))
-            else:
-                self._free(states.drop(states.oldest()))
+        pool = self.pool
+        if self.states is not None:
+            return self._take_with_states(n)
+        free = min(n, pool.num_free)
+        out = [pool.own(pool.take_free()) for _ in range(free)]
+        for _ in range(n - free):
+            victim = next(iter(pool.lru))
+            self._detached.append(pool.evict(victim))
+            out.append(victim)
         return out
-
-    def _take_state(self, rid: str) -> list[int]:
-        """One state's blocks out of the request's escrow (its working state, or a snapshot)."""
-        assert self.states is not None
-        n = self.states.spec.slot_blocks
-        self.state_due[rid] -= n
-        return self._take_promised(rid, n)
-
-    def _free(self, blocks: list[int]) -> None:
-        for bid in blocks:
-            self.pool.release_owned(bid)
 
     # ---- completion and release -------------------------------------------------------------
     def complete(self, rid: str, hashes: list[int]) -> None:
@@ -375,21 +307,6 @@ class StageCache:
             pool.unpin(lease.boundary)
         self.progress.pop(rid, None)
         self._drop_ticket(rid)
-
-    def _keep_snapshots(self, rid: str, hashes: list[int], k: int, attached: int) -> None:
-        """A hybrid stage keeps the states the request passed at each interval boundary in ``(k, attached)``
-        and its working state as the snapshot at its last attached block (those blocks just attached and
-        still pinned by it); one already kept there by another request stays, ours is freed."""
-        assert self.states is not None
-        states = self.states
-        for j in states.spec.positions(k, attached):
-            if hashes[j - 1] not in states.by_hash:
-                states.add(hashes[j - 1], self._take_state(rid))
-        working = self.working.pop(rid, [])
-        if attached > k and working and hashes[attached - 1] not in states.by_hash:
-            states.add(hashes[attached - 1], working)
-        else:
-            self._free(working)
 
     def release(self, rid: str) -> bool:
         """Failure path: drop everything the request holds here (lease, escrow, new blocks).
@@ -458,16 +375,7 @@ class StageCache:
         assert self.reserved == sum(self.tickets.values()) and min(self.tickets.values(), default=0) >= 0
         assert self.available_blocks() >= 0, "escrow over-committed"
         assert all(0 <= self.state_due.get(r, 0) <= n for r, n in self.tickets.items()), "state promise drifted"
-        state_blocks: set[int] = set()
-        if self.states is not None:
-            pins: dict[int, int] = {}
-            for lease in self.leases.values():
-                if lease.snapshot is not None:
-                    pins[lease.snapshot] = pins.get(lease.snapshot, 0) + 1
-            self.states.check(self.pool.by_hash, pins)
-            state_blocks = {b for s in self.states.by_hash.values() for b in s.blocks}
-            state_blocks.update(b for blocks in self.working.values() for b in blocks)
-            assert all(self.pool.blocks[b].hash is None for b in state_blocks), "a state block is in the tree"
+        state_blocks = self._check_states() if self.states is not None else set()
         if not self.leases and not self.tickets:
             p = self.pool
             assert not self.working, "a working state leaked"

@@ -163,7 +163,8 @@ class OnFirstChunk:
 class CentralStage:
     """One manager admits for every stage (``kvcache.pools.CentralManager``): the lease and escrow on it are
     every stage's, so no stage admits late and none falls back (vLLM v1's scheduler; SGLang's lockstep
-    replicas)."""
+    replicas). Switched to on a run whose stages keep caches of their own (the pool is fixed for a run), a
+    stage that is not a mirror admits on the request's first chunk, as a conventional loop does."""
 
     name: str = "central"
 
@@ -172,5 +173,7 @@ class CentralStage:
 
     async def before_chunk(self, stage: StagePort, wave_id: int, a: AdmittedRequest, chunk: Chunk,
                            reserve: Reserve) -> StageVerdict:
-        return READY
+        if stage.handle.mirrored:
+            return READY
+        return await OnFirstChunk().before_chunk(stage, wave_id, a, chunk, reserve)
 

@@ -81,7 +81,8 @@ def activation_bytes(model: ModelProfile, gpus: int, max_num_tokens: int = MAX_N
     """Activation peak of a ``max_num_tokens`` forward on one GPU, as aiconfigurator models TensorRT-LLM's."""
     family = "moe" if model.n_routed_experts else "llama"
     width = model.num_heads * model.head_dim  # aiconfigurator's h: num_heads x head_size (the config's head_dim)
-    act = 2.0 * max_num_tokens * width * _COEFFICIENTS[family][min(gpus, 8)]
+    listed = _COEFFICIENTS[family]           # for 1, 2, 4, 8 GPUs: a group in between takes the size below it
+    act = 2.0 * max_num_tokens * width * listed[max(g for g in listed if g <= min(gpus, 8))]
     if model.name in _MOE_WORKSPACE:  # 128-wide block scales, 4-byte floats, per routed (token, expert) pair
         act += max_num_tokens * width * model.n_routed_experts * model.experts_per_token / gpus / 128 * 4
     return max(act, MIN_ACTIVATION_BYTES)

@@ -61,7 +61,7 @@ class SimEngine:
                  cost_model: str = "auto", perf_dir: str | None = None, host_work_scale: float = 1.0,
                  clock: str | None = None, cpu_scale: float = 1.0, wake_s: float = 0.0,
                  step_fit: Sequence[tuple[float, float]] | None = None, kv_dtype: str = DEFAULT_KV_DTYPE,
-                 snapshot_interval: int = DEFAULT_SNAPSHOT_INTERVAL, comm: str = "custom") -> None:
+                 comm: str = "custom") -> None:
         """``cost_profile``: a calibration file (``wavepp calibrate``) - the fitted model of a real
         engine replaces the analytic roofline, and its measured coordination costs the table.
         ``cost_model``: ``table`` (measured kernel tables under ``perf_dir``), ``analytic`` (roofline), or
@@ -78,8 +78,8 @@ class SimEngine:
         (a replay's fit of the cost model to the steps a run timed).
         ``kv_dtype``: the KV cache's dtype, ``bf16`` (TensorRT-LLM's default for these FP8 checkpoints:
         ``profiles.KV_DTYPES``) or ``fp8``: half the bytes per cached token, and the tables' fp8-cache rows.
-        ``snapshot_interval``: a hybrid model's stages keep a recurrent-state snapshot every this many tokens
-        of a computed prompt (a multiple of the block size; :mod:`runtime.kvcache.state_snapshots`).
+        A hybrid model's stages keep recurrent-state snapshots (:mod:`runtime.kvcache.state_snapshots`), every
+        ``snapshot_interval`` knob tokens (the loop sets it on the stages).
         ``comm``: the TP all-reduce's table, ``custom`` (TensorRT-LLM's kernel) or ``nccl``
         (:mod:`runtime.mechanisms.topology`)."""
         if pp < 1:
@@ -97,9 +97,6 @@ class SimEngine:
             raise ValueError(f"CPU scale must be positive, got {cpu_scale}")
         if not wake_s >= 0:
             raise ValueError(f"wake-up time must be >= 0, got {wake_s}")
-        if snapshot_interval < block_size or snapshot_interval % block_size:
-            raise ValueError(f"snapshot interval must be a positive multiple of the block size {block_size}, "
-                             f"got {snapshot_interval}")
         if comm not in ("custom", "nccl"):
             raise ValueError(f"unknown all-reduce {comm!r} (custom, nccl)")
         if kv_dtype not in KV_DTYPES:
@@ -112,9 +109,9 @@ class SimEngine:
         self.replay_args: dict[str, Any] = {
             "model": model, "hardware": hardware, "gpus_per_stage": gpus_per_stage, "cost_model": cost_model,
             "cost_profile": cost_profile, "perf_dir": perf_dir, "host_work_scale": host_work_scale,
-            "time_scale": time_scale, "clock": clock, "kv_dtype": kv_dtype, "snapshot_interval": snapshot_interval,
-            "comm": comm}
+            "time_scale": time_scale, "clock": clock, "kv_dtype": kv_dtype, "comm": comm}
         self.model_name, self.hardware_name, self._store_arg, self._costs_arg = model, hardware, store_url, costs
+        self._kv_blocks_arg = list(kv_blocks or ())
         self.gpus_per_stage = gpus_per_stage or 1
         self.kv_dtype = kv_dtype
         self.store_url = parse_store_url(store_url)
@@ -156,7 +153,7 @@ class SimEngine:
             self.costs = costs
             self._vocab, self._context = m.vocab_size, m.max_context
             default = [analytic.stage_kv_capacity_tokens(s) // block_size for s in range(pp)]
-            self.states = state_specs(m, pp, gps, block_size, snapshot_interval)
+            self.states = state_specs(m, pp, gps, block_size, DEFAULT_SNAPSHOT_INTERVAL)
             if min(default) < 1:
                 raise ValueError(f"{m.name} on {pp} x {gps} {hw.name} leaves no room for KV cache")
         self.costs = dataclasses.replace(self.costs, host_work_scale=host_work_scale)
@@ -190,7 +187,8 @@ class SimEngine:
     def laid_out(self, topology: Topology) -> SimEngine:
         """This engine, or one like it with the stages ``topology`` lays over the same GPUs (a tensor/expert-
         parallel deployment: one stage over them all). Per-stage ``kv_blocks`` given for this layout are not
-        carried to another: that one's pools come from its memory."""
+        carried to another: that one's single pool is the smallest of them, given (a tight deployment stays
+        tight), else what its memory holds."""
         gps = self.gpus_per_stage
         pp, gps_new = topology.layout(self.pp, gps)
         if (pp, gps_new) == (self.pp, gps) and topology.comm == self.replay_args["comm"]:
@@ -198,7 +196,8 @@ class SimEngine:
         if self.profile is not None:
             raise ValueError(f"topology {topology.name!r}: a calibrated cost profile was measured on {self.pp} stages")
         args = {**self.replay_args, "gpus_per_stage": gps_new, "comm": topology.comm}
-        return SimEngine(self.model_name, self.hardware_name, pp, self.block_size, store_url=self._store_arg,
+        blocks = [min(self._kv_blocks_arg)] * pp if self._kv_blocks_arg else None
+        return SimEngine(self.model_name, self.hardware_name, pp, self.block_size, blocks, store_url=self._store_arg,
                          costs=self._costs_arg, **{k: v for k, v in args.items() if k not in ("model", "hardware")})
 
     def build(self, pool: CachePool = PER_STAGE) -> EngineParts:

@@ -10,6 +10,11 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Literal
 
+# The hardware profiles live in their own module; re-exported here, where every cost model finds them.
+from wavepp.runtime.engines.sim.hardware import HARDWARE as HARDWARE
+from wavepp.runtime.engines.sim.hardware import HardwareProfile as HardwareProfile
+from wavepp.runtime.engines.sim.hardware import get_hardware as get_hardware
+
 # KV-cache dtypes a deployment may choose, bytes per element. TensorRT-LLM's default
 # (KvCacheConfig.dtype "auto") keeps the checkpoint's KV quantization, and an HF FP8 block-scale checkpoint
 # (GLM-5.2-FP8, MiniMax-M2.7: quant_method fp8, weight_block_size, no kv_cache_quant_algo) declares none,
@@ -212,33 +217,6 @@ class ModelProfile:
         return (total - routed) * self.weight_bytes + routed * self.expert_weight_bytes
 
 
-@dataclass(frozen=True, slots=True)
-class HardwareProfile:
-    """Per-GPU figures of one accelerator system (raw peak values; efficiencies kept separate)."""
-
-    name: str
-    dense_flops: float  # bf16 tensor-core FLOP/s per GPU (dense)
-    fp8_flops: float  # fp8 tensor-core FLOP/s per GPU (dense)
-    hbm_bytes_per_s: float  # raw peak HBM bandwidth; the achievable fraction is hbm_efficiency
-    hbm_efficiency: float
-    mem_capacity_bytes: float
-    link_bytes_per_s: float  # inter-stage link (intra-node NVLink per GPU, single direction)
-    p2p_latency_s: float
-    launch_overhead_s: float  # fixed per-step overhead (see _STEP_LAUNCH_S)
-    gpus_per_node: int
-    op_latency_s: float  # fixed latency of one element-wise kernel
-    reserve_bytes_per_gpu: float  # runtime memory not available to weights or KV
-    nccl_mem_bytes: tuple[tuple[int, float], ...]  # (group size, NCCL buffer bytes per GPU)
-
-    def nccl_reserve_bytes(self, num_gpus: int) -> float:
-        """NCCL buffer bytes per GPU for a communicator of ``num_gpus`` (largest listed size <= it)."""
-        best = 0.0
-        for size, nbytes in self.nccl_mem_bytes:
-            if size <= num_gpus:
-                best = nbytes
-        return best
-
-
 # meta-llama/Meta-Llama-3-8B config.json (https://huggingface.co/meta-llama/Meta-Llama-3-8B):
 # num_hidden_layers 32, hidden_size 4096, num_attention_heads 32, num_key_value_heads 8,
 # head_dim 4096/32 = 128, intermediate_size 14336, vocab_size 128256, max_position_embeddings 8192,
@@ -350,63 +328,12 @@ _KIMI_K3 = ModelProfile(
 
 MODELS: dict[str, ModelProfile] = {m.name: m for m in (_LLAMA_3_8B, _GLM_5_2, _MINIMAX_M2_7, _KIMI_K3)}
 
-# A fixed per-step cost for launching the stage's forward (CUDA-graph replay plus host bookkeeping).
-# Assumption, not measured: to be replaced by calibration against the torch engine.
-_STEP_LAUNCH_S = 20e-6
-# misc.nccl_mem and misc.other_mem are identical in h200_sxm.yaml and b300_sxm.yaml.
-_NCCL_MEM = ((1, 0.0), (2, 358612992.0), (4, 411041792.0), (8, 411041792.0))  # misc.nccl_mem
-_OTHER_MEM = 3758096384.0  # misc.other_mem
-
-HARDWARE: dict[str, HardwareProfile] = {
-    # ../shared/data/perf/h200_sxm.yaml
-    "h200": HardwareProfile(
-        name="h200",
-        dense_flops=989e12,  # gpu.bfloat16_tc_flops
-        fp8_flops=1978e12,  # gpu.fp8_tc_flops
-        hbm_bytes_per_s=4.8e12,  # gpu.mem_bw
-        hbm_efficiency=0.8,  # gpu.mem_bw_empirical_scaling_factor
-        mem_capacity_bytes=151397597184.0,  # gpu.mem_capacity
-        link_bytes_per_s=450e9,  # node.intra_node_bw
-        p2p_latency_s=1e-5,  # node.p2p_latency
-        launch_overhead_s=_STEP_LAUNCH_S,
-        gpus_per_node=8,  # node.num_gpus_per_node
-        op_latency_s=3e-6,  # gpu.mem_empirical_constant_latency
-        reserve_bytes_per_gpu=_OTHER_MEM,
-        nccl_mem_bytes=_NCCL_MEM,
-    ),
-    # ../shared/data/perf/b300_sxm.yaml
-    "b300": HardwareProfile(
-        name="b300",
-        dense_flops=2250e12,  # gpu.bfloat16_tc_flops
-        fp8_flops=4500e12,  # gpu.fp8_tc_flops
-        hbm_bytes_per_s=7.75e12,  # gpu.mem_bw
-        hbm_efficiency=0.8,  # gpu.mem_bw_empirical_scaling_factor
-        mem_capacity_bytes=288400343040.0,  # gpu.mem_capacity
-        link_bytes_per_s=900e9,  # node.intra_node_bw
-        p2p_latency_s=1e-5,  # node.p2p_latency
-        launch_overhead_s=_STEP_LAUNCH_S,
-        gpus_per_node=8,  # node.num_gpus_per_node
-        op_latency_s=3e-6,  # gpu.mem_empirical_constant_latency
-        reserve_bytes_per_gpu=_OTHER_MEM,
-        nccl_mem_bytes=_NCCL_MEM,
-    ),
-}
-
-
 def get_model(name: str) -> ModelProfile:
     """The model profile called ``name``; ValueError naming the known models otherwise."""
     try:
         return MODELS[name]
     except KeyError:
         raise ValueError(f"unknown model {name!r} (known: {', '.join(sorted(MODELS))})") from None
-
-
-def get_hardware(name: str) -> HardwareProfile:
-    """The hardware profile called ``name``; ValueError naming the known systems otherwise."""
-    try:
-        return HARDWARE[name]
-    except KeyError:
-        raise ValueError(f"unknown hardware {name!r} (known: {', '.join(sorted(HARDWARE))})") from None
 
 
 def split_layers(num_layers: int, pp: int) -> list[range]:

@@ -75,10 +75,13 @@ def test_a_snapshot_costs_the_blocks_its_bytes_fill() -> None:
     assert state_specs(get_model("glm-5.2"), 4, 2, 64, 16384) is None
 
 
-def test_the_engine_builds_hybrid_stages() -> None:
-    engine = SimEngine("kimi-k3", "b300", 4, kv_blocks=[4096], snapshot_interval=8192)
+def test_the_engine_builds_hybrid_stages_and_the_knob_sets_their_interval() -> None:
+    engine = SimEngine("kimi-k3", "b300", 4, kv_blocks=[4096])
     parts = engine.build()
+    assert [h.resume_step for h in parts.handles] == [256] * 4            # the default, 16384 tokens
+    for h in parts.handles:
+        h.set_snapshot_interval(8192 + 63)                                  # rounded down to whole blocks
     assert [h.resume_step for h in parts.handles] == [128] * 4
-    assert engine.cost_model_name in ("table", ) or engine.cost_model_name.startswith("analytic (")
-    with pytest.raises(ValueError, match="snapshot interval"):
-        SimEngine("kimi-k3", "b300", 4, kv_blocks=[4096], snapshot_interval=100)
+    glm = SimEngine("glm-5.2", "b300", 4, kv_blocks=[4096]).build()
+    glm.handles[0].set_snapshot_interval(8192)                              # no state layers: nothing to set
+    assert glm.handles[0].resume_step == 1

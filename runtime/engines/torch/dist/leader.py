@@ -49,6 +49,13 @@ class RemoteStageHandle(StageHandle):
     def resume_step(self) -> int:
         return 1                               # the torch engine's models have attention layers only
 
+    def set_snapshot_interval(self, tokens: int) -> None:
+        return None                            # (no state layers: nothing to set)
+
+    @property
+    def mirrored(self) -> bool:
+        return False
+
     @property
     def suspends(self) -> bool:
         return True
