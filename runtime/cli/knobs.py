@@ -31,6 +31,13 @@ def cmd_knobs(args: argparse.Namespace) -> int:
     async def run() -> tuple[KnobsRecord, list[dict[str, object]]]:
         store = await open_store(args.store)
         try:
+            if problems:                  # the values that parsed are still checked, so every bad one is named
+                current = await store.knobs_get()
+                try:
+                    validated_values(current.values, changes, current.deployment)
+                except KnobError as exc:
+                    raise KnobError(problems | exc.problems) from None
+                raise KnobError(problems)
             record = await store.knobs_set(changes, validate=validated_values) if changes else await store.knobs_get()
             return record, await store.knobs_history(args.history)
         finally:
@@ -39,8 +46,6 @@ def cmd_knobs(args: argparse.Namespace) -> int:
     try:
         if parse_store_url(args.store).kind == "memory":
             raise UsageError("knobs live in a shared store: give --store redis://…")
-        if problems:
-            raise KnobError(problems)
         record, history = asyncio.run(run())
     except (KnobError, StoreError) as exc:
         raise UsageError(str(exc)) from None

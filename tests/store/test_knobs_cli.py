@@ -88,3 +88,22 @@ def test_every_bad_value_is_named_on_one_line(redis_store_url: str, capsys: pyte
     assert all(f"{name}:" in line for name in ("ring", "max_leases", "fill_factor"))
     assert len(line) < 400                                  # bounded echo of the 5000-digit value
     assert knobs_version(redis_store_url)[0] == 0
+
+
+def test_a_bad_value_does_not_hide_one_the_deployment_cannot_use(redis_store_url: str,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 24 (11): ``--set max_wave_tokens=8200 --set ring=-1`` named only the ring; every bad knob is named,
+    as ``PUT /v1/knobs`` does, and nothing is written."""
+    async def publish() -> None:
+        store = await RedisStore.connect(redis_store_url)
+        try:
+            await store.deployment_put(Deployment(block_size=64, num_stages=4))
+        finally:
+            await store.close()
+    asyncio.run(publish())
+    before = knobs_version(redis_store_url)
+    assert main(["knobs", "--store", redis_store_url, "--set", "max_wave_tokens=8200", "--set", "ring=-1"]) == 2
+    [line] = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith("wavepp: error: ring: -1 is out of range")
+    assert "max_wave_tokens: 8200 is not a multiple of the block size 64" in line
+    assert knobs_version(redis_store_url) == before
