@@ -133,8 +133,7 @@ class DynamicPlanner(Planner):
         if not waiting:
             return None
         head = waiting[0]
-        budget = self.chunk_tokens(head.scheduled) if head.scheduled > head.reuse_blocks * self.block_size \
-            else self.base
+        budget = self.chunk_tokens(head.scheduled) if head.scheduled > head.reused_tokens else self.base
         chunks = pack_static(admitted, budget, self.block_size, self.position)
         return WavePlan(chunks, budget, sum(a.remaining for a in waiting) / budget) if chunks else None
 

@@ -22,6 +22,17 @@ def knobs_version(url: str) -> tuple[int, dict[str, object]]:
     return asyncio.run(read())
 
 
+def publish_deployment(url: str) -> None:
+    """A runtime of block size 64 and 4 stages on the store, as ``wavepp serve`` publishes it at start."""
+    async def publish() -> None:
+        store = await RedisStore.connect(url)
+        try:
+            await store.deployment_put(Deployment(block_size=64, num_stages=4))
+        finally:
+            await store.close()
+    asyncio.run(publish())
+
+
 def test_set_then_show(redis_store_url: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["knobs", "--store", redis_store_url, "--set", "max_wave_tokens=8192",
                  "--set", "min_wave_tokens=4096", "--set", "hysteresis=false"]) == 0
@@ -64,13 +75,7 @@ def test_a_value_the_running_deployment_cannot_use_is_refused(redis_store_url: s
                                                               capsys: pytest.CaptureFixture[str]) -> None:
     """Issue 14: with a runtime of block size 64 on the store, 8200 tokens is refused up front (exit 2,
     nothing written) instead of being stored and crashing the runtime at its next wave."""
-    async def publish() -> None:
-        store = await RedisStore.connect(redis_store_url)
-        try:
-            await store.deployment_put(Deployment(block_size=64, num_stages=4))
-        finally:
-            await store.close()
-    asyncio.run(publish())
+    publish_deployment(redis_store_url)
     before = knobs_version(redis_store_url)
     assert main(["knobs", "--store", redis_store_url, "--set", "max_wave_tokens=8200"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
@@ -94,13 +99,7 @@ def test_a_bad_value_does_not_hide_one_the_deployment_cannot_use(redis_store_url
                                                                  capsys: pytest.CaptureFixture[str]) -> None:
     """Issue 24 (11): ``--set max_wave_tokens=8200 --set ring=-1`` named only the ring; every bad knob is named,
     as ``PUT /v1/knobs`` does, and nothing is written."""
-    async def publish() -> None:
-        store = await RedisStore.connect(redis_store_url)
-        try:
-            await store.deployment_put(Deployment(block_size=64, num_stages=4))
-        finally:
-            await store.close()
-    asyncio.run(publish())
+    publish_deployment(redis_store_url)
     before = knobs_version(redis_store_url)
     assert main(["knobs", "--store", redis_store_url, "--set", "max_wave_tokens=8200", "--set", "ring=-1"]) == 2
     [line] = capsys.readouterr().err.strip().splitlines()
