@@ -59,7 +59,17 @@ def observed_since(spans: Sequence[Span], since_ns: int, num_stages: int, until_
     ``until_ns`` (None: all since), and every step that started from then until the last of them ended."""
     until = until_ns if until_ns is not None else max((s["t0"] for s in spans), default=0)
     reqs = [s for s in spans if s["n"] == N.REQUEST and since_ns <= s["t0"] <= until]
+    origin = min((s["t0"] for s in reqs), default=since_ns)
     end = max((s["t1"] for s in reqs), default=since_ns)
-    after = reqs + [s for s in spans if s["n"] != N.REQUEST and since_ns <= s["t0"] <= end]
+    # A step that runs past the window (a later request's chunk still executing when the last one
+    # counted completes) is busy only for its part inside: busy time never exceeds the window it is
+    # divided by, so efficiency stays in [0, 1] and no bubble fraction is negative.
+    after = reqs + [_clipped(s, origin, end) if s["n"] == N.EXECUTE else s for s in spans
+                    if s["n"] != N.REQUEST and since_ns <= s["t0"] <= end]
     base = {"policy": "", "engine": "", "model": "", "hardware": "", "concurrency": 0, "workload": ""}
     return compute_figures(after, num_stages, {**base, **(meta or {})})
+
+
+def _clipped(span: Span, start_ns: int, end_ns: int) -> Span:
+    t0, t1 = max(span["t0"], start_ns), min(span["t1"] or span["t0"], end_ns)
+    return span if (t0, t1) == (span["t0"], span["t1"]) else {**span, "t0": t0, "t1": max(t1, t0)}

@@ -179,3 +179,22 @@ def test_cli_torch_run_without_calibration_and_missing_file(ring1: RunRecord, tm
     assert "no calibration" in capsys.readouterr().err
     assert main(["preview", str(tmp_path / "none.json"), "--set", "ring=8"]) == 2
     assert "no such run file" in capsys.readouterr().err
+
+
+def test_a_window_counts_only_the_busy_time_inside_it() -> None:
+    """A step still executing when the window's last request completes (the next request's chunk)
+    counts for its part inside the window: efficiency stays in [0, 1], no bubble is negative
+    (issue 24, item 1: a preview printed efficiency 1.027 and a bubble fraction of -0.027)."""
+    s = 1_000_000_000
+
+    def span(name: str, t0: float, t1: float, **a: int) -> W.Span:
+        return {"n": name, "t0": int(t0 * s), "t1": int(t1 * s), "a": a}
+
+    spans = [span("wavepp.request", 0, 10), span("wavepp.request", 5, 20),
+             span("wavepp.stage.execute", 0, 9, **{"wavepp.stage": 0}),
+             span("wavepp.stage.execute", 9, 20, **{"wavepp.stage": 0}),     # the second request's chunk
+             span("wavepp.stage.execute", 2, 8, **{"wavepp.stage": 1})]
+    figures = W.observed_since(spans, 0, 2, until_ns=4 * s)         # the first request only: [0 s, 10 s]
+    assert figures.makespan_s == pytest.approx(10.0)
+    assert figures.pipeline_efficiency == pytest.approx(1.0)       # stage 0 busy 9 s + 1 s of the next chunk
+    assert figures.bubble_fraction == pytest.approx([0.0, 0.4])
