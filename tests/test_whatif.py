@@ -198,3 +198,25 @@ def test_a_window_counts_only_the_busy_time_inside_it() -> None:
     assert figures.makespan_s == pytest.approx(10.0)
     assert figures.pipeline_efficiency == pytest.approx(1.0)       # stage 0 busy 9 s + 1 s of the next chunk
     assert figures.bubble_fraction == pytest.approx([0.0, 0.4])
+
+
+def test_cli_suggest_stopped_by_its_time_limit_fails(ring1: RunRecord, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """The best of the settings tried is shown, and the command fails (exit 1, docs/dashboard.md):
+    a search cut short is not a finished one (issue 24, item 10)."""
+    path = tmp_path / "run.json"
+    save_runs(path, [ring1.saved()])
+    calls = []
+    real = S.predict
+
+    def predict_then_time_out(*args: object, **kwargs: object) -> W.Prediction:
+        calls.append(1)
+        if len(calls) > 3:                        # the current knobs and two settings finish in time
+            raise W.TimeLimit("the replay ran past its time limit of 1 s")
+        return real(*args, **kwargs)              # type: ignore[arg-type]
+
+    monkeypatch.setattr(S, "predict", predict_then_time_out)
+    assert main(["suggest", str(path), "--time-limit", "1"]) == 1
+    captured = capsys.readouterr()
+    assert "of 3 of 19 settings (time limit)" in captured.out and "input tok/s" in captured.out
+    assert captured.err.count("\n") == 1 and "after 3 of 19 settings" in captured.err, captured.err

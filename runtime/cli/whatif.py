@@ -82,6 +82,9 @@ def cmd_suggest(args: argparse.Namespace) -> int:
     print(f"(replayed {result.replay_note} in the {result.sim}; nothing was applied)")
     _print_whatif(compare_rows(result.current.figures, result.best.figures), "suggested",
                   replay_check(result.current, observed), args.json_path, suggestion_dict(result))
+    if not result.complete:   # the best of those tried is shown above; the search itself did not finish
+        raise RunFailed(f"the search ran past its time limit of {args.time_limit:g} s after {len(result.tried)} "
+                        f"of {result.planned} settings (--time-limit to give it longer)")
     return 0
 
 
