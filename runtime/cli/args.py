@@ -25,6 +25,11 @@ class RunFailed(Exception):
 
 
 class Parser(argparse.ArgumentParser):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        # No abbreviations: a prefix of a flag must not silently become another flag (--store, which
+        # `wavepp stack` does not take, was read as --store-deadline).
+        super().__init__(*args, **{"allow_abbrev": False, **kwargs})
+
     def error(self, message: str) -> NoReturn:   # argparse prints usage + message; we want one line
         raise UsageError(message)
 

@@ -12,7 +12,7 @@ from wavepp.runtime.serve.config import add_arguments
 
 def register(sub: Any) -> dict[str, Handler]:
     stk = sub.add_parser("stack", help="redis-server, wavepp serve and the dashboard as processes on loopback")
-    add_arguments(stk)
+    add_arguments(stk, skip=("store",))       # the stack starts its own redis-server
     stk.add_argument("--dashboard-port", type=port_number, default=8501, help="the dashboard's port (0: a free one)")
     stk.add_argument("--redis-port", type=port_number, default=0,
                      help="the private redis-server's port (0: a free one)")

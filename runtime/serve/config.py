@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import argparse
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -112,9 +112,12 @@ OPTIONS: tuple[Option, ...] = (
 )
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """One flag per option; its default is None so an environment variable can fill it in."""
+def add_arguments(parser: argparse.ArgumentParser, skip: Collection[str] = ()) -> None:
+    """One flag per option but those named in ``skip`` (a command that sets them itself); its default
+    is None so an environment variable can fill it in."""
     for opt in OPTIONS:
+        if opt.dest in skip:
+            continue
         default = "" if opt.default is None else f" (default {opt.default})"
         switch: dict[str, Any] = {"nargs": "?", "const": True} if opt.parse is _switch else {}
         parser.add_argument(opt.flag, dest=opt.dest, type=_argparse_type(opt), default=None,

@@ -16,12 +16,13 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from collections.abc import Callable
 from typing import IO, Any
 
-from wavepp.runtime.serve.config import OPTIONS
+from wavepp.runtime.serve.config import OPTIONS, resolve
 
 START_TIMEOUT_S = 120.0
 
@@ -51,8 +52,6 @@ def serve_flags(given: dict[str, Any]) -> list[str]:
 class Stack:
     def __init__(self, given: dict[str, Any], dashboard_port: int, redis_port: int, cluster: str,
                  log: IO[bytes] | None = None) -> None:
-        if given.get("store") is not None:
-            raise ValueError("--store: the stack starts its own redis-server (use wavepp serve for another store)")
         redis_bin = shutil.which("redis-server")
         if redis_bin is None:
             raise ValueError("redis-server is not installed (make services installs it)")
@@ -62,7 +61,23 @@ class Stack:
         self.dashboard_port = dashboard_port or free_port()
         self.store = f"redis://127.0.0.1:{self.redis_port}/0?cluster={cluster}"
         self.log = log
+        self.dashboard_output = tempfile.TemporaryFile()   # read back when it does not start
         self.procs: dict[str, subprocess.Popen[Any]] = {}
+
+    def check_ports(self) -> None:
+        """ValueError naming a port two parts of the stack would share, or one already in use: said
+        before anything starts, not as a part that "did not start"."""
+        ports = {"--port": int(resolve(self.given)["port"]), "--dashboard-port": self.dashboard_port,
+                 "--redis-port": self.redis_port}
+        seen: dict[int, str] = {}
+        for flag, port in ports.items():
+            if port in seen:
+                raise ValueError(f"{seen[port]} and {flag} are both {port}: each part of the stack needs its own port")
+            if port != 0:
+                seen[port] = flag
+        for port, flag in seen.items():
+            if not _bindable(port):
+                raise ValueError(f"{flag} {port}: the port is in use on 127.0.0.1 (0 picks a free one)")
 
     def env(self) -> dict[str, str]:
         """The server's and the dashboard's environment: an ``--admin-token`` given to the stack
@@ -89,7 +104,8 @@ class Stack:
         self._wait("serve", lambda: _http_ok(f"{api}/ready"))
         self.procs["dashboard"] = subprocess.Popen(
             [*wavepp, "dashboard", "--store", self.store, "--host", "127.0.0.1", "--port", str(self.dashboard_port)],
-            stdout=self.log or subprocess.DEVNULL, stderr=subprocess.STDOUT, start_new_session=True, env=self.env())
+            stdout=self.log or self.dashboard_output, stderr=subprocess.STDOUT, start_new_session=True,
+            env=self.env())
         dashboard = f"http://127.0.0.1:{self.dashboard_port}/"
         self._wait("dashboard", lambda: _http_ok(f"{dashboard}_stcore/health"))
         return {"api": api, "dashboard": dashboard, "store": self.store,
@@ -100,10 +116,18 @@ class Stack:
         deadline = time.monotonic() + START_TIMEOUT_S
         while not ready():
             if proc.poll() is not None:
-                raise StackError(f"{name} did not start ({_ended(proc)})")
+                raise StackError(f"{name} did not start ({_ended(proc)}){self._last_words(name)}")
             if time.monotonic() > deadline:
                 raise StackError(f"{name} did not answer within {START_TIMEOUT_S:g} s")
             time.sleep(0.1)
+
+    def _last_words(self, name: str) -> str:
+        """The last line a part that ended wrote (what it said was wrong), where the stack kept it."""
+        if name != "dashboard" or self.log is not None:
+            return ""
+        self.dashboard_output.seek(0)
+        lines = [ln.strip() for ln in self.dashboard_output.read().decode(errors="replace").splitlines() if ln.strip()]
+        return f": {lines[-1]}" if lines else ""
 
     def watch(self) -> None:
         """Until a part dies: StackError naming it."""
@@ -124,11 +148,13 @@ class Stack:
                 except subprocess.TimeoutExpired:
                     proc.kill()
                     proc.wait()
+        self.dashboard_output.close()
 
 
 def run_stack(given: dict[str, Any], dashboard_port: int, redis_port: int, cluster: str,
               announce: Callable[..., None] = print) -> int:
     stack = Stack(given, dashboard_port, redis_port, cluster)
+    stack.check_ports()
     previous = {sig: signal.signal(sig, _raise_interrupt) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
         announce(json.dumps(stack.start()), flush=True)
@@ -146,6 +172,16 @@ def run_stack(given: dict[str, Any], dashboard_port: int, redis_port: int, clust
 
 def _raise_interrupt(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)   # as the servers bind: TIME_WAIT is no obstacle
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
 
 
 def _answers_ping(port: int) -> bool:
