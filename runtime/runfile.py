@@ -90,14 +90,64 @@ def load_runs(path: str | Path) -> list[SavedRun]:
         data = json.loads(text)
     except FileNotFoundError:
         raise ValueError(f"no such run file: {p}") from None
-    except (OSError, ValueError, UnicodeDecodeError) as exc:
-        raise ValueError(f"{p} is not a saved run: {exc}") from None
+    except (OSError, EOFError, ValueError, UnicodeDecodeError) as exc:   # EOFError: a truncated gzip file
+        raise ValueError(f"{p} is not a saved run: {type(exc).__name__}: {exc}") from None
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise ValueError(f"{p} is not a saved run (expected format {FORMAT})")
-    try:
-        # Files from before run ids: the position in the file stands in for the id.
-        return [SavedRun(r["label"], r["meta"], r["figures"], r["spans"], r.get("knob_changes", []),
-                         _statuses(r.get("status", [])), r.get("id") or f"{p.name}#{i}")
-                for i, r in enumerate(data["runs"])]
-    except (KeyError, TypeError) as exc:
-        raise ValueError(f"{p} is not a saved run: missing {exc}") from None
+    if not isinstance(data.get("runs"), list):
+        raise ValueError(f"{p} is not a saved run: 'runs' is not a list")
+    for i, r in enumerate(data["runs"]):
+        problem = run_problem(r)
+        if problem is not None:
+            raise ValueError(f"{p}: run {i}: {problem}")
+    # Files from before run ids: the position in the file stands in for the id.
+    return [SavedRun(r["label"], r["meta"], r["figures"], r["spans"], r.get("knob_changes", []),
+                     _statuses(r.get("status", [])), r.get("id") or f"{p.name}#{i}")
+            for i, r in enumerate(data["runs"])]
+
+
+# meta fields the readers compute with, and the least each may be
+_META_INTS = {"pp": 1, "concurrency": 0, "block_size": 1}
+
+
+def run_problem(run: Any) -> str | None:
+    """What makes one entry of a run file unusable (its field named), or None: the readers of a
+    saved run (figures, replays, the dashboard) then never meet a value of the wrong kind."""
+    if not isinstance(run, dict):
+        return "not an object"
+    for key, kind in (("label", str), ("meta", dict), ("figures", dict), ("spans", list)):
+        if not isinstance(run.get(key), kind):
+            return f"{key!r} is missing or not a {kind.__name__}"
+    for key, least in _META_INTS.items():
+        value = run["meta"].get(key, least)
+        if not _is_int(value) or value < least:
+            return f"meta.{key} must be an integer >= {least}, got {value!r}"
+    for j, span in enumerate(run["spans"]):
+        problem = span_problem(span)
+        if problem is not None:
+            return f"span {j}: {problem}"
+    changes = run.get("knob_changes", [])
+    if not isinstance(changes, list) or not all(
+            isinstance(c, dict) and _is_int(c.get("t")) and isinstance(c.get("changes"), dict) for c in changes):
+        return "knob_changes must be a list of {\"t\": ns, \"changes\": {...}}"
+    return None
+
+
+def span_problem(span: Any) -> str | None:
+    """What is wrong with one span in compact form (``telemetry.span_codec``), or None."""
+    if not isinstance(span, dict):
+        return "not an object"
+    if not isinstance(span.get("n"), str):
+        return "'n' (the span's name) is missing or not a string"
+    for key in ("t0", "t1"):
+        if not _is_int(span.get(key)):
+            return f"{key!r} must be a timestamp in integer ns, got {span.get(key)!r}"
+    if span["t1"] < span["t0"]:
+        return f"ends ({span['t1']}) before it starts ({span['t0']})"
+    if not isinstance(span.get("a"), dict):
+        return "'a' (its attributes) is missing or not an object"
+    return None
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
