@@ -45,6 +45,7 @@ class ErrorResponse(BaseModel):
 ERRORS: dict[int | str, dict[str, Any]] = {
     code: {"model": ErrorResponse, "description": why} for code, why in (
         (413, "the request body is larger than --max-body-bytes"),
+        (415, "the body is not sent as JSON (Content-Type: application/json)"),
         (422, "a field is malformed or out of range (param names it)"),
         (429, "the admission queue is full: retry after Retry-After seconds"),
         (500, "the runtime failed the request"),
@@ -77,7 +78,12 @@ def add_exception_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
-        problems = [(_field_of(e.get("loc", ())), e.get("msg", "invalid")) for e in exc.errors()[:MAX_PROBLEMS]]
+        media = request.headers.get("content-type", "").split(";")[0].strip().lower()
+        if media and media != "application/json" and not media.endswith("+json"):
+            message = f"body: send JSON with Content-Type: application/json (got {media!r})"
+            return JSONResponse(error_body(415, message, "body", "invalid_request_error"), 415)
+        problems = [(_field_of(e.get("loc", ())), str(e.get("msg", "invalid")).removeprefix("Value error, "))
+                    for e in exc.errors()[:MAX_PROBLEMS]]
         problems = problems or [("body", "invalid request")]
         message = "; ".join(f"{param}: {msg}" for param, msg in problems)
         return JSONResponse(error_body(422, message, problems[0][0], "invalid_request_error"), 422)

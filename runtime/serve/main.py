@@ -22,7 +22,9 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+import h11
 import uvicorn
+from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from wavepp.runtime.engines.common import store_source
 from wavepp.runtime.serve.app import create_app
@@ -35,6 +37,20 @@ log = logging.getLogger(__name__)
 CUT_GRACE_S = 1.0        # a second signal: how long cut requests' handlers get to write their 503
 EXIT_CUT = 1             # the exit code of a server stopped at once by a second signal
 CUT_REASON = "the server stopped at once (a second signal) before the request finished"
+
+
+class JsonErrorH11(H11Protocol):
+    """uvicorn's h11 protocol, with the request it cannot parse (a malformed ``Content-Length``, a
+    broken request line) answered in the API's one error shape instead of plain text."""
+
+    def send_400_response(self, msg: str) -> None:
+        body = json.dumps(error_body(400, f"malformed HTTP request: {msg}", None, "invalid_request_error")).encode()
+        for event in (h11.Response(status_code=400, reason=b"Bad Request",
+                                   headers=[(b"content-type", b"application/json"),
+                                            (b"content-length", str(len(body)).encode()), (b"connection", b"close")]),
+                      h11.Data(data=body), h11.EndOfMessage()):
+            self.transport.write(self.conn.send(event))
+        self.transport.close()
 
 
 class Tokenizer:
@@ -200,7 +216,8 @@ async def _main(rt: ServerRuntime, app: Any, settings: dict[str, Any], served: s
     # nothing for as long as the start takes (the stages' build, the store). Serving 503 while
     # starting would also answer, but needs the HTTP server running beside a half-built runtime.
     sock = _bind(settings["host"], settings["port"])
-    config = uvicorn.Config(app, lifespan="off", access_log=False, log_level="warning", timeout_graceful_shutdown=5)
+    config = uvicorn.Config(app, http=JsonErrorH11, lifespan="off", access_log=False, log_level="warning",
+                            timeout_graceful_shutdown=5)
     server = DrainingServer(config, rt, settings["drain_s"])
     # From here to the end a signal goes to the server: while starting it stops the start, then it
     # drains (uvicorn's serve() installs the same handler again while it runs).

@@ -51,6 +51,57 @@ def _json_int(value: Any) -> Any:
     return int(value)
 
 
+NEEDS_TOKENIZER = "prompts as text need a tokenizer (start the server with --tokenizer); send token ids instead"
+
+
+def token_ids_problem(ids: list[Any], vocab: int, max_tokens: int) -> str | None:
+    """What is wrong with one prompt of token ids, or None."""
+    if not ids:
+        return "the prompt has no tokens"
+    if len(ids) > max_tokens:
+        return f"prompt of {len(ids)} tokens is longer than the limit ({max_tokens})"
+    for i, t in enumerate(ids):
+        if isinstance(t, bool) or not isinstance(t, int | float) or (isinstance(t, float) and not t.is_integer()):
+            return f"token {i}: must be an integer, got {t!r}"    # 2.0 is one (JSON Schema's integer)
+        if not 0 <= t < vocab:
+            return f"token id {t} is outside the vocabulary [0, {vocab})"
+    return None
+
+
+def completion_prompt_check(vocab: int, max_tokens: int, text: bool) -> Any:
+    """OpenAI's prompt forms (text, token ids, a list of either) checked by shape first, so a bad
+    prompt gets one message saying what is wrong with it - not every branch of the union's
+    complaint (65 prompts were "must be an integer" eight times)."""
+    def check(value: Any) -> Any:
+        if isinstance(value, str):
+            if not text:
+                raise ValueError(NEEDS_TOKENIZER)
+            return value
+        if not isinstance(value, list) or not value:
+            raise ValueError("must be text, token ids, or a non-empty list of either")
+        if all(isinstance(v, list | str) for v in value):
+            if len(value) > MAX_PROMPTS:
+                raise ValueError(f"at most {MAX_PROMPTS} prompts in one request, got {len(value)}")
+            for i, one in enumerate(value):
+                if isinstance(one, str) and not text:
+                    raise ValueError(NEEDS_TOKENIZER)
+                problem = token_ids_problem(one, vocab, max_tokens) if isinstance(one, list) else None
+                if problem is not None:
+                    raise ValueError(f"prompt {i}: {problem}")
+            return value
+        problem = token_ids_problem(value, vocab, max_tokens)
+        if problem is not None:
+            raise ValueError(problem)
+        return value
+    return BeforeValidator(check)
+
+
+def _no_text(value: Any) -> Any:
+    if value is not None:
+        raise ValueError(NEEDS_TOKENIZER)
+    return value
+
+
 def json_int(**constraints: Any) -> Any:
     """An integer field type with its range; the constraints come first so the schema states them."""
     return Annotated[int, Field(**constraints), BeforeValidator(_json_int)]
@@ -86,14 +137,17 @@ def request_models(vocab: int, max_prompt_tokens: int, block_size: int, tokenize
     """The request models for a server of this vocabulary, prompt limit and block size; text prompts
     only where it has a ``tokenizer``."""
     # Types made for this server (vocabulary, prompt limit): mypy sees them as values, pydantic as types.
+    # A token id is JSON Schema's integer, as the schema says: 2.0 is token 2, 2.5 is refused.
     TokenIds: Any = Annotated[list[json_int(ge=0, lt=vocab)],  # type: ignore[misc]
                               Field(min_length=1, max_length=max_prompt_tokens)]
     Prompts: Any = Annotated[list[TokenIds], Field(min_length=1, max_length=MAX_PROMPTS)]
     if tokenizer is None:           # the schema offers text only where the server can tokenize it
         class PrefillRequest(BaseModel):
             model_config = ConfigDict(extra="forbid")
+            # prompt first: a text prompt's error (no tokenizer) is named before the missing token_ids
+            prompt: Annotated[None, BeforeValidator(_no_text)] = Field(
+                default=None, description="text prompts need a server started with --tokenizer")
             token_ids: TokenIds = Field(description="the prompt as token ids")
-            prompt: None = Field(default=None, description="text prompts need a server started with --tokenizer")
 
         CompletionPrompt: Any = TokenIds | Prompts
     else:
@@ -111,7 +165,7 @@ def request_models(vocab: int, max_prompt_tokens: int, block_size: int, tokenize
         """OpenAI's completions request; sampling fields a prefill does not use are accepted and ignored."""
         model_config = ConfigDict(extra="allow")
         model: str | None = None
-        prompt: CompletionPrompt
+        prompt: Annotated[CompletionPrompt, completion_prompt_check(vocab, max_prompt_tokens, tokenizer is not None)]
         max_tokens: json_int(ge=0, le=1) | None = Field(default=None,  # type: ignore[valid-type]
                                        description="0 (prefill only) or 1 (the first token); default 1")
         n: json_int(ge=1, le=1) = 1  # type: ignore[valid-type]

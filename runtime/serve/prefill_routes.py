@@ -17,7 +17,14 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from wavepp.runtime.serve.errors import ERRORS, ApiError, ErrorResponse, queue_full_message
-from wavepp.runtime.serve.models import KvHandle, PrefillResponse, RequestModels, Timings
+from wavepp.runtime.serve.models import (
+    NEEDS_TOKENIZER,
+    KvHandle,
+    PrefillResponse,
+    RequestModels,
+    Timings,
+    token_ids_problem,
+)
 from wavepp.runtime.serve.runtime import NotServing, PrefillResult, RequestFailed, ServerRuntime
 from wavepp.runtime.server_source import QueueFull
 
@@ -32,21 +39,15 @@ def add_prefill_routes(app: FastAPI, rt: ServerRuntime, models: RequestModels, s
 
     def tokenize(text: str, param: str) -> list[int]:
         if tokenizer is None:
-            raise ApiError(422, "prompts as text need a tokenizer (start the server with --tokenizer); "
-                                "send token ids instead", param)
+            raise ApiError(422, NEEDS_TOKENIZER, param)
         ids = list(tokenizer.encode(text))
         check_ids(ids, param)
         return ids
 
     def check_ids(ids: list[int], param: str) -> None:
-        if not ids:
-            raise ApiError(422, "the prompt has no tokens", param)
-        if len(ids) > rt.max_prompt_tokens:
-            raise ApiError(422, f"prompt of {len(ids)} tokens is longer than the limit ({rt.max_prompt_tokens})",
-                           param)
-        bad = next((t for t in ids if not 0 <= t < vocab), None)
-        if bad is not None:
-            raise ApiError(422, f"token id {bad} is outside the vocabulary [0, {vocab})", param)
+        problem = token_ids_problem(ids, vocab, rt.max_prompt_tokens)
+        if problem is not None:
+            raise ApiError(422, problem, param)
 
     @app.post("/v1/prefill", response_model=PrefillResponse, responses=ERRORS)
     async def prefill(body: PrefillRequest, request: Request) -> PrefillResponse:
