@@ -176,23 +176,27 @@ def _field_problem(name: str, value: Any) -> str | None:
 def problems(knobs: Knobs, block_size: int | None = None, changed: Collection[str] = ()) -> dict[str, str]:
     """Every problem of ``knobs``, by field. ``changed`` names the fields the writer set: of an
     inconsistent pair, the one changed alone is blamed."""
-    found = {}
-    for f in fields(knobs):
-        problem = _field_problem(f.name, getattr(knobs, f.name))
-        if problem is not None:
-            found[f.name] = problem
-    if block_size is not None:
-        for name in _BLOCK_BUDGETS:
-            value = getattr(knobs, name)
-            if name not in found and value % block_size:
-                found[name] = (f"{value} is not a multiple of the block size {block_size} "
-                               f"(nearest: {_nearest(value, block_size)})")
+    found = field_problems({f.name: getattr(knobs, f.name) for f in fields(knobs)}, block_size)
     lo, hi = knobs.min_wave_tokens, knobs.max_wave_tokens
     if not {"min_wave_tokens", "max_wave_tokens"} & set(found) and lo > hi:
         if "max_wave_tokens" in changed and "min_wave_tokens" not in changed:
             found["max_wave_tokens"] = f"M {hi} < b_min {lo} (min_wave_tokens): lower min_wave_tokens first"
         else:
             found["min_wave_tokens"] = f"b_min {lo} > M {hi} (max_wave_tokens)"
+    return found
+
+
+def field_problems(values: Mapping[str, Any], block_size: int | None = None) -> dict[str, str]:
+    """The problems of each of ``values`` on its own (type, range, whole blocks), by field; the rules
+    between fields (b_min <= M) need the whole record (:func:`problems`). Cheap: a command checks
+    its flags with it before it loads an engine."""
+    found = {}
+    for name, value in values.items():
+        problem = _field_problem(name, value)
+        if problem is None and block_size is not None and name in _BLOCK_BUDGETS and value % block_size:
+            problem = f"{value} is not a multiple of the block size {block_size} (nearest: {_nearest(value, block_size)})"
+        if problem is not None:
+            found[name] = problem
     return found
 
 

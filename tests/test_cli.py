@@ -217,6 +217,18 @@ def test_a_bad_policy_or_workload_is_refused_before_torch_loads() -> None:
                                              "assert main(['bench', '--workload', 'bogus']) == 2")
 
 
+def test_a_bad_knob_flag_is_refused_before_torch_loads(tmp_path: Path) -> None:
+    """A knob that is wrong on its own (not whole blocks, out of range, not a number) is said before
+    an engine or a run file loads (issue 24, item 14: 4-7 s against 0.3 s for argparse's errors)."""
+    runfile = tmp_path / "none.json"
+    assert "torch" not in _modules_loaded_by(
+        "from wavepp.runtime.cli import main\n"
+        "assert main(['bench', '--max-wave-tokens', '8200']) == 2\n"
+        "assert main(['bench', '--min-wave-tokens', '100']) == 2\n"
+        f"assert main(['preview', {str(runfile)!r}, '--set', 'ring=abc']) == 2\n"
+        f"assert main(['preview', {str(runfile)!r}, '--set', 'max_wave_tokens=-5']) == 2")
+
+
 def test_calibrate_coordination_says_which_figures_it_did_not_measure(capsys: pytest.CaptureFixture[str]) -> None:
     """A factor is not printed as microseconds and a cited constant is not passed off as measured."""
     assert main(["calibrate-coordination", "--prompt-tokens", "4096", "--block-size", "64"]) == 0

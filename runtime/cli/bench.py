@@ -141,7 +141,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         return cmd_bench_url(args, defaults())
     if args.rate is not None:
         raise UsageError("--rate: only with --url (an in-process bench is closed loop, or a trace's own arrivals)")
-    from wavepp.runtime.knobs import KnobError, check_block_size
+    from wavepp.runtime.knobs import KnobError, check_block_size, field_problems
     from wavepp.runtime.policies import get_policy
     from wavepp.runtime.traces import load_trace
     from wavepp.runtime.workloads import fit_prompt_tokens, parse_workload
@@ -162,6 +162,12 @@ def cmd_bench(args: argparse.Namespace) -> int:
             for p in args.policy:
                 get_policy(p)
             refuse_flags_of_other_engine(args)
+            changes = {k: v for k, v in (("max_wave_tokens", args.max_wave_tokens),
+                                         ("min_wave_tokens", args.min_wave_tokens),
+                                         ("ring", args.ring),
+                                         ("snapshot_interval", args.snapshot_interval)) if v is not None}
+            if field_problems(changes, args.block_size):     # each on its own, before an engine loads
+                raise KnobError(field_problems(changes, args.block_size))
             bench_telemetry.apply(args)
             # Imported after the checks above: the sim's cost models load torch (~1 s), which a bad
             # --policy or --workload need not wait for.
@@ -195,10 +201,6 @@ def cmd_bench(args: argparse.Namespace) -> int:
                 from wavepp.runtime.bench import laid_out
                 for p in args.policy:
                     laid_out(engine, get_policy(p).topology)
-            changes = {k: v for k, v in (("max_wave_tokens", args.max_wave_tokens),
-                                         ("min_wave_tokens", args.min_wave_tokens),
-                                         ("ring", args.ring),
-                                         ("snapshot_interval", args.snapshot_interval)) if v is not None}
             knobs = check_block_size(engine.default_knobs().replace(**changes), args.block_size)
             if args.prompt_tokens is not None and args.prompt_tokens < 2 * args.block_size:
                 raise ValueError(f"--prompt-tokens must be at least 2 blocks ({2 * args.block_size})")

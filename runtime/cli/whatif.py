@@ -48,17 +48,17 @@ def register(sub: Any) -> dict[str, Handler]:
 
 
 def cmd_preview(args: argparse.Namespace) -> int:
-    from wavepp.runtime import whatif
     from wavepp.runtime.knobs import Deployment, KnobError, from_changes, parse_texts
-    from wavepp.runtime.whatif_report import compare_rows, preview_dict, replay_check, spread_line
-    replay, spec, current, observed = _whatif_inputs(args)
     raw = set_texts(args.changes)
     if not raw:
         raise UsageError("give the proposed knobs with --set NAME=VALUE (e.g. --set ring=8)")
     changes, problems = parse_texts(raw)
+    if problems:                          # said before the run file is read and a simulator built
+        raise UsageError(str(KnobError(problems)))
+    from wavepp.runtime import whatif
+    from wavepp.runtime.whatif_report import compare_rows, preview_dict, replay_check, spread_line
+    replay, spec, current, observed = _whatif_inputs(args)
     try:
-        if problems:
-            raise KnobError(problems)
         proposed = from_changes(current.as_dict(), changes, Deployment(spec.block_size, spec.pp))
     except KnobError as exc:
         raise UsageError(str(exc)) from None
