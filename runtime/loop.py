@@ -169,8 +169,9 @@ class PipelineLoop:
         with self.tel.muted():
             for i, (tokens, hashes) in enumerate(primed):
                 req = Request(f"prime{i}", tokens, now(), hashes, "prime")
-                self._arrive(req, warming=asyncio.get_running_loop().create_future())
-                await self.ends.warming[req.id]
+                ended = asyncio.get_running_loop().create_future()
+                self._arrive(req, warming=ended)   # a prompt no stage can hold ends here, at once
+                await ended
             # Its index entries are published before the measured arrivals; the loop's tasks that the
             # last retirement woke run meanwhile, still unrecorded.
             await self.publisher.flush()

@@ -254,3 +254,16 @@ def test_a_wave_completes_its_finished_requests_in_one_message_per_stage(monkeyp
         per_call = [n for stage, n in calls if stage == s]
         assert sum(per_call) == 48 and max(per_call) > 1           # several requests per message
         assert len(per_call) <= rec.figures.waves
+
+
+def test_a_primed_prefix_no_stage_can_hold_is_skipped_not_fatal() -> None:
+    """A warm-up prompt that fails at arrival (more blocks than a stage has) ends at once: the warm-up
+    goes on to the measured run, which reports its requests (here: all too long, failed with the
+    reason) - the embedded sim dashboard died on exactly this (KeyError 'prime0')."""
+    engine = small_engine(pp=2, kv_blocks=[24])            # 1,536 tokens a stage; primed prefixes are ~1,843
+    rec = run_one(engine, config("reuse90", 8), "wavepp", 8)
+    assert rec.figures.requests >= 8 and rec.figures.failed == rec.figures.requests
+    failed = [s for s in rec.encoded if s["n"] == N.REQUEST]
+    assert all(not s["a"][N.REQUEST_ID].startswith("prime") for s in failed)       # the warm-up counts nowhere
+    assert all("needs more KV blocks than a stage has" in s["err"] for s in failed)
+    assert_clean(rec)
