@@ -94,7 +94,7 @@ def idle_bars(shares: pd.DataFrame, num_stages: int, length: float) -> go.Figure
                              marker_color=cause_colour(cause),
                              hovertemplate=f"{MEANING.get(cause, cause)}: %{{y:.1%}}<extra>%{{x}}</extra>"))
     fig.update_layout(barmode="stack", title=f"idle time by cause over the last {length:.3f} s (share of the window)",
-                      height=320, margin=dict(l=10, r=10, t=40, b=30), yaxis_tickformat=".0%", legend_orientation="h",
+                      height=320, margin=dict(l=10, r=10, t=40, b=30), yaxis_tickformat=".1%", legend_orientation="h",
                       legend_y=-0.2)
     return fig
 

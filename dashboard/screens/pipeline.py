@@ -5,7 +5,7 @@ from __future__ import annotations
 import streamlit as st
 
 from wavepp.dashboard import charts
-from wavepp.dashboard.frames import Frames, busy_over_time, idle_shares, idle_window, reading
+from wavepp.dashboard.frames import Frames, busy_over_time, idle_shares, idle_window, reading, stage_idle
 from wavepp.dashboard.screens.common import no_data
 from wavepp.dashboard.view import View
 from wavepp.runtime.idle_causes import MEANING
@@ -28,11 +28,9 @@ def render_pipeline(view: View) -> None:
     fr, f = view.frames, view.figures
     end = fr.end
     run = max(end - fr.start, 0.002)                      # the whole run: first arrival -> last completion
-    # The window is picked by the slider below; the reading at the top follows it.
-    window = min(float(st.session_state.get("pipeline_window", default_window(fr))), run)
-    idle = idle_window(view.idle, fr.origin_ns, max(0.0, end - window), end, live=view.running)
-    shares = idle_shares(idle, fr.num_stages, window)
-    st.markdown(f"**Why the bubbles:** {reading(shares, window, MEANING)}")
+    # The reading goes first on the page but follows the window the slider below picks: its place is
+    # kept here and filled once the slider has given the window every figure of the page then uses.
+    top = st.container()
     if f is not None and f.bubble_fraction is not None:   # the bench's own figures; None: nothing completed yet
         cols = st.columns(fr.num_stages + 1)
         cols[0].metric(f"pipeline efficiency (whole run, {f.makespan_s:.3f} s)", f"{f.pipeline_efficiency:.3f}")
@@ -44,19 +42,24 @@ def render_pipeline(view: View) -> None:
                              "for an attempt that a later fallback discarded)")
             for s, lost in enumerate(f.recompute_s):
                 cols[s + 1].metric(f"stage {s} recomputing (whole run)", f"{lost / f.makespan_s:.1%}")
-    st.slider("Detail window (s): the last seconds of the run the reading above, the tiles below, the lanes, the "
-              "idle causes and the busy-fraction chart show", min_value=0.001, max_value=run,
-              value=min(default_window(fr), run), step=run / 1000, key="pipeline_window", format="%.4f")
-    recent = busy_over_time(fr.steps[fr.steps["t1"] >= end - window], fr.num_stages, window, points=1, end=end)
+    if float(st.session_state.get("pipeline_window", 0.0)) > run:   # another run, shorter than the last one
+        st.session_state["pipeline_window"] = run
+    window = float(st.slider(
+        "Detail window (s): the last seconds of the run the reading above, the tiles below, the lanes, the "
+        "idle causes and the busy-fraction chart show", min_value=0.001, max_value=run,
+        value=min(default_window(fr), run), step=run / 1000, key="pipeline_window", format="%.4f"))
+    idle = idle_window(view.idle, fr.origin_ns, max(0.0, end - window), end, live=view.running)
+    shares = idle_shares(idle, fr.num_stages, window)
+    top.markdown(f"**Why the bubbles:** {reading(shares, window, MEANING, fr.num_stages)}")
+    bubbles = stage_idle(shares, fr.num_stages)
     cols = st.columns(fr.num_stages + 1)
-    eff = recent[recent["stage"] == "pipeline efficiency"]["busy"]
-    cols[0].metric(f"pipeline efficiency (last {window:.3f} s)", f"{float(eff.iloc[-1]) if len(eff) else 0:.3f}")
-    for s in range(fr.num_stages):
-        b = recent[recent["stage"] == f"stage {s}"]["busy"]
-        cols[s + 1].metric(f"stage {s} bubble fraction (last {window:.3f} s)",
-                           f"{1 - float(b.iloc[-1]) if len(b) else 1:.3f}")
-    st.caption("bubble fraction = share of the time a stage was not executing; pipeline efficiency = the "
-               "busiest stage's busy share (1.0 = no bubble on it)")
+    cols[0].metric(f"pipeline efficiency (last {window:.3f} s)", f"{1 - min(bubbles, default=1.0):.3f}")
+    for s, b in enumerate(bubbles):
+        cols[s + 1].metric(f"stage {s} bubble fraction (last {window:.3f} s)", f"{b:.3f}")
+    st.caption("bubble fraction = share of the time a stage was not executing (the sum of its idle causes below); "
+               "pipeline efficiency = the busiest stage's busy share (1.0 = no bubble on it)"
+               + ("; live, the time since a stage's last finished step is not counted: it may be computing"
+                  if view.running else ""))
     st.plotly_chart(charts.timeline(fr, max(0.0, end - window), end, idle), key="timeline")
     st.plotly_chart(charts.idle_bars(shares, fr.num_stages, window), key="idle_causes")
     st.subheader("Whole run")
