@@ -295,15 +295,22 @@ def percentiles_by_bin(times: pd.Series, values: pd.Series, edges: Sequence[floa
     return pd.DataFrame(rows, columns=["t", "percentile", "value"])
 
 
+def warmed_up(fr: Frames) -> float:
+    """When the pipeline first held work on every stage (seconds since the origin): each stage's first
+    execute step has started; the run's start when a stage never ran one."""
+    ex = fr.steps[fr.steps["kind"] == "execute"]
+    firsts = ex.groupby("stage")["t0"].min()
+    return float(firsts.max()) if len(firsts) == fr.num_stages else fr.start
+
+
 def window_figures(fr: Frames, idle: pd.DataFrame, a: float, b: float) -> dict[str, Any]:
     """The run's figures over ``[a, b]`` (seconds since the origin), as the pages name them:
-    requests completed in the window, execute time inside it, admitting rounds ending in it.
+    requests completed in the window, idle time inside it, admitting rounds ending in it. Counts
+    come with their rate (``waves_per_s``): windows of different lengths compare by rate.
     ``idle``: :func:`idle_window` over the same window (idle causes, summed over stages)."""
     length = max(b - a, 1e-12)
     done = fr.requests[(fr.requests["done"] > a) & (fr.requests["done"] <= b) & ~fr.requests["failed"]]
-    ex = fr.steps[fr.steps["kind"] == "execute"]
-    busy = [float((ex[ex["stage"] == s]["t1"].clip(a, b) - ex[ex["stage"] == s]["t0"].clip(a, b)).clip(0).sum())
-            / length for s in range(fr.num_stages)]
+    bubbles = stage_idle(idle_shares(idle, fr.num_stages, length), fr.num_stages)   # as the Pipeline page's
     rounds = fr.rounds[(fr.rounds["admitted"] > 0) & (fr.rounds["t"] > a) & (fr.rounds["t"] <= b)]["t"].sort_values()
     gaps = rounds.diff().dropna().to_numpy()
     plans = fr.plans[(fr.plans["t"] > a) & (fr.plans["t"] <= b)]
@@ -314,11 +321,11 @@ def window_figures(fr: Frames, idle: pd.DataFrame, a: float, b: float) -> dict[s
     out: dict[str, Any] = {
         "window_s": length,
         "input_tokens_per_s": float(done["input_tokens"].sum()) / length,
-        "pipeline_efficiency": max(busy, default=0.0),
-        "bubble_fraction": [1 - x for x in busy],
+        "pipeline_efficiency": 1 - min(bubbles, default=1.0),
+        "bubble_fraction": bubbles,
         "prefill_latency_p50_s": pct(latency, 50), "prefill_latency_p95_s": pct(latency, 95),
         "admission_interval_p50_s": pct(gaps, 50),
-        "completed": len(done), "waves": len(plans),
+        "completed": len(done), "waves": len(plans), "waves_per_s": len(plans) / length,
         "mean_wave_tokens": float(plans["tokens"].mean()) if len(plans) else None,
         "budget": float(plans["budget"].median()) if len(plans) else None,
     }

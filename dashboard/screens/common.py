@@ -47,6 +47,7 @@ FIGURES: dict[str, Figure] = {
     "good_hit_rate": Figure("good-hit rate"),
     "fallbacks": Figure("fallbacks", digits=0),
     "waves": Figure("waves", digits=0),
+    "waves_per_s": Figure("waves per second", digits=1),
 }
 
 

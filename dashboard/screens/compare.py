@@ -8,7 +8,7 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from wavepp.dashboard import charts
-from wavepp.dashboard.frames import build, idle_window, window_figures
+from wavepp.dashboard.frames import build, idle_window, warmed_up, window_figures
 from wavepp.dashboard.screens.common import FIGURES
 from wavepp.dashboard.view import View
 from wavepp.runtime.runfile import SavedRun, load_runs
@@ -18,7 +18,7 @@ FIELDS = ["input_tokens_per_s", "computed_tokens_per_s", "pipeline_efficiency", 
           "admission_latency_p99_s", "prefill_latency_p50_s", "prefill_latency_p95_s", "good_hit_rate",
           "fallbacks", "waves"]
 WINDOW_FIELDS = ["input_tokens_per_s", "pipeline_efficiency", "prefill_latency_p50_s", "prefill_latency_p95_s",
-                 "admission_interval_p50_s", "waves"]
+                 "admission_interval_p50_s", "waves_per_s"]
 
 
 def render_compare(view: View) -> None:
@@ -41,7 +41,9 @@ def _before_after(view: View) -> None:
     pick = st.selectbox("Knob change", range(len(marks)), index=len(marks) - 1, key="compare_change",
                         format_func=lambda i: f"at {marks[i][0]:.3f} s: {marks[i][1]}")
     at = marks[pick][0]
-    start = marks[pick - 1][0] if pick > 0 else fr.start
+    # Before the first change, the run's warm-up is left out: the window opens once every stage has
+    # run a step (before that the pipeline fills, which no knob setting is responsible for).
+    start = marks[pick - 1][0] if pick > 0 else min(max(fr.start, warmed_up(fr)), at)
     end = marks[pick + 1][0] if pick + 1 < len(marks) else fr.end
     windows = []
     for name, (a, b) in (("before", (start, at)), ("after", (at, end))):
@@ -61,7 +63,9 @@ def _before_after(view: View) -> None:
         rows.append({"figure": f"stage {s} bubble fraction", name_a: f"{x:.3f}", name_b: f"{y:.3f}",
                      "after / before": f"{y / x:.3f}x" if x else "-"})
     st.table(pd.DataFrame(rows).set_index("figure"))
-    st.caption(f"windows: {fa['completed']} and {fb['completed']} requests completed; a percentile needs enough "
+    st.caption(f"windows of {fa['window_s']:.3f} s and {fb['window_s']:.3f} s ({fa['completed']} and "
+               f"{fb['completed']} requests completed): counts are compared as rates; the first window opens once "
+               "every stage has run a step (the pipeline's fill is left out); a percentile needs enough "
                "completions in its window (p50 2, p95 20), else '-'")
     st.plotly_chart(charts.causes_side_by_side([(name_a, fa["idle_causes"]), (name_b, fb["idle_causes"])]),
                     key="before_after_causes")
