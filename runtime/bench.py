@@ -8,7 +8,7 @@ and every block free or cached.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -16,7 +16,7 @@ from opentelemetry.sdk.trace import ReadableSpan
 
 from wavepp.runtime.engines.base import EngineParts
 from wavepp.runtime.engines.common import store_source
-from wavepp.runtime.knobs import Knobs
+from wavepp.runtime.knobs import Deployment, KnobError, Knobs, from_changes
 from wavepp.runtime.kvcache.pools import CachePool
 from wavepp.runtime.loop import LoopResult, PipelineLoop
 from wavepp.runtime.mechanisms.topology import Topology
@@ -158,33 +158,54 @@ def run_one(engine: Engine, cfg: BenchConfig, policy_name: str, concurrency: int
     return RunRecord(figures, spans, encoded, result, parts, run, meta)
 
 
-def prepare_store(url: StoreUrl, reset: bool) -> str | None:
+@dataclass(frozen=True, slots=True)
+class PreparedStore:
+    line: str                              # what was cleared and what was kept, in words
+    knobs: dict[str, Any] | None = None    # the knobs kept (their values), which the runs start with
+
+
+def prepare_store(url: StoreUrl, reset: bool) -> PreparedStore | None:
     """Before a bench on a shared store: clear what earlier runs left (hint index, leases, wave plans,
-    status) and keep the deployment's knobs with their history, or with ``reset`` clear those, the
-    span stream and the run descriptions too. Returns the line that says what was cleared (None for
-    the in-process store, which starts empty). Raises StoreError when the store cannot be reached."""
+    status) and keep the deployment's knobs with their history - the runs then start with them
+    (:func:`starting_knobs`) - or with ``reset`` clear those, the span stream and the run
+    descriptions too. None for the in-process store, which starts empty. Raises StoreError when
+    the store cannot be reached."""
     if url.kind != "redis":
         return None
     from wavepp.store.redis_store import RUN_META, RedisStore
     from wavepp.telemetry.redis_stream import runs_key, stream_key
 
-    async def clear() -> tuple[int, int]:
+    async def clear() -> tuple[int, Any]:
         store = await RedisStore.connect(url)
         try:
             n = await store.clear_all(keep_knobs=not reset)
             if reset:
                 n += int(await store.client.delete(stream_key(url), runs_key(url), store.key(RUN_META)))
-            return n, (await store.knobs_get()).version
+            return n, await store.knobs_get()
         finally:
             await store.close()
-    n, version = asyncio.run(clear())
+    n, record = asyncio.run(clear())
     where = f"store {store_source(url)}"
     if reset:
-        return (f"{where}: --reset-store cleared {n} keys (run state, knobs, knob history, the span stream and "
-                f"the run descriptions)")
-    kept = f"kept the knobs (version {version}) and their history" if version else "no knobs were set"
-    return (f"{where}: cleared {n} keys left by earlier runs (hint index, leases, wave plans, status); "
-            f"{kept}; --reset-store clears them too")
+        return PreparedStore(f"{where}: --reset-store cleared {n} keys (run state, knobs, knob history, the span "
+                             f"stream and the run descriptions)")
+    kept = f"kept the knobs (version {record.version}) and their history" if record.version else "no knobs were set"
+    return PreparedStore(f"{where}: cleared {n} keys left by earlier runs (hint index, leases, wave plans, status); "
+                         f"{kept}; --reset-store clears them too", dict(record.values) if record.version else None)
+
+
+def starting_knobs(kept: Mapping[str, Any], flags: Mapping[str, Any], ours: Knobs,
+                   deployment: Deployment) -> tuple[Knobs, str]:
+    """The knobs a bench on a store that kept its knobs starts with: the kept ones, with the knob
+    flags given on the command line over them; the bench's own (``ours``) where the kept ones do not
+    fit this deployment. With a line that says which (a bench never says it kept knobs it then
+    overwrites)."""
+    try:
+        knobs = from_changes(kept, flags, deployment)
+    except KnobError as exc:
+        return ours, f"the kept knobs do not fit this deployment ({exc}): the runs start with the bench's own"
+    given = f" (with {', '.join(f'{k}={v}' for k, v in flags.items())} from the command line)" if flags else ""
+    return knobs, f"the runs start with the kept knobs{given}"
 
 
 def iter_bench(engine: Engine, cfg: BenchConfig, progress: Progress | None = None) -> Iterator[RunRecord]:

@@ -194,7 +194,8 @@ def field_problems(values: Mapping[str, Any], block_size: int | None = None) -> 
     for name, value in values.items():
         problem = _field_problem(name, value)
         if problem is None and block_size is not None and name in _BLOCK_BUDGETS and value % block_size:
-            problem = f"{value} is not a multiple of the block size {block_size} (nearest: {_nearest(value, block_size)})"
+            problem = (f"{value} is not a multiple of the block size {block_size} "
+                       f"(nearest: {_nearest(value, block_size)})")
         if problem is not None:
             found[name] = problem
     return found

@@ -204,6 +204,32 @@ def test_a_bench_keeps_the_deployments_knobs_and_says_what_it_cleared() -> None:
         drop(url)
 
 
+def test_a_bench_that_keeps_the_knobs_runs_with_them(tmp_path: Path) -> None:
+    """Knobs written for the next run (a finished run's dashboard, `wavepp knobs`) are the ones it
+    starts with - the bench said it kept version 2, then ran with other values and wrote version 3
+    (issue 24, item 8) - and a knob flag given on the command line goes over them, said so."""
+    url = fresh_url()
+    try:
+        set_knobs(url, {"ring": 3, "max_leases": 512})
+        out = tmp_path / "b.json"
+        proc = bench(url, "--json", str(out))
+        assert proc.returncode == 0, proc.stderr
+        line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("store "))
+        assert "kept the knobs (version 1)" in line and "the runs start with the kept knobs" in line, line
+        knobs = json.loads(out.read_text())["runs"][0]["knobs"]
+        assert knobs["ring"] == 3 and knobs["max_leases"] == 512, knobs
+        assert knobs_version_and_history(url)[0] == 1              # nothing else was written over them
+
+        proc = bench(url, "--ring", "2", "--json", str(out))
+        assert proc.returncode == 0, proc.stderr
+        line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("store "))
+        assert "(with ring=2 from the command line)" in line, line
+        knobs = json.loads(out.read_text())["runs"][0]["knobs"]
+        assert knobs["ring"] == 2 and knobs["max_leases"] == 512, knobs
+    finally:
+        drop(url)
+
+
 def test_a_run_that_fails_says_so_in_its_last_status_record() -> None:
     """A viewer tells a crashed runtime from a finished one by the last status record's state."""
     from wavepp.runtime.engines.sim.clock import run_virtual

@@ -22,6 +22,8 @@ from wavepp.store.base import StoreError
 
 def render_knobs(view: View) -> None:
     st.header("Knobs")
+    if message := st.session_state.pop(whatif.WROTE, None):
+        st.success(message)
     record = view.snap.knobs
     meta = view.source.run_meta(view.snap)
     opts = whatif.settings(view, meta)
@@ -40,7 +42,12 @@ def render_knobs(view: View) -> None:
             st.warning(f"Knobs in the store: {record.note}")
         where = (f"; checked against the running deployment (block size {record.deployment.block_size}, "
                  f"{record.deployment.num_stages} stages)" if record.deployment else "")
-        st.caption(f"version {record.version} — the runtime applies a new version at its next wave boundary{where}")
+        if whatif.next_run_only(view):
+            st.caption(f"version {record.version} — this run has stopped: a write waits for the next run on this "
+                       f"store, which starts with it{where}")
+        else:
+            st.caption(f"version {record.version} — the runtime applies a new version at its next wave "
+                       f"boundary{where}")
         current = stored(record.values)
         if view.snap.live:
             admin.token_field()
@@ -95,7 +102,8 @@ def _form(view: View, current: Knobs, deployment: Deployment | None, meta: dict[
                 values[name] = col.text_input(name, value=str(value), key=f"knob_{name}", help=help_)
             slots[name] = col.empty()                    # this field's error goes right under it
         buttons = st.columns([1, 1, 6])
-        submitted = view.snap.live and buttons[0].form_submit_button("Apply")
+        submitted = view.snap.live and buttons[0].form_submit_button(
+            "Write for the next run" if whatif.next_run_only(view) else "Apply")
         previewed = buttons[1].form_submit_button("Preview", disabled=whatif.running())
     if not submitted and not previewed:
         return
@@ -123,5 +131,5 @@ def _form(view: View, current: Knobs, deployment: Deployment | None, meta: dict[
     except StoreError as exc:
         st.error(str(exc))
         return
-    st.success(f"Wrote version {record.version}: " + ", ".join(f"{k}={v}" for k, v in changes.items()))
     whatif.remember_applied(changes, record.version)
+    whatif.wrote(view, record.version, changes)

@@ -35,6 +35,7 @@ from wavepp.store.base import StoreError
 
 PROFILE_ENV = "WAVEPP_COST_PROFILE"       # `wavepp dashboard --cost-profile FILE`
 JOB, APPLIED = "whatif_job", "whatif_applied"
+WROTE = "knobs_wrote"        # the last write's message, shown once the page has redrawn with its version
 POLL_S = 0.5
 
 
@@ -84,6 +85,7 @@ def suggest_controls(view: View, meta: dict[str, Any], opts: dict[str, Any], cur
             target = Goal(goal, float(floor) or None)
             st.session_state[JOB] = Job("suggest", lambda progress: suggest(
                 got.replay, got.sim, current, target, opts["limit"], progress), opts["limit"], got.replay)
+            st.rerun()        # the progress is drawn above this button: redraw now, not at the next click
     st.caption("Searches the wave budget (M), its floor (b_min) and the ring (R) on the same replay; "
                "nothing is applied until you click Apply.")
 
@@ -163,7 +165,7 @@ def _apply_button(view: View, changes: dict[str, Any], predicted: Prediction, la
     if not view.snap.live:
         st.caption("A saved run is read-only: apply these on a live deployment.")
         return
-    if st.button(label, key=key):
+    if st.button(f"{label} for the next run" if next_run_only(view) else label, key=key):
         applied(view, changes, predicted)
 
 
@@ -177,8 +179,23 @@ def applied(view: View, changes: dict[str, Any], predicted: Prediction) -> None:
     except (KnobError, StoreError) as exc:
         st.error(f"Nothing was written: {exc}")
         return
-    st.success(f"Wrote version {record.version}: " + ", ".join(f"{k}={v}" for k, v in changes.items()))
     _remember(changes, predicted, record.version)
+    wrote(view, record.version, changes)
+
+
+def next_run_only(view: View) -> bool:
+    """A live source whose runtime has stopped (finished or failed): nothing runs to apply a write,
+    which then waits for the next run on this store (a bench keeps the knobs and starts with them)."""
+    return view.snap.live and not view.running
+
+
+def wrote(view: View, version: int, changes: dict[str, Any]) -> None:
+    """A write succeeded: redraw the page at once so its version caption and History show it (the
+    Knobs page is not redrawn under the operator's typing otherwise), the message above them."""
+    what = ", ".join(f"{k}={v}" for k, v in changes.items())
+    st.session_state[WROTE] = (f"Wrote version {version} for the next run on this store (this one has stopped): "
+                               f"{what}" if next_run_only(view) else f"Wrote version {version}: {what}")
+    st.rerun()
 
 
 def _remember(changes: dict[str, Any], predicted: Prediction, version: int) -> None:

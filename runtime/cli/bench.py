@@ -136,6 +136,12 @@ def refuse_flags_of_other_engine(args: argparse.Namespace) -> None:
                          f"({what})")
 
 
+def knob_flags(args: argparse.Namespace) -> dict[str, Any]:
+    """The knobs given as flags (the others: the engine's defaults, or the knobs a store kept)."""
+    return {k: v for k, v in (("max_wave_tokens", args.max_wave_tokens), ("min_wave_tokens", args.min_wave_tokens),
+                              ("ring", args.ring), ("snapshot_interval", args.snapshot_interval)) if v is not None}
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
     if args.url is not None:
         return cmd_bench_url(args, defaults())
@@ -162,10 +168,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
             for p in args.policy:
                 get_policy(p)
             refuse_flags_of_other_engine(args)
-            changes = {k: v for k, v in (("max_wave_tokens", args.max_wave_tokens),
-                                         ("min_wave_tokens", args.min_wave_tokens),
-                                         ("ring", args.ring),
-                                         ("snapshot_interval", args.snapshot_interval)) if v is not None}
+            changes = knob_flags(args)
             if field_problems(changes, args.block_size):     # each on its own, before an engine loads
                 raise KnobError(field_problems(changes, args.block_size))
             bench_telemetry.apply(args)
@@ -222,7 +225,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
 def _bench(args: argparse.Namespace, spec: Any, engine: Any, sim: Any, knobs: Any) -> int:
     """Run every (concurrency, policy) pair; the outputs of the runs that finished are written even
     when a later one fails, then the failure is raised."""
-    from wavepp.runtime.bench import BenchConfig, RunRecord, iter_bench, prepare_store, run_bench
+    from wavepp.runtime.bench import BenchConfig, RunRecord, iter_bench, prepare_store, run_bench, starting_knobs
     from wavepp.runtime.mechanisms.stage_admission import SOURCE_STOPS
     from wavepp.runtime.progress import BenchProgress, print_table
     from wavepp.runtime.report import fmt
@@ -234,11 +237,16 @@ def _bench(args: argparse.Namespace, spec: Any, engine: Any, sim: Any, knobs: An
     if args.engine == "sim" and not args.quiet:
         print(f"sim cost model: {engine.cost_model_name}")
     try:
-        cleared = prepare_store(engine.store_url, args.reset_store)   # unreachable, not Redis: before any run
+        prepared = prepare_store(engine.store_url, args.reset_store)   # unreachable, not Redis: before any run
     except StoreError as exc:
         raise UsageError(str(exc)) from None
-    if cleared:
-        print(cleared)
+    if prepared is not None and prepared.knobs is not None:
+        from wavepp.runtime.knobs import Deployment
+        cfg.knobs, started = starting_knobs(prepared.knobs, knob_flags(args), knobs,
+                                            Deployment(args.block_size, engine.pp))
+        print(f"{prepared.line}; {started}")
+    elif prepared is not None:
+        print(prepared.line)
     records: list[RunRecord] = []
     failure: BaseException | None = None
     with BenchProgress(disabled=args.quiet) as progress:

@@ -55,3 +55,46 @@ def test_preview_a_change_then_apply_it_on_the_live_sim(browser_page: Page) -> N
     finally:
         proc.terminate()
         proc.wait(10)
+
+
+def test_on_a_finished_run_knobs_are_written_for_the_next_run_and_suggest_shows_at_once(browser_page: Page) -> None:
+    """A store whose run has finished (issue 24, items 6-8): the page says a write waits for the next
+    run and its button says so; after the write the version caption and History show it at once
+    (they stayed at "version 1" for 35 s); Suggest shows its progress or result without another click."""
+    import subprocess
+    import sys
+
+    from .conftest import redis_cluster  # type: ignore[import-not-found]
+
+    page = browser_page
+    with redis_cluster("finished") as store:
+        done = subprocess.run([sys.executable, "-m", "wavepp", "bench", "--model", "llama-3-8b", "--hardware", "h200",
+                               "--pp", "2", "--concurrency", "8", "--requests", "96", "--prompt-tokens", "4096",
+                               "--workload", "reuse90", "--policy", "wavepp", "--quiet", "--store", store],
+                              capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        proc, url = serve("--store", store)
+        try:
+            page.goto(url)
+            page.get_by_text("Knobs", exact=True).first.click()
+            wait_text(page, "This run finished", 60)
+            wait_text(page, "this run has stopped: a write waits for the next run", 30)
+            caption = page.get_by_text("— this run has stopped").first.text_content() or ""
+            version = int(caption.split("version ")[1].split(" ")[0])
+            ring = page.get_by_label("ring", exact=True)
+            ring.fill("3")
+            ring.press("Tab")
+            page.get_by_role("button", name="Write for the next run").click()
+            wait_text(page, f"Wrote version {version + 1} for the next run on this store", 30)
+            wait_text(page, f"version {version + 1} — this run has stopped", 10)      # the caption, at once
+            shot(page, "knobs-finished-run-written.png")
+
+            page.get_by_role("button", name="Suggest").click()
+            start = time.monotonic()
+            page.locator("[data-testid='stProgress'], h3:has-text('Suggestion')").first.wait_for(timeout=15_000)
+            assert time.monotonic() - start < 15
+            wait_text(page, "Suggestion", 120)             # and its result, when the search ends
+            shot(page, "knobs-finished-run-suggested.png")
+        finally:
+            proc.terminate()
+            proc.wait(10)
