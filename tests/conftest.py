@@ -14,6 +14,9 @@ settings.register_profile("wavepp", deadline=None)
 # `make test-reliability`: the stateful machines and property tests at length (see the Makefile).
 settings.register_profile("reliability", deadline=None, max_examples=2500, stateful_step_count=60)
 settings.load_profile(os.environ.get("WAVEPP_HYPOTHESIS_PROFILE", "wavepp"))
+# An embedded torch dashboard would calibrate this machine in the background (minutes of CPU beside
+# the tests): off for every dashboard the suite starts; tests/dashboard/test_calibration.py covers it.
+os.environ["WAVEPP_BACKGROUND_CALIBRATION"] = "off"
 
 
 @pytest.fixture

@@ -14,7 +14,8 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
-from wavepp.dashboard import admin
+from wavepp.dashboard import admin, calibration
+from wavepp.dashboard.calibration import PROFILE_ENV
 from wavepp.dashboard.view import View
 from wavepp.dashboard.whatif_jobs import Inputs, Job, change_time_ns, inputs
 from wavepp.runtime.knobs import KnobError, Knobs
@@ -33,7 +34,6 @@ from wavepp.runtime.whatif_report import Row, compare_rows, replay_check, spread
 from wavepp.runtime.whatif_suggest import Goal, Suggestion, suggest
 from wavepp.store.base import StoreError
 
-PROFILE_ENV = "WAVEPP_COST_PROFILE"       # `wavepp dashboard --cost-profile FILE`
 JOB, APPLIED = "whatif_job", "whatif_applied"
 WROTE = "knobs_wrote"        # the last write's message, shown once the page has redrawn with its version
 POLL_S = 0.5
@@ -51,10 +51,17 @@ def settings(view: View, meta: dict[str, Any]) -> dict[str, Any]:
         if meta.get("engine") == "torch":
             profile = cols[2].text_input("calibration profile (wavepp calibrate)",
                                          value=os.environ.get(PROFILE_ENV, ""), key="whatif_profile").strip()
+        waiting = calibration.pending() if meta.get("engine") == "torch" else None
+        if waiting is not None:
+            st.caption(waiting)
     return {"window": float(window), "limit": float(limit), "profile": profile}
 
 
 def _inputs(view: View, meta: dict[str, Any], opts: dict[str, Any]) -> Inputs | None:
+    waiting = calibration.pending() if meta.get("engine") == "torch" else None
+    if waiting is not None and opts["profile"] == os.environ.get(PROFILE_ENV, ""):
+        st.info(waiting)
+        return None
     try:
         return inputs(view.snap.spans, meta, opts["window"], opts["profile"])
     except WhatIfError as exc:

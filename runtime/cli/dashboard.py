@@ -9,6 +9,8 @@ from typing import Any
 
 from wavepp.runtime.cli.args import Handler, UsageError, positive_float, positive_int
 
+CALIBRATE_ENV = "WAVEPP_BACKGROUND_CALIBRATION"   # "off": no calibration in the background (the test suite)
+
 
 def register(sub: Any) -> dict[str, Handler]:
     d = sub.add_parser("dashboard", help="the live operator dashboard (Streamlit): embedded runtime, a store, or a run")
@@ -109,6 +111,13 @@ def _start_embedded(args: argparse.Namespace) -> None:
     prompt = args.prompt_tokens or (engine.default_prompt_tokens() if torch_engine else 8192)
     runtime_args = {"workload": args.workload, "concurrency": args.concurrency or (16 if torch_engine else 64),
                     "prompt_tokens": prompt, "knobs": knobs}
+    if torch_engine and not os.environ.get("WAVEPP_COST_PROFILE") and os.environ.get(CALIBRATE_ENV) != "off":
+        # Preview and Suggest out of the box: this machine's profile, cached or made in the background
+        from wavepp.dashboard import calibration
+        made = calibration.ensure(str(engine_args["model"]), int(engine_args["pp"]), engine.block_size)
+        print(f"calibration for Preview and Suggest: {made.path}"
+              + (f" (being made in the background, typically {calibration.TYPICAL})" if made.started else ""),
+              flush=True)
     remote, _proc = embedded.start_child(engine_args, runtime_args)
     embedded.CURRENT = remote
     if remote.error:
