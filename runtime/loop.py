@@ -169,9 +169,8 @@ class PipelineLoop:
         with self.tel.muted():
             for i, (tokens, hashes) in enumerate(primed):
                 req = Request(f"prime{i}", tokens, now(), hashes, "prime")
-                ended = asyncio.get_running_loop().create_future()
-                self._arrive(req, warming=ended)   # a prompt no stage can hold ends here, at once
-                await ended
+                self._arrive(req, warming=(ended := asyncio.get_running_loop().create_future()))
+                await ended                          # (a prompt no stage can hold has ended at once)
             # Its index entries are published before the measured arrivals; the loop's tasks that the
             # last retirement woke run meanwhile, still unrecorded.
             await self.publisher.flush()

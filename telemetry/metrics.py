@@ -16,6 +16,7 @@ depths and KV blocks from the loop's status snapshots (``observe_status``).
 
 from __future__ import annotations
 
+import os
 import threading
 from collections import deque
 from collections.abc import Iterable, Mapping
@@ -120,8 +121,8 @@ class WaveppMetrics:
         self.provider.shutdown()
 
     # ---- what a run feeds -------------------------------------------------------------------------
-    def span_processor(self, policy: str) -> MetricsSpanProcessor:
-        return MetricsSpanProcessor(self, policy)
+    def span_processor(self, policy: str, num_stages: int = 0) -> MetricsSpanProcessor:
+        return MetricsSpanProcessor(self, policy, num_stages)
 
     def record_idle(self, policy: str, idle_causes_s: Iterable[Mapping[str, float]]) -> None:
         """A finished run's idle seconds per stage and cause (``RunFigures.idle_causes_s``)."""
@@ -142,8 +143,8 @@ class WaveppMetrics:
             self.kv_leases.set(st.leases, stage)
 
     def spans_dropped_by(self, exporter: str, n: int) -> None:
-        if n:
-            self.spans_dropped.add(n, {"exporter": exporter})
+        """``n`` more spans ``exporter`` dropped (0: the series exists, at 0, before any drop)."""
+        self.spans_dropped.add(n, {"exporter": exporter})
 
     # ---- the busy-fraction gauge ------------------------------------------------------------------
     def _reset_busy(self, policy: str) -> None:
@@ -181,12 +182,17 @@ class MetricsSpanProcessor(SpanProcessor):
     a plan under another one (the ``policy`` knob changed at a wave boundary) moves every later
     point to that label; the old policy's busy fraction stops being reported."""
 
-    def __init__(self, metrics: WaveppMetrics, policy: str) -> None:
+    def __init__(self, metrics: WaveppMetrics, policy: str, num_stages: int = 0) -> None:
         self.m = metrics
         self.policy = policy
         self.labels = {"policy": policy}
         self._last_admitting_round: int | None = None
         metrics._reset_busy(policy)
+        # Counters of rare events are exported at 0 from the run's start (Prometheus convention: a
+        # rate() or an alert on a series that does not exist yet sees nothing, not zero).
+        metrics.fallbacks.add(0, self.labels)
+        for stage in range(num_stages):
+            metrics.evictions.add(0, {"policy": policy, "stage": stage})
 
     def on_start(self, span: Span, parent_context: Context | None = None) -> None:
         return None
@@ -265,7 +271,9 @@ def process_metrics() -> WaveppMetrics:
     telemetry feeds it (a bench that never asks for metrics pays nothing)."""
     with _PROCESS_LOCK:
         if not _PROCESS_METRICS:
-            _PROCESS_METRICS.append(WaveppMetrics())
+            # target_info names the service as the spans do (it said unknown_service:python)
+            _PROCESS_METRICS.append(WaveppMetrics(Resource.create(
+                {"service.name": os.environ.get("OTEL_SERVICE_NAME") or "wavepp"})))
         return _PROCESS_METRICS[0]
 
 

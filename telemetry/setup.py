@@ -140,7 +140,8 @@ class Telemetry:
     def __init__(self, clock: Callable[[], float], epoch_ns: int | None = None,
                  enabled: bool = True, keep: bool = True, run_id: str = "", run_label: str = "",
                  policy: str = "", config: TelemetryConfig | None = None, stream: StoreUrl | None = None,
-                 ring: SpanProcessor | None = None, metrics: WaveppMetrics | None = None) -> None:
+                 ring: SpanProcessor | None = None, metrics: WaveppMetrics | None = None,
+                 num_stages: int = 0) -> None:
         """``keep``: hold every span for the figures (a long-running live runtime keeps only the
         bounded ``ring``); ``stream``: the Redis store whose span stream gets the spans; ``metrics``:
         the instruments to feed (default: the process's, once a metrics endpoint is configured or
@@ -162,7 +163,7 @@ class Telemetry:
             metrics = process_metrics() if cfg.metrics_port is not None else process_metrics_if_any()
         self.metrics = metrics
         if metrics is not None:
-            self.provider.add_span_processor(metrics.span_processor(policy))
+            self.provider.add_span_processor(metrics.span_processor(policy, num_stages))
         self.exporters: list[DropCountingBatchProcessor] = []
         self._stream: RedisSpanExporter | None = None
         if cfg.exports:
@@ -179,6 +180,8 @@ class Telemetry:
                 self.exporters.append(otlp_processor(cfg))
         for p in self.exporters:
             self.provider.add_span_processor(p)
+            if metrics is not None:
+                metrics.spans_dropped_by(p.name, 0)      # exported at 0 from the start (Prometheus convention)
         self.tracer = self.provider.get_tracer("wavepp")
         self._shut = False
 

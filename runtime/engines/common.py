@@ -44,10 +44,12 @@ async def open_run_store(url: StoreUrl, virtual: bool, costs: CoordinationCosts,
 
 def run_telemetry(url: StoreUrl, virtual: bool, run: RunInfo | None = None, keep: bool = True,
                   **options: Any) -> Telemetry:
-    """Spans on the run's clock (virtual time on a fixed epoch), each carrying the run's id; where they
+    """Spans on the run's clock (virtual time counted from the run's real start, to the millisecond,
+    so a trace viewer dates a virtual-time run when it ran), each carrying the run's id; where they
     go besides (the Redis span stream when the store is Redis, OTLP, a ``ring``, ``metrics``) is
-    ``telemetry.setup``'s business (``options``: its ``ring``, ``config``, ``metrics``)."""
-    return Telemetry(now, SIM_EPOCH_NS if virtual else None, keep=keep, run_id=run.id if run else "",
+    ``telemetry.setup``'s business (``options``: its ``ring``, ``config``, ``metrics``, ``num_stages``)."""
+    epoch = (int(run.started * 1e3) * 1_000_000 if run else SIM_EPOCH_NS) if virtual else None
+    return Telemetry(now, epoch, keep=keep, run_id=run.id if run else "",
                      run_label=run.label if run else "", policy=run.policy if run else "", stream=url, **options)
 
 

@@ -142,3 +142,37 @@ def test_after_a_policy_change_points_carry_the_policy_that_runs(metrics: Wavepp
     assert value(m["wavepp_requests_total"], policy="trtllm-pp", outcome="completed") > 0
     assert value(m["wavepp_stage_busy_ratio"], policy="wavepp") == 0                    # no longer reported
     assert value(m["wavepp_stage_busy_ratio"], policy="trtllm-pp") > 0
+
+
+def test_rare_event_counters_are_exported_at_zero_and_the_service_is_named(metrics: WaveppMetrics,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run with no fallback, no eviction and no dropped span still exports those counters, at 0,
+    one series per stage and per exporter (Prometheus convention: an alert on rate() sees 0, not
+    nothing); the process's target_info names the service as its spans do (issue 24, item 18)."""
+    import wavepp.telemetry.metrics as M
+
+    record = small_run(TelemetryConfig(otlp_endpoint="http://127.0.0.1:1"), metrics, requests=8)
+    assert record.figures.fallbacks == 0 and record.figures.evictions == [0, 0]
+    m = scrape(metrics.serve(0))
+    assert m["wavepp_fallbacks_total"] == {(("policy", "wavepp"),): 0.0}
+    assert m["wavepp_kv_evictions_total"] == {(("policy", "wavepp"), ("stage", "0")): 0.0,
+                                              (("policy", "wavepp"), ("stage", "1")): 0.0}
+    assert (("exporter", "otlp"),) in m["wavepp_spans_dropped_total"]
+    monkeypatch.setattr(M, "_PROCESS_METRICS", [])
+    process = M.process_metrics()
+    try:
+        small_run(TelemetryConfig(), process, requests=4)
+        body = process.render()[0].decode()
+    finally:
+        process.close()
+    assert 'service_name="wavepp"' in body and "unknown_service" not in body, body[:400]
+
+
+def test_a_virtual_time_run_is_dated_from_its_real_start() -> None:
+    """Its spans start when the run did (they were dated 2026-01-01 whenever it ran; issue 24, item 21)."""
+    import time
+
+    before = time.time_ns()
+    record = small_run(TelemetryConfig(), None, requests=4)
+    first = min(s.start_time or 0 for s in record.spans)
+    assert abs(first - before) < 3600 * 1_000_000_000, (first, before)    # virtual seconds on from the start

@@ -221,7 +221,7 @@ class SimEngine:
 
     def telemetry(self, run: RunInfo | None = None, keep: bool = True, **options: Any) -> Telemetry:
         """``keep=False``: no in-memory span list (a long-running live runtime uses a bounded ring)."""
-        return run_telemetry(self.store_url, not self.realtime, run, keep, **options)
+        return run_telemetry(self.store_url, not self.realtime, run, keep, num_stages=self.pp, **options)
 
     def run(self, main: Coroutine[Any, Any, T]) -> T:
         if self.realtime:

@@ -134,7 +134,7 @@ class TorchEngine:
         return await open_run_store(self.store_url, False, DEFAULT_COSTS, deadline_s)
 
     def telemetry(self, run: RunInfo | None = None, keep: bool = True, **options: Any) -> Telemetry:
-        return run_telemetry(self.store_url, False, run, keep, **options)
+        return run_telemetry(self.store_url, False, run, keep, num_stages=self.pp, **options)
 
     def run(self, main: Coroutine[Any, Any, T]) -> T:
         return asyncio.run(main)
