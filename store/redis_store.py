@@ -13,7 +13,6 @@ history); the dashboard's synchronous readers use the same decoding.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import re
 import struct
@@ -35,6 +34,7 @@ from wavepp.store.base import (
 )
 from wavepp.store.deployment import Deployment
 from wavepp.store.records import StatusSnapshot, WavePlanRecord
+from wavepp.store.redis_connect import connect_client, first_line
 from wavepp.store.redis_knobs import HISTORY_REPLACED, KNOB_HISTORY_CAP, decode_history, decode_knobs, knob_keys
 from wavepp.store.redis_records import RUN_META as RUN_META  # a key name bench's reset deletes
 from wavepp.store.redis_records import (
@@ -61,6 +61,9 @@ P = ParamSpec("P")
 KEY_TYPES = {"hint:stages": "set", "registry:entries": "hash", "registry:holders": "zset", "plans": "stream",
              "plans:in_flight": "hash", "status": "string", RUN_META: "hash"}
 _HINT_STAGE = re.compile(r"hint:\d+")
+# The longest wave id a reader sorts by (the loop numbers its waves from 0): a longer "number" in
+# the in-flight hash is another client's, sorted first (int() refuses over 4300 digits with an error).
+_WAVE_ID_DIGITS = 18
 
 
 def pack(hashes: Sequence[int]) -> bytes:
@@ -79,17 +82,18 @@ def _translate(fn: Callable[Concatenate[RedisStore, P], Coroutine[Any, Any, T]]
                 return await fn(self, *args, **kwargs)
             except rex.ResponseError as exc:
                 if "WRONGTYPE" not in str(exc) or not await self.heal():
-                    raise StoreError(f"redis at {self.url.where}: {_first_line(exc)}") from None
+                    raise StoreError(f"redis at {self.url.where}: {first_line(exc)}") from None
                 return await fn(self, *args, **kwargs)
         except (rex.ConnectionError, rex.TimeoutError, ConnectionError, TimeoutError, OSError) as exc:
             raise StoreUnavailable(f"redis unavailable: {exc}") from exc
         except rex.ResponseError as exc:        # the retry after healing failed too
-            raise StoreError(f"redis at {self.url.where}: {_first_line(exc)}") from None
+            raise StoreError(f"redis at {self.url.where}: {first_line(exc)}") from None
     return cast("Callable[Concatenate[RedisStore, P], Coroutine[Any, Any, T]]", wrapper)   # wraps() keeps it
 
 
-def _first_line(exc: BaseException) -> str:
-    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+def _wave_order(wave_id: bytes | str) -> int:
+    """The in-flight hash's wave ids in wave order; another client's field first (-1)."""
+    return int(wave_id) if wave_id.isdigit() and len(wave_id) <= _WAVE_ID_DIGITS else -1
 
 
 class RedisStore:
@@ -112,26 +116,11 @@ class RedisStore:
 
     @classmethod
     async def connect(cls, url: StoreUrl | str, timeout_s: float = 2.0) -> RedisStore:
-        """Connect and PING; unreachable servers and bad credentials raise StoreError (one line)."""
+        """Connect and PING (:func:`store.redis_connect.connect_client`); unreachable servers, bad
+        credentials and TLS trouble raise StoreError (one line)."""
         if isinstance(url, str):
             url = parse_store_url(url)
-        client = aioredis.Redis.from_url(url.url, socket_connect_timeout=timeout_s, socket_timeout=5.0)
-        try:
-            await _ping(client)
-        except rex.AuthenticationError:
-            await client.aclose()
-            raise StoreError(f"redis at {url.where}: authentication failed (wrong user or password)") from None
-        except rex.ResponseError as exc:
-            await client.aclose()
-            if "WRONGPASS" in str(exc) or "NOAUTH" in str(exc):
-                raise StoreError(f"redis at {url.where}: authentication failed (wrong user or password)") from None
-            raise StoreError(f"redis at {url.where}: {exc}") from None
-        except (rex.ConnectionError, rex.TimeoutError, OSError) as exc:
-            await client.aclose()
-            raise StoreError(f"cannot reach redis at {url.where}: {exc}") from None
-        except rex.RedisError as exc:          # e.g. an HTTP server answered: InvalidResponse
-            await client.aclose()
-            raise StoreError(f"{url.where} is not a Redis server (it answered: {_first_line(exc)})") from None
+        client = await connect_client(url, timeout_s)
         return cls(client, url)
 
     def key(self, *parts: object) -> str:
@@ -176,7 +165,8 @@ class RedisStore:
         stages = await self.client.smembers(self.key("hint", "stages"))
         async with self.client.pipeline(transaction=True) as pipe:
             for s in stages:
-                pipe.delete(self.key("hint", as_text(s)))
+                if s.isdigit():                # a stage number; another client's member names no key of ours
+                    pipe.delete(self.key("hint", as_text(s)))
             pipe.delete(self.key("hint", "stages"))
             self.round_trips += 2
             await pipe.execute()
@@ -251,15 +241,16 @@ class RedisStore:
     async def plans_in_flight(self) -> list[WavePlanRecord]:
         self.round_trips += 1
         raw = await self.client.hgetall(self.key("plans", "in_flight"))
-        return decode_plans(raw[k] for k in sorted(raw, key=lambda k: int(k) if k.isdigit() else -1))
+        return decode_plans(raw[k] for k in sorted(raw, key=_wave_order))
 
     # ---- knobs -----------------------------------------------------------------------------
     def knob_keys(self) -> list[str]:
         return knob_keys(self.prefix)
 
-    async def _knob_state(self) -> list[str]:
+    async def _knob_state(self) -> list[bytes]:
+        """``knobs.lua``'s read, as the server replied: a write hands these bytes back to compare."""
         self.round_trips += 1
-        return [as_text(x) for x in await self._knobs(keys=self.knob_keys(), args=["read"])]
+        return list(await self._knobs(keys=self.knob_keys(), args=["read"]))
 
     @_translate
     async def knobs_get(self) -> KnobsRecord:
@@ -338,14 +329,15 @@ class RedisStore:
         True when a key was deleted."""
         healed = False
         async for key in self.client.scan_iter(match=f"{self.prefix}:*", count=1000):
-            name = as_text(key).removeprefix(f"{self.prefix}:")
+            name = as_text(key, "replace").removeprefix(f"{self.prefix}:")
             expected = "hash" if _HINT_STAGE.fullmatch(name) else KEY_TYPES.get(name)
             if expected is None:
                 continue
             found = as_text(await self.client.type(key))
             if found not in (expected, "none"):
                 await self.client.delete(key)
-                report_once(as_text(key), f"held a {found} instead of a {expected}: deleted, treated as absent")
+                report_once(as_text(key, "replace"),
+                            f"held a {found} instead of a {expected}: deleted, treated as absent")
                 healed = True
         return healed
 
@@ -358,33 +350,10 @@ class RedisStore:
         if keep_knobs:
             kept |= {self.key("knobs"), self.key("knobs", "history")}
         keys = [k async for k in self.client.scan_iter(match=f"{self.prefix}:*", count=1000)
-                if k.decode() not in kept]
+                if k.decode(errors="replace") not in kept]          # another client's key name need not be UTF-8
         if keys:
             await self.client.delete(*keys)
         return len(keys)
 
     async def close(self) -> None:
         await self.client.aclose()
-
-
-async def _ping(client: aioredis.Redis) -> None:
-    """``client.ping()``, stopped at once when the caller is cancelled. redis-py 8.1 swallows a
-    cancellation that lands at some points of its connect (the ping then waits out its 5 s socket
-    timeout: a SIGTERM to a server starting against a silent store was ignored that long). So the
-    ping runs as a task of its own that never raises; a cancelled caller stops waiting for it."""
-    async def quietly() -> BaseException | None:
-        try:
-            await client.ping()
-        except BaseException as exc:         # noqa: BLE001 - handed to the caller below
-            return exc
-        return None
-
-    task = asyncio.ensure_future(quietly())
-    try:
-        await asyncio.wait({task})
-    except asyncio.CancelledError:
-        task.cancel()
-        raise
-    error = task.result()
-    if error is not None:
-        raise error

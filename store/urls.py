@@ -1,14 +1,21 @@
-"""Store URLs: ``memory`` (embedded) or ``redis[s]://[user:password@]host[:port][/db][?cluster=name]``."""
+"""Store URLs: ``memory`` (embedded) or
+``redis[s]://[user:password@]host[:port][/db][?cluster=name][&ssl_ca_certs=PATH][&ssl_cert_reqs=required]``."""
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass, field
-from urllib.parse import parse_qs, unquote, urlsplit
+from urllib.parse import parse_qs, unquote, urlencode, urlsplit
 
 from wavepp.store.base import StoreError
 
 _CLUSTER = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+# redis-py's TLS settings a ``rediss://`` URL may carry, under redis-py's own names: they stay in the
+# URL handed to ``redis.from_url``, which reads them (so every client built from ``StoreUrl.url`` -
+# the store, the span exporter, the dashboard's readers - trusts the same CA).
+TLS_PARAMETERS = ("ssl_ca_certs", "ssl_cert_reqs")
+CERT_REQS = ("required", "optional", "none")
 # ``scheme://[user]:password@``: the password runs to the last "@" before a space or a quote, as
 # urlsplit reads it, so one with an unescaped "@" or "/" is hidden whole, never in part.
 _PASSWORD = re.compile(r"(\b[A-Za-z][A-Za-z0-9+.-]*://[^\s\"<>/@:]*:)[^\s\"<>]*@")
@@ -66,13 +73,26 @@ def parse_store_url(text: str) -> StoreUrl:
     if path and not path.isdigit():
         raise StoreError(f"malformed store URL {text!r}: database must be a number, got {path!r}")
     query = parse_qs(parts.query)
-    unknown = set(query) - {"cluster"}
+    unknown = set(query) - {"cluster", *TLS_PARAMETERS}
     if unknown:
         raise StoreError(f"malformed store URL {text!r}: unknown parameter(s) {', '.join(sorted(unknown))}")
     cluster = query.get("cluster", ["default"])[-1]
     if not _CLUSTER.match(cluster):
         raise StoreError(f"malformed store URL {text!r}: cluster name must be 1-64 of [A-Za-z0-9_.-]")
+    tls = {name: query[name][-1] for name in TLS_PARAMETERS if name in query}
+    _check_tls(text, parts.scheme, tls)
     netloc = parts.netloc
-    clean = f"{parts.scheme}://{netloc}/{path or 0}"
+    clean = f"{parts.scheme}://{netloc}/{path or 0}" + (f"?{urlencode(tls)}" if tls else "")
     return StoreUrl("redis", clean, unquote(parts.hostname), port or 6379, int(path or 0),
                     parts.scheme == "rediss", cluster)
+
+
+def _check_tls(text: str, scheme: str, tls: dict[str, str]) -> None:
+    """The TLS parameters make sense: only on ``rediss://``, a known verify mode, a CA file that is there."""
+    if tls and scheme != "rediss":
+        raise StoreError(f"malformed store URL {text!r}: {', '.join(tls)} needs rediss:// (TLS)")
+    if tls.get("ssl_cert_reqs", "required") not in CERT_REQS:
+        raise StoreError(f"malformed store URL {text!r}: ssl_cert_reqs must be one of {', '.join(CERT_REQS)}")
+    ca = tls.get("ssl_ca_certs")
+    if ca is not None and not os.path.isfile(ca):
+        raise StoreError(f"malformed store URL {text!r}: ssl_ca_certs: no file {ca!r}")

@@ -31,6 +31,10 @@ from wavepp.telemetry.span_codec import dumps, loads, run_of
 log = logging.getLogger(__name__)
 
 SPAN_STREAM_CAP = 200_000
+# The longest run id + label the run index hands a viewer: a label names the policy, workload,
+# concurrency, engine, store and start time (a few hundred bytes); a longer entry is another client's.
+MAX_LABEL_BYTES = 1 << 16
+_reported_long: set[str] = set()          # run indexes whose oversized entries were reported
 
 
 def stream_key(url: StoreUrl) -> str:
@@ -128,7 +132,14 @@ class SpanStreamReader:
 
 
 def read_run_labels(client: redis.Redis, url: StoreUrl) -> dict[str, str]:
-    """Run id -> label of every run that streamed spans to this cluster."""
+    """Run id -> label of every run that streamed spans to this cluster. An entry longer than
+    :data:`MAX_LABEL_BYTES` (another client's) is left out, with one log line the first time."""
     raw: dict[bytes, bytes] = client.hgetall(runs_key(url)) or {}  # type: ignore[assignment]
+    long = [k for k, v in raw.items() if len(k) + len(v) > MAX_LABEL_BYTES]
+    if long and runs_key(url) not in _reported_long:
+        _reported_long.add(runs_key(url))
+        log.warning("run index %s: left out %d entries over %d bytes (written by another client?)",
+                    runs_key(url), len(long), MAX_LABEL_BYTES)
     # Bytes another client wrote need not be UTF-8: shown with replacement characters, never raised.
-    return {k.decode(errors="replace"): v.decode(errors="replace") for k, v in raw.items()}
+    return {k.decode(errors="replace"): v.decode(errors="replace") for k, v in raw.items()
+            if len(k) + len(v) <= MAX_LABEL_BYTES}

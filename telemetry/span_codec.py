@@ -48,6 +48,11 @@ def dumps(span: ReadableSpan) -> str:
     return json.dumps(encode(span), separators=(",", ":"))
 
 
+# The longest entry :func:`loads` parses. WavePP's spans are under a kilobyte (the largest in a sim
+# bench, a request's with its attributes: about 630 bytes); a longer entry was appended by another
+# client and is refused unparsed.
+MAX_SPAN_BYTES = 1 << 20
+
 # The compact form's fields and their JSON types: the first five are always there (what every
 # reader indexes), the rest only when the span has them.
 _REQUIRED: dict[str, type] = {"n": str, "t0": int, "t1": int, "a": dict, "id": str}
@@ -55,8 +60,11 @@ _OPTIONAL: dict[str, type] = {"tr": str, "run": str, "p": str, "err": str, "ev":
 
 
 def loads(raw: bytes | str) -> dict[str, Any] | None:
-    """The compact span :func:`dumps` wrote, or None when ``raw`` is not one: not UTF-8, not JSON,
-    nested past the parser's recursion limit, or an object without the fields and types above."""
+    """The compact span :func:`dumps` wrote, or None when ``raw`` is not one: longer than
+    :data:`MAX_SPAN_BYTES`, not UTF-8, not JSON, nested past the parser's recursion limit, or an
+    object without the fields and types above. Plain JSON only: nothing in it is ever run."""
+    if len(raw) > MAX_SPAN_BYTES:
+        return None
     try:
         span = json.loads(raw)
     except (ValueError, RecursionError):       # JSONDecodeError and UnicodeDecodeError are ValueErrors
