@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-dev
 
-.PHONY: demo test test-reliability lint bench bench-torch bench-telemetry grid grid-pressure grid-kimi ablation ablation-kimi clean services stack
+.PHONY: demo test test-reliability lint audit bench bench-torch bench-telemetry grid grid-pressure grid-kimi ablation ablation-kimi clean services stack
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -101,6 +101,12 @@ test-reliability: $(STAMP) services
 lint: $(STAMP)
 	$(VENV)/bin/ruff check runtime runtime/engines/torch/dist store telemetry dashboard tests scripts wavepp
 	$(VENV)/bin/mypy
+
+# Known vulnerabilities of the installed packages (pip-audit against PyPI's advisory data; SERVICE=osv
+# asks OSV instead). One line and exit 2 when the service cannot be reached or knows none of them.
+SERVICE ?= pypi
+audit: $(STAMP)
+	@$(PY) scripts/audit.py --service $(SERVICE)
 
 clean:
 	rm -rf $(VENV) out .pytest_cache .mypy_cache .ruff_cache
