@@ -12,12 +12,12 @@ from wavepp.runtime.cli.args import Handler, UsageError, output_file, positive_i
 def register(sub: Any) -> dict[str, Handler]:
     a = sub.add_parser("admission-bench", help="admission latency (lookup + lease + escrow) and store round trips")
     a.add_argument("--store", default="memory", help="memory or redis://host:port/db")
-    a.add_argument("--stages", type=positive_int, default=4)
-    a.add_argument("--prompt-tokens", type=positive_int, default=131072)
-    a.add_argument("--block-size", type=positive_int, default=64)
-    a.add_argument("--requests", type=positive_int, default=1000)
-    a.add_argument("--seed", type=int, default=0)
-    a.add_argument("--json", dest="json_path", type=output_file, default=None)
+    a.add_argument("--stages", type=positive_int, default=4, help="pipeline stages")
+    a.add_argument("--prompt-tokens", type=positive_int, default=131072, help="tokens per prompt")
+    a.add_argument("--block-size", type=positive_int, default=64, help="tokens per KV block")
+    a.add_argument("--requests", type=positive_int, default=1000, help="requests admitted")
+    a.add_argument("--seed", type=int, default=0, help="prompt seed")
+    a.add_argument("--json", dest="json_path", type=output_file, default=None, help="write the figures here")
     return {"admission-bench": cmd_admission_bench}
 
 

@@ -30,6 +30,16 @@ class Parser(argparse.ArgumentParser):
         # `wavepp stack` does not take, was read as --store-deadline).
         super().__init__(*args, **{"allow_abbrev": False, **kwargs})
 
+    def add_argument(self, *args: Any, **kwargs: Any) -> argparse.Action:
+        """Every flag shows its default in its help (``--help``), unless its help already says it."""
+        action = super().add_argument(*args, **kwargs)
+        default = action.default
+        if (action.help and action.help != argparse.SUPPRESS and "default" not in action.help
+                and default not in (None, False, argparse.SUPPRESS, [])):
+            shown = ",".join(map(str, default)) if isinstance(default, list | tuple) else str(default)
+            action.help = f"{action.help} (default: {shown.replace('%', '%%')})"
+        return action
+
     def error(self, message: str) -> NoReturn:   # argparse prints usage + message; we want one line
         raise UsageError(message)
 

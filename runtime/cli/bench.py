@@ -40,7 +40,8 @@ def register(sub: Any) -> dict[str, Handler]:
     b.add_argument("--hardware", default=None, help="sim: hardware profile, h200 or b300 (default b300)")
     b.add_argument("--pp", type=positive_int, default=4, help="pipeline stages (default 4)")
     b.add_argument("--workload", default=None,
-                   help="cold | reuse90 | mixed | suffix:N | suffix4k (default: suffix4k on sim, reuse90 on torch)")
+                   help="cold, reuse90, mixed, suffix:N, suffix4k, suffix16k, sessions:N, "
+                        "docs:N[:suffix=K][:zipf=S] or trace:PATH (default: suffix4k on sim, reuse90 on torch)")
     b.add_argument("--concurrency", type=int_list, default=[8, 32, 128],
                    help="closed-loop concurrency, e.g. 8,32,128 (trace: the most requests outstanding)")
     b.add_argument("--on-bad-line", choices=["skip", "fail"], default="fail",
@@ -49,7 +50,7 @@ def register(sub: Any) -> dict[str, Handler]:
                    help="trace: replay the arrivals this many times faster")
     b.add_argument("--requests", type=positive_int, default=None, help="requests per run (default: max(512, 4 x c))")
     b.add_argument("--policy", type=name_list, default=["wavepp", "trtllm-pp"], help="policies, e.g. wavepp,trtllm-pp")
-    b.add_argument("--seed", type=int, default=0)
+    b.add_argument("--seed", type=int, default=0, help="workload seed")
     b.add_argument("--block-size", type=positive_int, default=64, help="tokens per KV block")
     b.add_argument("--prompt-tokens", type=positive_int, default=None, help="typical prompt length (default: model)")
     b.add_argument("--kv-blocks", type=int_list, default=None,

@@ -11,11 +11,11 @@ from wavepp.runtime.cli.args import Handler, UsageError, output_file, positive_f
 
 def register(sub: Any) -> dict[str, Handler]:
     cal = sub.add_parser("calibrate", help="fit the torch engine's stage step times for the simulator")
-    cal.add_argument("--engine", choices=["torch"], default="torch")
-    cal.add_argument("--model", default="tiny-llama")
-    cal.add_argument("--pp", type=positive_int, default=2)
-    cal.add_argument("--block-size", type=positive_int, default=64)
-    cal.add_argument("--kv-memory-mb", type=positive_float, default=256.0)
+    cal.add_argument("--engine", choices=["torch"], default="torch", help="the engine calibrated")
+    cal.add_argument("--model", default="tiny-llama", help="tiny-llama, tiny-moe, a config.json or a model directory")
+    cal.add_argument("--pp", type=positive_int, default=2, help="pipeline stages")
+    cal.add_argument("--block-size", type=positive_int, default=64, help="tokens per KV block")
+    cal.add_argument("--kv-memory-mb", type=positive_float, default=256.0, help="KV pool per stage")
     cal.add_argument("--max-wave-tokens", type=positive_int, default=1024,
                      help="largest wave timed (waves of 1-8 chunks up to this many tokens)")
     cal.add_argument("--out", required=True, type=output_file, help="where to write the profile (JSON)")

@@ -21,7 +21,7 @@ def register(sub: Any) -> dict[str, Handler]:
                    help="the prompt the per-block and per-token costs are measured on (default 131072; "
                         "long contexts: 262144)")
     c.add_argument("--block-size", type=positive_int, default=64, help="tokens per KV block (default 64)")
-    c.add_argument("--json", dest="json_path", type=output_file, default=None)
+    c.add_argument("--json", dest="json_path", type=output_file, default=None, help="write the costs here")
     return {"calibrate-coordination": cmd_calibrate_coordination}
 
 

@@ -12,11 +12,11 @@ from wavepp.runtime.engines.launchers import LAUNCHER_HELP, LAUNCHERS
 def register(sub: Any) -> dict[str, Handler]:
     e = sub.add_parser("check-engine", help="torch engine vs Hugging Face transformers, same weights")
     e.add_argument("--model", default="tiny-llama", help="tiny-llama, tiny-moe, a config.json or a model directory")
-    e.add_argument("--pp", type=positive_int, default=2)
-    e.add_argument("--block-size", type=positive_int, default=16)
+    e.add_argument("--pp", type=positive_int, default=2, help="pipeline stages")
+    e.add_argument("--block-size", type=positive_int, default=16, help="tokens per KV block")
     e.add_argument("--chunk", type=positive_int, default=64, help="tokens per chunk")
     e.add_argument("--reuse", type=int, default=40, help="tokens shared with an earlier request (may end mid-block)")
-    e.add_argument("--seed", type=int, default=0)
+    e.add_argument("--seed", type=int, default=0, help="weights and prompt seed")
     e.add_argument("--launcher", choices=LAUNCHERS, default="threads", help=LAUNCHER_HELP)
     return {"check-engine": cmd_check_engine}
 

@@ -13,7 +13,7 @@ def register(sub: Any) -> dict[str, Handler]:
     t = sub.add_parser("cost-table", help="sim: analytic vs kernel-table step time of one stage, as Markdown")
     t.add_argument("--model", default="glm-5.2", help="glm-5.2, minimax-m2.7")
     t.add_argument("--hardware", default="b300", help="h200, b300")
-    t.add_argument("--pp", type=positive_int, default=4)
+    t.add_argument("--pp", type=positive_int, default=4, help="pipeline stages")
     t.add_argument("--stage", type=non_negative_int, default=1, help="which stage (default 1: no embedding or LM head)")
     t.add_argument("--gpus-per-stage", type=positive_int, default=None, help="default GPUs per node / pp")
     t.add_argument("--tokens", type=int_list, default=[1024, 2048, 4096, 8192, 16384], help="new tokens x")

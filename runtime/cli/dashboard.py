@@ -17,8 +17,8 @@ def register(sub: Any) -> dict[str, Handler]:
     src = d.add_mutually_exclusive_group()
     src.add_argument("--store", default=None, help="watch a live deployment on redis://…")
     src.add_argument("--run", default=None, help="open a file saved by `wavepp bench --save-run`")
-    d.add_argument("--port", type=positive_int, default=8501)
-    d.add_argument("--host", default="127.0.0.1")
+    d.add_argument("--port", type=positive_int, default=8501, help="the port the dashboard serves on")
+    d.add_argument("--host", default="127.0.0.1", help="the address it listens on")
     d.add_argument("--engine", choices=["torch", "sim"], default="torch",
                    help="embedded runtime: torch (real compute, tiny model) or sim (slowed to real time)")
     d.add_argument("--model", default=None, help="embedded runtime: tiny-llama (torch) / llama-3-8b (sim) …")

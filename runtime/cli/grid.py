@@ -17,21 +17,22 @@ def register(sub: Any) -> dict[str, Handler]:
                         "(runtime/grid_pressure.py); kimi-k3: Kimi-K3 on one B300 node, PP and TP/EP deployments of "
                         "four engines, 4 workloads x c = 1-64 (runtime/grid_kimi.py); --models, --workloads and "
                         "--concurrency apply to paper only")
-    g.add_argument("--models", type=name_list, default=["glm-5.2", "minimax-m2.7"])
-    g.add_argument("--hardware", default="b300")
-    g.add_argument("--pp", type=positive_int, default=4)
-    g.add_argument("--workloads", type=name_list, default=["cold", "reuse90", "mixed", "suffix4k", "suffix16k"])
-    g.add_argument("--concurrency", type=int_list, default=[8, 32, 64, 128])
+    g.add_argument("--models", type=name_list, default=["glm-5.2", "minimax-m2.7"], help="paper: sim models")
+    g.add_argument("--hardware", default="b300", help="hardware profile")
+    g.add_argument("--pp", type=positive_int, default=4, help="pipeline stages")
+    g.add_argument("--workloads", type=name_list, default=["cold", "reuse90", "mixed", "suffix4k", "suffix16k"],
+                   help="paper: workloads")
+    g.add_argument("--concurrency", type=int_list, default=[8, 32, 64, 128], help="paper: closed-loop concurrencies")
     g.add_argument("--policy", type=name_list, default=["wavepp", "trtllm-pp", "trtllm-pp-legacy"],
                    help="the first is compared with the best of the others")
     g.add_argument("--requests", type=positive_int, default=None, help="per run (default: max(512, 4 x c))")
-    g.add_argument("--seed", type=int, default=0)
+    g.add_argument("--seed", type=int, default=0, help="workload seed")
     g.add_argument("--host-scale", type=float, default=1.0,
                    help="multiply the lockstep host work of a conventional PP loop (sensitivity)")
     g.add_argument("--jobs", type=positive_int, default=1, help="settings run in parallel processes")
     g.add_argument("--perf-dir", default=None, help="the kernel tables (default: ../shared/data/perf)")
-    g.add_argument("--json", dest="json_path", type=output_file, default=None)
-    g.add_argument("--markdown", type=output_file, default=None)
+    g.add_argument("--json", dest="json_path", type=output_file, default=None, help="write every run's figures here")
+    g.add_argument("--markdown", type=output_file, default=None, help="write the summary table here")
     g.add_argument("--quiet", action="store_true", help="no progress bar")
     return {"grid": cmd_grid}
 

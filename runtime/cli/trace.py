@@ -14,7 +14,8 @@ def register(sub: Any) -> dict[str, Handler]:
     tsub = t.add_subparsers(dest="trace_command", required=True, parser_class=type(t))
     e = tsub.add_parser("export", help="Chrome trace-event JSON (Perfetto) or OTLP/JSON (collectors, Jaeger)")
     e.add_argument("runfile", help="a file written by wavepp bench --save-run")
-    e.add_argument("--format", choices=["chrome", "otlp-json"], default="chrome")
+    e.add_argument("--format", choices=["chrome", "otlp-json"], default="chrome",
+                   help="chrome: trace-event JSON for Perfetto / chrome://tracing; otlp-json: OTLP/JSON for collectors")
     e.add_argument("--out", type=output_file, required=True, help="where to write it")
     return {"trace": cmd_trace}
 

@@ -43,7 +43,8 @@ def register(sub: Any) -> dict[str, Handler]:
                        help="replay the arrivals of the run's last SECONDS (default: the whole run)")
         w.add_argument("--time-limit", type=positive_float, default=60.0, metavar="SECONDS",
                        help="stop the replays after this long (default 60)")
-        w.add_argument("--json", dest="json_path", type=output_file, default=None)
+        w.add_argument("--json", dest="json_path", type=output_file, default=None,
+                       help="write both settings' figures here")
     return {"preview": cmd_preview, "suggest": cmd_suggest}
 
 
