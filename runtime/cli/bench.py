@@ -258,6 +258,9 @@ def _bench(args: argparse.Namespace, spec: Any, engine: Any, sim: Any, knobs: An
             failure = RunFailed(f"store: {exc}")
         except (Exception, KeyboardInterrupt) as exc:
             failure = exc
+    for r in records:     # the JSON says the sim's cost model as `sim cost model:` does, --quiet or not
+        if args.engine == "sim":
+            r.meta["sim_cost_model"] = engine.cost_model_name
     if records:
         print_table([r.figures for r in records])
         print_pressure(records)

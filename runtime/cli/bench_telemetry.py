@@ -48,7 +48,8 @@ def print_cost(records: Sequence[Any]) -> None:
     """With several ``--telemetry`` modes: each pair's throughput per mode and its ratio to ``off``."""
     if len({r.meta.get("telemetry") for r in records}) < 2:
         return
-    print("telemetry cost (input tok/s per mode; ratio to off; spans exported / dropped):")
+    print("telemetry cost (input tok/s per mode; ratio to off; spans recorded - every mode records them for "
+          "the figures, off exports none - and those an exporter dropped):")
     groups: dict[tuple[str, int], dict[str, Any]] = {}
     for r in records:
         groups.setdefault((r.figures.policy, r.figures.concurrency), {})[r.meta["telemetry"]] = r
@@ -60,6 +61,7 @@ def print_cost(records: Sequence[Any]) -> None:
             tput = r.figures.input_tokens_per_s
             ratio = f" ({tput / base:.3f})" if tput and base else ""
             dropped = sum(r.meta.get("spans_dropped", {}).values())
-            cells.append(f"{mode} {tput or 0:,.0f}{ratio}, {r.meta.get('spans', 0):,} spans"
+            cells.append(f"{mode} {tput or 0:,.0f}{ratio}, {r.meta.get('spans', 0):,} spans recorded"
+                         + (", none exported" if mode == "off" else "")
                          + (f", {dropped:,} dropped" if dropped else ""))
         print(f"  {policy} c={c}: " + "; ".join(cells))
