@@ -16,9 +16,14 @@ middlewares that refuse before a body is read are :mod:`.middleware`.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
+import fastapi_offline
 from fastapi import FastAPI
+from fastapi.openapi.docs import get_swagger_ui_html
+from fastapi.responses import HTMLResponse
+from fastapi.staticfiles import StaticFiles
 
 from wavepp.runtime.serve.errors import add_exception_handlers
 from wavepp.runtime.serve.knob_routes import add_knob_routes
@@ -32,11 +37,28 @@ def create_app(rt: ServerRuntime, served_model: str, tokenizer: Any = None, admi
     """The API over one :class:`ServerRuntime` (started and stopped by the caller); ``admin_token``:
     what knob writes need (:func:`runtime.serve.knob_routes.admin_guard`)."""
     models = request_models(rt.engine.vocab_size, rt.max_prompt_tokens, rt.engine.block_size, tokenizer)
-    app = FastAPI(title="WavePP prefill server", version="1",
+    app = FastAPI(title="WavePP prefill server", version="1", docs_url=None, redoc_url=None,
                   description="Pipeline-parallel prefill: first token, reuse and the KV handle of each prompt.")
     add_exception_handlers(app)
+    add_docs(app)
     # In this order: the schema lists the paths as they were added.
     add_prefill_routes(app, rt, models, served_model, tokenizer)
     add_status_routes(app, rt, served_model)
     add_knob_routes(app, rt, models.knobs_update, admin_token)
     return app
+
+
+DOCS_ASSETS = Path(fastapi_offline.__file__).parent / "static"   # Swagger UI 5 (OpenAPI 3.1), vendored
+
+
+def add_docs(app: FastAPI) -> None:
+    """``/docs``: Swagger UI from assets this server serves itself (``/docs/assets``), so it renders
+    on a machine without internet (FastAPI's default loads it from a CDN: a blank page offline)."""
+    app.mount("/docs/assets", StaticFiles(directory=DOCS_ASSETS), name="docs-assets")
+
+    @app.get("/docs", include_in_schema=False)
+    async def docs() -> HTMLResponse:
+        return get_swagger_ui_html(openapi_url="/openapi.json", title=f"{app.title} - API",
+                                   swagger_js_url="/docs/assets/swagger-ui-bundle.js",
+                                   swagger_css_url="/docs/assets/swagger-ui.css",
+                                   swagger_favicon_url="/docs/assets/favicon.png")
