@@ -23,11 +23,17 @@ def register(sub: Any) -> dict[str, Handler]:
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
     from wavepp.runtime.engines.calibrate import calibrate, fit_error, save_profile
     from wavepp.runtime.engines.torch.engine import TorchEngine
     try:
-        with TorchEngine(args.model, args.pp, args.block_size, kv_memory_mb=args.kv_memory_mb) as engine:
-            profile = calibrate(engine, max_wave_tokens=args.max_wave_tokens)
+        with TorchEngine(args.model, args.pp, args.block_size, kv_memory_mb=args.kv_memory_mb) as engine, \
+                Progress(TextColumn("calibrating: waves timed"), BarColumn(), MofNCompleteColumn(),
+                         TimeElapsedColumn(), transient=True) as bar:
+            task = bar.add_task("waves", total=None)
+            profile = calibrate(engine, max_wave_tokens=args.max_wave_tokens,
+                                progress=lambda done, total: bar.update(task, completed=done, total=total))
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     write_output(args.out, lambda p: save_profile(p, profile))

@@ -20,7 +20,7 @@ import math
 import statistics
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import MISSING, fields
 from pathlib import Path
@@ -72,10 +72,11 @@ def _time_stage(stage: Any, first: bool, hidden: int, block_size: int, wave: Wav
 
 
 def calibrate(engine: Any, waves: Sequence[Wave] | None = None, repeats: int = 2,
-              max_wave_tokens: int = 1024) -> dict[str, Any]:
+              max_wave_tokens: int = 1024, progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
     """Measure ``engine`` (a TorchEngine) and return the cost profile (JSON-ready).
 
-    ``max_wave_tokens``: the largest wave timed (the CPU knobs' ``M``); ``waves`` overrides the grid.
+    ``max_wave_tokens``: the largest wave timed (the CPU knobs' ``M``); ``waves`` overrides the grid;
+    ``progress(done, total)``: called as each stage times each wave (from the stages' threads).
     """
     parts = engine.build()
     stages = parts.executor.stages
@@ -93,10 +94,17 @@ def calibrate(engine: Any, waves: Sequence[Wave] | None = None, repeats: int = 2
     # kernels). A stage that finishes its grid keeps working until every stage has finished.
     lock, completed, done = threading.Lock(), [0], threading.Event()
 
+    timed, total = [0], len(points) * len(stages)
+
     def measure_stage(s: int) -> list[tuple[int, int, int, float]]:
         stage = stages[s]
-        samples = [(*w, _time_stage(stage, s == 0, cfg.hidden_size, engine.block_size, w, repeats))
-                   for w in points]
+        samples = []
+        for w in points:
+            samples.append((*w, _time_stage(stage, s == 0, cfg.hidden_size, engine.block_size, w, repeats)))
+            if progress is not None:
+                with lock:
+                    timed[0] += 1
+                    progress(timed[0], total)
         with lock:
             completed[0] += 1
             if completed[0] == len(stages):

@@ -95,8 +95,13 @@ def test_calibrating_a_small_torch_model(tmp_path: Path) -> None:
     model = tmp_path / "config.json"
     model.write_text(json.dumps(cfg.to_hf_dict()))
     waves = wave_grid(512, 256, grid_l=(0, 128, 384), grid_x=(16, 64, 128), grid_n=(1, 2, 4))
+    seen: list[tuple[int, int]] = []
     with TorchEngine(str(model), pp=2, block_size=16, kv_blocks=[200]) as engine:
-        prof = calibrate(engine, waves=waves, repeats=3)     # median of 3: a loaded machine's noise
+        prof = calibrate(engine, waves=waves, repeats=3,     # median of 3: a loaded machine's noise
+                         progress=lambda done, total: seen.append((done, total)))
+    # Its progress, wave by wave (`wavepp calibrate` draws it as a bar; it printed nothing for minutes)
+    assert seen == [(i, 2 * len(waves)) for i in range(1, 2 * len(waves) + 1)]
+    assert all(v >= 0 for f in prof["stages"] for v in f.values()), prof["stages"]   # a physical fit
     assert prof["format"] == FORMAT and prof["pp"] == 2 and prof["block_size"] == 16
     assert [len(s) for s in prof["samples"]] == [len(waves)] * 2
     assert all(t > 0 for stage in prof["samples"] for *_, t in stage)
