@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from wavepp.runtime.idle_causes import MEANING
 from wavepp.runtime.report import RunFigures, fmt
 from wavepp.runtime.whatif import Prediction, PreviewResult, gain, idle_shares
 from wavepp.runtime.whatif_suggest import Suggestion
@@ -15,8 +16,8 @@ Row = tuple[str, str, str, str]          # figure, current, proposed (or observe
 _FIGURES: list[tuple[str, Callable[[RunFigures], float | None], str, float, bool]] = [
     ("input tok/s", lambda f: f.input_tokens_per_s, ",.0f", 1.0, True),
     ("pipeline efficiency", lambda f: f.pipeline_efficiency, ".3f", 1.0, False),
-    ("prefill p50 (ms)", lambda f: f.prefill_latency_p50_s, ",.1f", 1e3, True),
-    ("prefill p95 (ms)", lambda f: f.prefill_latency_p95_s, ",.1f", 1e3, True),
+    ("prefill p50 (s)", lambda f: f.prefill_latency_p50_s, ",.3f", 1.0, True),     # seconds, as every page
+    ("prefill p95 (s)", lambda f: f.prefill_latency_p95_s, ",.3f", 1.0, True),
 ]
 TOP_CAUSES = 4
 
@@ -42,7 +43,9 @@ def compare_rows(a: RunFigures, b: RunFigures) -> list[Row]:
                     key=lambda c: -max(ia.get(c, 0.0), ib.get(c, 0.0)))
     for cause in causes:
         va, vb = ia.get(cause, 0.0), ib.get(cause, 0.0)
-        rows.append((f"idle: {cause}", f"{va:.1%}", f"{vb:.1%}", f"{(vb - va) * 100:+.1f} pt"))
+        # in an operator's words, as the Pipeline page says it (the cause's name after it, for the JSON)
+        rows.append((f"idle: {MEANING.get(cause, cause)} ({cause})", f"{va:.1%}", f"{vb:.1%}",
+                     f"{(vb - va) * 100:+.1f} pt"))
     return rows
 
 

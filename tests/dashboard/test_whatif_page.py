@@ -85,7 +85,7 @@ def test_preview_of_a_saved_sim_run_shows_both_settings_side_by_side(ring1_run: 
     current, proposed, change = rows["input tok/s"]
     assert float(proposed.replace(",", "")) > 1.5 * float(current.replace(",", ""))
     assert change.startswith("+")
-    assert any(k.startswith("idle: ring_full") for k in rows)
+    assert "idle: ring full (no wave slot) (ring_full)" in rows and "prefill p95 (s)" in rows   # words, seconds
     check = next(c.value for c in at.caption if c.value.startswith("the run itself over the same arrivals"))
     assert f"{current} input tok/s" in check or "(the replay of the current knobs: +0.0%" in check, check
 
