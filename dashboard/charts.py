@@ -18,7 +18,8 @@ CAUSE_COLOURS = {"fill": "#BDBDBD", "drain": "#8C8C8C", "kv_capacity": "#A50F15"
                  "transfer": "#BCBD22", "previous_stage": "#6A51A3", "admission": "#E7298A", "ring_full": "#252525",
                  "no_work": "#D62728", "other": "#E0E0E0"}
 EXTRA_COLOURS = ["#00441B", "#7F2704", "#08306B"]      # causes added after these were picked
-KIND_COLOURS = {"materialize": "#888888", "send": "#888888", "wait": CAUSE_COLOURS["kv_capacity"]}
+# Steps other than execute: colours neither a wave nor an idle cause uses (drain and fill are greys).
+KIND_COLOURS = {"materialize": "#A6761D", "send": "#993404", "wait": CAUSE_COLOURS["kv_capacity"]}
 
 
 def cause_colour(cause: str) -> str:
@@ -69,8 +70,9 @@ def timeline(fr: Frames, start: float, end: float, idle: pd.DataFrame | None = N
     win = fr.steps[(fr.steps["t1"] >= start) & (fr.steps["t0"] <= end)]
     for kind, rows in win.groupby("kind", sort=False):
         colours = [PALETTE[w % len(PALETTE)] for w in rows["wave"]] if kind == "execute" else None
-        fig.add_trace(go.Bar(
-            name=str(kind), orientation="h", y=[lane(s) for s in rows["stage"]], base=rows["t0"],
+        fig.add_trace(go.Bar(   # an execute bar's colour is its wave's: the legend says so, not one swatch
+            name="execute (colour: its wave)" if kind == "execute" else str(kind), orientation="h",
+            y=[lane(s) for s in rows["stage"]], base=rows["t0"],
             x=rows["t1"] - rows["t0"], width=KIND_WIDTH.get(str(kind), 0.3),
             marker_color=colours or KIND_COLOURS.get(str(kind), "#888888"),
             customdata=np.stack([rows["wave"], rows["tokens"]], axis=-1),
@@ -133,7 +135,9 @@ def lines(df: pd.DataFrame, x: str, y: str, color: str | None = None, title: str
 
 
 WATERFALL_COLOURS = {"prefill": "#D9D9D9", "queued": "#BDBDBD", "lookup": "#1B9E77", "lease": "#7570B3",
-                     "escrow": "#E6AB02", "materialize": "#888888", "execute": PALETTE[0], "send": "#444444"}
+                     "escrow": "#E6AB02", "materialize": KIND_COLOURS["materialize"], "execute": PALETTE[0],
+                     "send": KIND_COLOURS["send"],
+                     "waiting for a wave": "#F2F2F2"}
 
 
 def waterfall(rows: pd.DataFrame, num_stages: int) -> go.Figure:
@@ -147,7 +151,7 @@ def waterfall(rows: pd.DataFrame, num_stages: int) -> go.Figure:
                              hovertemplate=f"{kind}<br>%{{customdata[0]}}<br>%{{base:.4f}} s + %{{x:.4f}} s"
                                            "<extra></extra>"))
     fig.update_layout(barmode="overlay", height=160 + 32 * len(order), margin=dict(l=10, r=10, t=30, b=30),
-                      xaxis_title="time (s)", legend_orientation="h")
+                      xaxis_title="seconds since the request arrived", legend_orientation="h", legend_y=-0.35)
     fig.update_yaxes(categoryorder="array", categoryarray=[r for r in order if r in set(rows["row"])][::-1])
     return fig
 

@@ -363,4 +363,15 @@ def request_waterfall(fr: Frames, request_id: str) -> pd.DataFrame | None:
     steps = fr.steps[fr.steps["wave"].isin(waves)].sort_values("t0")
     for stage, kind, t0, t1, wave, tokens in steps.itertuples(index=False):
         rows.append((f"stage {stage}", str(kind), t0, t1, f"wave {wave} ({tokens} tokens in the wave)"))
-    return pd.DataFrame(rows, columns=["row", "kind", "t0", "t1", "detail"])
+    # Admitted and not computing on stage 0: the time the request waited for a wave to carry its
+    # next chunk (the planner's budget, the ring, other requests' waves) - most of a long request's
+    # prefill under load, which no step covers.
+    first = steps[steps["stage"] == 0]
+    cursor = admitted if not math.isnan(admitted) else req["arrival"]
+    for t0, t1 in zip(first["t0"], first["t1"], strict=True):
+        if t0 > cursor:
+            rows.append(("stage 0", "waiting for a wave", cursor, t0, "admitted; no wave carried its next chunk yet"))
+        cursor = max(cursor, t1)
+    # Seconds since the request arrived: the chart reads as the request's own clock.
+    out = pd.DataFrame(rows, columns=["row", "kind", "t0", "t1", "detail"])
+    return out.assign(t0=out["t0"] - req["arrival"], t1=out["t1"] - req["arrival"])

@@ -152,7 +152,10 @@ def test_pipeline_page_colours_every_bubble_by_its_cause(saved_run: Path, dashbo
         cause = next(c for c in MEANING if cause_name(c) == trace["name"])
         assert trace["y"] == pytest.approx([st[cause] / makespan for st in causes], abs=1e-6)
     assert {t["name"] for t in bars["data"]} == {cause_name(c) for st in causes for c, v in st.items() if v > 0}
-    lanes = next(f for f in charts.values() if any(t.get("name") == "execute" for t in f["data"]))
+    lanes = next(f for f in charts.values() if any(t.get("name") == "execute (colour: its wave)" for t in f["data"]))
+    steps = {t["name"]: t["marker"]["color"] for t in lanes["data"] if t["name"] in ("materialize", "send")}
+    drain = next(t["marker"]["pattern"]["fgcolor"] for t in lanes["data"] if t["name"] == cause_name("drain"))
+    assert len(set(steps.values()) | {drain}) == 3, (steps, drain)      # send, materialize, draining: 3 colours
     bubbles = [t for t in lanes["data"] if t["name"].startswith("idle: ")]
     assert {t["name"] for t in bubbles} == {t["name"] for t in bars["data"]}
     colours = [t["marker"]["pattern"]["fgcolor"] for t in bubbles]

@@ -8,6 +8,7 @@ import json
 import os
 from pathlib import Path
 
+import pytest
 from streamlit.testing.v1 import AppTest
 
 from wavepp.runtime.idle_causes import MEANING
@@ -38,6 +39,28 @@ def test_drill_down_shows_a_requests_way_through_the_run(saved_run: Path, dashbo
     waves = {p["a"][N.WAVE_ID] for p in run.spans if p["n"] == N.WAVE_PLAN and rid in p["a"].get(N.REQUEST_IDS, [])}
     executes = next(t for t in waterfall["data"] if t["name"] == "execute")
     assert len(executes["y"]) == 4 * len(waves)
+    # On the request's own clock, and no stretch of its prefill unlabelled on stage 0: queued, then
+    # waiting for a wave or in a step of one (issue 24, item 20: ~4 s of a 5.3 s request were blank).
+    assert waterfall["layout"]["xaxis"]["title"]["text"] == "seconds since the request arrived"
+    spans = sorted((b, b + w) for t in waterfall["data"] if t["name"] != "prefill"
+                   for y, b, w in zip(t["y"], numbers(t["base"]), numbers(t["x"]), strict=True)
+                   if y in ("queued", "stage 0"))
+    assert spans[0][0] == pytest.approx(0.0, abs=1e-9)
+    reach = spans[0][1]
+    for b, e in spans[1:]:
+        assert b <= reach + 1e-6, (b, reach)           # each piece starts where the labelled time reached
+        reach = max(reach, e)
+    assert "waiting for a wave" in kinds or len(waves) == 1
+
+
+def numbers(values: object) -> list[float]:
+    """A plotly array as JSON gives it: a list, or a typed array ({"dtype", "bdata"} in base64)."""
+    if isinstance(values, dict):
+        import base64
+
+        import numpy as np
+        return [float(v) for v in np.frombuffer(base64.b64decode(values["bdata"]), dtype=values["dtype"])]
+    return [float(v) for v in values]  # type: ignore[union-attr]
 
 
 def test_drill_down_of_an_unknown_id_says_so(saved_run: Path, dashboard_env: None) -> None:
