@@ -129,8 +129,9 @@ def lines(df: pd.DataFrame, x: str, y: str, color: str | None = None, title: str
     groups = df.groupby(color, sort=False) if color else [(y, df)]
     for name, rows in groups:
         fig.add_trace(go.Scatter(x=rows[x], y=rows[y], mode="lines", name=str(name)))
-    fig.update_layout(title=title, height=300, margin=dict(l=10, r=10, t=40, b=30), xaxis_title="time (s)",
-                      yaxis_title=y_title, legend_orientation="h")
+    # the legend below the x axis's title, not over it
+    fig.update_layout(title=title, height=320, margin=dict(l=10, r=10, t=40, b=30), xaxis_title="time (s)",
+                      yaxis_title=y_title, legend_orientation="h", legend_y=-0.3)
     return add_knob_marks(fig, marks)
 
 

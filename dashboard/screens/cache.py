@@ -34,7 +34,13 @@ def render_cache(view: View) -> None:
     left.plotly_chart(charts.lines(df, "t", "leases", "stage", "leases held", fr.knob_marks), key="leases")
     right.plotly_chart(charts.lines(df, "t", "escrowed blocks", "stage", "escrowed blocks", fr.knob_marks),
                        key="escrows")
-    st.plotly_chart(charts.lines(df, "t", "evictions", "stage", "evictions (cumulative)", fr.knob_marks),
-                    key="evictions")
-    last = [st_.to_json() for st_ in view.snap.status[-1].stages]
-    st.dataframe(pd.DataFrame(last), hide_index=True)
+    evictions = charts.lines(df, "t", "evictions", "stage", "evictions (cumulative)", fr.knob_marks, "blocks")
+    evictions.update_yaxes(rangemode="nonnegative")        # a count: never an axis from -1 to 1
+    st.plotly_chart(evictions, key="evictions")
+    last = view.snap.status[-1]
+    st.caption(f"Each stage's KV pool at the last status snapshot ({fr.t(last.t):.3f} s), in blocks of "
+               f"{int(view.source.run_meta(view.snap).get('block_size') or 0) or '?'} tokens")
+    st.dataframe(pd.DataFrame([{"stage": st_.stage, "capacity (blocks)": st_.capacity, "cached (blocks)": st_.cached,
+                                "free (blocks)": st_.free, "escrowed (blocks)": st_.escrowed,
+                                "leases (requests)": st_.leases, "evictions (blocks, since start)": st_.evictions}
+                               for st_ in last.stages]), hide_index=True)

@@ -63,6 +63,15 @@ def render_knobs(view: View) -> None:
     _help_table()
 
 
+def knob_label(name: str) -> str:
+    """A form field's label in words, with the knob's symbol and unit: "ring (R) · waves in flight"
+    (the schema name stays the field's key and the hover help's first word)."""
+    info = HELP[name]
+    symbol, sep, _ = info.meaning.partition(": ")
+    symbol = f" ({symbol})" if sep and " " not in symbol and len(symbol) <= 6 else ""
+    return f"{name.replace('_', ' ')}{symbol} · {info.unit}"
+
+
 def refusal_banner(view: View) -> None:
     """A live runtime refused a knobs record (another client wrote values it cannot use) and has
     accepted nothing newer since: say so, with the reason, above every page."""
@@ -92,14 +101,15 @@ def _form(view: View, current: Knobs, deployment: Deployment | None, meta: dict[
             col = cols[i % 2]
             value = getattr(current, name)
             help_ = describe(name)                       # the schema's help: unit, meaning, default, range, bubbles
+            label = knob_label(name)
             if kind == "bool":
-                values[name] = col.checkbox(name, value=value, key=f"knob_{name}", help=help_)
+                values[name] = col.checkbox(label, value=value, key=f"knob_{name}", help=help_)
             elif kind == "choice":
                 options = list(choices(name))
-                values[name] = col.selectbox(name, options, index=options.index(value) if value in options else 0,
+                values[name] = col.selectbox(label, options, index=options.index(value) if value in options else 0,
                                              key=f"knob_{name}", help=help_)
             else:
-                values[name] = col.text_input(name, value=str(value), key=f"knob_{name}", help=help_)
+                values[name] = col.text_input(label, value=str(value), key=f"knob_{name}", help=help_)
             slots[name] = col.empty()                    # this field's error goes right under it
         buttons = st.columns([1, 1, 6])
         submitted = view.snap.live and buttons[0].form_submit_button(

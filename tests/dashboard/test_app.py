@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import uuid
 from pathlib import Path
@@ -165,3 +166,17 @@ def test_pipeline_page_colours_every_bubble_by_its_cause(saved_run: Path, dashbo
     line = next(m.value for m in at.markdown if m.value.startswith("**Why the bubbles:**"))
     idlest = max(range(len(causes)), key=lambda s: sum(causes[s].values()))
     assert f"stage {idlest} was idle {sum(causes[idlest].values()) / makespan:.1%}" in line, line
+
+
+def test_the_cache_page_names_its_units_and_counts_from_zero(saved_run: Path, dashboard_env: None) -> None:
+    """Issue 24, item 20: the stage table's columns said no unit (raw record keys), the evictions axis
+    ran from -1 to 1 on a run without evictions."""
+    at = run_page(f"run:{saved_run}", "Cache")
+    assert not at.exception, [e.value for e in at.exception]
+    table = at.dataframe[0].value
+    assert list(table.columns) == ["stage", "capacity (blocks)", "cached (blocks)", "free (blocks)",
+                                   "escrowed (blocks)", "leases (requests)", "evictions (blocks, since start)"]
+    charts = [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
+    evictions = next(f for f in charts if "evictions" in str(f["layout"].get("title")))
+    assert evictions["layout"]["yaxis"]["rangemode"] == "nonnegative"
+    assert any("in blocks of 64 tokens" in c.value for c in at.caption)

@@ -38,7 +38,7 @@ def test_preview_a_change_then_apply_it_on_the_live_sim(browser_page: Page) -> N
         page.get_by_text("Knobs", exact=True).first.click()
         page.get_by_role("button", name="Preview").wait_for(timeout=60_000)
         time.sleep(3)                                  # the runtime finishes its first requests
-        ring = page.get_by_label("ring", exact=True)
+        ring = page.get_by_label("ring (R) · waves in flight", exact=True)
         ring.fill("4")
         ring.press("Tab")
         page.get_by_role("button", name="Preview").click()
@@ -81,7 +81,7 @@ def test_on_a_finished_run_knobs_are_written_for_the_next_run_and_suggest_shows_
             wait_text(page, "this run has stopped: a write waits for the next run", 30)
             caption = page.get_by_text("— this run has stopped").first.text_content() or ""
             version = int(caption.split("version ")[1].split(" ")[0])
-            ring = page.get_by_label("ring", exact=True)
+            ring = page.get_by_label("ring (R) · waves in flight", exact=True)
             ring.fill("3")
             ring.press("Tab")
             page.get_by_role("button", name="Write for the next run").click()

@@ -43,7 +43,7 @@ def knobs_page(url: str) -> AppTest:
 
 
 def field(at: AppTest, name: str):  # type: ignore[no-untyped-def]
-    return next(w for w in at.text_input if w.label == name)
+    return next(w for w in at.text_input if w.key == f"knob_{name}")
 
 
 @pytest.mark.parametrize("name, value, message", [
@@ -107,8 +107,12 @@ def test_every_knob_carries_its_help_from_the_schema(dashboard_env: None) -> Non
                                          "multiple of the block size", "Effect on bubbles"))
     assert "Default: 0" in describe("ring") and "2P" in describe("ring")
     at = knobs_page(fresh_url())
-    widgets = {w.label: w for w in [*at.text_input, *at.selectbox, *at.checkbox] if w.key and w.key.startswith("knob_")}
+    widgets = {w.key.removeprefix("knob_"): w for w in [*at.text_input, *at.selectbox, *at.checkbox]
+               if w.key and w.key.startswith("knob_")}
     assert set(widgets) == set(names)
+    # labelled in words with the knob's symbol and unit, not the raw schema name (issue 24, item 20)
+    assert widgets["ring"].label == "ring (R) · waves in flight"
+    assert widgets["max_wave_tokens"].label == "max wave tokens (M) · tokens (whole blocks)"
     assert all(widgets[n].help == describe(n) for n in names)
     table = next(d.value for d in at.dataframe if "unit" in d.value.columns)
     assert list(table["knob"]) == list(HELP) and table["unit"].str.len().min() > 0

@@ -51,7 +51,8 @@ def button(at: AppTest, label: str):  # type: ignore[no-untyped-def]
 
 
 def field(at: AppTest, label: str):  # type: ignore[no-untyped-def]
-    return next(w for w in at.text_input if w.label == label)
+    """A text field by its label, or a knob's by its name (its label is in words: knob_label)."""
+    return next(w for w in at.text_input if w.label == label or w.key == f"knob_{label}")
 
 
 def wait_for_result(at: AppTest, timeout_s: float = 90) -> AppTest:
