@@ -33,15 +33,16 @@ def render_pipeline(view: View) -> None:
     top = st.container()
     if f is not None and f.bubble_fraction is not None:   # the bench's own figures; None: nothing completed yet
         cols = st.columns(fr.num_stages + 1)
-        cols[0].metric(f"pipeline efficiency (whole run, {f.makespan_s:.3f} s)", f"{f.pipeline_efficiency:.3f}")
+        # short labels (a tile truncates a long one): what they mean is in the caption below
+        cols[0].metric(f"efficiency (run, {f.makespan_s:.3f} s)", f"{f.pipeline_efficiency:.3f}")
         for s, b in enumerate(f.bubble_fraction):
-            cols[s + 1].metric(f"stage {s} bubble fraction (whole run)", f"{b:.3f}")
+            cols[s + 1].metric(f"stage {s} bubble (run)", f"{b:.3f}")
         if f.makespan_s and any(f.recompute_s):        # busy but wasted: only where late fallbacks happened
             cols = st.columns(fr.num_stages + 1)
             cols[0].markdown("**Recomputation after late fallbacks** (busy, not idle: chunks a stage ran "
                              "for an attempt that a later fallback discarded)")
             for s, lost in enumerate(f.recompute_s):
-                cols[s + 1].metric(f"stage {s} recomputing (whole run)", f"{lost / f.makespan_s:.1%}")
+                cols[s + 1].metric(f"stage {s} recomputing (run)", f"{lost / f.makespan_s:.1%}")
     if float(st.session_state.get("pipeline_window", 0.0)) > run:   # another run, shorter than the last one
         st.session_state["pipeline_window"] = run
     window = float(st.slider(
@@ -53,11 +54,12 @@ def render_pipeline(view: View) -> None:
     top.markdown(f"**Why the bubbles:** {reading(shares, window, MEANING, fr.num_stages)}")
     bubbles = stage_idle(shares, fr.num_stages)
     cols = st.columns(fr.num_stages + 1)
-    cols[0].metric(f"pipeline efficiency (last {window:.3f} s)", f"{1 - min(bubbles, default=1.0):.3f}")
+    cols[0].metric(f"efficiency (last {window:.3f} s)", f"{1 - min(bubbles, default=1.0):.3f}")
     for s, b in enumerate(bubbles):
-        cols[s + 1].metric(f"stage {s} bubble fraction (last {window:.3f} s)", f"{b:.3f}")
-    st.caption("bubble fraction = share of the time a stage was not executing (the sum of its idle causes below); "
-               "pipeline efficiency = the busiest stage's busy share (1.0 = no bubble on it)"
+        cols[s + 1].metric(f"stage {s} bubble (last {window:.3f} s)", f"{b:.3f}")
+    st.caption("bubble = bubble fraction, the share of the time a stage was not executing (the sum of its idle "
+               "causes below); efficiency = pipeline efficiency, the busiest stage's busy share (1.0 = no bubble "
+               "on it); run = the whole run, first arrival to last completion"
                + ("; live, the time since a stage's last finished step is not counted: it may be computing"
                   if view.running else ""))
     st.plotly_chart(charts.timeline(fr, max(0.0, end - window), end, idle), key="timeline")
