@@ -58,6 +58,8 @@ def parse_store_url(text: str) -> StoreUrl:
     """Validate a store URL; a malformed one raises StoreError with one line saying what is wrong."""
     raw = text.strip()
     text = redact(raw)
+    if len(text) > 120:                      # a message echoes the URL bounded, however long it came
+        text = f"{text[:100]}… ({len(text)} characters)"
     if raw in ("memory", "memory://"):
         return StoreUrl("memory")
     try:
@@ -72,7 +74,7 @@ def parse_store_url(text: str) -> StoreUrl:
     path = parts.path.strip("/")
     if path and not path.isdigit():
         raise StoreError(f"malformed store URL {text!r}: database must be a number, got {path!r}")
-    query = parse_qs(parts.query)
+    query = parse_qs(parts.query, keep_blank_values=True)    # cluster= is an empty name, not no name
     unknown = set(query) - {"cluster", *TLS_PARAMETERS}
     if unknown:
         raise StoreError(f"malformed store URL {text!r}: unknown parameter(s) {', '.join(sorted(unknown))}")

@@ -25,6 +25,7 @@ def test_bad_input_is_one_line(case: dict[str, Any], tmp_path: Path, capsys: pyt
     assert "Traceback" not in err
     assert len(lines) == 1 and lines[0].startswith("wavepp: error: "), err
     assert case["says"] in lines[0], lines[0]
+    assert "never" not in case or case["never"] not in err, err
     assert rc == case["exit"], lines[0]
 
 

@@ -82,17 +82,38 @@ def add_exception_handlers(app: FastAPI) -> None:
         if media and media != "application/json" and not media.endswith("+json"):
             message = f"body: send JSON with Content-Type: application/json (got {media!r})"
             return JSONResponse(error_body(415, message, "body", "invalid_request_error"), 415)
-        problems = [(_field_of(e.get("loc", ())), str(e.get("msg", "invalid")).removeprefix("Value error, "))
+        problems = [(_field_of(e.get("loc", ())), _where(e.get("loc", ())),
+                     str(e.get("msg", "invalid")).removeprefix("Value error, "))
                     for e in exc.errors()[:MAX_PROBLEMS]]
-        problems = problems or [("body", "invalid request")]
-        message = "; ".join(f"{param}: {msg}" for param, msg in problems)
+        problems = problems or [("body", "body", "invalid request")]
+        message = "; ".join(f"{where}: {msg}" for _, where, msg in problems)
         return JSONResponse(error_body(422, message, problems[0][0], "invalid_request_error"), 422)
+
+
+_SOURCES = ("body", "query", "path", "header", "cookie")     # where FastAPI found a field, not its name
+
+
+def _name(name: Any, limit: int = 60) -> str:
+    """A field's name as a message shows it: cut to ``limit`` characters with its length named (a
+    client may send a key of any length)."""
+    text = str(name)
+    return text if len(text) <= limit else f"{text[:40]}… ({len(text)} characters)"
+
+
+def _where(loc: Sequence[Any]) -> str:
+    """The field and the item at fault, as a message names them: ``token_ids[3]`` for
+    ``("body", "token_ids", 3)``; a name another client made up is echoed bounded."""
+    names = list(loc[1:]) if loc and loc[0] in _SOURCES else list(loc)
+    if len(names) > 1 and names[0] == "changes":
+        names = names[1:]
+    head = _name(names[0]) if names else (str(loc[0]) if loc else "body")
+    return head + "".join(f"[{p}]" for p in names[1:] if isinstance(p, int))
 
 
 def _field_of(loc: Sequence[Any]) -> str:
     """The request field a validation error is about: ``token_ids`` for ``("body", "token_ids", 3)``,
     the knob for ``("body", "changes", "ring")``, ``body`` for the body as a whole."""
-    names = [p for p in loc if isinstance(p, str) and p != "body"]
+    names = [p for p in (loc[1:] if loc and loc[0] in _SOURCES else loc) if isinstance(p, str)]
     if len(names) > 1 and names[0] == "changes":
-        return str(names[1])
-    return str(names[0]) if names else "body"
+        return _name(names[1])
+    return _name(names[0]) if names else "body"
