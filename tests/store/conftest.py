@@ -63,7 +63,11 @@ def _probe_client(port: int, db: int = 0) -> redis.Redis:
 
 def _ping(port: int, db: int = 0) -> bool:
     """Does a usable server (no password needed, ``db`` selectable) answer at ``port``?"""
-    client = _probe_client(port, db)
+    return pings(_probe_client(port, db))
+
+
+def pings(client: redis.Redis) -> bool:
+    """Does ``client``'s server answer PING? The client is closed after."""
     try:
         return bool(client.ping())
     except rex.RedisError:
@@ -96,9 +100,15 @@ def free_port() -> int:
 def start_private_redis(*extra_args: str) -> tuple[subprocess.Popen[bytes], int]:
     """Start ``redis-server`` on a free port (no persistence, loopback only); return it once it answers.
 
-    The process is terminated at session end (or earlier by the caller). Another process may grab
-    the port between our probe and the server's bind, so a server that dies at start is retried.
-    """
+    The process is terminated at session end (or earlier by the caller)."""
+    return start_redis_on_a_free_port(lambda port: ["--port", str(port), "--bind", HOST, *extra_args], _answers,
+                                      f"redis-server {' '.join(extra_args)}")
+
+
+def start_redis_on_a_free_port(flags: Callable[[int], list[str]], answers: Callable[[int], bool],
+                               what: str) -> tuple[subprocess.Popen[bytes], int]:
+    """``redis-server`` with ``flags(port)`` on a free port, once ``answers(port)``. Another process may
+    grab the port between our probe and the server's bind, so a server that dies at start is retried."""
     binary = shutil.which("redis-server")
     if binary is None:
         pytest.fail(NO_SERVER, pytrace=False)
@@ -106,12 +116,12 @@ def start_private_redis(*extra_args: str) -> tuple[subprocess.Popen[bytes], int]
     for _ in range(3):
         port = free_port()
         log = tempfile.TemporaryFile()
-        proc = subprocess.Popen([binary, "--port", str(port), "--save", "", "--appendonly", "no",
-                                 "--bind", HOST, *extra_args], stdout=log, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen([binary, "--save", "", "--appendonly", "no", *flags(port)], stdout=log,
+                                stderr=subprocess.STDOUT)
         _private_servers.append(proc)
         deadline = time.monotonic() + START_TIMEOUT_S
         while proc.poll() is None and time.monotonic() < deadline:
-            if _answers(port):
+            if answers(port):
                 log.close()
                 return proc, port
             time.sleep(0.02)
@@ -119,7 +129,7 @@ def start_private_redis(*extra_args: str) -> tuple[subprocess.Popen[bytes], int]
         log.seek(0)
         last_log = log.read().decode(errors="replace")[-2000:]
         log.close()
-    pytest.fail(f"redis-server {' '.join(extra_args)} did not start; its last log:\n{last_log}", pytrace=False)
+    pytest.fail(f"{what} did not start; its last log:\n{last_log}", pytrace=False)
 
 
 def stop_server(proc: subprocess.Popen[bytes]) -> None:

@@ -23,7 +23,7 @@ import pickle
 import re
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 import redis
@@ -297,6 +297,27 @@ REASONS = {"not-utf8": "is not UTF-8", "nested": "is nested too deeply", "oversi
            "not-json": "is not JSON", "python": "is not JSON", "yaml": "is not JSON"}
 
 
+T = TypeVar("T")
+
+
+def on_store(url: str, redis_url: str, act: Callable[[RedisStore, redis.Redis], Awaitable[T]]) -> T:
+    """``act(store, client)`` on a store at ``url`` and a raw client beside it (another writer), both
+    closed after."""
+    client = redis.Redis.from_url(redis_url, socket_timeout=10)
+
+    async def body() -> T:
+        store = await RedisStore.connect(url)
+        try:
+            return await act(store, client)
+        finally:
+            await store.close()
+    try:
+        return asyncio.run(body())
+    finally:
+        client.close()
+
+
+
 @pytest.mark.parametrize("payload_name", PAYLOADS)
 @pytest.mark.parametrize("kind", list(KINDS))
 def test_a_foreign_entry_is_refused_never_run_and_never_crashes_the_reader(
@@ -307,19 +328,8 @@ def test_a_foreign_entry_is_refused_never_run_and_never_crashes_the_reader(
     payload = payloads(sentinel)[payload_name] or _padded(valid, limit)
     monkeypatch.setattr(redis_records, "_reported", set())        # each case gets its own first warning
     url = f"{redis_url}?cluster={redis_clusters()}"
-    client = redis.Redis.from_url(redis_url, socket_timeout=10)
-
-    async def body() -> None:
-        store = await RedisStore.connect(url)
-        try:
-            await check(store, client, store.url, payload)
-        finally:
-            await store.close()
-    try:
-        with caplog.at_level(logging.WARNING):
-            asyncio.run(body())
-    finally:
-        client.close()
+    with caplog.at_level(logging.WARNING):
+        on_store(url, redis_url, lambda store, client: check(store, client, store.url, payload))
     assert not sentinel.exists(), f"a reader of {kind} ran the {payload_name} payload"
     if logged is not None:
         lines = [r.getMessage() for r in caplog.records if r.name == "wavepp.store.redis_store"]
@@ -335,37 +345,18 @@ def test_a_registry_entry_is_counts_of_plain_digits_or_skipped(entry: str, redis
                                                                 redis_clusters: Callable[[], str]) -> None:
     """A sign, an exponent, an integer past 2^63 or full-width digits are no count of blocks."""
     url = f"{redis_url}?cluster={redis_clusters()}"
-    client = redis.Redis.from_url(redis_url, socket_timeout=10)
-
-    async def body() -> None:
-        store = await RedisStore.connect(url)
-        try:
-            await check_registry(store, client, store.url, entry.encode())
-        finally:
-            await store.close()
-    try:
-        asyncio.run(body())
-    finally:
-        client.close()
+    on_store(url, redis_url, lambda store, client: check_registry(store, client, store.url, entry.encode()))
 
 
 def test_oversized_knob_notes_say_why(redis_url: str, redis_clusters: Callable[[], str]) -> None:
     """The knobs record's note names the reason and the length, in one bounded line."""
     url = f"{redis_url}?cluster={redis_clusters()}"
-    client = redis.Redis.from_url(redis_url, socket_timeout=10)
 
-    async def body() -> str | None:
-        store = await RedisStore.connect(url)
-        try:
-            client.hset(store.key("knobs"), mapping={"version": "3", "values": _padded(b'{"ring": 4}')})
-            client.set(store.key("deployment"), b"[" * 100_000)
-            return (await store.knobs_get()).note
-        finally:
-            await store.close()
-    try:
-        note = asyncio.run(body())
-    finally:
-        client.close()
+    async def act(store: RedisStore, client: redis.Redis) -> str | None:
+        client.hset(store.key("knobs"), mapping={"version": "3", "values": _padded(b'{"ring": 4}')})
+        client.set(store.key("deployment"), b"[" * 100_000)
+        return (await store.knobs_get()).note
+    note = on_store(url, redis_url, act)
     assert note is not None and "\n" not in note and len(note) < 600, note
     assert f"which is {MAX_RECORD_BYTES + 1:,} bytes long, over the limit of {MAX_RECORD_BYTES:,}: " in note, note
     assert "the deployment record is nested too deeply" in note, note
@@ -374,20 +365,12 @@ def test_oversized_knob_notes_say_why(redis_url: str, redis_clusters: Callable[[
 def test_a_key_name_that_is_not_utf8_is_no_crash(redis_url: str, redis_clusters: Callable[[], str]) -> None:
     """Healing (it scans the deployment's key names) and clearing read names another client chose."""
     url = f"{redis_url}?cluster={redis_clusters()}"
-    client = redis.Redis.from_url(redis_url, socket_timeout=10)
 
-    async def body() -> None:
-        store = await RedisStore.connect(url)
-        try:
-            client.set(store.key("hint", "stages").encode(), "not a set")          # makes the next update heal
-            client.set(store.prefix.encode() + b":\xff\xfe", "x")
-            await store.hint_update(0, [5], [])
-            assert (await store.hint_lookup([[5]], [0]))[0].per_stage == (1,)
-            assert await store.clear_all() == 3                 # the hint hash, its stage set, the foreign key
-            assert client.keys(store.prefix.encode() + b":*") == []
-        finally:
-            await store.close()
-    try:
-        asyncio.run(body())
-    finally:
-        client.close()
+    async def act(store: RedisStore, client: redis.Redis) -> None:
+        client.set(store.key("hint", "stages").encode(), "not a set")          # makes the next update heal
+        client.set(store.prefix.encode() + b":\xff\xfe", "x")
+        await store.hint_update(0, [5], [])
+        assert (await store.hint_lookup([[5]], [0]))[0].per_stage == (1,)
+        assert await store.clear_all() == 3                 # the hint hash, its stage set, the foreign key
+        assert client.keys(store.prefix.encode() + b":*") == []
+    on_store(url, redis_url, act)

@@ -13,8 +13,6 @@ import shutil
 import socket
 import subprocess
 import sys
-import tempfile
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -28,6 +26,8 @@ from redis.retry import Retry
 from wavepp.store.base import StoreError
 from wavepp.store.redis_store import RedisStore
 from wavepp.store.urls import parse_store_url
+
+from .conftest import pings, start_redis_on_a_free_port, stop_server  # type: ignore[import-not-found]
 
 WAVEPP = [sys.executable, "-m", "wavepp"]
 HOST = "127.0.0.1"
@@ -72,40 +72,15 @@ class TlsRedis:
         self.proc, self.port = self._start()
 
     def _start(self) -> tuple[subprocess.Popen[bytes], int]:
-        binary = shutil.which("redis-server")
-        if binary is None:
-            pytest.fail("redis-server is not on PATH (apt-get install redis-server)", pytrace=False)
-        last_log = ""
-        for _ in range(3):                     # another process may take the port before the server binds it
-            port = _free_port()
-            log = tempfile.TemporaryFile()
-            proc = subprocess.Popen(
-                [binary, "--port", "0", "--tls-port", str(port), "--bind", HOST, "--save", "", "--appendonly", "no",
-                 "--tls-cert-file", str(self.files["cert"]), "--tls-key-file", str(self.files["key"]),
-                 "--tls-ca-cert-file", self.ca, "--tls-auth-clients", "no", "--requirepass", self.password],
-                stdout=log, stderr=subprocess.STDOUT)
-            deadline = time.monotonic() + START_TIMEOUT_S
-            while proc.poll() is None and time.monotonic() < deadline:
-                if self._answers(port):
-                    log.close()
-                    return proc, port
-                time.sleep(0.02)
-            _stop(proc)
-            log.seek(0)
-            last_log = log.read().decode(errors="replace")[-2000:]
-            log.close()
-        pytest.fail(f"redis-server with TLS did not start (built without TLS?); its last log:\n{last_log}",
-                    pytrace=False)
+        return start_redis_on_a_free_port(
+            lambda port: ["--port", "0", "--tls-port", str(port), "--bind", HOST,
+                          "--tls-cert-file", str(self.files["cert"]), "--tls-key-file", str(self.files["key"]),
+                          "--tls-ca-cert-file", self.ca, "--tls-auth-clients", "no", "--requirepass", self.password],
+            self._answers, "redis-server with TLS (built without TLS?)")
 
     def _answers(self, port: int) -> bool:
-        client = redis.Redis(host=HOST, port=port, password=self.password, ssl=True, ssl_ca_certs=self.ca,
-                             socket_timeout=0.5, socket_connect_timeout=0.5, retry=Retry(NoBackoff(), 0))
-        try:
-            return bool(client.ping())
-        except rex.RedisError:
-            return False
-        finally:
-            client.close()
+        return pings(redis.Redis(host=HOST, port=port, password=self.password, ssl=True, ssl_ca_certs=self.ca,
+                                 socket_timeout=0.5, socket_connect_timeout=0.5, retry=Retry(NoBackoff(), 0)))
 
     def url(self, cluster: str, password: str | None = None, scheme: str = "rediss", ca: bool = True) -> str:
         secret = self.password if password is None else password
@@ -134,23 +109,13 @@ class TlsRedis:
             client.close()
 
 
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-
-
 @pytest.fixture(scope="module")
 def tls_redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TlsRedis]:
     server = TlsRedis(tmp_path_factory.mktemp("tls"))
     try:
         yield server
     finally:
-        _stop(server.proc)
+        stop_server(server.proc)
 
 
 def _wavepp(*args: str) -> subprocess.CompletedProcess[str]:
