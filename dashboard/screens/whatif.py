@@ -191,9 +191,10 @@ def applied(view: View, changes: dict[str, Any], predicted: Prediction) -> None:
 
 
 def next_run_only(view: View) -> bool:
-    """A live source whose runtime has stopped (finished or failed): nothing runs to apply a write,
-    which then waits for the next run on this store (a bench keeps the knobs and starts with them)."""
-    return view.snap.live and not view.running
+    """A store whose runtime has stopped (finished or failed): nothing runs to apply a write, which
+    then waits for the next run on this store (a bench keeps the knobs and starts with them). The
+    embedded runtime is restarted from the page instead, and refuses a write while it is stopped."""
+    return view.source.kind == "store" and view.snap.live and not view.running
 
 
 def wrote(view: View, version: int, changes: dict[str, Any]) -> None:

@@ -45,8 +45,9 @@ class FakeCalibrate:
 @pytest.fixture
 def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv(calibration.CACHE_ENV, str(tmp_path))
-    monkeypatch.delenv(calibration.PROFILE_ENV, raising=False)
-    monkeypatch.delenv(calibration.STARTED_ENV, raising=False)
+    for name in (calibration.PROFILE_ENV, calibration.STARTED_ENV):   # ensure() sets them: undone after the test
+        monkeypatch.setenv(name, "")
+        monkeypatch.delenv(name)
     FakeCalibrate.calls = []
     monkeypatch.setattr(calibration.subprocess, "Popen", FakeCalibrate)
     return tmp_path

@@ -83,7 +83,7 @@ def test_a_crashed_runtime_is_a_banner_and_a_knob_write_says_why_not(child: Any)
     assert "stopped: KnobError: max_wave_tokens" in _wait_stopped(remote)
     at = _page("Knobs")
     assert any("stopped: KnobError" in w.value for w in at.warning)
-    next(w for w in at.text_input if w.label == "ring").input("4")
+    next(w for w in at.text_input if w.key == "knob_ring").input("4")
     next(b for b in at.button if b.label == "Apply").click().run()
     assert not at.exception
     assert any("restart it before changing knobs" in e.value for e in at.error)
