@@ -91,9 +91,10 @@ test: $(STAMP) services
 	$(PY) -m pytest
 
 # The stateful machines and property tests at length (the `reliability` hypothesis profile of
-# tests/conftest.py: 2,500 examples each, 60 steps per stateful example), with hypothesis's counts.
+# tests/conftest.py: 2,500 examples each, 60 steps per stateful example; the whole-loop machine 400 runs of 40
+# events), with hypothesis's counts.
 RELIABILITY := tests/kvcache/test_cache_machine.py tests/store/test_probe.py tests/test_planner.py \
-	tests/test_hashing.py tests/test_report.py tests/engines/sim/test_perf_interp.py
+	tests/test_hashing.py tests/test_report.py tests/engines/sim/test_perf_interp.py tests/test_loop_machine.py
 test-reliability: $(STAMP) services
 	WAVEPP_HYPOTHESIS_PROFILE=reliability $(PY) -m pytest $(RELIABILITY) --hypothesis-show-statistics
 

@@ -160,10 +160,9 @@ class PipelineLoop:
 
     async def warm_up(self) -> None:
         """Compute the workload's already-seen prefixes into every stage's cache before the measured
-        arrivals: each one a request on the ordinary path (admission, waves, stage preparation and
-        execution, completion), one at a time, so a real engine holds real K/V for it; stages with
-        less room keep fewer (their LRU evicts) - residency starts to diverge. Not measured: its spans
-        are not recorded and it counts in no figure (a prompt no stage could hold is skipped)."""
+        arrivals, one at a time on the ordinary path (a real engine holds real K/V for them); stages
+        with less room keep fewer (their LRU evicts): residency starts to diverge. Not measured: no
+        span is recorded, it counts in no figure (a prompt no stage could hold is skipped)."""
         primed = self.workload.primed_prompts()
         self.warming = True
         with self.tel.muted():
@@ -171,8 +170,7 @@ class PipelineLoop:
                 req = Request(f"prime{i}", tokens, now(), hashes, "prime")
                 self._arrive(req, warming=(ended := asyncio.get_running_loop().create_future()))
                 await ended                          # (a prompt no stage can hold has ended at once)
-            # Its index entries are published before the measured arrivals; the loop's tasks that the
-            # last retirement woke run meanwhile, still unrecorded.
+            # Index entries published before the measured arrivals (the woken tasks run, unrecorded).
             await self.publisher.flush()
         self.warming = False
         if primed:                           # the measured run plans from scratch (MPU's hysteresis)
@@ -220,6 +218,8 @@ class PipelineLoop:
         tasks = [asyncio.create_task(coro, name=name) for name, coro in named.items()]
         done_wait: asyncio.Task[Any] = asyncio.create_task(self.done.wait())
         finished, _ = await asyncio.wait([done_wait, *tasks], return_when=asyncio.FIRST_COMPLETED)
+        if done_wait in finished and not self.run_state.has_work():
+            await self.run_state.all_retired()
         for t in tasks:
             t.cancel()
         _, stuck = await asyncio.wait(tasks, timeout=10)

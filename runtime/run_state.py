@@ -13,12 +13,16 @@ retirements, requests put back), ``capacity`` (blocks freed on some stage) and `
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import itertools
 from collections import Counter, deque
 from collections.abc import Iterable, Sequence
 
 from wavepp.runtime.request import AdmittedRequest, Chunk, Request, Wave
 from wavepp.runtime.wakeup import Wakeup
+
+STOP_RETIRE_S = 10.0      # a loop stopped with no request left: how long its waves in flight get to retire
 
 
 class RunState:
@@ -121,6 +125,16 @@ class RunState:
 
     def has_work(self) -> bool:
         return bool(self._waiting or self._active)
+
+    async def all_retired(self, timeout_s: float = STOP_RETIRE_S) -> None:
+        """Until every wave in flight has retired, or ``timeout_s`` passed: a loop stopped with no
+        request left lets the waves still crossing its stages (chunks of requests that ended, their
+        clients gone) finish, so it stops drained instead of cutting them mid-stage."""
+        loop = asyncio.get_running_loop()
+        end = loop.time() + timeout_s
+        while self._in_flight and loop.time() < end:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.changed.wait(), end - loop.time())
 
     def progress_mark(self) -> tuple[int, int, int, int]:
         """Changes whenever the run moves: admissions, waves planned, waves through a stage,
