@@ -16,7 +16,6 @@ depths and KV blocks from the loop's status snapshots (``observe_status``).
 
 from __future__ import annotations
 
-import os
 import threading
 from collections import deque
 from collections.abc import Iterable, Mapping
@@ -272,8 +271,8 @@ def process_metrics() -> WaveppMetrics:
     with _PROCESS_LOCK:
         if not _PROCESS_METRICS:
             # target_info names the service as the spans do (it said unknown_service:python)
-            _PROCESS_METRICS.append(WaveppMetrics(Resource.create(
-                {"service.name": os.environ.get("OTEL_SERVICE_NAME") or "wavepp"})))
+            from wavepp.telemetry.setup import make_resource  # setup imports this module
+            _PROCESS_METRICS.append(WaveppMetrics(make_resource()))
         return _PROCESS_METRICS[0]
 
 

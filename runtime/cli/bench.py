@@ -170,8 +170,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
                 get_policy(p)
             refuse_flags_of_other_engine(args)
             changes = knob_flags(args)
-            if field_problems(changes, args.block_size):     # each on its own, before an engine loads
-                raise KnobError(field_problems(changes, args.block_size))
+            if found := field_problems(changes, args.block_size):     # each on its own, before an engine loads
+                raise KnobError(found)
             bench_telemetry.apply(args)
             # Imported after the checks above: the sim's cost models load torch (~1 s), which a bad
             # --policy or --workload need not wait for.
