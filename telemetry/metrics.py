@@ -16,6 +16,7 @@ depths and KV blocks from the loop's status snapshots (``observe_status``).
 
 from __future__ import annotations
 
+import os
 import threading
 from collections import deque
 from collections.abc import Iterable, Mapping
@@ -270,9 +271,10 @@ def process_metrics() -> WaveppMetrics:
     telemetry feeds it (a bench that never asks for metrics pays nothing)."""
     with _PROCESS_LOCK:
         if not _PROCESS_METRICS:
-            # target_info names the service as the spans do (it said unknown_service:python)
-            from wavepp.telemetry.setup import make_resource  # setup imports this module
-            _PROCESS_METRICS.append(WaveppMetrics(make_resource()))
+            # target_info names the service as the spans do (it said unknown_service:python); as
+            # telemetry.setup.make_resource does, which cannot be imported here (setup imports this module)
+            _PROCESS_METRICS.append(WaveppMetrics(Resource.create(
+                {"service.name": os.environ.get("OTEL_SERVICE_NAME") or "wavepp"})))
         return _PROCESS_METRICS[0]
 
 
