@@ -47,7 +47,7 @@ from wavepp.store.redis_records import (
     lua_script,
     report_once,
 )
-from wavepp.store.resilient import StoreUnavailable
+from wavepp.store.resilient import StoreRefused, StoreUnavailable
 from wavepp.store.urls import StoreUrl, parse_store_url
 
 PLAN_LOG_CAP = 10_000
@@ -70,17 +70,32 @@ def pack(hashes: Sequence[int]) -> bytes:
     return struct.pack(f"<{len(hashes)}Q", *hashes)
 
 
+# Error replies of a server that refuses a call for now and may take it later: out of memory under
+# ``noeviction`` (OOM), a replica (READONLY), a failed snapshot that stops writes (MISCONF), too few
+# replicas (NOREPLICAS), a replica cut from its master (MASTERDOWN), a slot in migration (TRYAGAIN).
+_REFUSED = (rex.OutOfMemoryError, rex.ReadOnlyError, rex.MasterDownError, rex.TryAgainError)
+_REFUSED_CODES = re.compile(r"\b(MISCONF|NOREPLICAS)\b")    # no class of their own in redis-py
+
+
+def _refused(exc: rex.ResponseError) -> bool:
+    return isinstance(exc, _REFUSED) or _REFUSED_CODES.search(str(exc)) is not None
+
+
 def _translate(fn: Callable[Concatenate[RedisStore, P], Coroutine[Any, Any, T]]
                ) -> Callable[Concatenate[RedisStore, P], Coroutine[Any, Any, T]]:
-    """Connection trouble becomes StoreUnavailable (retryable). A key of the wrong Redis type
-    (another client wrote it) is healed - deleted, reported once - and the call retried once; any
-    other error reply becomes a one-line StoreError."""
+    """Connection trouble becomes StoreUnavailable, a server refusing the call for now (out of
+    memory, a replica, ...) StoreRefused: both retryable. A key of the wrong Redis type (another
+    client wrote it) is healed - deleted, reported once - and the call retried once; any other error
+    reply becomes a one-line StoreError."""
     @wraps(fn)
     async def wrapper(self: RedisStore, *args: P.args, **kwargs: P.kwargs) -> T:
         try:
             try:
                 return await fn(self, *args, **kwargs)
             except rex.ResponseError as exc:
+                if _refused(exc):
+                    raise StoreRefused(f"redis at {self.url.where} refuses writes for now: "
+                                       f"{first_line(exc)[:300]}") from None
                 if "WRONGTYPE" not in str(exc) or not await self.heal():
                     raise StoreError(f"redis at {self.url.where}: {first_line(exc)}") from None
                 return await fn(self, *args, **kwargs)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import Counter
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
 
@@ -28,6 +29,11 @@ T = TypeVar("T")
 
 class StoreUnavailable(StoreError):
     """The server went away or timed out; the call may succeed later."""
+
+
+class StoreRefused(StoreUnavailable):
+    """The server answers but refuses the call for now (out of memory, a read-only replica): retried
+    like an outage, counted apart."""
 
 
 class StoreGone(StoreError):
@@ -50,6 +56,10 @@ class ResilientStore(StoreWrapper):
         self.rebuilds = 0
         self._rebuilding = False
         self._tasks: set[asyncio.Task[None]] = set()
+        # Every failed attempt, by call and reason (unavailable, refused, error), and whoever counts
+        # them (a server's wavepp_store_failures_total): a failed write is never silent.
+        self.failures: Counter[tuple[str, str]] = Counter()
+        self.on_failure: list[Callable[[str, str], None]] = []
 
     async def _call(self, name: str, call: Callable[[], Coroutine[Any, Any, T]]) -> T:
         backoff = self.initial_backoff_s
@@ -57,8 +67,12 @@ class ResilientStore(StoreWrapper):
         while True:
             started = loop.time()
             try:
-                result = await call()
-            except StoreUnavailable as exc:
+                result = await self._bounded(call, started)
+            except StoreError as exc:
+                self._failed(name, "refused" if isinstance(exc, StoreRefused) else
+                             "unavailable" if isinstance(exc, StoreUnavailable) else "error")
+                if not isinstance(exc, StoreUnavailable):
+                    raise
                 task = asyncio.current_task()
                 if task is not None and task.cancelling():
                     # The client turned our cancellation into a connection error: never retry
@@ -67,7 +81,7 @@ class ResilientStore(StoreWrapper):
                 if not self.down:
                     self.down, self.outages = True, self.outages + 1
                     log.warning("store unavailable, retrying with backoff: %s", exc)
-                self._check_deadline(exc)
+                self._check_deadline(exc, started)
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, self.max_backoff_s)
                 continue
@@ -84,10 +98,29 @@ class ResilientStore(StoreWrapper):
                 self._tasks.add(asyncio.create_task(self._reconnected()))
             return result
 
-    def _check_deadline(self, exc: StoreUnavailable) -> None:
+    def _failed(self, name: str, reason: str) -> None:
+        self.failures[name, reason] += 1
+        for count in self.on_failure:
+            count(name, reason)
+
+    async def _bounded(self, call: Callable[[], Coroutine[Any, Any, T]], started: float) -> T:
+        """``call()``, given no longer than what is left of the deadline: a store that stops answering
+        (a paused server, a black-holed link) holds a call until the client's socket timeout, and
+        the deadline must not wait for that."""
+        if self.deadline_s is None:
+            return await call()
+        since = started if self._down_since is None else self._down_since
+        left = self.deadline_s - (asyncio.get_running_loop().time() - since)
+        try:
+            return await asyncio.wait_for(call(), max(left, 0.001))
+        except TimeoutError:
+            raise StoreUnavailable(f"no answer within {max(left, 0.0):.1f} s") from None
+
+    def _check_deadline(self, exc: StoreUnavailable, started: float) -> None:
+        """Past the deadline: StoreGone. An outage began no later than the first failed call was sent."""
         now = asyncio.get_running_loop().time()
         if self._down_since is None:
-            self._down_since = now
+            self._down_since = started
         if self.deadline_s is not None and now - self._down_since >= self.deadline_s:
             raise StoreGone(f"unreachable for {now - self._down_since:.0f} s (deadline {self.deadline_s:g} s, "
                             f"--store-deadline): {exc}") from None

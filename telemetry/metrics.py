@@ -94,6 +94,9 @@ class WaveppMetrics:
         self.evictions = counter(N.M_EVICTIONS, "{block}", "Cached KV blocks evicted to prepare waves")
         self.waves = counter(N.M_WAVES, "{wave}", "Waves planned")
         self.spans_dropped = counter(N.M_SPANS_DROPPED, "{span}", "Spans an exporter dropped")
+        self.store_failures = counter(N.M_STORE_FAILURES, "{call}", "Store calls that failed, by call and reason "
+                                      "(unavailable, refused, error); an unavailable or refused call is retried")
+        self.store_up = gauge(N.M_STORE_UP, "1", "1 while the store takes calls, 0 while they fail and are retried")
         self.busy_window_ns = int(busy_window_s * 1e9)
         self._busy: dict[tuple[str, int], deque[tuple[int, int]]] = {}
         self._busy_now: dict[str, int] = {}

@@ -94,3 +94,5 @@ M_FALLBACKS = "wavepp_fallbacks"                             # counter: reuse bo
 M_EVICTIONS = "wavepp_kv_evictions"                          # counter {stage}: cached blocks evicted
 M_WAVES = "wavepp_waves"                                     # counter: waves planned
 M_SPANS_DROPPED = "wavepp_spans_dropped"                     # counter {exporter}
+M_STORE_FAILURES = "wavepp_store_failures"                   # counter {call, reason}: failed store attempts
+M_STORE_UP = "wavepp_store_up"                               # gauge: 1 while the store takes calls, 0 in an outage

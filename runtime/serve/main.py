@@ -37,6 +37,7 @@ log = logging.getLogger(__name__)
 CUT_GRACE_S = 1.0        # a second signal: how long cut requests' handlers get to write their 503
 EXIT_CUT = 1             # the exit code of a server stopped at once by a second signal
 CUT_REASON = "the server stopped at once (a second signal) before the request finished"
+FAILED_GRACE_S = 0.5     # a failed loop: its requests' handlers write their 503 before the server exits
 
 
 class JsonErrorH11(H11Protocol):
@@ -92,6 +93,7 @@ class DrainingServer(uvicorn.Server):
         self._starting: asyncio.Task[None] | None = None
         self._signals = 0
         self._jobs: set[asyncio.Task[None]] = set()   # the drain and the cut (a task nobody holds may vanish)
+        rt.on_failure = lambda: self._spawn(self._failed)
 
     async def start_runtime(self) -> bool:
         """Start the runtime; False when a signal stopped the start first (:meth:`ServerRuntime.stop`
@@ -132,6 +134,15 @@ class DrainingServer(uvicorn.Server):
         self.drained = await self.rt.drain(self.drain_s)
         if not self.rt.cut_short:                  # a cut stops the server itself
             self.should_exit = True
+
+    async def _failed(self) -> None:
+        """The loop failed (a stage died, a link timed out, the store gone past its deadline): every
+        request was answered 503; give their handlers a moment to write it, then stop, so that the
+        process exits 1 with the loop's error as its last line and its supervisor (compose's
+        ``restart``, systemd, Kubernetes) starts a new server. A server left up would answer /health
+        forever and nothing would restart it."""
+        await self._handlers_done(FAILED_GRACE_S)
+        self.should_exit = True
 
     async def _cut(self) -> None:
         """A second signal: answer every unanswered request 503 now, give their handlers a moment

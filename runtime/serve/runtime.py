@@ -13,7 +13,7 @@ import itertools
 import logging
 import time
 from array import array
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,6 +31,7 @@ from wavepp.runtime.runfile import RunInfo
 from wavepp.runtime.serve.drain_rate import DrainRate
 from wavepp.runtime.server_source import Outcome, ServerSource
 from wavepp.store.base import Store
+from wavepp.store.resilient import ResilientStore
 from wavepp.telemetry.metrics import process_metrics
 from wavepp.telemetry.ring import SpanRing
 from wavepp.telemetry.setup import Telemetry
@@ -110,12 +111,18 @@ class ServerRuntime:
         self._ids = itertools.count()
         self.started_at = time.time()
         self.answered = DrainRate()             # answers per busy second: a 429's Retry-After
+        # Called once when the loop fails (a stage died, a link timed out, the store is gone past its
+        # deadline): the server then exits so its supervisor starts a new one (wavepp serve sets it).
+        self.on_failure: Callable[[], None] | None = None
 
     # ---- life cycle -----------------------------------------------------------------------------
     async def start(self) -> None:
         """Build the stages, open the store and start the loop (returns once it takes requests)."""
         self.parts = self.engine.build(get_policy(self.knobs.policy).pool)
         self.store = self.parts.store = await self.engine.open_store(self.store_deadline_s)
+        if isinstance(self.store, ResilientStore):
+            self.store.on_failure.append(self._store_failed)
+            self.metrics.store_failures.add(0, {"call": "any", "reason": "unavailable"})
         # A server keeps no span list, only the bounded ring (/v1/spans); the process's metrics (/metrics)
         # and, from OTEL_* / the store, OTLP and the Redis span stream (telemetry.setup).
         self.tel = self.engine.telemetry(self.run, keep=False, ring=self.ring, metrics=self.metrics)
@@ -138,6 +145,8 @@ class ServerRuntime:
             self.error = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
             log.error("the pipeline loop stopped: %s", self.error)
         self.source.fail_all(self.error or "the server stopped")
+        if self.error is not None and self.on_failure is not None:
+            self.on_failure()
 
     @property
     def deployment(self) -> Deployment:
@@ -240,6 +249,8 @@ class ServerRuntime:
         if self.loop is not None and self.serving:
             self.metrics.observe_status(self.loop.policy.name, await self.loop.status())
             self._settle_idle(self.loop.policy)
+        if isinstance(self.store, ResilientStore):
+            self.metrics.store_up.set(0 if self.store.down else 1)
         return self.metrics.render()
 
     def _settle_idle(self, policy: Policy) -> None:
@@ -253,8 +264,15 @@ class ServerRuntime:
         for (stage, cause), seconds in self.idle.settle().items():
             self.metrics.stage_idle.add(seconds, {"policy": policy.name, "stage": stage, "cause": cause})
 
+    def _store_failed(self, call: str, reason: str) -> None:
+        self.metrics.store_failures.add(1, {"call": call, "reason": reason})
+
     async def store_reachable(self) -> bool:
+        """The store answers within READY_PROBE_S and is not in an outage (calls failing and retried,
+        e.g. writes refused while reads still answer)."""
         if self.store is None:
+            return False
+        if isinstance(self.store, ResilientStore) and self.store.down:
             return False
         try:
             await asyncio.wait_for(self.store.status_get(), READY_PROBE_S)

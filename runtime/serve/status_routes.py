@@ -22,10 +22,13 @@ def add_status_routes(app: FastAPI, rt: ServerRuntime, served_model: str) -> Non
         return {"object": "list", "data": [{"id": served_model, "object": "model", "created": int(rt.started_at),
                                             "owned_by": "wavepp", "max_model_len": rt.max_prompt_tokens}]}
 
-    @app.get("/health")
-    async def health() -> dict[str, str]:
-        """Liveness: the process answers."""
-        return {"status": "ok"}
+    @app.get("/health", responses={503: {"description": "the pipeline loop failed (the server is exiting)"}})
+    async def health() -> JSONResponse:
+        """Liveness: the process answers and its pipeline loop has not failed (a failed server exits
+        within a second; until then this says why)."""
+        if rt.error is not None:
+            return JSONResponse({"status": "failed", "error": rt.error}, 503)
+        return JSONResponse({"status": "ok"})
 
     @app.get("/ready", responses={503: {"description": "stages not up, store unreachable, or draining"}})
     async def ready() -> JSONResponse:

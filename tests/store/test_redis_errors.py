@@ -15,6 +15,7 @@ import redis
 from wavepp.runtime.knobs import KnobError, validated_values
 from wavepp.store.base import StoreError
 from wavepp.store.redis_store import RedisStore, StoreUnavailable
+from wavepp.store.resilient import ResilientStore, StoreRefused
 from wavepp.store.urls import StoreUrl, parse_store_url
 
 StartRedis = Callable[..., tuple[subprocess.Popen[bytes], int]]
@@ -119,6 +120,58 @@ def test_server_gone_mid_session_is_store_unavailable(start_private_redis: Start
         finally:
             await store.close()
     asyncio.run(body())
+
+
+@pytest.mark.parametrize("refusal", ["out of memory", "read-only replica"])
+def test_a_server_refusing_writes_is_store_refused_and_retried_until_it_takes_them(
+        refusal: str, start_private_redis: StartRedis) -> None:
+    """OOM under noeviction and READONLY are a server's state, not a bad call: StoreRefused (a
+    StoreUnavailable), which the resilient store retries - counting each refusal - until the write is
+    taken, also from inside a Lua script (the hint index's)."""
+    proc, port = start_private_redis()
+    admin = redis.Redis(port=port)
+
+    async def body() -> None:
+        inner = await RedisStore.connect(f"redis://127.0.0.1:{port}/0", timeout_s=0.5)
+        with pytest.raises(StoreRefused) as info:
+            await refuse_then(inner.hint_update(0, [1, 2], []))
+        assert "refuses writes for now" in str(info.value) and "\n" not in str(info.value)
+        store = ResilientStore(inner, initial_backoff_s=0.01, max_backoff_s=0.05)
+        counted: list[tuple[str, str]] = []
+        store.on_failure.append(lambda call, reason: counted.append((call, reason)))
+        refuse()
+        write = asyncio.ensure_future(store.hint_update(0, [3], []))
+        await asyncio.sleep(0.3)
+        assert not write.done() and store.down            # waiting, not failed
+        accept()
+        await asyncio.wait_for(write, 5)
+        assert await store.hint_count(0) == 1               # block 3: the refused first call left nothing
+        assert counted and set(counted) == {("hint_update", "refused")}
+        assert store.failures["hint_update", "refused"] == len(counted)
+        await store.close()
+
+    def refuse() -> None:
+        if refusal == "out of memory":
+            admin.config_set("maxmemory", 1)
+        else:
+            admin.replicaof("127.0.0.1", 1)                 # nobody there: a replica that stays read-only
+
+    def accept() -> None:
+        if refusal == "out of memory":
+            admin.config_set("maxmemory", 0)
+        else:
+            admin.replicaof("no", "one")
+
+    async def refuse_then(call: Any) -> Any:
+        refuse()
+        try:
+            return await call
+        finally:
+            accept()
+    try:
+        asyncio.run(body())
+    finally:
+        admin.close()
 
 
 def _raw_knobs(client: redis.Redis, store: RedisStore) -> tuple[Any, ...]:

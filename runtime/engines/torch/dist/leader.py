@@ -20,7 +20,7 @@ import torch
 from torch import Tensor
 
 from wavepp.runtime.engines.base import Escrowed, LeaseItem, Materialized, MaterializeItem, StageHandle
-from wavepp.runtime.engines.torch.dist.launch import World, join_torchrun, link_timeout, spawn_stages
+from wavepp.runtime.engines.torch.dist.launch import TIMEOUT_ENV, World, join_torchrun, link_timeout, spawn_stages
 from wavepp.runtime.engines.torch.dist.rpc import CLOSE_WAIT_S, LinkSender, RpcClient, StageDied, fail
 from wavepp.runtime.engines.torch.dist.stage_server import Keys, StageSpec, run_chunks, serve_stage
 from wavepp.runtime.engines.torch.executor import RequestBook
@@ -206,6 +206,9 @@ class StageProcesses:
                 cause = rpc.exit_cause(wait_s=0.5)
                 if cause is not None:
                     raise StageDied(f"stage {rpc.stage} process {cause}") from exc
+            if "Timed out" in str(exc):         # gloo's own limit: every process alive, one not answering
+                raise StageDied(f"a link between stages timed out after {link_timeout().total_seconds():g} s "
+                                f"(a stage process stopped or stuck; ${TIMEOUT_ENV} sets the limit)") from exc
             raise
 
     def close(self, orderly: bool = True) -> None:

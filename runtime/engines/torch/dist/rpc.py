@@ -220,7 +220,8 @@ class RpcClient:
         with self._lock:
             oldest = min(self._sent_at.values(), default=None)
         if oldest is not None and time.monotonic() - oldest > limit_s:
-            self._die(f"stage {self.stage} process did not answer a call within {limit_s:g} s")
+            self._die(f"stage {self.stage} process did not answer a call within {limit_s:g} s (stopped or stuck; "
+                      f"$WAVEPP_DIST_TIMEOUT_S sets the limit)")
 
     def fail(self, why: str) -> None:
         """Another stage died: every call to this one fails with ``why`` (the run is over)."""
