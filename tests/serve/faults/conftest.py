@@ -136,14 +136,16 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
 
 
 # ---- waiting ------------------------------------------------------------------------------------
-def _until(what: Callable[[], Any], timeout_s: float = 30.0, step_s: float = 0.02, why: str = "") -> float:
-    """Poll ``what()`` until it is truthy; the monotonic time it first was. Fails the test on timeout."""
+def _until(what: Callable[[], Any], timeout_s: float = 30.0, step_s: float = 0.02,
+           why: str | Callable[[], str] = "") -> float:
+    """Poll ``what()`` until it is truthy; the monotonic time it first was. Fails the test on timeout,
+    saying ``why`` (a callable: called then)."""
     deadline = time.monotonic() + timeout_s
     while True:
         if what():
             return time.monotonic()
         if time.monotonic() > deadline:
-            pytest.fail(f"not within {timeout_s:g} s: {why or what}")
+            pytest.fail(f"not within {timeout_s:g} s: {(why() if callable(why) else why) or what}")
         time.sleep(step_s)
 
 

@@ -1,0 +1,137 @@
+"""Faults of the stage processes and of the leader: the torch engine with spawned stages (PP2,
+tiny-llama on the CPU) under four closed-loop clients. A stage killed or stopped past the link
+timeout fails the loop: its requests are answered 503 naming the cause, the server exits 1 for
+its supervisor, and no stage process outlives it; the leader killed with leases held leaves
+registry entries that expire by their heartbeat's TTL and are reaped by the next leader."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import signal
+import time
+from collections.abc import Callable
+from typing import Any
+
+from wavepp.runtime.control_plane import LEASE_TTL_S
+from wavepp.store.redis_store import RedisStore
+
+SPAWN = ("--engine", "torch", "--launcher", "spawn", "--pp", "2")
+LINK_TIMEOUT_S = 3
+
+
+def _fails_for_its_supervisor(server: Any, clients: Any, fault: Any, until: Callable[..., float],
+                              cause: str, timeout_s: float, label: str | None = None) -> None:
+    """The fault is seen as a 503 naming ``cause`` (a regular expression); then the server exits 1 with
+    it as its last line."""
+    fault.detect(f"a 503: {label or cause}",
+                 until(lambda: (a := clients.first(503, fault.injected)) is not None and re.search(cause, a.text),
+                       timeout_s,
+                       why=lambda: f"a 503 naming {cause!r}; answers {clients.statuses()}, 503s "
+                                  f"{[a.text for a in clients.snapshot() if a.status == 503][:2]}, "
+                                  f"server: {server.errors()[-600:]}"))
+    until(lambda: server.proc.poll() is not None, 10, why="the server to exit")
+    fault.facts["exited after (s)"] = round(time.monotonic() - fault.injected, 2)
+    assert server.proc.returncode == 1
+    assert "the pipeline loop stopped" in server.errors().strip().splitlines()[-1]
+
+
+def _restart(start_server: Callable[..., Any], fault: Any, *flags: str, env: dict[str, str] | None = None) -> Any:
+    """What the supervisor does: a new server; recovered at its first answer."""
+    fault.clear()
+    server = start_server(*SPAWN, *flags, env=env)
+    r = server.client.post("/v1/completions", json={"model": server.info["model"], "prompt": [1] * 64,
+                                                     "max_tokens": 1})
+    assert r.status_code == 200
+    fault.recover("a restarted server's first answer")
+    return server
+
+
+def _answered_or_refused(clients: Any) -> dict[str, int]:
+    """Every request the server took was answered (200, or 503 after the fault); what was sent once it
+    stopped listening found no server - a refused connection, never one closed under a request."""
+    answers = clients.snapshot()
+    assert {a.status for a in answers} <= {200, 503, -1}
+    assert all(a.text.startswith("ConnectError") for a in answers if a.status == -1), \
+        [a.text for a in answers if a.status == -1][:3]
+    return {"answered": sum(a.status == 200 for a in answers), "503": sum(a.status == 503 for a in answers)}
+
+
+def test_a_stage_process_killed(start_server: Callable[..., Any], load: Any, until: Callable[..., float],
+                                fault: Any, stage_pids: Callable[[int], list[int]],
+                                is_alive: Callable[[int], bool]) -> None:
+    """A stage process killed (SIGKILL) mid-load."""
+    server = start_server(*SPAWN)
+    (stage,) = stage_pids(server.proc.pid)
+    with load(server.url, server.info["model"]) as clients:
+        until(lambda: clients.statuses()[200] >= 8, 60, why="8 answers before the fault")
+        fault.inject()
+        os.kill(stage, signal.SIGKILL)
+        _fails_for_its_supervisor(server, clients, fault, until, "stage 1 process was killed by SIGKILL", 10)
+    fault.facts |= _answered_or_refused(clients)
+    assert not is_alive(stage)
+    _restart(start_server, fault).stop()
+
+
+def test_a_stage_process_stopped_past_the_link_timeout(start_server: Callable[..., Any], load: Any,
+                                                       until: Callable[..., float], fault: Any,
+                                                       stage_pids: Callable[[int], list[int]],
+                                                       is_alive: Callable[[int], bool]) -> None:
+    """A stage process stopped (SIGSTOP) past the link timeout (WAVEPP_DIST_TIMEOUT_S=3)."""
+    env = {"WAVEPP_DIST_TIMEOUT_S": str(LINK_TIMEOUT_S)}
+    server = start_server(*SPAWN, env=env)
+    (stage,) = stage_pids(server.proc.pid)
+    with load(server.url, server.info["model"]) as clients:
+        until(lambda: clients.statuses()[200] >= 8, 60, why="8 answers before the fault")
+        fault.inject()
+        os.kill(stage, signal.SIGSTOP)
+        cause = rf"(within|after) {LINK_TIMEOUT_S} s \(stopped or stuck"
+        _fails_for_its_supervisor(server, clients, fault, until, cause, LINK_TIMEOUT_S + 10,
+                                  f"no answer within {LINK_TIMEOUT_S} s (stopped or stuck)")
+    fault.facts |= _answered_or_refused(clients)
+    # The stopped stage did not outlive its leader (it is killed, not left stopped).
+    until(lambda: not is_alive(stage), 10, why="the stopped stage process to be gone")
+    _restart(start_server, fault, env=env).stop()
+
+
+async def _entries(url: str) -> tuple[int, int]:
+    """(live registry entries, every entry stored): a dead holder's entries stop being live at once
+    when its TTL ends, and stop being stored when a reaper took them."""
+    store = await RedisStore.connect(url)
+    try:
+        live = len(await store.registry_entries())
+        stored = int(await store.client.hlen(store.key("registry", "entries")))
+        return live, stored
+    finally:
+        await store.close()
+
+
+def test_the_leader_killed_while_holding_leases(start_server: Callable[..., Any], redis_proc: Any, load: Any,
+                                                until: Callable[..., float], fault: Any,
+                                                stage_pids: Callable[[int], list[int]],
+                                                is_alive: Callable[[int], bool]) -> None:
+    """The leader killed (SIGKILL) while holding leases."""
+    server = start_server(*SPAWN, "--store", redis_proc.url)
+    (stage,) = stage_pids(server.proc.pid)
+    with load(server.url, server.info["model"], clients=8, tokens=1024) as clients:
+        until(lambda: clients.statuses()[200] >= 4, 60, why="answers before the fault")
+        until(lambda: asyncio.run(_entries(redis_proc.url))[0] > 0, 30, 0.005, why="a lease held in the registry")
+        fault.inject()
+        server.proc.kill()
+        server.proc.wait()
+        held = asyncio.run(_entries(redis_proc.url))[1]
+        # Its stage process sees its links close and exits; its entries stop being live by the TTL.
+        until(lambda: not is_alive(stage), 15, why="the dead leader's stage process to exit")
+        fault.facts["stage gone after (s)"] = round(time.monotonic() - fault.injected, 2)
+        fault.detect("its registry entries expired (TTL)",
+                     until(lambda: asyncio.run(_entries(redis_proc.url))[0] == 0, LEASE_TTL_S + 10, 0.1))
+    assert held > 0
+    fault.facts |= {"entries held": held, "lease TTL (s)": LEASE_TTL_S}
+    assert fault.detect_s >= LEASE_TTL_S * 0.5       # the heartbeat's TTL, not sooner (kept alive till the kill)
+    # The next leader on the store reaps them (its reaper, every TTL/2).
+    fault.clear()
+    restarted = start_server(*SPAWN, "--store", redis_proc.url)
+    fault.recover("the next leader reaped them",
+                  until(lambda: asyncio.run(_entries(redis_proc.url))[1] == 0, LEASE_TTL_S + 10, 0.1))
+    assert restarted.stop() == 0
