@@ -184,6 +184,7 @@ class Telemetry:
                 metrics.spans_dropped_by(p.name, 0)      # exported at 0 from the start (Prometheus convention)
         self.tracer = self.provider.get_tracer("wavepp")
         self._shut = False
+        self._reported: dict[str, int] = {}      # drops already added to the metric, by exporter
 
     def now_ns(self) -> int:
         t = self._clock()
@@ -275,12 +276,21 @@ class Telemetry:
         """Spans each exporter dropped so far (queue full, endpoint down), by exporter name."""
         return {p.name: p.dropped for p in self.exporters}
 
+    def report_dropped(self) -> None:
+        """Add the drops since the last report to ``wavepp_spans_dropped_total`` (a server at every
+        scrape, so an outage shows while it lasts; every run at its shutdown)."""
+        if self.metrics is None:
+            return
+        for p in self.exporters:
+            now = p.dropped
+            if now > self._reported.get(p.name, 0):
+                self.metrics.spans_dropped_by(p.name, now - self._reported.get(p.name, 0))
+                self._reported[p.name] = now
+
     def shutdown(self) -> None:
         """Flush the exporters (bounded: an unreachable endpoint's spans are dropped and counted)."""
         if self._shut:
             return
         self._shut = True
         self.provider.shutdown()
-        if self.metrics is not None:
-            for p in self.exporters:
-                self.metrics.spans_dropped_by(p.name, p.dropped)
+        self.report_dropped()

@@ -11,10 +11,13 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import os
+import threading
 import time
 from array import array
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from wavepp.runtime.engines.base import EngineParts, now
@@ -37,6 +40,19 @@ from wavepp.telemetry.ring import SpanRing
 from wavepp.telemetry.setup import Telemetry
 
 log = logging.getLogger(__name__)
+
+
+def process_figures() -> dict[str, int]:
+    """This process's resident memory, threads, open file descriptors and asyncio tasks (a soak
+    reads them to find leaks; Linux ``/proc``, 0 where it cannot be read)."""
+    rss = fds = 0
+    try:
+        rss = int(Path("/proc/self/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+        fds = len(os.listdir("/proc/self/fd"))
+    except (OSError, ValueError, IndexError):
+        pass
+    return {"pid": os.getpid(), "rss_bytes": rss, "threads": threading.active_count(), "fds": fds,
+            "tasks": len(asyncio.all_tasks())}
 
 READY_PROBE_S = 1.0          # /ready: the store must answer within this
 IDLE_RESTART_SPANS = 100_000  # the live idle split holds about this many spans at most
@@ -251,6 +267,8 @@ class ServerRuntime:
             self._settle_idle(self.loop.policy)
         if isinstance(self.store, ResilientStore):
             self.metrics.store_up.set(0 if self.store.down else 1)
+        if self.tel is not None:
+            self.tel.report_dropped()
         return self.metrics.render()
 
     def _settle_idle(self, policy: Policy) -> None:
@@ -288,7 +306,7 @@ class ServerRuntime:
                   "draining": self.draining, "serving": self.serving, "error": self.error,
                   "max_prompt_tokens": self.max_prompt_tokens}
         if loop is None or not self.serving:
-            return {"server": server, "run": self.run.id}
+            return {"server": server, "run": self.run.id, "process": process_figures()}
         status = (await loop.status()).to_json()
         planner = loop.planner
         status["budget"] = {"current": getattr(planner, "current", None),
@@ -296,4 +314,5 @@ class ServerRuntime:
                             "min_wave_tokens": loop.knobs.min_wave_tokens, "ring": loop.ring,
                             "max_leases": loop.knobs.max_leases}
         status["server"] = server
+        status["process"] = process_figures()
         return status
