@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -86,11 +86,37 @@ def output_file(text: str) -> str:
 
 
 def write_output(path: str | Path, write: Any) -> None:
-    """Run ``write(path)``; an OS error (disk full, permissions changed meanwhile) is one line, exit 1."""
+    """Run ``write(tmp)`` on a file beside ``path`` (its name ends as path's does: writers choose
+    gzip by it) and move it into place, so ``path`` is either whole or untouched. An OS error (disk
+    full, permissions changed meanwhile) is one line, exit 1, and leaves no partial file."""
+    target = Path(path)
+    tmp = target.with_name(f".tmp-{os.getpid()}-{target.name}")
     try:
-        write(path)
+        write(tmp)
+        os.replace(tmp, target)
     except OSError as exc:
+        tmp.unlink(missing_ok=True)
         raise RunFailed(f"cannot write {str(path)!r}: {exc.strerror or exc}") from None
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def write_outputs(outputs: Iterable[tuple[str | None, Any, str]]) -> None:
+    """Each ``(path, write, said)`` whose path is given: written (:func:`write_output`) and ``said``
+    printed. One that cannot be written does not stop the others; their errors are one line at the end."""
+    errors = []
+    for path, write, said in outputs:
+        if not path:
+            continue
+        try:
+            write_output(path, write)
+        except RunFailed as exc:
+            errors.append(str(exc))
+            continue
+        print(said)
+    if errors:
+        raise RunFailed("; ".join(errors))
 
 
 def write_text(path: str | Path, text: str) -> None:

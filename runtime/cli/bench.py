@@ -8,6 +8,7 @@ import dataclasses
 import json
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from wavepp.runtime.cli import bench_telemetry
@@ -21,8 +22,7 @@ from wavepp.runtime.cli.args import (
     output_file,
     positive_float,
     positive_int,
-    write_output,
-    write_text,
+    write_outputs,
 )
 from wavepp.runtime.cli.bench_url import cmd_bench_url
 from wavepp.runtime.engines.launchers import LAUNCHER_HELP, LAUNCHERS
@@ -312,19 +312,17 @@ def _write_outputs(args: argparse.Namespace, records: Sequence[Any]) -> None:
     """``--json``, ``--save-run`` and ``--trace`` of the runs that finished."""
     if not records:
         return
-    if args.json_path:
-        runs = [{**r.figures.as_dict(), **{k: v for k, v in r.meta.items() if k.startswith(("sim_", "spans"))},
-                 "working_set_tokens": r.meta.get("working_set_tokens"),
-                 "capacity_tokens": [n * r.meta["block_size"] for n in r.meta["capacities"]],
-                 "telemetry": r.meta["telemetry"],
-                 "knobs": r.meta["knobs"], "knob_changes": [c for _, c in r.loop.knob_changes]} for r in records]
-        write_text(args.json_path, json.dumps({"runs": runs}, indent=1))
-        print(f"wrote {args.json_path}")
-    if args.save_run:
-        from wavepp.runtime.runfile import save_runs
-        write_output(args.save_run, lambda p: save_runs(p, [r.saved() for r in records]))
-        print(f"wrote {args.save_run} (wavepp dashboard --run {args.save_run})")
-    if args.trace:
-        from wavepp.telemetry.chrome_trace import write_trace
-        write_output(args.trace, lambda p: write_trace(p, ((r.label, r.encoded, args.pp) for r in records)))
-        print(f"wrote {args.trace} (open in https://ui.perfetto.dev)")
+    from wavepp.runtime.runfile import save_runs
+    from wavepp.telemetry.chrome_trace import write_trace
+    runs = [{**r.figures.as_dict(), **{k: v for k, v in r.meta.items() if k.startswith(("sim_", "spans"))},
+             "working_set_tokens": r.meta.get("working_set_tokens"),
+             "capacity_tokens": [n * r.meta["block_size"] for n in r.meta["capacities"]],
+             "telemetry": r.meta["telemetry"],
+             "knobs": r.meta["knobs"], "knob_changes": [c for _, c in r.loop.knob_changes]} for r in records]
+    # Each output on its own: one that cannot be written (a full disk) does not cost the others.
+    write_outputs([
+        (args.json_path, lambda p: Path(p).write_text(json.dumps({"runs": runs}, indent=1)), f"wrote {args.json_path}"),
+        (args.save_run, lambda p: save_runs(p, [r.saved() for r in records]),
+         f"wrote {args.save_run} (wavepp dashboard --run {args.save_run})"),
+        (args.trace, lambda p: write_trace(p, ((r.label, r.encoded, args.pp) for r in records)),
+         f"wrote {args.trace} (open in https://ui.perfetto.dev)")])

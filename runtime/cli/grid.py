@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 from typing import Any
 
-from wavepp.runtime.cli.args import Handler, UsageError, int_list, name_list, output_file, positive_int, write_text
+from wavepp.runtime.cli.args import Handler, UsageError, int_list, name_list, output_file, positive_int, write_outputs
 
 
 def register(sub: Any) -> dict[str, Handler]:
@@ -45,8 +46,6 @@ def cmd_grid(args: argparse.Namespace) -> int:
     from wavepp.runtime.workloads import parse_workload
 
     if args.grid == "pressure":
-        from pathlib import Path
-
         from wavepp.runtime.engines.sim.perf_tables import default_perf_dir
         from wavepp.runtime.grid_pressure import pressure_spec
         traces = sorted((default_perf_dir().parent / "traces").glob("*.jsonl"))   # ../shared/data/traces
@@ -76,11 +75,7 @@ def cmd_grid(args: argparse.Namespace) -> int:
     with BenchProgress(disabled=args.quiet) as progress:
         rows = run_grid(spec, args.jobs, lambda done, total: progress.update("grid settings", done, total))
     print(summary(rows))
-    if args.json_path:
-        write_text(args.json_path, json.dumps({"summary": summary(rows), "settings": [r.as_dict() for r in rows]},
-                                              indent=1))
-        print(f"wrote {args.json_path}")
-    if args.markdown:
-        write_text(args.markdown, to_markdown(rows, spec))
-        print(f"wrote {args.markdown}")
+    whole = json.dumps({"summary": summary(rows), "settings": [r.as_dict() for r in rows]}, indent=1)
+    write_outputs([(args.json_path, lambda p: Path(p).write_text(whole), f"wrote {args.json_path}"),
+                   (args.markdown, lambda p: Path(p).write_text(to_markdown(rows, spec)), f"wrote {args.markdown}")])
     return 0
