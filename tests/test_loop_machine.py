@@ -1,7 +1,8 @@
 """The whole loop as a hypothesis state machine (issue 28, item 2): its rules write a schedule of
 what happens to a serving runtime - arrivals of prompts sharing prefixes, clients giving up at any
-point of their request's life, knob changes (the wave budget, its floor, the ring) and policy
-switches to any registered preset or single-mechanism ablation - and the run plays the schedule on
+point of their request's life, knob changes (the wave budget, its floor, the ring), policy
+switches to any registered preset or single-mechanism ablation, and evictions forced on one stage
+(memory pressure from outside the run: residency diverges from the hint index) - and the run plays the schedule on
 the sim, in virtual time, on uneven pools that diverge across stages, with the invariant checker
 (``runtime/invariants.py``) after every wave and at the drain.
 
@@ -42,6 +43,13 @@ class Arrival:
 
 
 @dataclass(frozen=True)
+class Eviction:
+    at: float
+    stage: int             # modulo the number of stages
+    blocks: int
+
+
+@dataclass(frozen=True)
 class KnobChange:
     at: float
     changes: tuple[tuple[str, object], ...]
@@ -54,6 +62,7 @@ class LoopMachine(RuleBasedStateMachine):
         super().__init__()
         self.arrivals: list[Arrival] = []
         self.changes: list[KnobChange] = []
+        self.evictions: list[Eviction] = []
         self.capacities = (3000, 2500, 2000)
 
     @initialize(capacities=st.sampled_from([(3000, 2500, 2000), (1500, 400, 900), (600, 600, 600, 250)]))
@@ -71,6 +80,12 @@ class LoopMachine(RuleBasedStateMachine):
     def retune(self, at: float, budget: tuple[int, int], ring: int) -> None:
         self.changes.append(KnobChange(at, (("max_wave_tokens", budget[0]), ("min_wave_tokens", budget[1]),
                                             ("ring", ring))))
+
+    @rule(at=st.floats(0, 0.5), stage=st.integers(0, 3), blocks=st.sampled_from([1, 8, 64, 1 << 20]))
+    def pressure(self, at: float, stage: int, blocks: int) -> None:
+        """Memory pressure from outside the run: one stage evicts cached blocks nobody holds (all of
+        them, at 1 << 20), so it diverges from the others and from the hint index."""
+        self.evictions.append(Eviction(at, stage, blocks))
 
     @rule(at=st.floats(0, 0.5), policy=st.sampled_from(EVERY_POLICY))
     def switch(self, at: float, policy: str) -> None:
@@ -96,7 +111,14 @@ class LoopMachine(RuleBasedStateMachine):
             await asyncio.sleep(c.at)
             served.loop.set_knobs(served.loop.knobs.replace(**dict(c.changes)))   # type: ignore[arg-type]
 
-        jobs = [client(i, a) for i, a in enumerate(self.arrivals)] + [change(c) for c in self.changes]
+        async def evict(e: Eviction) -> None:
+            await asyncio.sleep(e.at)
+            handle = served.loop.handles[e.stage % len(served.loop.handles)]
+            if handle.cache.evict_cached(e.blocks):
+                served.loop.run_state.index_dirty.notify()    # the publisher sends the detaches
+
+        jobs = [client(i, a) for i, a in enumerate(self.arrivals)] + [change(c) for c in self.changes] + \
+            [evict(e) for e in self.evictions]
         await asyncio.wait_for(asyncio.gather(*jobs), 600)
         assert len(served.outcomes) == len(self.arrivals)
         # Completed, or cancelled by its client; or, only after a switch to a policy whose source

@@ -269,6 +269,20 @@ class StageCache(HybridStates):
             out.append(victim)
         return out
 
+    def evict_cached(self, n: int) -> int:
+        """Evict up to ``n`` cached blocks nobody holds now, LRU leaves first, to the free list - what
+        memory pressure from outside the run does to one stage, so its residency diverges from the
+        others' and from the hint index until the next flush. Returns how many. Not on a hybrid stage
+        (its leaves carry snapshots: 0)."""
+        pool, done = self.pool, 0
+        # A reclaimable block becomes a free one: what escrow may claim (free + reclaimable) is unchanged.
+        while done < n and self.states is None and pool.lru:
+            victim = next(iter(pool.lru))
+            self._detached.append(pool.evict(victim))
+            pool.release_owned(victim)
+            done += 1
+        return done
+
     # ---- completion and release -------------------------------------------------------------
     def complete(self, rid: str, hashes: list[int]) -> None:
         """Attach the request's full blocks to the reuse tree, then drop its references."""

@@ -59,6 +59,27 @@ def test_lease_falls_back_when_the_stage_evicted_part_of_the_prefix_after_the_hi
     c.check()
 
 
+def test_forced_eviction_takes_only_what_nobody_holds_and_tells_the_index() -> None:
+    """``evict_cached`` (memory pressure from outside the run): cached blocks nobody holds go to the
+    free list, LRU leaves first; a leased prefix stays; each one is a detach for the hint index;
+    what an escrow may claim is unchanged."""
+    c = StageCache(0, 16, B)
+    tokens, hashes = prompt(1, 4)
+    t2, h2 = prompt(2, 4)
+    run_request(c, "a", hashes, len(tokens))
+    run_request(c, "b", h2, len(t2))
+    c.drain_index_updates()
+    assert c.lease("keep", hashes, 4, len(tokens)) == 4            # pins a's prefix
+    available = c.available_blocks()
+    assert c.evict_cached(1 << 20) == 4                             # only b's blocks
+    assert c.prefix_length(hashes) == 4 and c.prefix_length(h2) == 0
+    assert sorted(c.drain_index_updates()[1]) == sorted(h2)
+    assert c.available_blocks() == available and c.stats().num_free == 16 - 4
+    c.release("keep")
+    assert c.evict_cached(2) == 2 and c.prefix_length(hashes) == 2   # the tail first
+    c.check()
+
+
 def test_escrow_refuses_what_it_cannot_promise() -> None:
     """Escrow counts free + reclaimable blocks minus what other tickets already hold."""
     c = StageCache(0, 8, B)
