@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-dev
 
-.PHONY: demo test test-reliability lint audit bench bench-torch bench-telemetry grid grid-pressure grid-kimi ablation ablation-kimi clean services stack
+.PHONY: demo test test-reliability faults soak lint audit bench bench-torch bench-telemetry grid grid-pressure grid-kimi ablation ablation-kimi clean services stack
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -97,6 +97,16 @@ RELIABILITY := tests/kvcache/test_cache_machine.py tests/store/test_probe.py tes
 	tests/test_hashing.py tests/test_report.py tests/engines/sim/test_perf_interp.py tests/test_loop_machine.py
 test-reliability: $(STAMP) services
 	WAVEPP_HYPOTHESIS_PROFILE=reliability $(PY) -m pytest $(RELIABILITY) --hypothesis-show-statistics
+
+# The fault matrix (tests/serve/faults, docs/faults.md): each fault injected into a running service with
+# its seconds to detect and to recover; the table at the end and in out/faults.json + .md. About 5 minutes.
+faults: $(STAMP) services
+	WAVEPP_FAULTS=1 WAVEPP_FAULT_REPORT=out/faults.json $(PY) -m pytest tests/serve/faults
+
+# The soak (scripts/soak.py, docs/faults.md): wavepp serve (torch, spawned stages, Redis) under load with
+# cancellations and knob changes for 30 minutes, then 100,000 requests on the sim; out/soak.json + .md.
+soak: $(STAMP) services
+	$(PY) scripts/soak.py --report out/soak.json
 
 # runtime/engines/torch/dist is named: ruff's default excludes skip any directory called dist.
 lint: $(STAMP)

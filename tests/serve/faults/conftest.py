@@ -105,6 +105,8 @@ def pytest_configure(config: pytest.Config) -> None:
 def fault(request: pytest.FixtureRequest) -> Iterator[FaultRecord]:
     """This test's record; it reaches the table only when the test passed."""
     doc = (request.function.__doc__ or request.node.name).strip().splitlines()[0].rstrip(".")
+    if hasattr(request.node, "callspec"):
+        doc += f": {request.node.callspec.id}"
     record = FaultRecord(doc)
     yield record
     report = getattr(request.node, "rep_call", None)
@@ -256,18 +258,25 @@ class Load:
         rng = random.Random(i)
         with httpx.Client(base_url=self.url, timeout=self.timeout_s) as client:
             while not self._stop.is_set():
-                body = {"model": self.model, "prompt": [rng.randrange(1, 1000) for _ in range(self.tokens)],
-                        "max_tokens": 1}
-                sent = time.monotonic()
-                try:
-                    r = client.post("/v1/completions", json=body)
-                    answer = Answer(sent, time.monotonic(), r.status_code, r.text[:300], r.headers.get("retry-after"))
-                except httpx.HTTPError as exc:
-                    answer = Answer(sent, time.monotonic(), -1, f"{type(exc).__name__}: {exc}"[:300], None)
-                with self._lock:
-                    self.answers.append(answer)
-                if answer.status != 200:
+                if self._send(client, rng).status != 200:
                     self._stop.wait(0.05)
+
+    def send_one(self, seed: int) -> Answer:
+        """One request on a connection of its own (an open-loop arrival), kept with the others."""
+        with httpx.Client(base_url=self.url, timeout=self.timeout_s) as client:
+            return self._send(client, random.Random(seed))
+
+    def _send(self, client: httpx.Client, rng: random.Random) -> Answer:
+        body = {"model": self.model, "prompt": [rng.randrange(1, 1000) for _ in range(self.tokens)], "max_tokens": 1}
+        sent = time.monotonic()
+        try:
+            r = client.post("/v1/completions", json=body)
+            answer = Answer(sent, time.monotonic(), r.status_code, r.text[:300], r.headers.get("retry-after"))
+        except httpx.HTTPError as exc:
+            answer = Answer(sent, time.monotonic(), -1, f"{type(exc).__name__}: {exc}"[:300], None)
+        with self._lock:
+            self.answers.append(answer)
+        return answer
 
     def snapshot(self) -> list[Answer]:
         with self._lock:

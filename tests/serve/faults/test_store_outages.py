@@ -90,8 +90,8 @@ def test_redis_paused_past_the_store_deadline(start_server: Callable[..., Any], 
         fault.detect("the server exits 1", until(lambda: server.proc.poll() is not None, 20))
         fault.facts["exit"] = server.proc.returncode
         assert server.proc.returncode == 1
-        last = server.errors().strip().splitlines()[-1]
-        assert re.search(r"unreachable for \d+ s \(deadline 2 s", last), last
+        assert re.search(r"wavepp: error: .*unreachable for \d+ s \(deadline 2 s", server.errors()), server.errors()
+        assert "Traceback" not in server.errors(), server.errors()
         fault.clear()
         redis_proc.resume()
         restarted = start_server(*SIM, "--store", redis_proc.url, "--store-deadline", "2")
@@ -105,8 +105,11 @@ def test_redis_paused_past_the_store_deadline(start_server: Callable[..., Any], 
     # under a request), as a client of a dead server does.
     assert {a.status for a in answers} <= {200, 503, -1}
     assert all("store" in a.text or "deadline" in a.text for a in answers if a.status == 503)
-    assert all(a.text.startswith("ConnectError") for a in answers if a.status == -1), \
-        [a.text for a in answers if a.status == -1 and not a.text.startswith("ConnectError")][:3]
+    # A request sent on a kept-alive connection as the server closed it may see a reset instead (after the
+    # failure was announced: the first 503); it was never taken (RFC 9112 9.3.1: the client may retry).
+    announced = min(a.ended for a in answers if a.status == 503)
+    assert all(a.text.startswith("ConnectError") or a.sent >= announced for a in answers if a.status == -1), \
+        [(a.sent - announced, a.text) for a in answers if a.status == -1 and not a.text.startswith("ConnectError")][:3]
     fault.facts |= {"answered": sum(a.status == 200 for a in answers), "503": sum(a.status == 503 for a in answers)}
     assert restarted.stop() == 0
 
