@@ -2,13 +2,14 @@
 what happens to a serving runtime - arrivals of prompts sharing prefixes, clients giving up at any
 point of their request's life, knob changes (the wave budget, its floor, the ring), policy
 switches to any registered preset or single-mechanism ablation, and evictions forced on one stage
-(memory pressure from outside the run: residency diverges from the hint index) - and the run plays the schedule on
+(memory pressure from outside the run: residency diverges from the hint index) and stages that die
+(the sim's ``fail_stage``) - and the run plays the schedule on
 the sim, in virtual time, on uneven pools that diverge across stages, with the invariant checker
 (``runtime/invariants.py``) after every wave and at the drain.
 
 Whatever the interleaving, every request ends exactly once, completed or cancelled by its client
-(never failed); the loop never stops; at the drain no stage keeps a lease, a ticket, a table or a
-reference. Hypothesis shrinks a failing schedule to the few events that break it.
+(failed only with a stage's death); the loop stops only when a stage died; at the drain no stage
+keeps a lease, a ticket, a table or a reference. Hypothesis shrinks a failing schedule to the few events that break it.
 
 ``make test`` runs a small profile; ``make test-reliability`` runs it at length (its examples
 are counted in hypothesis's statistics).
@@ -20,12 +21,13 @@ import asyncio
 import os
 from dataclasses import dataclass
 
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, event, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, initialize, rule
+from hypothesis.stateful import RuleBasedStateMachine, initialize, precondition, rule
 
 from tests.test_request_endings import EVERY_POLICY, Served, request
 from wavepp.runtime.engines.sim.clock import run_virtual
+from wavepp.runtime.engines.sim.executor import StageFailed
 from wavepp.runtime.mechanisms.stage_admission import SOURCE_STOPS
 from wavepp.runtime.server_source import CANCELLED
 
@@ -63,6 +65,7 @@ class LoopMachine(RuleBasedStateMachine):
         self.arrivals: list[Arrival] = []
         self.changes: list[KnobChange] = []
         self.evictions: list[Eviction] = []
+        self.crashes: list[Eviction] = []         # (at, stage): a stage failing
         self.capacities = (3000, 2500, 2000)
 
     @initialize(capacities=st.sampled_from([(3000, 2500, 2000), (1500, 400, 900), (600, 600, 600, 250)]))
@@ -87,6 +90,13 @@ class LoopMachine(RuleBasedStateMachine):
         them, at 1 << 20), so it diverges from the others and from the hint index."""
         self.evictions.append(Eviction(at, stage, blocks))
 
+    @precondition(lambda self: not self.crashes)
+    @rule(at=st.floats(0, 1.5), stage=st.integers(0, 3))
+    def crash(self, at: float, stage: int) -> None:
+        """A stage dies (its next step or send fails): the loop fails, every request ends once. At most
+        one, often after the work is done (the arrivals end by 0.5 s): most runs still drain whole."""
+        self.crashes.append(Eviction(at, stage, 0))
+
     @rule(at=st.floats(0, 0.5), policy=st.sampled_from(EVERY_POLICY))
     def switch(self, at: float, policy: str) -> None:
         self.changes.append(KnobChange(at, (("policy", policy),)))
@@ -97,10 +107,17 @@ class LoopMachine(RuleBasedStateMachine):
 
     async def _play(self) -> None:
         served = await Served.start(capacities=self.capacities)
+        # As the server does (runtime/serve/runtime.py): a failed loop answers what is in flight.
+        served.task.add_done_callback(lambda t: served.source.fail_all(
+            str(t.exception()) if not t.cancelled() and t.exception() else "stopped"))
+        refused: list[int] = []
 
         async def client(i: int, a: Arrival) -> None:
             await asyncio.sleep(a.at)
             req = request(i, a.tokens, a.prefix)
+            if served.task.done():                          # the loop failed: the server answers 503
+                refused.append(i)
+                return
             answer = asyncio.ensure_future(served.answer(req))
             if a.give_up is not None:
                 await asyncio.sleep(a.give_up)
@@ -117,14 +134,27 @@ class LoopMachine(RuleBasedStateMachine):
             if handle.cache.evict_cached(e.blocks):
                 served.loop.run_state.index_dirty.notify()    # the publisher sends the detaches
 
+        async def crash(c: Eviction) -> None:
+            await asyncio.sleep(c.at)
+            served.loop.executor.fail_stage(c.stage % len(served.loop.handles), f"stage {c.stage} died")
+
         jobs = [client(i, a) for i, a in enumerate(self.arrivals)] + [change(c) for c in self.changes] + \
-            [evict(e) for e in self.evictions]
+            [evict(e) for e in self.evictions] + [crash(c) for c in self.crashes]
         await asyncio.wait_for(asyncio.gather(*jobs), 600)
-        assert len(served.outcomes) == len(self.arrivals)
+        assert len(served.outcomes) + len(refused) == len(self.arrivals)       # each ended exactly once
+        switched = any(k == "policy" for c in self.changes for k, _ in c.changes)
+        event("a stage died mid-run" if served.task.done() else "drained whole")
+        event(f"stages that evicted: {sum(h.cache.stats().num_evictions > 0 for h in served.loop.handles)}")
+        if served.task.done():
+            # Only a stage's death ends the loop; then every request ended completed, cancelled, or
+            # failed with that death, and none hung.
+            assert isinstance(served.task.exception(), StageFailed), served.task.exception()
+            ended = {o.error for o in served.outcomes.values() if o.completion is None} - {CANCELLED}
+            assert all(e.endswith("died") or (switched and e.endswith(SOURCE_STOPS)) for e in ended), ended
+            return
         # Completed, or cancelled by its client; or, only after a switch to a policy whose source
         # stops there (a baseline's per-stage capacity check: runtime/mechanisms/stage_admission.py),
         # refused with that cited reason. WavePP's own policy fails nothing.
-        switched = any(k == "policy" for c in self.changes for k, _ in c.changes)
         ended = [o.error for o in served.outcomes.values() if o.completion is None and o.error != CANCELLED]
         assert all(switched and e.endswith(SOURCE_STOPS) for e in ended), ended[:3]
         waited = [i for i, a in enumerate(self.arrivals) if a.give_up is None]

@@ -10,6 +10,11 @@ from wavepp.runtime.request import Chunk, Request, Wave
 from wavepp.runtime.step_times import StageFit, fit_waves
 
 
+class StageFailed(RuntimeError):
+    """A simulated stage died (:meth:`SimExecutor.fail_stage`): the sim's counterpart of the torch
+    engine's ``StageDied``."""
+
+
 class SimExecutor:
     def __init__(self, cost_model: CostModel, time_scale: float = 1.0, max_context: int = 1 << 30,
                  step_fit: Sequence[tuple[float, float]] | None = None) -> None:
@@ -18,14 +23,26 @@ class SimExecutor:
         self.num_stages = cost_model.num_stages
         self.time_scale = time_scale          # real-time mode: stretch (>1) or shrink (<1) modelled times
         self.step_fit = step_fit              # per stage (scale, offset s): a what-if replay's fit to a run's steps
+        self.failed: dict[int, str] = {}      # stage -> why: its next step raises StageFailed (fail_stage)
+
+    def fail_stage(self, stage: int, why: str) -> None:
+        """From now on ``stage``'s steps and sends raise :class:`StageFailed` - a stage process dying
+        mid-run, for the tests that make stages fail at any point."""
+        self.failed[stage] = why
+
+    def _check(self, stage: int) -> None:
+        if stage in self.failed:
+            raise StageFailed(self.failed[stage])
 
     async def execute(self, stage: int, wave_id: int, chunks: Sequence[Chunk],
                       tables: dict[str, list[int]]) -> None:
+        self._check(stage)
         shapes = [ChunkShape(c.start, c.length) for c in chunks]
         scale, offset = self.step_fit[stage] if self.step_fit else (1.0, 0.0)
         await asyncio.sleep(self.cost_model.step_time(stage, shapes) * self.time_scale * scale + offset)
 
     async def transfer(self, stage: int, wave: Wave) -> None:
+        self._check(stage)
         await asyncio.sleep(self.cost_model.transfer_time(stage, wave.num_tokens) * self.time_scale)
 
     def step_prior(self) -> list[StageFit]:
