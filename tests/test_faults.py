@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from tests.processes import alive, stage_processes
 from wavepp.runtime import bench
 from wavepp.runtime.cli import main
 
@@ -29,28 +30,6 @@ def _start(argv: list[str]) -> subprocess.Popen[str]:
     # A session of its own: a signal to its group is what Ctrl-C in a terminal sends.
     return subprocess.Popen([str(WAVEPP), *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env=env, start_new_session=True)
-
-
-def _stage_processes(leader: int) -> list[int]:
-    """The leader's spawned stage processes (not multiprocessing's resource tracker)."""
-    out = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            stat = Path(f"/proc/{pid}/stat").read_text()
-            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-        except OSError:
-            continue
-        if int(stat.rsplit(")", 1)[1].split()[1]) == leader and b"spawn_main" in cmdline \
-                and b"resource_tracker" not in cmdline:
-            out.append(int(pid))
-    return out
-
-
-def _alive(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 def _finish(proc: subprocess.Popen[str], within_s: float) -> tuple[str, float]:
@@ -86,7 +65,7 @@ def _running_spawn() -> tuple[subprocess.Popen[str], list[int]]:
     stages: list[int] = []
     while len(stages) < 2 and time.monotonic() < deadline and proc.poll() is None:
         time.sleep(0.2)
-        stages = _stage_processes(proc.pid)
+        stages = stage_processes(proc.pid)
     assert len(stages) == 2, proc.communicate(timeout=30)
     time.sleep(10)                          # built, primed, running
     assert proc.poll() is None
@@ -109,9 +88,9 @@ def test_spawned_stages_stop_with_one_line_and_no_orphan(fault: str) -> None:
         proc.kill()
     err, _ = _finish(proc, 20)
     deadline = time.monotonic() + 10
-    while any(_alive(s) for s in stages) and time.monotonic() < deadline:
+    while any(alive(s) for s in stages) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert not any(_alive(s) for s in stages), "a stage process outlived its run"
+    assert not any(alive(s) for s in stages), "a stage process outlived its run"
     assert "Traceback" not in err, err
     lines = err.splitlines()
     if fault == "SIGTERM to the leader":

@@ -36,6 +36,8 @@ import httpx
 import pytest
 import redis
 
+from tests.processes import alive, stage_processes
+
 REPORT_ENV = "WAVEPP_FAULT_REPORT"
 _RECORDS = pytest.StashKey[list["FaultRecord"]]()
 
@@ -297,36 +299,13 @@ def load() -> Callable[..., Load]:
 
 
 # ---- a server's stage processes -----------------------------------------------------------------
-def _children(leader: int) -> list[int]:
-    """The leader's spawned stage processes (not multiprocessing's resource tracker)."""
-    out = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            stat = Path(f"/proc/{pid}/stat").read_text()
-            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-        except OSError:
-            continue
-        if int(stat.rsplit(")", 1)[1].split()[1]) == leader and b"spawn_main" in cmdline \
-                and b"resource_tracker" not in cmdline:
-            out.append(int(pid))
-    return sorted(out)
-
-
-def alive(pid: int) -> bool:
-    """Running or stopped, not a zombie."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
 @pytest.fixture
 def stage_pids() -> Iterator[Callable[[int], list[int]]]:
     """``stage_pids(leader)``; every process it named is killed (and resumed first) at the end."""
     seen: set[int] = set()
 
     def find(leader: int) -> list[int]:
-        pids = _children(leader)
+        pids = stage_processes(leader)
         seen.update(pids)
         return pids
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import httpx
@@ -36,12 +37,20 @@ def _no_request_lost(clients: Any) -> dict[str, int]:
     return {"answered": statuses[200]}
 
 
+@contextmanager
+def _serving(start_server: Callable[..., Any], load: Any, until: Callable[..., float],
+             *flags: str) -> Iterator[tuple[Any, Any]]:
+    """A sim server with ``flags`` and its clients, 20 answers into the load."""
+    server = start_server(*SIM, *flags)
+    with load(server.url, server.info["model"]) as clients:
+        until(lambda: clients.statuses()[200] >= 20, why="20 answers before the fault")
+        yield server, clients
+
+
 def test_redis_killed_and_restarted_empty(start_server: Callable[..., Any], redis_proc: Any, load: Any,
                                           until: Callable[..., float], fault: Any) -> None:
     """Redis killed and restarted empty mid-load."""
-    server = start_server(*SIM, "--store", redis_proc.url)
-    with load(server.url, server.info["model"]) as clients:
-        until(lambda: clients.statuses()[200] >= 20, why="20 answers before the fault")
+    with _serving(start_server, load, until, "--store", redis_proc.url) as (server, clients):
         fault.inject()
         redis_proc.kill()
         fault.detect("/ready 503 (store false)", until(lambda: _ready(server) == 503, 10))
@@ -62,9 +71,7 @@ def test_redis_killed_and_restarted_empty(start_server: Callable[..., Any], redi
 def test_redis_paused_briefly_is_waited_out(start_server: Callable[..., Any], redis_proc: Any, load: Any,
                                             until: Callable[..., float], fault: Any) -> None:
     """Redis paused (SIGSTOP) for 3 s, no store deadline."""
-    server = start_server(*SIM, "--store", redis_proc.url)
-    with load(server.url, server.info["model"]) as clients:
-        until(lambda: clients.statuses()[200] >= 20, why="20 answers before the fault")
+    with _serving(start_server, load, until, "--store", redis_proc.url) as (server, clients):
         fault.inject()
         redis_proc.pause()
         fault.detect("/ready 503 (store false)", until(lambda: _ready(server) == 503, 10))
@@ -80,9 +87,7 @@ def test_redis_paused_briefly_is_waited_out(start_server: Callable[..., Any], re
 def test_redis_paused_past_the_store_deadline(start_server: Callable[..., Any], redis_proc: Any, load: Any,
                                               until: Callable[..., float], fault: Any) -> None:
     """Redis paused (SIGSTOP) past --store-deadline 2."""
-    server = start_server(*SIM, "--store", redis_proc.url, "--store-deadline", "2")
-    with load(server.url, server.info["model"]) as clients:
-        until(lambda: clients.statuses()[200] >= 20, why="20 answers before the fault")
+    with _serving(start_server, load, until, "--store", redis_proc.url, "--store-deadline", "2") as (server, clients):
         fault.inject()
         redis_proc.pause()
         # Past the deadline the loop fails: its requests are answered 503 and the server exits 1, for
@@ -117,9 +122,7 @@ def test_redis_paused_past_the_store_deadline(start_server: Callable[..., Any], 
 def test_a_store_that_refuses_writes(start_server: Callable[..., Any], redis_proc: Any, load: Any,
                                      until: Callable[..., float], fault: Any) -> None:
     """Redis refusing every write (out of memory under noeviction)."""
-    server = start_server(*SIM, "--store", redis_proc.url)
-    with load(server.url, server.info["model"]) as clients:
-        until(lambda: clients.statuses()[200] >= 20, why="20 answers before the fault")
+    with _serving(start_server, load, until, "--store", redis_proc.url) as (server, clients):
         fault.inject()
         redis_proc.client().config_set("maxmemory", 1)           # reads answer, every write is refused
         fault.detect("/ready 503 and wavepp_store_failures_total{reason=refused}",
