@@ -14,6 +14,8 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from wavepp.telemetry.ring import SPAN_RING
+
 
 def _positive_int(text: str) -> int:
     if not text.strip().isdigit() or int(text) < 1:
@@ -107,6 +109,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("check_invariants", _switch, False, "check the runtime's invariants (runtime/invariants.py) after every "
                                                "wave and when the loop drained; a violation stops the server "
                                                "(slow: for tests and diagnosis; the flag alone means on)"),
+    Option("span_ring", _positive_int, SPAN_RING, "finished spans kept for GET /v1/spans (about 0.7 KB each; "
+                                                "the ring's memory grows until it is full)"),
     Option("admin_token", _token, None, "PUT /v1/knobs needs Authorization: Bearer TOKEN (default: open); the "
                                         "dashboard reads the same variable. Prefer the variable: a flag shows in ps"),
 )

@@ -210,7 +210,7 @@ def run_server(settings: dict[str, Any], announce: Any = print) -> int:
             raise ValueError(str(exc)) from None
         tokenizer = Tokenizer(settings["tokenizer"]) if settings["tokenizer"] else None
         rt = ServerRuntime(engine, knobs, settings["max_queue"], settings["max_prompt_tokens"],
-                           settings["store_deadline"], settings["check_invariants"])
+                           settings["store_deadline"], settings["check_invariants"], settings["span_ring"])
         served = settings["served_model_name"] or settings["model"] or ("tiny-llama" if engine.name == "torch"
                                                                          else "llama-3-8b")
         app = CutGuard(AdmissionGate(BodyLimit(create_app(rt, served, tokenizer, settings["admin_token"]),

@@ -36,7 +36,7 @@ from wavepp.runtime.server_source import Outcome, ServerSource
 from wavepp.store.base import Store
 from wavepp.store.resilient import ResilientStore
 from wavepp.telemetry.metrics import process_metrics
-from wavepp.telemetry.ring import SpanRing
+from wavepp.telemetry.ring import SPAN_RING, SpanRing
 from wavepp.telemetry.setup import Telemetry
 
 log = logging.getLogger(__name__)
@@ -100,7 +100,8 @@ class ServerRuntime:
     """The loop, its stages and its store for the life of a server."""
 
     def __init__(self, engine: Any, knobs: Knobs, max_queue: int, max_prompt_tokens: int | None = None,
-                 store_deadline_s: float | None = None, check_invariants: bool = False) -> None:
+                 store_deadline_s: float | None = None, check_invariants: bool = False,
+                 span_ring: int = SPAN_RING) -> None:
         """``check_invariants``: :mod:`runtime.invariants` after every wave and when the loop drained."""
         self.engine = engine
         self.check_invariants = check_invariants
@@ -111,7 +112,7 @@ class ServerRuntime:
         self.store_deadline_s = store_deadline_s
         self.source = ServerSource(max_queue)
         self.run = RunInfo.new(knobs.policy, "serve", 0, engine.name, store_source(engine.store_url))
-        self.ring = SpanRing()
+        self.ring = SpanRing(span_ring)
         self.metrics = process_metrics()
         # Idle seconds by cause, settled at each scrape from the ring (a bench adds them when its run ends).
         self.idle = LiveIdle(engine.pp)
