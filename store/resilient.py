@@ -21,6 +21,7 @@ from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
 
 from wavepp.store.base import Store, StoreError
+from wavepp.store.memory import MemoryStore
 from wavepp.store.wrapper import StoreWrapper
 
 log = logging.getLogger(__name__)
@@ -107,12 +108,13 @@ class ResilientStore(StoreWrapper):
         """``call()``, given no longer than what is left of the deadline: a store that stops answering
         (a paused server, a black-holed link) holds a call until the client's socket timeout, and
         the deadline must not wait for that."""
-        if self.deadline_s is None:
+        if self.deadline_s is None or isinstance(self.inner, MemoryStore):    # in-process: it cannot hang
             return await call()
         since = started if self._down_since is None else self._down_since
         left = self.deadline_s - (asyncio.get_running_loop().time() - since)
         try:
-            return await asyncio.wait_for(call(), max(left, 0.001))
+            async with asyncio.timeout(max(left, 0.001)):      # no task of its own, unlike wait_for
+                return await call()
         except TimeoutError:
             raise StoreUnavailable(f"no answer within {max(left, 0.0):.1f} s") from None
 
