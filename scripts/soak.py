@@ -2,24 +2,25 @@
 ``--sim-requests`` requests on the sim; each figure against its target in ``--report`` (JSON, a .md twin).
 
 **Service**: ``wavepp serve --engine torch --launcher spawn --pp 2 --max-queue 64 --span-ring 10000`` on a
-private Redis; ``--clients`` closed-loop clients POST ``/v1/completions`` (``max_tokens`` 1; half the prompts one of four
-1,536-token prefixes + 64-512 new ids, half 64-2048 new ids). One in five has a client timeout of 5 ms-1 s; run out,
-the client disconnects (the server cancels it): *cancelled*. 429: backpressure, counted, Retry-After waited. Any
-other answer, or a connection error the client did not cause: *failed*. About every ``min(30 s, warm-up / 4)``, at a
-sample, a knob changes (policy, ring, max_wave_tokens; the first ring and M the largest), due 200. Every
-``--sample-s``: ``/v1/state`` and, from ``/proc``, RSS, threads, fds of the leader and each stage process.
-*Warm-up*: the first 20% of the load; then the clients pause and close their connections, the server drains (queued,
-outstanding, leases, escrow 0; 60 s at most), 3 s idle: the *baseline*. The load resumes; at its end, the same
-drain: the *end*. *Memory growth* per process: (median RSS of the last 10% of the load samples, at least 3 - median
-of the first as many after warm-up) / the latter, < 5%. *Leaked* asyncio tasks (leader), threads, fds (each
-process): the end's less the baseline's, 0. Leases, escrowed blocks at the end, requests failed: 0. SIGTERM: exit 0 within 60 s, last stderr line
-``wavepp serve: stopped (...)``, no stage process alive 5 s later.
+private Redis; ``--clients`` closed-loop clients POST ``/v1/completions`` (``max_tokens`` 1; half the prompts one
+of four 1,536-token prefixes + 64-512 new ids, half 64-2048 new ids). One in five has a client timeout of 5 ms-1 s;
+run out, the client disconnects (the server cancels it): *cancelled*. 429: backpressure, counted, Retry-After
+waited. Any other answer, or a connection error the client did not cause: *failed*. About every ``min(30 s,
+warm-up / 4)``, at a sample, a knob changes (policy, ring, max_wave_tokens; the first ring and M the largest), due
+200. Every ``--sample-s``: ``/v1/state`` and, from ``/proc``, RSS, threads, fds of the leader and each stage
+process. *Warm-up*: the first 20% of the load; then the clients pause and close their connections, the server
+drains (queued, outstanding, leases, escrow 0; 60 s at most), 3 s idle: the *baseline*. The load resumes; at its
+end, the same drain: the *end*. *Memory growth* per process: (median RSS of the last 10% of the load samples, at
+least 3 - median of the first as many after warm-up) / the latter, < 5%. *Leaked* asyncio tasks (leader),
+threads, fds (each process): the end's less the baseline's, 0. Leases, escrowed blocks at the end, requests
+failed: 0. SIGTERM: exit 0 within 60 s, last stderr line ``wavepp serve: stopped (...)``, no stage process alive
+5 s later.
 
 **Sim**: ``wavepp bench`` (:data:`SIM_BENCH`: virtual time, a ``docs`` workload on pools that evict, the
 invariants checked after every wave and at the drain): every request completed, none failed, exit 0. Its
 *memory growth* (median RSS over the last 10% of its wall time - median over 10-20%) / the latter is reported, not
-a target: a bench keeps every span of its run for its figures. Exit 0:
-every target holds; 1: one is missed (each named on stderr); 2: bad flags.
+a target: a bench keeps every span of its run for its figures. Exit 0: every target holds; 1: one is missed (each
+named on stderr); 2: bad flags.
 """
 
 from __future__ import annotations
