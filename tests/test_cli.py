@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -11,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from wavepp.runtime.cli import main
+from wavepp.runtime.cli.args import RunFailed, write_text
 
 WAVEPP = Path(sys.executable).parent / "wavepp"
 SMALL = ["--model", "llama-3-8b", "--hardware", "h200", "--pp", "2", "--concurrency", "4", "--requests", "16",
@@ -284,3 +286,18 @@ def test_the_telemetry_summary_says_recorded_and_the_json_names_the_cost_model(
     runs = json.loads(out.read_text())["runs"]
     assert len(runs) == 2 and all(r["sim_cost_model"].startswith("analytic (no kernel tables for model 'llama-3-8b'")
                                   for r in runs), runs
+
+
+def test_an_output_through_a_link_or_to_a_device_is_written_there_not_replaced(tmp_path: Path) -> None:
+    """Outputs are written beside their path and moved into place - except a link (the file it names is
+    written; the link stays) and a device (written directly: moving a file onto /dev/full once replaced
+    the device node)."""
+    real = tmp_path / "real.json"
+    real.write_text("{}")
+    link = tmp_path / "link.json"
+    link.symlink_to(real)
+    write_text(link, '{"a": 1}')
+    assert link.is_symlink() and json.loads(real.read_text()) == {"a": 1}
+    with pytest.raises(RunFailed, match="No space left on device"):
+        write_text("/dev/full", "x")
+    assert stat.S_ISCHR(os.stat("/dev/full").st_mode)

@@ -87,9 +87,17 @@ def output_file(text: str) -> str:
 
 def write_output(path: str | Path, write: Any) -> None:
     """Run ``write(tmp)`` on a file beside ``path`` (its name ends as path's does: writers choose
-    gzip by it) and move it into place, so ``path`` is either whole or untouched. An OS error (disk
-    full, permissions changed meanwhile) is one line, exit 1, and leaves no partial file."""
+    gzip by it) and move it into place, so ``path`` is either whole or untouched; a path that is a
+    device, a FIFO or a link is written directly. An OS error (disk full, permissions changed
+    meanwhile) is one line, exit 1, and leaves no partial file."""
     target = Path(path)
+    if target.is_symlink() or (target.exists() and not target.is_file()):
+        # A device (/dev/stdout, /dev/full), a FIFO or a link: written where it leads, never replaced.
+        try:
+            write(target)
+        except OSError as exc:
+            raise RunFailed(f"cannot write {str(path)!r}: {exc.strerror or exc}") from None
+        return
     tmp = target.with_name(f".tmp-{os.getpid()}-{target.name}")
     try:
         write(tmp)
