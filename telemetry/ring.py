@@ -16,11 +16,9 @@ from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 
 from wavepp.telemetry.span_codec import encode
 
-SPAN_RING = 200_000       # spans a server keeps for /v1/spans by default (about 0.7 KB each: ~140 MB full)
-
 
 class SpanRing(SpanProcessor):
-    def __init__(self, capacity: int = SPAN_RING) -> None:
+    def __init__(self, capacity: int = 200_000) -> None:      # ~0.7 KB a span: ~140 MB full
         self._spans: deque[tuple[int, dict[str, Any]]] = deque(maxlen=capacity)
         self._lock = threading.Lock()
         self._seq = 0

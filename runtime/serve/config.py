@@ -14,8 +14,6 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from wavepp.telemetry.ring import SPAN_RING
-
 
 def _positive_int(text: str) -> int:
     if not text.strip().isdigit() or int(text) < 1:
@@ -80,6 +78,9 @@ class Option:
     def env(self) -> str:
         return "WAVEPP_" + self.dest.upper()
 
+
+# --span-ring's default: telemetry.ring.SpanRing's (not imported: the CLI's flags must not load the SDK).
+SPAN_RING = 200_000
 
 OPTIONS: tuple[Option, ...] = (
     Option("host", str, "127.0.0.1", "address to listen on (compose: 0.0.0.0)"),

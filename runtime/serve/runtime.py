@@ -31,12 +31,13 @@ from wavepp.runtime.policies.base import Policy
 from wavepp.runtime.request import Request
 from wavepp.runtime.run_meta import describe_run
 from wavepp.runtime.runfile import RunInfo
+from wavepp.runtime.serve.config import SPAN_RING
 from wavepp.runtime.serve.drain_rate import DrainRate
 from wavepp.runtime.server_source import Outcome, ServerSource
 from wavepp.store.base import Store
 from wavepp.store.resilient import ResilientStore
 from wavepp.telemetry.metrics import process_metrics
-from wavepp.telemetry.ring import SPAN_RING, SpanRing
+from wavepp.telemetry.ring import SpanRing
 from wavepp.telemetry.setup import Telemetry
 
 log = logging.getLogger(__name__)
