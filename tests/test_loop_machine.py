@@ -52,6 +52,12 @@ class Eviction:
 
 
 @dataclass(frozen=True)
+class Crash:
+    at: float
+    stage: int             # modulo the number of stages
+
+
+@dataclass(frozen=True)
 class KnobChange:
     at: float
     changes: tuple[tuple[str, object], ...]
@@ -65,7 +71,7 @@ class LoopMachine(RuleBasedStateMachine):
         self.arrivals: list[Arrival] = []
         self.changes: list[KnobChange] = []
         self.evictions: list[Eviction] = []
-        self.crashes: list[Eviction] = []         # (at, stage): a stage failing
+        self.crashes: list[Crash] = []
         self.capacities = (3000, 2500, 2000)
 
     @initialize(capacities=st.sampled_from([(3000, 2500, 2000), (1500, 400, 900), (600, 600, 600, 250)]))
@@ -95,7 +101,7 @@ class LoopMachine(RuleBasedStateMachine):
     def crash(self, at: float, stage: int) -> None:
         """A stage dies (its next step or send fails): the loop fails, every request ends once. At most
         one, often after the work is done (the arrivals end by 0.5 s): most runs still drain whole."""
-        self.crashes.append(Eviction(at, stage, 0))
+        self.crashes.append(Crash(at, stage))
 
     @rule(at=st.floats(0, 0.5), policy=st.sampled_from(EVERY_POLICY))
     def switch(self, at: float, policy: str) -> None:
@@ -134,7 +140,7 @@ class LoopMachine(RuleBasedStateMachine):
             if handle.cache.evict_cached(e.blocks):
                 served.loop.run_state.index_dirty.notify()    # the publisher sends the detaches
 
-        async def crash(c: Eviction) -> None:
+        async def crash(c: Crash) -> None:
             await asyncio.sleep(c.at)
             served.loop.executor.fail_stage(c.stage % len(served.loop.handles), f"stage {c.stage} died")
 

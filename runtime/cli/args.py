@@ -91,22 +91,18 @@ def write_output(path: str | Path, write: Any) -> None:
     device, a FIFO or a link is written directly. An OS error (disk full, permissions changed
     meanwhile) is one line, exit 1, and leaves no partial file."""
     target = Path(path)
-    if target.is_symlink() or (target.exists() and not target.is_file()):
-        # A device (/dev/stdout, /dev/full), a FIFO or a link: written where it leads, never replaced.
-        try:
-            write(target)
-        except OSError as exc:
-            raise RunFailed(f"cannot write {str(path)!r}: {exc.strerror or exc}") from None
-        return
-    tmp = target.with_name(f".tmp-{os.getpid()}-{target.name}")
+    # A device (/dev/stdout, /dev/full), a FIFO or a link: written where it leads, never replaced.
+    direct = target.is_symlink() or (target.exists() and not target.is_file())
+    tmp = target if direct else target.with_name(f".tmp-{os.getpid()}-{target.name}")
     try:
         write(tmp)
-        os.replace(tmp, target)
-    except OSError as exc:
-        tmp.unlink(missing_ok=True)
-        raise RunFailed(f"cannot write {str(path)!r}: {exc.strerror or exc}") from None
-    except BaseException:
-        tmp.unlink(missing_ok=True)
+        if not direct:
+            os.replace(tmp, target)
+    except BaseException as exc:
+        if not direct:
+            tmp.unlink(missing_ok=True)
+        if isinstance(exc, OSError):
+            raise RunFailed(f"cannot write {str(path)!r}: {exc.strerror or exc}") from None
         raise
 
 

@@ -275,8 +275,10 @@ class StageCache(HybridStates):
         others' and from the hint index until the next flush. Returns how many. Not on a hybrid stage
         (its leaves carry snapshots: 0)."""
         pool, done = self.pool, 0
+        if self.states is not None:
+            return 0
         # A reclaimable block becomes a free one: what escrow may claim (free + reclaimable) is unchanged.
-        while done < n and self.states is None and pool.lru:
+        while done < n and pool.lru:
             victim = next(iter(pool.lru))
             self._detached.append(pool.evict(victim))
             pool.release_owned(victim)

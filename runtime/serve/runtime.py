@@ -42,6 +42,11 @@ from wavepp.telemetry.setup import Telemetry
 
 log = logging.getLogger(__name__)
 
+READY_PROBE_S = 1.0          # /ready: the store must answer within this
+IDLE_RESTART_SPANS = 100_000  # the live idle split holds about this many spans at most
+RETRY_AFTER_MAX_S = 60       # a 429's Retry-After is at most this
+CUT_STOP_S = 2.0             # a second signal: the loop gets this long to end its tasks, then is cancelled
+
 
 def process_figures() -> dict[str, int]:
     """This process's resident memory, threads, open file descriptors and asyncio tasks (a soak
@@ -54,11 +59,6 @@ def process_figures() -> dict[str, int]:
         pass
     return {"pid": os.getpid(), "rss_bytes": rss, "threads": threading.active_count(), "fds": fds,
             "tasks": len(asyncio.all_tasks())}
-
-READY_PROBE_S = 1.0          # /ready: the store must answer within this
-IDLE_RESTART_SPANS = 100_000  # the live idle split holds about this many spans at most
-RETRY_AFTER_MAX_S = 60       # a 429's Retry-After is at most this
-CUT_STOP_S = 2.0             # a second signal: the loop gets this long to end its tasks, then is cancelled
 
 
 class NotServing(Exception):

@@ -158,6 +158,51 @@ def until() -> Callable[..., float]:
     return _until
 
 
+# ---- what a server says ---------------------------------------------------------------------------
+def _metric(server: Any, name: str, **labels: str) -> float:
+    """The sum of a Prometheus series' samples on ``server``'s /metrics whose labels include ``labels``."""
+    total = 0.0
+    for line in server.client.get("/metrics").text.splitlines():
+        if line.startswith(name) and all(f'{k}="{v}"' in line for k, v in labels.items()):
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+@pytest.fixture
+def metric() -> Callable[..., float]:
+    return _metric
+
+
+def _answered_or_refused(clients: Load) -> dict[str, int]:
+    """Every request a server that failed took was answered: 200, or 503 after the fault. What was sent
+    once it stopped listening found no server - a refused connection; or, sent on a kept-alive
+    connection as the server closed it, a reset after the failure was announced (the first 503): never
+    taken (RFC 9112 9.3.1: the client may retry). Returns the counts."""
+    answers = clients.snapshot()
+    assert {a.status for a in answers} <= {200, 503, -1}
+    announced = min(a.ended for a in answers if a.status == 503)
+    assert all(a.text.startswith("ConnectError") or a.sent >= announced for a in answers if a.status == -1), \
+        [(a.sent - announced, a.text) for a in answers if a.status == -1 and not a.text.startswith("ConnectError")][:3]
+    return {"answered": sum(a.status == 200 for a in answers), "503": sum(a.status == 503 for a in answers)}
+
+
+@pytest.fixture
+def answered_or_refused() -> Callable[[Load], dict[str, int]]:
+    return _answered_or_refused
+
+
+def _first_answer(server: Any) -> None:
+    """One short request, answered 200 (a restarted or recovered server serves)."""
+    r = server.client.post("/v1/completions", json={"model": server.info["model"], "prompt": [1] * 64,
+                                                     "max_tokens": 1})
+    assert r.status_code == 200, r.text
+
+
+@pytest.fixture
+def first_answer() -> Callable[[Any], None]:
+    return _first_answer
+
+
 # ---- a private redis-server ---------------------------------------------------------------------
 def _free_port() -> int:
     with socket.socket() as s:

@@ -12,6 +12,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -85,15 +86,15 @@ def saved_run(tmp_path_factory: pytest.TempPathFactory) -> str:
 
 
 @pytest.mark.parametrize("case", list(CASES), ids=[" ".join(c) for c in CASES])
-def test_disk_full(case: tuple[str, str], full_disk: Path, saved_run: str, tmp_path: Path, fault: object) -> None:
+def test_disk_full(case: tuple[str, str], full_disk: Path, saved_run: str, tmp_path: Path, fault: Any) -> None:
     """Disk full"""
     target = full_disk / f"out-{case[1].strip('-')}{'.json.gz' if case[1] == '--save-run' else ''}"
     argv = [saved_run if a == RUN else str(target) if a == "FULL" else a for a in CASES[case]]
     env = {**os.environ, "HOME": str(tmp_path), "XDG_CACHE_HOME": str(tmp_path)}
-    fault.inject()                                         # type: ignore[attr-defined]
+    fault.inject()
     done = subprocess.run([sys.executable, "-m", "wavepp", *argv], capture_output=True, text=True, env=env,
                           timeout=300)
-    fault.detect("one line, exit 1")                       # type: ignore[attr-defined]
+    fault.detect("one line, exit 1")
     lines = done.stderr.strip().splitlines()
     assert done.returncode == 1, done.stderr
     assert len(lines) == 1 and lines[0] == f"wavepp: error: cannot write {str(target)!r}: No space left on device", \
@@ -102,13 +103,13 @@ def test_disk_full(case: tuple[str, str], full_disk: Path, saved_run: str, tmp_p
     if case[0] in ("bench", "grid", "admission-bench", "calibrate-coordination"):
         assert done.stdout.strip(), "the figures are still printed"
     # Recovered: the same command on a disk with room writes the file whole.
-    fault.clear()                                          # type: ignore[attr-defined]
+    fault.clear()
     roomy = tmp_path / target.name
     again = subprocess.run([sys.executable, "-m", "wavepp", *[str(roomy) if a == str(target) else a for a in argv]],
                            capture_output=True, text=True, env=env, timeout=300)
     assert again.returncode == 0, again.stderr
     assert roomy.stat().st_size > 0
-    fault.recover("the same command on a disk with room")  # type: ignore[attr-defined]
+    fault.recover("the same command on a disk with room")
 
 
 def test_an_output_that_cannot_be_written_costs_no_other(full_disk: Path, tmp_path: Path) -> None:

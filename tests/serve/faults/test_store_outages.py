@@ -15,15 +15,6 @@ import httpx
 SIM = ("--engine", "sim", "--pp", "2")
 
 
-def _metric(server: Any, name: str, **labels: str) -> float:
-    """The sum of a Prometheus series' samples whose labels include ``labels``."""
-    total = 0.0
-    for line in server.client.get("/metrics").text.splitlines():
-        if line.startswith(name) and all(f'{k}="{v}"' in line for k, v in labels.items()):
-            total += float(line.rsplit(" ", 1)[1])
-    return total
-
-
 def _ready(server: Any) -> int:
     try:
         return int(server.client.get("/ready", timeout=3).status_code)
@@ -48,7 +39,8 @@ def _serving(start_server: Callable[..., Any], load: Any, until: Callable[..., f
 
 
 def test_redis_killed_and_restarted_empty(start_server: Callable[..., Any], redis_proc: Any, load: Any,
-                                          until: Callable[..., float], fault: Any) -> None:
+                                          until: Callable[..., float], fault: Any,
+                                          metric: Callable[..., float]) -> None:
     """Redis killed and restarted empty mid-load."""
     with _serving(start_server, load, until, "--store", redis_proc.url) as (server, clients):
         fault.inject()
@@ -63,7 +55,7 @@ def test_redis_killed_and_restarted_empty(start_server: Callable[..., Any], redi
               why="the knobs and deployment written back")
         until(lambda: _ready(server) == 200, 10, why="/ready 200 again")
     fault.facts |= _no_request_lost(clients)
-    assert _metric(server, "wavepp_store_failures_total", reason="unavailable") > 0
+    assert metric(server, "wavepp_store_failures_total", reason="unavailable") > 0
     assert server.stop() == 0
     assert "store unavailable, retrying with backoff" in server.errors()
 
@@ -85,7 +77,9 @@ def test_redis_paused_briefly_is_waited_out(start_server: Callable[..., Any], re
 
 
 def test_redis_paused_past_the_store_deadline(start_server: Callable[..., Any], redis_proc: Any, load: Any,
-                                              until: Callable[..., float], fault: Any) -> None:
+                                              until: Callable[..., float], fault: Any,
+                                              answered_or_refused: Callable[[Any], dict[str, int]],
+                                              first_answer: Callable[[Any], None]) -> None:
     """Redis paused (SIGSTOP) past --store-deadline 2."""
     with _serving(start_server, load, until, "--store", redis_proc.url, "--store-deadline", "2") as (server, clients):
         fault.inject()
@@ -100,42 +94,30 @@ def test_redis_paused_past_the_store_deadline(start_server: Callable[..., Any], 
         fault.clear()
         redis_proc.resume()
         restarted = start_server(*SIM, "--store", redis_proc.url, "--store-deadline", "2")
-        r = restarted.client.post("/v1/completions", json={"model": restarted.info["model"], "prompt": [1] * 64,
-                                                            "max_tokens": 1})
-        assert r.status_code == 200
+        first_answer(restarted)
         fault.recover("a restarted server's first answer")
-    answers = clients.snapshot()
-    # Every request the server took was answered: 200 before the fault, 503 naming the store after it.
-    # What was sent once it stopped listening found no server (a refused connection, never one closed
-    # under a request), as a client of a dead server does.
-    assert {a.status for a in answers} <= {200, 503, -1}
-    assert all("store" in a.text or "deadline" in a.text for a in answers if a.status == 503)
-    # A request sent on a kept-alive connection as the server closed it may see a reset instead (after the
-    # failure was announced: the first 503); it was never taken (RFC 9112 9.3.1: the client may retry).
-    announced = min(a.ended for a in answers if a.status == 503)
-    assert all(a.text.startswith("ConnectError") or a.sent >= announced for a in answers if a.status == -1), \
-        [(a.sent - announced, a.text) for a in answers if a.status == -1 and not a.text.startswith("ConnectError")][:3]
-    fault.facts |= {"answered": sum(a.status == 200 for a in answers), "503": sum(a.status == 503 for a in answers)}
+    fault.facts |= answered_or_refused(clients)
+    assert all("store" in a.text or "deadline" in a.text for a in clients.snapshot() if a.status == 503)
     assert restarted.stop() == 0
 
 
 def test_a_store_that_refuses_writes(start_server: Callable[..., Any], redis_proc: Any, load: Any,
-                                     until: Callable[..., float], fault: Any) -> None:
+                                     until: Callable[..., float], fault: Any, metric: Callable[..., float]) -> None:
     """Redis refusing every write (out of memory under noeviction)."""
     with _serving(start_server, load, until, "--store", redis_proc.url) as (server, clients):
         fault.inject()
         redis_proc.client().config_set("maxmemory", 1)           # reads answer, every write is refused
         fault.detect("/ready 503 and wavepp_store_failures_total{reason=refused}",
                      until(lambda: _ready(server) == 503
-                           and _metric(server, "wavepp_store_failures_total", reason="refused") > 0, 10))
-        assert _metric(server, "wavepp_store_up") == 0
+                           and metric(server, "wavepp_store_failures_total", reason="refused") > 0, 10))
+        assert metric(server, "wavepp_store_up") == 0
         time.sleep(2.0)
         fault.clear()
         redis_proc.client().config_set("maxmemory", 0)
         until(lambda: _ready(server) == 200, 10, why="/ready 200 again")
-        fault.recover("/ready 200 and wavepp_store_up 1", until(lambda: _metric(server, "wavepp_store_up") == 1, 10))
+        fault.recover("/ready 200 and wavepp_store_up 1", until(lambda: metric(server, "wavepp_store_up") == 1, 10))
     # The loop went on through the refusals: the writes waited and were retried, nothing failed.
     fault.facts |= _no_request_lost(clients)
-    fault.facts["refused calls"] = int(_metric(server, "wavepp_store_failures_total", reason="refused"))
+    fault.facts["refused calls"] = int(metric(server, "wavepp_store_failures_total", reason="refused"))
     assert server.stop() == 0
     assert "refuses writes for now" in server.errors()

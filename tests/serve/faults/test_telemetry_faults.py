@@ -87,31 +87,29 @@ class Collector:
         self._held.clear()
 
 
-def _dropped(server: Any) -> float:
-    return sum(float(line.rsplit(" ", 1)[1]) for line in server.client.get("/metrics").text.splitlines()
-               if line.startswith("wavepp_spans_dropped_total") and 'exporter="otlp"' in line)
-
-
 def _env(collector: Collector) -> dict[str, str]:
     return {"OTEL_EXPORTER_OTLP_ENDPOINT": collector.endpoint, "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
             "OTEL_EXPORTER_OTLP_TIMEOUT": EXPORT_TIMEOUT_MS}
 
 
 def test_an_otlp_collector_that_is_down(start_server: Callable[..., Any], load: Any, until: Callable[..., float],
-                                        fault: Any) -> None:
+                                        fault: Any, metric: Callable[..., float]) -> None:
     """The OTLP collector down (nothing listens on its port)."""
     collector = Collector()
     server = start_server(*SIM, env=_env(collector))
+
+    def dropped() -> float:
+        return metric(server, "wavepp_spans_dropped_total", exporter="otlp")
     try:
         fault.inject()                         # down from the start: the load's spans have nowhere to go
         with load(server.url, server.info["model"]) as clients:
-            fault.detect("wavepp_spans_dropped_total{exporter=otlp} > 0", until(lambda: _dropped(server) > 0, 30))
+            fault.detect("wavepp_spans_dropped_total{exporter=otlp} > 0", until(lambda: dropped() > 0, 30))
             until(lambda: clients.statuses()[200] >= 20, why="answers while the collector is down")
             fault.clear()
             collector.up()
             fault.recover("an export reached the collector", until(lambda: collector.posts, 30))
         assert set(clients.statuses()) == {200}, clients.statuses()
-        fault.facts |= {"answered": clients.statuses()[200], "dropped": int(_dropped(server))}
+        fault.facts |= {"answered": clients.statuses()[200], "dropped": int(dropped())}
         assert server.stop() == 0
         assert server.errors().count("dropping spans, export failed") == 1
     finally:
@@ -119,19 +117,22 @@ def test_an_otlp_collector_that_is_down(start_server: Callable[..., Any], load: 
 
 
 def test_an_otlp_black_hole(start_server: Callable[..., Any], load: Any, until: Callable[..., float],
-                            fault: Any) -> None:
+                            fault: Any, metric: Callable[..., float]) -> None:
     """The OTLP collector a black hole (accepts, never answers; export timeout 1 s)."""
     collector = Collector()
     collector.up()
     server = start_server(*SIM, env=_env(collector))
+
+    def dropped() -> float:
+        return metric(server, "wavepp_spans_dropped_total", exporter="otlp")
     try:
         with load(server.url, server.info["model"]) as clients:
             until(lambda: len(collector.posts) >= 2, 30, why="exports while the collector answers")
-            before = _dropped(server)
+            before = dropped()
             fault.inject()
             collector.hole()
             fault.detect("wavepp_spans_dropped_total{exporter=otlp} rose",
-                         until(lambda: _dropped(server) > before, 30))
+                         until(lambda: dropped() > before, 30))
             # The requests are not held up by the exports that hang: answers go on meanwhile.
             answered = clients.statuses()[200]
             until(lambda: clients.statuses()[200] >= answered + 10, 30, why="answers while exports hang")
@@ -142,7 +143,7 @@ def test_an_otlp_black_hole(start_server: Callable[..., Any], load: Any, until: 
         assert set(clients.statuses()) == {200}, clients.statuses()
         during = [a for a in clients.snapshot() if fault.injected < a.ended < fault.cleared]
         fault.facts |= {"answered": clients.statuses()[200], "answered in the hole": len(during),
-                        "dropped": int(_dropped(server))}
+                        "dropped": int(dropped())}
         assert server.stop() == 0
     finally:
         collector.down()
