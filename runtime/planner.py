@@ -14,11 +14,12 @@ smaller one after P consecutive smaller ones (the first decision is taken as pro
 Packing is first-come-first-served, and never fills a small leftover of a wave with a fragment:
 a chunk that does not finish its request is at least ``max(b_min, b/2)`` tokens.
 
-Time-equalized packing (:func:`pack_timed`, beyond the paper: its stated limit is that the budget
-counts tokens, not time): the same MPU budget ``b``, but spent in *time* - on every stage the wave
-may take what a wave of ``b`` new tokens after no context takes there, by that stage's fitted
-``t(L, x)`` (:mod:`runtime.step_times`). A chunk after a long context costs more per token, so it
-gets fewer tokens, and waves over long prompts stop growing longer and longer.
+Time-equalized packing (:class:`TimedPlanner`, beyond the paper: its stated limit is that the
+budget counts tokens, not time): the same MPU budget ``b``, but spent in *time* - every wave may
+take what ``b`` tokens of the admitted work take on average on the bottleneck stage, by its fitted
+``t(L, x)`` (:mod:`runtime.step_times`, :func:`bottleneck`). A chunk deep in a long context
+costs more per token, so it gets fewer tokens and a chunk near its start more: waves over long
+prompts take equal time instead of growing longer and longer, in about as many waves as MPU's.
 """
 
 from __future__ import annotations
@@ -69,19 +70,19 @@ class MpuBudget:
         self.current: int | None = None
         self._up = self._down = 0
 
-    def waves_available(self, budget: int, remaining: Sequence[int]) -> float:
+    def waves_available(self, budget: int, remaining: Sequence[float]) -> float:
         """n(b) = max(W / b, N_{>b/2})."""
         w = sum(remaining)
         big = sum(1 for r in remaining if r > budget / 2)
         return max(w / budget, big)
 
-    def propose(self, remaining: Sequence[int]) -> int:
+    def propose(self, remaining: Sequence[float]) -> int:
         for b in self.candidates:
             if self.waves_available(b, remaining) >= self.target:
                 return b
         return self.min_tokens
 
-    def decide(self, remaining: Sequence[int]) -> int:
+    def decide(self, remaining: Sequence[float]) -> int:
         """The budget for the next wave, given each admitted request's unscheduled tokens."""
         proposal = self.propose(remaining)
         if self.current is None or not self.hysteresis:
@@ -147,47 +148,68 @@ def pack_static(admitted: Sequence[AdmittedRequest], budget: int, block_size: in
     return pack_fcfs(admitted, budget, 1, block_size, position)
 
 
-def pack_timed(admitted: Sequence[AdmittedRequest], budget: int, min_fragment: int, block_size: int,
-               fits: Sequence[StageFit]) -> list[Chunk]:
-    """Fill one wave first-come-first-served in time: the pipeline moves at its slowest stage, so on
-    every stage ``s`` the wave's predicted time ``c_s + Σ chunk_time_s(L_i, x_i)`` stays within
-    ``T = max_s t_s(0, budget)``, what a wave of ``budget`` new tokens after no context takes on the
-    slowest stage. A request takes its whole remainder when that fits; otherwise the longest
-    block-aligned cut that fits, when it takes at least what ``min_fragment`` new tokens take on the
-    slowest stage (no small fragment in a leftover), or when the wave would otherwise be empty (it
-    always makes progress)."""
-    slowest = max(range(len(fits)), key=lambda s: fits[s].step_time([(0, budget)]))
-    limit = fits[slowest].step_time([(0, budget)])
-    used = [f.c for f in fits]
-    floor = fits[slowest].chunk_time(0, min_fragment)
+def span_time(fit: StageFit, start: int, tokens: int, budget: int) -> float:
+    """Predicted seconds of ``tokens`` new tokens from context ``start`` computed in chunks of
+    ``budget`` (the last one the rest), without the waves' own cost ``c``: each chunk pays its fixed
+    part and its context again. The chunk time is linear in the context at a fixed length, so the
+    ``k`` whole chunks cost ``k`` chunks at their mean context - O(1)."""
+    k, rest = divmod(tokens, budget)
+    total = k * fit.chunk_time(start + (k - 1) * budget // 2, budget) if k else 0.0
+    return total + (fit.chunk_time(start + k * budget, rest) if rest else 0.0)
+
+
+def bottleneck(admitted: Sequence[AdmittedRequest], fits: Sequence[StageFit],
+               budget: int) -> tuple[int, float] | None:
+    """The stage the admitted work costs most, and what a token of that work costs there on
+    average in chunks of ``budget``: each request's cost a token over the span it computes (its
+    reused prefix to its end, :func:`span_time`), weighted by the tokens it has left::
+
+        tau_s = sum_i r_i * span_time_s(p_i, N_i - p_i) / (N_i - p_i)  /  sum_i r_i
+
+    A request's own span fixes its mean, so it does not move while the request is computed.
+    ``None``: nothing left to compute."""
+    spans = [(a.remaining, a.reused_tokens, a.request.num_tokens - a.reused_tokens) for a in admitted
+             if a.remaining > 0 and a.request.num_tokens > a.reused_tokens]
+    weight = sum(r for r, _, _ in spans)
+    if not weight:
+        return None
+    taus = [sum(r * span_time(f, p, n, budget) / n for r, p, n in spans) / weight for f in fits]
+    stage = max(range(len(fits)), key=taus.__getitem__)
+    return stage, taus[stage]
+
+
+def pack_timed(admitted: Sequence[AdmittedRequest], limit: float, min_fragment: int, block_size: int,
+               fit: StageFit) -> list[Chunk]:
+    """Fill one wave first-come-first-served in time: on the stage of ``fit`` the wave's predicted
+    time ``c + sum chunk_time(L_i, x_i)`` stays within ``limit``. A request takes its whole
+    remainder when that fits; otherwise the longest block-aligned cut that fits, when it takes at
+    least what ``min_fragment`` new tokens after no context take (no small fragment in a leftover),
+    or when the wave would otherwise be empty (it always makes progress)."""
+    used = fit.c
+    floor = fit.chunk_time(0, min_fragment)
     chunks: list[Chunk] = []
-
-    def fits_in(L: int, x: int) -> bool:
-        return all(u + f.chunk_time(L, x) <= limit for u, f in zip(used, fits, strict=True))
-
     for a in admitted:
         left = a.remaining
         if left <= 0:
             continue
         L = a.scheduled
-        if fits_in(L, left):
+        if used + fit.chunk_time(L, left) <= limit:
             take = left
         else:
             lo, hi = 0, (align_down(L + left, block_size) - L) // block_size + 1   # cut ends at L' = L + n blocks
             while hi - lo > 1:                  # the largest n whose cut fits (cost rises with x)
                 mid = (lo + hi) // 2
-                if fits_in(L, align_down(L, block_size) + mid * block_size - L):
+                if used + fit.chunk_time(L, align_down(L, block_size) + mid * block_size - L) <= limit:
                     lo = mid
                 else:
                     hi = mid
             take = align_down(L, block_size) + lo * block_size - L
             if take <= 0 and not chunks:
                 take = min(left, align_down(L, block_size) + block_size - L)   # at least a block
-            if take <= 0 or (chunks and fits[slowest].chunk_time(L, take) < floor):
+            if take <= 0 or (chunks and fit.chunk_time(L, take) < floor):
                 break
         chunks.append(Chunk(a.id, L, take, a.reuse_blocks, L + take == a.request.num_tokens, a.attempt))
-        for s, f in enumerate(fits):
-            used[s] += f.chunk_time(L, take)
+        used += fit.chunk_time(L, take)
         if take < left:
             break                               # the wave is full in time
     return chunks
@@ -235,8 +257,14 @@ class StaticPlanner(Planner):
 
 
 class TimedPlanner(MpuPlanner):
-    """MPU's budget (its fill target, hysteresis), spent in time by :func:`pack_timed` once every
-    stage has a step-time fit; token packing until then (a real engine learns its fits online)."""
+    """MPU's budget (its fill target, hysteresis), spent in time once every stage has a step-time
+    fit; token packing until then (a real engine learns its fits online). Each wave may take, on
+    the pipeline's bottleneck stage (:func:`bottleneck`), what ``b`` tokens of the admitted work
+    take there on average, ``T = c + b * tau`` (:func:`pack_timed`): waves of one request take
+    equal time from its first to its last, and the work makes about ``W / b`` waves - MPU's count,
+    so no step's fixed cost is paid more often. The budget ``b`` is chosen on the work counted in
+    time (each request's predicted time left, in tokens at the mean cost), so the fill target
+    counts the waves that time-packing will make."""
 
     def __init__(self, budget: MpuBudget, min_tokens: int, block_size: int, times: StepTimes,
                  position: Position = scheduled) -> None:
@@ -246,9 +274,17 @@ class TimedPlanner(MpuPlanner):
     def plan(self, admitted: Sequence[AdmittedRequest]) -> WavePlan | None:
         if not self.times.ready:
             return super().plan(admitted)
-        remaining = [a.remaining for a in admitted if a.remaining > 0]
-        if not remaining:
+        fits = self.times.stage_fits()
+        guess = self.budget.current or self.budget.candidates[0]
+        found = bottleneck(admitted, fits, guess)
+        if found is None:
             return None
+        stage, tau = found
+        # MPU's fill target counted in time: what each request has left, in tokens at the mean cost.
+        remaining = [span_time(fits[stage], a.scheduled, a.remaining, guess) / tau for a in admitted if a.remaining > 0]
         b = self.budget.decide(remaining)
-        chunks = pack_timed(admitted, b, max(self.min_tokens, b // 2), self.block_size, self.times.stage_fits())
+        if b != guess:
+            stage, tau = bottleneck(admitted, fits, b) or found
+        fit = fits[stage]
+        chunks = pack_timed(admitted, fit.c + b * tau, max(self.min_tokens, b // 2), self.block_size, fit)
         return WavePlan(chunks, b, self.budget.waves_available(b, remaining)) if chunks else None

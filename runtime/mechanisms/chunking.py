@@ -80,11 +80,12 @@ STATIC_16K = CHUNKING.register(Static("static-16384", 16384))
 @dataclass(frozen=True, slots=True)
 class Timed:
     """MPU's budget and fill target, spent in time (beyond the paper, whose wave budget counts
-    tokens - its stated limit on long reused contexts): each wave takes on every stage what ``b``
-    new tokens after no context take there, by the stage's fitted ``t(L, x)``, refit online from
-    the steps it ran (:func:`runtime.planner.pack_timed`). SGLang's dynamic chunking solves the same
-    equation for one request with a fitted quadratic (``scheduler_pp_mixin.py``, PR #15372); this
-    packs a whole wave and keeps MPU's fill target."""
+    tokens - its stated limit on long reused contexts): each wave takes on the slowest stage what
+    ``b`` tokens of the admitted work take on average, by each stage's fitted ``t(L, x)``, refit
+    online from the steps it ran (:func:`runtime.planner.wave_time_limit`, :func:`~runtime.planner.pack_timed`).
+    SGLang's dynamic chunking solves a like equation for one request with a fitted quadratic, its
+    target a fresh chunk's time (``scheduler_pp_mixin.py``, PR #15372); this packs a whole wave to
+    the work's mean time, so it runs about MPU's number of waves and keeps its fill target."""
 
     name: str = "timed"
 
