@@ -75,7 +75,11 @@ def _finish(proc: subprocess.Popen[bytes], partial: Path, path: Path, log: Path)
         os.replace(partial, path)
         return
     lines = [ln for ln in log.read_text(errors="replace").splitlines() if ln.strip()] if log.is_file() else []
-    failure_path(path).write_text(f"exit {code}: {lines[-1] if lines else 'no output'} (log: {log})")
+    # written whole, then renamed: the page polls for the file and must never read it half-written
+    failed = failure_path(path)
+    draft = failed.with_name(failed.name + ".partial")
+    draft.write_text(f"exit {code}: {lines[-1] if lines else 'no output'} (log: {log})")
+    os.replace(draft, failed)
 
 
 def _stop(proc: subprocess.Popen[bytes]) -> None:

@@ -21,7 +21,14 @@ from torch import Tensor
 
 from wavepp.runtime.engines.base import Escrowed, LeaseItem, Materialized, MaterializeItem, StageHandle
 from wavepp.runtime.engines.torch.dist.launch import TIMEOUT_ENV, World, join_torchrun, link_timeout, spawn_stages
-from wavepp.runtime.engines.torch.dist.rpc import CLOSE_WAIT_S, LinkSender, RpcClient, StageDied, fail
+from wavepp.runtime.engines.torch.dist.rpc import (
+    CLOSE_WAIT_S,
+    LINK_BREAK_WAIT_S,
+    LinkSender,
+    RpcClient,
+    StageDied,
+    fail,
+)
 from wavepp.runtime.engines.torch.dist.stage_server import Keys, StageSpec, run_chunks, serve_stage
 from wavepp.runtime.engines.torch.executor import RequestBook
 from wavepp.runtime.engines.torch.model import StageModel
@@ -73,8 +80,9 @@ class RemoteStageHandle(StageHandle):
     async def shrink(self, items: Sequence[tuple[str, int]], remote: bool = True) -> list[int]:
         return await self._op("shrink", list(items))  # type: ignore[no-any-return]
 
-    async def escrow(self, items: Sequence[tuple[str, int]], remote: bool = True) -> Escrowed:
-        return await self._op("escrow", list(items))  # type: ignore[no-any-return]
+    async def escrow(self, items: Sequence[tuple[str, int]], remote: bool = True,
+                     held_prefix: bool = False) -> Escrowed:
+        return await self._op("escrow", list(items), True, held_prefix)  # type: ignore[no-any-return]
 
     async def release(self, request_ids: Sequence[str], remote: bool = True) -> int:
         return await self._op("release", list(request_ids))  # type: ignore[no-any-return]
@@ -222,7 +230,7 @@ class StageProcesses:
         if not (orderly and self.healthy and self._shut_down()):
             for rpc in self.rpcs.values():
                 rpc.kill()
-        self._to_stage1.close()
+        self._to_stage1.close(wait_s=LINK_BREAK_WAIT_S)   # no send may return from gloo as the interpreter ends
         self.world.leave()
 
     def _shut_down(self) -> bool:

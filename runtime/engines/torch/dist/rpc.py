@@ -83,9 +83,11 @@ class LinkSender:
         self._queue.put((fut, fn, args))
         return fut
 
-    def close(self) -> None:
-        """The thread ends after the sends queued so far (at once, if it is not stuck in one)."""
+    def close(self, wait_s: float = 0.0) -> None:
+        """The thread ends after the sends queued so far (at once, if it is not stuck in one); wait up
+        to ``wait_s`` for that (a send on a link whose far end is gone returns within moments)."""
         self._queue.put(None)
+        self._thread.join(timeout=wait_s)
 
     def _run(self) -> None:
         while (item := self._queue.get()) is not None:
@@ -237,6 +239,12 @@ class RpcClient:
         if self._proc is not None:
             self._proc.kill()
             self._proc.join(timeout=CLOSE_WAIT_S)
+            # Its links are closed now, so the threads on them leave gloo at once; wait for that. A
+            # daemon thread that returns from a gloo wait while the interpreter finalizes cannot take
+            # the GIL back and ends inside pybind11's noexcept frame: std::terminate, exit -6.
+            leave_by = time.monotonic() + LINK_BREAK_WAIT_S + 1
+            for t in self._threads:
+                t.join(timeout=max(0.0, leave_by - time.monotonic()))
 
     def close(self, wait_s: float = CLOSE_WAIT_S) -> None:
         """Orderly: the stage drains its links, says goodbye and ends. Raises StageDied, or TimeoutError
