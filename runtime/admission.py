@@ -133,7 +133,7 @@ class Admission:
         b = self.block_size
         items = [(r.id, self.reserve.blocks(r.num_tokens, k, b)) for r, k in zip(requests, granted, strict=True)]
         with self.tel.span(N.ESCROW, {N.NUM_REQUESTS: len(requests), N.BLOCKS: sum(n for _, n in items)}):
-            fits = await on_stages(self._admitting, lambda h: h.escrow(items))
+            fits = await on_stages(self._admitting, lambda h: h.escrow(items, held_prefix=self.reserve.held_prefix))
             n_ok = min(e.fit for e in fits) if fits else len(requests)
             # Requests past the first that did not fit everywhere wait: undo what they hold.
             undo = [r.id for r in requests[n_ok:]]

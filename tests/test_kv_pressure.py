@@ -114,7 +114,8 @@ def test_tight_and_uneven_pools_always_finish(seed: int) -> None:
 def test_a_run_that_cannot_progress_ends_with_a_diagnosis(monkeypatch: pytest.MonkeyPatch) -> None:
     """The deadlock guard: no escrow ever succeeds, so nothing is admitted and nothing will free a
     block; the run ends with one line saying what waits, on which stage, for what."""
-    async def never(self: StageHandle, items, remote: bool = True) -> Escrowed:  # type: ignore[no-untyped-def]
+    async def never(self: StageHandle, items, remote: bool = True,  # type: ignore[no-untyped-def]
+                    held_prefix: bool = False) -> Escrowed:
         return Escrowed(0, len(items))
 
     monkeypatch.setattr(StageHandle, "escrow", never)
@@ -132,7 +133,8 @@ def test_a_stalled_bench_is_one_line_and_exit_1(monkeypatch: pytest.MonkeyPatch,
                                                 capsys: pytest.CaptureFixture[str]) -> None:
     from wavepp.runtime.cli import main
 
-    async def never(self: StageHandle, items, remote: bool = True) -> Escrowed:  # type: ignore[no-untyped-def]
+    async def never(self: StageHandle, items, remote: bool = True,  # type: ignore[no-untyped-def]
+                    held_prefix: bool = False) -> Escrowed:
         return Escrowed(0, len(items))
 
     monkeypatch.setattr(StageHandle, "escrow", never)
@@ -155,11 +157,12 @@ def test_a_stalled_run_is_reported_with_its_figures_and_the_bench_goes_on(monkey
     state = {"policy": "", "calls": 0}
     real_escrow, real_run_one = StageHandle.escrow, bench.run_one
 
-    async def failing_after(self: StageHandle, items, remote: bool = True) -> Escrowed:  # type: ignore[no-untyped-def]
+    async def failing_after(self: StageHandle, items, remote: bool = True,  # type: ignore[no-untyped-def]
+                            held_prefix: bool = False) -> Escrowed:
         state["calls"] += 1
         if state["policy"] == "wavepp" and state["calls"] > 4:    # the first run's middle: nothing fits any more
             return Escrowed(0, len(items))
-        return await real_escrow(self, items, remote)
+        return await real_escrow(self, items, remote, held_prefix)
 
     def run_one(engine, cfg, policy, *args, **kwargs):  # type: ignore[no-untyped-def]
         state["policy"], state["calls"] = policy, 0

@@ -158,16 +158,17 @@ def test_a_composed_policy_runs_on_the_torch_engine(tmp_path: Path) -> None:
 
 def test_reserving_for_the_whole_prompt_admits_fewer_when_the_pool_binds(monkeypatch: pytest.MonkeyPatch) -> None:
     """Prompts of 32 blocks reusing ~28 on a 160-block stage 0: the suffix reservation admits
-    many at once, the whole-prompt one (before TRT-LLM PR #11490) far fewer."""
+    many at once, the whole-prompt one (before TRT-LLM PR #11490) far fewer - it counts again the
+    shared prefix the requests running beside it hold."""
     from wavepp.runtime.kvcache.stage_cache import StageCache
     from wavepp.runtime.mechanisms.reserve import SuffixBlocks, WholePrompt
-    assert SuffixBlocks().blocks(2048, 28, 64) == 4
-    assert WholePrompt().blocks(2048, 28, 64) == 32
+    assert SuffixBlocks().blocks(2048, 28, 64) == WholePrompt().blocks(2048, 28, 64) == 4
+    assert (SuffixBlocks().held_prefix, WholePrompt().held_prefix) == (False, True)
     peak = {"now": 0}
     real = StageCache.escrow_round
 
-    def counting(self: StageCache, items: list[tuple[str, int]]) -> int:
-        n = real(self, items)
+    def counting(self: StageCache, items: list[tuple[str, int]], held_prefix: bool = False) -> int:
+        n = real(self, items, held_prefix)
         if self.stage == 0:
             peak["now"] = max(peak["now"], len(self.tickets))
         return n
@@ -182,6 +183,37 @@ def test_reserving_for_the_whole_prompt_admits_fewer_when_the_pool_binds(monkeyp
         assert rec.figures.completed == 32
         seen[spec] = peak["now"]
     assert seen["trtllm-pp+reserve=whole-prompt"] < seen["trtllm-pp"]
+
+
+def test_the_whole_prompt_reserve_counts_again_only_the_prefix_others_hold() -> None:
+    """TensorRT-LLM counts cached blocks nobody uses as free (PR #11731), so a whole-prompt need
+    double-counts only reused blocks running requests hold. A lease that pins cached blocks itself
+    takes them from the room already; counting them again refused a prompt reusing more than the
+    spare room forever (trtllm-pp-legacy stalled on a 40-block stage)."""
+    from wavepp.runtime.hashing import block_hashes, token_array
+    from wavepp.runtime.kvcache.stage_cache import StageCache
+    tokens = list(range(30 * B + 10))
+    hashes = block_hashes(token_array(tokens), B)                    # 30 full blocks
+    cache = StageCache(0, 40, B)
+    assert cache.prime("warm", hashes, len(tokens))                  # all 30 cached, nobody holds them
+    assert cache.lease("a", hashes, 28, len(tokens)) == 28
+    assert cache.leases["a"].held == 0                               # it pinned them itself
+    assert cache.escrow_round([("a", 3)], held_prefix=True) == 1 and cache.tickets["a"] == 3
+    assert cache.lease("b", hashes, 20, len(tokens)) == 20 and cache.leases["b"].held == 20
+    assert cache.escrow_round([("b", 11)], held_prefix=True) == 0    # 11 + 20 held by a > the 9 left
+    assert cache.escrow_round([("b", 9)], held_prefix=False) == 1    # the suffix alone fits
+    cache.release("a"), cache.release("b")
+    cache.check()
+
+
+def test_the_legacy_reserve_runs_where_the_pool_is_smaller_than_its_double_count() -> None:
+    """2K-token prompts (up to 36 blocks) on a 40-block stage, mixed reuse: every request
+    completes under the pre-#11490 reserve, as under the suffix one (it stalled at 2 of 40)."""
+    engine = SimEngine("llama-3-8b", "h200", 3, block_size=B, kv_blocks=[40, 64, 52])
+    cfg = BenchConfig(parse_workload("mixed"), [8], [], 40, 0, prompt_tokens=2048)
+    for spec in ("trtllm-pp-legacy", "trtllm-pp"):
+        f = run_one(engine, cfg, spec, 8).figures
+        assert f.stalled is None and f.completed == 40, (spec, f.stalled)
 
 
 def test_lockstep_host_work_walks_pending_prompts_on_the_stage_tree() -> None:

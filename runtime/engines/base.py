@@ -157,11 +157,13 @@ class StageHandle:
         await self._charge("shrink", walked + self.cache.work - work, remote)
         return granted
 
-    async def escrow(self, items: Sequence[tuple[str, int]], remote: bool = True) -> Escrowed:
+    async def escrow(self, items: Sequence[tuple[str, int]], remote: bool = True,
+                     held_prefix: bool = False) -> Escrowed:
         """Escrow a round in order; stops at the first request that does not fit (see
-        :meth:`StageCache.escrow_round`: requests past that point lose their leases here)."""
+        :meth:`StageCache.escrow_round`: requests past that point lose their leases here).
+        ``held_prefix``: the reserve also counts the prefix blocks others held (``Reserve.held_prefix``)."""
         await self._charge("escrow", sum(n for _, n in items), remote)
-        return Escrowed(self.cache.escrow_round(list(items)), len(items))
+        return Escrowed(self.cache.escrow_round(list(items), held_prefix), len(items))
 
     async def release(self, request_ids: Sequence[str], remote: bool = True) -> int:
         """Drop what the requests hold here (idempotent); returns how many held anything."""

@@ -19,6 +19,7 @@ class Lease:
     num_tokens: int
     boundary: int                # pinned block holding tokens up to k*B (-1 when k == 0)
     snapshot: int | None = None  # hybrid stage: hash keying the pinned state snapshot at k (None when k == 0)
+    held: int = 0                # of the k blocks, those other requests already held when this lease came
 
 
 class HybridStates:

@@ -129,7 +129,7 @@ class MirrorCache(StageCache):
     def escrow(self, rid: str, num_blocks: int) -> None:
         return None
 
-    def escrow_round(self, items: list[tuple[str, int]]) -> int:
+    def escrow_round(self, items: list[tuple[str, int]], held_prefix: bool = False) -> int:
         return len(items)
 
     def materialize(self, rid: str, start: int, length: int, reuse_blocks: int) -> list[int]:

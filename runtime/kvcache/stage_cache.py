@@ -140,7 +140,7 @@ class StageCache(HybridStates):
             if self.states is not None:
                 snapshot = hashes[granted - 1]
                 self.states.pin(snapshot)
-        self.leases[rid] = Lease(granted, num_tokens, boundary, snapshot)
+        self.leases[rid] = Lease(granted, num_tokens, boundary, snapshot, min(held, granted))
         self.progress[rid] = granted * self.block_size
         return granted
 
@@ -163,6 +163,7 @@ class StageCache(HybridStates):
             self.pool.pin(new)                         # an ancestor of a held block: already held
         self.pool.unpin(lease.boundary)
         lease.boundary, lease.reuse_blocks, lease.snapshot = new, k, snapshot
+        lease.held = min(lease.held, k)
         self.progress[rid] = k * self.block_size
         return k
 
@@ -186,24 +187,24 @@ class StageCache(HybridStates):
         if not self.can_escrow(num_blocks, rid):
             raise ValueError(f"stage {self.stage} cannot escrow {num_blocks} blocks for {rid} "
                              f"({self.available_blocks()} available)")
-        extra = self.state_blocks(rid)
-        if extra:
+        if extra := self.state_blocks(rid):
             self.state_due[rid] = extra
         self.tickets[rid] = num_blocks + extra
         self.reserved += num_blocks + extra
 
-    def escrow_round(self, items: list[tuple[str, int]]) -> int:
+    def escrow_round(self, items: list[tuple[str, int]], held_prefix: bool = False) -> int:
         """Escrow an admission round's requests in order; returns how many fit (a prefix of ``items``).
+        ``held_prefix``: each request's escrow also counts the prefix blocks its lease found held by
+        others (:class:`~runtime.mechanisms.reserve.WholePrompt`).
 
-        The first request that does not fit, and every one after it, waits for the next round.
-        Those behind it already hold leases from this round, and their pins may be exactly the
-        room it lacks: with every block cached, eight 36K-token prompts leased at once pin more
-        than the pool can spare, and none fits although each would alone - with nothing running,
-        nothing would ever free a block (the KV-pressure deadlock). So before giving up on a
-        request, the stage drops the leases of the requests behind it (they are deferred either
-        way; the leader's release of them is idempotent) and tries once more. A request then
-        waits only for blocks pinned, leased or escrowed by requests admitted before it.
-        """
+        The first request that does not fit, and every one after it, waits for the next round. Before
+        giving up on it the stage drops the leases of the requests behind it (deferred either way; the
+        leader's release is idempotent) and tries once more: their pins may be exactly the room it lacks
+        (eight 36K-token prompts leased at once on an all-cached pool: none fits although each would
+        alone, and with nothing running nothing frees a block - the KV-pressure deadlock). A request
+        then waits only for blocks pinned, leased or escrowed by requests admitted before it."""
+        if held_prefix:
+            items = [(rid, n + (lease.held if (lease := self.leases.get(rid)) else 0)) for rid, n in items]
         for done, (rid, n) in enumerate(items):
             if self.can_escrow(n, rid):
                 self.escrow(rid, n)

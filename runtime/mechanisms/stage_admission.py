@@ -144,7 +144,7 @@ class OnFirstChunk:
         if granted < chunk.reuse_blocks:
             return FallBack(granted)
         need = reserve.blocks(req.num_tokens, granted, stage.block_size)
-        while not (await handle.escrow([(req.id, need)], remote=False)).all:
+        while not (await handle.escrow([(req.id, need)], remote=False, held_prefix=reserve.held_prefix)).all:
             if not run.completes_ahead(wave_id):
                 why = f"stage {s} lacks KV capacity for stage 0's schedule of request {req.id}"
                 if run.admitted_under_others(a.policy):
