@@ -87,8 +87,7 @@ class PipelineLoop:
         self.concurrency = concurrency
         self.tel = telemetry
         self.block_size = block_size
-        self.publish_plans = publish_plans
-        self.stall_timeout_s = stall_timeout_s
+        self.publish_plans, self.stall_timeout_s = publish_plans, stall_timeout_s
         self.knobs = knobs
         self.run_state = RunState(self.num_stages)
         self.step_times = StepTimes(self.num_stages, executor.step_prior)   # what a timed chunking plans with
@@ -132,7 +131,8 @@ class PipelineLoop:
         self.admit_stages = self.policy.stage_admission.admit_stages(self.num_stages)
         self.admission = Admission(self.handles, self.admit_stages, self.store, self.block_size, self.tel,
                                    self.policy.lookup, self.policy.reserve, self.policy.name, self.policy.share)
-        self.planner = self.policy.make_planner(knobs, self.num_stages, self.block_size, self.step_times)
+        self.planner = self.policy.make_planner(knobs, self.num_stages, self.block_size, self.step_times,
+                                                self.run_state.waiting)
         self.ring = self.policy.ring_size(knobs, self.num_stages)
 
     # ---- public -------------------------------------------------------------------------------

@@ -20,17 +20,25 @@ take what ``b`` tokens of the admitted work take on average on the bottleneck st
 ``t(L, x)`` (:mod:`runtime.step_times`, :func:`bottleneck`). A chunk deep in a long context
 costs more per token, so it gets fewer tokens and a chunk near its start more: waves over long
 prompts take equal time instead of growing longer and longer, in about as many waves as MPU's.
+Equal times pay only near a drain (:func:`time_pays`: the flow-shop makespan), so in a long stream
+the waves are MPU's token waves.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from wavepp.runtime.request import AdmittedRequest, Chunk
+from wavepp.runtime.request import AdmittedRequest, Chunk, Request
 from wavepp.runtime.step_times import StageFit, StepTimes
 
 Position = Callable[[AdmittedRequest], int]    # where the budget charges a request's next chunk from
+Waiting = Callable[[], Sequence[Request]]       # the requests waiting for admission, head first
+
+
+def nothing_waiting() -> Sequence[Request]:
+    return ()
 
 
 def align_down(x: int, unit: int) -> int:
@@ -256,6 +264,69 @@ class StaticPlanner(Planner):
         return WavePlan(chunks, self.tokens, sum(remaining) / self.tokens) if chunks else None
 
 
+def fit_tokens(fit: StageFit, context: int, seconds: float) -> float:
+    """The most new tokens a chunk after ``context`` computes within ``seconds`` (0 when even an
+    empty chunk takes longer): the root of the chunk time, quadratic in its length."""
+    k = fit.chunk_time(context, 0) - seconds
+    if k >= 0:
+        return 0.0
+    q = fit.beta + fit.alpha_lx * context
+    if fit.alpha_xx <= 0:
+        return -k / q if q > 0 else float("inf")
+    return (math.sqrt(q * q - 4 * fit.alpha_xx * k) - q) / (2 * fit.alpha_xx)
+
+
+def token_waves(fit: StageFit, start: int, tokens: int, budget: int) -> tuple[float, float]:
+    """A span of ``tokens`` from context ``start`` in waves of ``budget`` tokens, alone: its predicted
+    seconds, waves' own cost included, and its longest wave (the deepest whole chunk or the rest)."""
+    whole, rest = divmod(tokens, budget)
+    total = (whole + (rest > 0)) * fit.c + span_time(fit, start, tokens, budget)
+    deepest = fit.chunk_time(start + (whole - 1) * budget, budget) if whole else 0.0
+    return total, fit.c + max(deepest, fit.chunk_time(start + whole * budget, rest) if rest else 0.0)
+
+
+def timed_waves(fit: StageFit, start: int, tokens: int, limit: float, block_size: int) -> float:
+    """A span in waves of ``limit`` seconds, alone (each cut block-aligned, at least a block): its
+    predicted seconds, waves' own cost included - what :func:`pack_timed` makes of it."""
+    end, at, total = start + tokens, start, 0.0
+    while at < end:
+        cut = align_down(at + int(fit_tokens(fit, at, limit - fit.c)), block_size)
+        nxt = min(end, max(cut, align_down(at, block_size) + block_size))
+        total += fit.c + fit.chunk_time(at, nxt - at)
+        at = nxt
+    return total
+
+
+def time_pays(admitted: Sequence[AdmittedRequest], fit: StageFit, budget: int, limit: float, longest: float,
+              num_stages: int, block_size: int, waiting_tokens: int = 0) -> bool:
+    """Whether packing the admitted work in time shortens the pipeline's busy period, by the flow-shop
+    makespan of waves that take ``T_j`` on each of ``P`` stages alike::
+
+        makespan = sum_j T_j + (P - 1) * max_j T_j
+
+    A wave's time only counts once more, at its maximum (the fill and drain); between them, waves of
+    uneven length cost nothing, while smaller chunks deep in a context cost per chunk (each re-reads
+    its context). So time pays when it lowers the period's longest wave (``longest``: planned so
+    far; token waves would reach each request's deepest chunk) by more than its extra chunks cost -
+    where little work fills the pipeline and its drain is near, not in a long stream. Each admitted
+    request is costed alone in waves of ``budget`` tokens and of ``limit`` seconds, on the bottleneck
+    ``fit``; the ``waiting_tokens`` of the requests waiting for admission belong to the same busy
+    period (it drains after them), each costing what an admitted token costs more in time, at most
+    (their reused prefixes are not known yet)."""
+    spans = [(a.scheduled, a.remaining) for a in admitted if a.remaining > 0]
+    if not spans:
+        return False
+    tokens = [token_waves(fit, s, r, budget) for s, r in spans]
+    gain = (num_stages - 1) * (max(longest, *(w for _, w in tokens)) - max(longest, limit))
+    if gain <= 0:
+        return False
+    work = sum(r for _, r in spans)
+    scale = 1 + waiting_tokens / work             # the busy period's work over what is admitted
+    extra = sum(timed_waves(fit, s, r, limit, block_size) - seconds
+                for (s, r), (seconds, _) in zip(spans, tokens, strict=True))
+    return extra * scale < gain
+
+
 class TimedPlanner(MpuPlanner):
     """MPU's budget (its fill target, hysteresis), spent in time once every stage has a step-time
     fit; token packing until then (a real engine learns its fits online). Each wave may take, on
@@ -264,16 +335,26 @@ class TimedPlanner(MpuPlanner):
     equal time from its first to its last, and the work makes about ``W / b`` waves - MPU's count,
     so no step's fixed cost is paid more often. The budget ``b`` is chosen on the work counted in
     time (each request's predicted time left, in tokens at the mean cost), so the fill target
-    counts the waves that time-packing will make."""
+    counts the waves that time-packing will make.
 
-    def __init__(self, budget: MpuBudget, min_tokens: int, block_size: int, times: StepTimes,
-                 position: Position = scheduled) -> None:
+    Equal times pay only where they shorten the busy period (:func:`time_pays`): near a drain, not
+    in a long stream, where MPU's token waves do the same work in fewer chunks. So each wave is
+    packed in time or in tokens by that test; the busy period's longest wave is kept until nothing
+    started is left in the pipeline."""
+
+    def __init__(self, budget: MpuBudget, min_tokens: int, block_size: int, times: StepTimes, num_stages: int,
+                 position: Position = scheduled, waiting: Waiting = nothing_waiting) -> None:
         super().__init__(budget, min_tokens, block_size, position)
         self.times = times
+        self.num_stages = num_stages
+        self.waiting = waiting
+        self.longest = 0.0          # predicted seconds of the busy period's longest wave, on its bottleneck
 
     def plan(self, admitted: Sequence[AdmittedRequest]) -> WavePlan | None:
         if not self.times.ready:
             return super().plan(admitted)
+        if all(a.scheduled == a.reused_tokens for a in admitted):
+            self.longest = 0.0      # nothing started is in flight: a new busy period
         fits = self.times.stage_fits()
         guess = self.budget.current or self.budget.candidates[0]
         found = bottleneck(admitted, fits, guess)
@@ -285,6 +366,14 @@ class TimedPlanner(MpuPlanner):
         b = self.budget.decide(remaining)
         if b != guess:
             stage, tau = bottleneck(admitted, fits, b) or found
-        fit = fits[stage]
-        chunks = pack_timed(admitted, fit.c + b * tau, max(self.min_tokens, b // 2), self.block_size, fit)
-        return WavePlan(chunks, b, self.budget.waves_available(b, remaining)) if chunks else None
+        fit, min_fragment = fits[stage], max(self.min_tokens, b // 2)
+        limit = fit.c + b * tau
+        waiting = sum(r.num_tokens for r in self.waiting())
+        if time_pays(admitted, fit, b, limit, self.longest, self.num_stages, self.block_size, waiting):
+            chunks = pack_timed(admitted, limit, min_fragment, self.block_size, fit)
+        else:
+            chunks = pack_fcfs(admitted, b, min_fragment, self.block_size, self.position)
+        if not chunks:
+            return None
+        self.longest = max(self.longest, fit.step_time([(c.start, c.length) for c in chunks]))
+        return WavePlan(chunks, b, self.budget.waves_available(b, remaining))

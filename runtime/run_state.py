@@ -69,6 +69,10 @@ class RunState:
         """The request first in line for admission."""
         return self._waiting[0] if self._waiting else None
 
+    def waiting(self) -> Sequence[Request]:
+        """The requests waiting for admission, head first (a view: not to be changed)."""
+        return self._waiting
+
     def active(self) -> list[AdmittedRequest]:
         """The admitted requests, in admission order (what the planner schedules from)."""
         return list(self._active.values())

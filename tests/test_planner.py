@@ -20,6 +20,9 @@ from wavepp.runtime.planner import (
     pack_timed,
     scheduled,
     span_time,
+    time_pays,
+    timed_waves,
+    token_waves,
 )
 from wavepp.runtime.request import AdmittedRequest, Chunk, Request
 from wavepp.runtime.step_times import StageFit, StepTimes, features, fit
@@ -351,17 +354,64 @@ def drive(planner: MpuPlanner, a: AdmittedRequest) -> tuple[list[float], list[fl
     return times, seconds
 
 
+def makespan(seconds: list[float], num_stages: int = 4) -> float:
+    """The flow-shop makespan of waves taking ``seconds`` on every stage alike."""
+    return sum(seconds) + (num_stages - 1) * max(seconds)
+
+
 def test_timed_waves_of_a_rising_context_take_equal_predicted_time_where_mpu_waves_grow() -> None:
-    budget = lambda: MpuBudget(16384, 8192, B, 8, 2, 4, hysteresis=False)   # noqa: E731
+    """One 256K-token request into an empty pipeline, at a fixed budget: the drain is near, so time
+    pays - every wave takes about the same predicted time, where MPU's token waves grow."""
+    budget = lambda: MpuBudget(16384, 16384, B, 8, 2, 4, hysteresis=False)   # noqa: E731
     tokens = 262144
     mpu, mpu_s = drive(MpuPlanner(budget(), 8192, B), adm("m", tokens))
-    timed, timed_s = drive(TimedPlanner(budget(), 8192, B, StepTimes(2, lambda: STAGE_FITS)), adm("t", tokens))
+    timed, timed_s = drive(TimedPlanner(budget(), 8192, B, StepTimes(2, lambda: STAGE_FITS), 4), adm("t", tokens))
     assert all(abs(t - 1) <= 0.10 for t in timed[:-1]), [round(t, 3) for t in timed]   # equal time, 10%
     assert timed[-1] <= 1.10
     assert max(mpu) > 1.5 * min(mpu)                   # token waves over a 256K prompt: ever longer
     assert len(timed) <= len(mpu) + 1                  # ... in as many waves: no fixed cost paid more often
-    # The same tokens; smaller chunks deep in the context re-read it a little more often: within 1%.
+    # The same tokens; smaller chunks deep in the context re-read it a little more often: within 1% ...
     assert sum(timed_s) <= 1.01 * sum(mpu_s), (sum(timed_s), sum(mpu_s))
+    assert makespan(timed_s) < makespan(mpu_s)         # ... and the pipeline drains sooner
+
+
+def test_timed_waves_pack_tokens_in_a_long_stream_and_time_where_the_drain_is_near() -> None:
+    """Equal times pay once a busy period, at its longest wave, and cost in every deep chunk: with
+    much work waiting behind the admitted request the waves are MPU's; alone, they are timed; and
+    once the period has run a wave as long as token waves would reach, tokens again."""
+    times = StepTimes(2, lambda: STAGE_FITS)
+    waiting = [Request(f"w{i}", [0] * 262144, 0.0, []) for i in range(16)]   # type: ignore[arg-type]
+    budget = lambda: MpuBudget(16384, 16384, B, 8, 2, 4, hysteresis=False)   # noqa: E731
+    stream = TimedPlanner(budget(), 8192, B, times, 4, waiting=lambda: waiting)
+    alone = TimedPlanner(budget(), 8192, B, times, 4)
+    token = MpuPlanner(budget(), 8192, B)
+    a = adm("a", 262144)
+    a.scheduled = 65536
+    plans = [p.plan([a]) for p in (stream, alone, token)]
+    assert all(p is not None for p in plans)
+    s, t, m = (p.chunks for p in plans if p is not None)
+    assert s == m and t != m                           # the stream packs MPU's tokens; alone, time
+    a.scheduled = 196608                               # deep in: its token waves are the period's longest
+    alone.longest = 10.0                               # ... unless the period already ran a longer one
+    again = alone.plan([a])
+    assert again is not None and again.chunks == token.plan([a]).chunks   # type: ignore[union-attr]
+
+
+def test_time_pays_weighs_the_drain_against_the_extra_chunks() -> None:
+    f = STAGE_FITS[0]
+    a = adm("a", 262144)
+    found = bottleneck([a], [f], 16384)
+    assert found is not None
+    tau = found[1]
+    limit = f.c + 16384 * tau
+    assert time_pays([a], f, 16384, limit, 0.0, 4, B)
+    assert not time_pays([a], f, 16384, limit, 0.0, 1, B)       # one stage: no fill or drain to shorten
+    assert not time_pays([a], f, 16384, limit, 0.0, 4, B, waiting_tokens=64 * 262144)   # a long stream
+    assert not time_pays([], f, 16384, limit, 0.0, 4, B)
+    seconds, longest = token_waves(f, 0, 262144, 16384)
+    assert longest == pytest.approx(f.c + f.chunk_time(262144 - 16384, 16384))
+    assert seconds == pytest.approx(16 * f.c + span_time(f, 0, 262144, 16384))
+    assert timed_waves(f, 0, 262144, limit, B) > seconds          # equal times cost chunks deep in
 
 
 def test_the_bottleneck_is_the_stage_the_admitted_work_costs_most_at_its_mean_cost_a_token() -> None:
@@ -406,7 +456,7 @@ def test_timed_packing_fills_a_wave_in_time_first_come_first_served() -> None:
 
 def test_a_timed_planner_packs_tokens_until_every_stage_has_a_fit() -> None:
     times = StepTimes(2)                               # a real engine: no prior
-    planner = TimedPlanner(MpuBudget(4096, 2048, B, 4, 2, 2, hysteresis=False), 2048, B, times)
+    planner = TimedPlanner(MpuBudget(4096, 2048, B, 4, 2, 2, hysteresis=False), 2048, B, times, 2)
     a = adm("r", 65536)
     first = planner.plan([a])
     assert first is not None and first.chunks[0].length == 4096          # MPU's tokens

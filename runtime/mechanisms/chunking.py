@@ -82,7 +82,9 @@ class Timed:
     """MPU's budget and fill target, spent in time (beyond the paper, whose wave budget counts
     tokens - its stated limit on long reused contexts): each wave takes on the slowest stage what
     ``b`` tokens of the admitted work take on average, by each stage's fitted ``t(L, x)``, refit
-    online from the steps it ran (:func:`runtime.planner.wave_time_limit`, :func:`~runtime.planner.pack_timed`).
+    online from the steps it ran (:func:`~runtime.planner.bottleneck`, :func:`~runtime.planner.pack_timed`) -
+    where that shortens the busy period (:func:`~runtime.planner.time_pays`: near a drain; a long stream
+    is packed in MPU's tokens, which do the same work in fewer, larger chunks).
     SGLang's dynamic chunking solves a like equation for one request with a fitted quadratic, its
     target a fresh chunk's time (``scheduler_pp_mixin.py``, PR #15372); this packs a whole wave to
     the work's mean time, so it runs about MPU's number of waves and keeps its fill target."""
@@ -91,7 +93,7 @@ class Timed:
 
     def planner(self, inputs: PlanInputs) -> Planner:
         return TimedPlanner(mpu_budget(inputs), inputs.knobs.min_wave_tokens, inputs.block_size, inputs.step_times,
-                            inputs.position)
+                            inputs.num_stages, inputs.position, inputs.waiting)
 
 
 class DynamicPlanner(Planner):

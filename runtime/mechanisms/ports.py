@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from wavepp.runtime.engines.base import StageHandle
-from wavepp.runtime.planner import Position
+from wavepp.runtime.planner import Position, Waiting, nothing_waiting
 from wavepp.runtime.request import AdmittedRequest, Wave
 from wavepp.runtime.step_times import StepTimes
 from wavepp.runtime.wakeup import Wakeup
@@ -49,6 +49,7 @@ class PlanInputs:
     ring: int
     position: Position
     step_times: StepTimes
+    waiting: Waiting = nothing_waiting     # the requests waiting for admission (the timed chunking's busy period)
 
 
 class RunView(Protocol):

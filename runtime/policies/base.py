@@ -35,7 +35,7 @@ from wavepp.runtime.mechanisms.sharing import SHARING, ComputeAgain, Sharing
 from wavepp.runtime.mechanisms.stage_admission import STAGE_ADMISSION, StageAdmission
 from wavepp.runtime.mechanisms.token_charge import CHARGE, TokenCharge
 from wavepp.runtime.mechanisms.topology import TOPOLOGY, Pipeline, Topology
-from wavepp.runtime.planner import Planner
+from wavepp.runtime.planner import Planner, Waiting, nothing_waiting
 from wavepp.runtime.registry import Registry
 from wavepp.runtime.step_times import StepTimes
 
@@ -65,9 +65,10 @@ class Policy:
     def ring_size(self, knobs: WaveSettings, num_stages: int) -> int:
         return self.ring.size(knobs, num_stages)
 
-    def make_planner(self, knobs: WaveSettings, num_stages: int, block_size: int, step_times: StepTimes) -> Planner:
+    def make_planner(self, knobs: WaveSettings, num_stages: int, block_size: int, step_times: StepTimes,
+                     waiting: Waiting = nothing_waiting) -> Planner:
         return self.chunking.planner(PlanInputs(knobs, num_stages, block_size, self.ring_size(knobs, num_stages),
-                                                self.charge.position, step_times))
+                                                self.charge.position, step_times, waiting))
 
     def with_mechanism(self, kind: str, variant: str) -> Policy:
         """The same policy with one mechanism swapped (an ablation), named ``<name>+<kind>=<variant>``."""
