@@ -298,7 +298,7 @@ def timed_waves(fit: StageFit, start: int, tokens: int, limit: float, block_size
 
 
 def time_pays(admitted: Sequence[AdmittedRequest], fit: StageFit, budget: int, limit: float, longest: float,
-              num_stages: int, block_size: int, waiting_tokens: int = 0) -> bool:
+              num_stages: int, block_size: int, waiting: Sequence[Request] = ()) -> bool:
     """Whether packing the admitted work in time shortens the pipeline's busy period, by the flow-shop
     makespan of waves that take ``T_j`` on each of ``P`` stages alike::
 
@@ -310,9 +310,9 @@ def time_pays(admitted: Sequence[AdmittedRequest], fit: StageFit, budget: int, l
     far; token waves would reach each request's deepest chunk) by more than its extra chunks cost -
     where little work fills the pipeline and its drain is near, not in a long stream. Each admitted
     request is costed alone in waves of ``budget`` tokens and of ``limit`` seconds, on the bottleneck
-    ``fit``; the ``waiting_tokens`` of the requests waiting for admission belong to the same busy
-    period (it drains after them), each costing what an admitted token costs more in time, at most
-    (their reused prefixes are not known yet)."""
+    ``fit``; the tokens of the requests ``waiting`` for admission belong to the same busy period (it
+    drains after them), each costing what an admitted token costs more in time, at most (their reused
+    prefixes are not known yet); they are counted only when time could pay at all."""
     spans = [(a.scheduled, a.remaining) for a in admitted if a.remaining > 0]
     if not spans:
         return False
@@ -321,7 +321,7 @@ def time_pays(admitted: Sequence[AdmittedRequest], fit: StageFit, budget: int, l
     if gain <= 0:
         return False
     work = sum(r for _, r in spans)
-    scale = 1 + waiting_tokens / work             # the busy period's work over what is admitted
+    scale = 1 + sum(r.num_tokens for r in waiting) / work   # the busy period's work over what is admitted
     extra = sum(timed_waves(fit, s, r, limit, block_size) - seconds
                 for (s, r), (seconds, _) in zip(spans, tokens, strict=True))
     return extra * scale < gain
@@ -368,8 +368,7 @@ class TimedPlanner(MpuPlanner):
             stage, tau = bottleneck(admitted, fits, b) or found
         fit, min_fragment = fits[stage], max(self.min_tokens, b // 2)
         limit = fit.c + b * tau
-        waiting = sum(r.num_tokens for r in self.waiting())
-        if time_pays(admitted, fit, b, limit, self.longest, self.num_stages, self.block_size, waiting):
+        if time_pays(admitted, fit, b, limit, self.longest, self.num_stages, self.block_size, self.waiting()):
             chunks = pack_timed(admitted, limit, min_fragment, self.block_size, fit)
         else:
             chunks = pack_fcfs(admitted, b, min_fragment, self.block_size, self.position)

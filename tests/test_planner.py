@@ -406,7 +406,8 @@ def test_time_pays_weighs_the_drain_against_the_extra_chunks() -> None:
     limit = f.c + 16384 * tau
     assert time_pays([a], f, 16384, limit, 0.0, 4, B)
     assert not time_pays([a], f, 16384, limit, 0.0, 1, B)       # one stage: no fill or drain to shorten
-    assert not time_pays([a], f, 16384, limit, 0.0, 4, B, waiting_tokens=64 * 262144)   # a long stream
+    stream = [Request(f"w{i}", [0] * 262144, 0.0, []) for i in range(64)]   # type: ignore[arg-type]
+    assert not time_pays([a], f, 16384, limit, 0.0, 4, B, waiting=stream)   # a long stream
     assert not time_pays([], f, 16384, limit, 0.0, 4, B)
     seconds, longest = token_waves(f, 0, 262144, 16384)
     assert longest == pytest.approx(f.c + f.chunk_time(262144 - 16384, 16384))
