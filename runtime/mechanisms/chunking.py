@@ -14,11 +14,11 @@ from wavepp.runtime.planner import (
     Planner,
     Position,
     StaticPlanner,
-    TimedPlanner,
     WavePlan,
     align_down,
     pack_static,
 )
+from wavepp.runtime.planner_timed import TimedPlanner
 from wavepp.runtime.registry import Registry
 from wavepp.runtime.request import AdmittedRequest
 from wavepp.runtime.step_times import StepTimes
@@ -82,9 +82,10 @@ class Timed:
     """MPU's budget and fill target, spent in time (beyond the paper, whose wave budget counts
     tokens - its stated limit on long reused contexts): each wave takes on the slowest stage what
     ``b`` tokens of the admitted work take on average, by each stage's fitted ``t(L, x)``, refit
-    online from the steps it ran (:func:`~runtime.planner.bottleneck`, :func:`~runtime.planner.pack_timed`) -
-    where that shortens the busy period (:func:`~runtime.planner.time_pays`: near a drain; a long stream
-    is packed in MPU's tokens, which do the same work in fewer, larger chunks).
+    online from the steps it ran (:func:`~runtime.planner_timed.bottleneck`,
+    :func:`~runtime.planner_timed.pack_timed`) - where that shortens the busy period
+    (:func:`~runtime.planner_timed.time_pays`: near a drain; a long stream is packed in MPU's tokens,
+    which do the same work in fewer, larger chunks).
     SGLang's dynamic chunking solves a like equation for one request with a fitted quadratic, its
     target a fresh chunk's time (``scheduler_pp_mixin.py``, PR #15372); this packs a whole wave to
     the work's mean time, so it runs about MPU's number of waves and keeps its fill target."""
