@@ -90,7 +90,7 @@ class PipelineLoop:
         self.publish_plans, self.stall_timeout_s = publish_plans, stall_timeout_s
         self.knobs = knobs
         self.run_state = RunState(self.num_stages)
-        self.step_times = StepTimes(self.num_stages, executor.step_prior)   # what a timed chunking plans with
+        self.step_times = StepTimes(self.num_stages, executor.step_prior, executor.step_model())  # planners price waves
         self.spans: dict[str, Any] = {}               # request id -> its open span
         self.result = LoopResult()
         self.publisher = IndexPublisher(self.handles, store)

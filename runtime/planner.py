@@ -83,7 +83,10 @@ class MpuBudget:
 
     def decide(self, remaining: Sequence[float]) -> int:
         """The budget for the next wave, given each admitted request's unscheduled tokens."""
-        proposal = self.propose(remaining)
+        return self.settle(self.propose(remaining))
+
+    def settle(self, proposal: int) -> int:
+        """The budget in force after ``proposal`` (hysteresis)."""
         if self.current is None or not self.hysteresis:
             self.current = proposal
         elif proposal > self.current:

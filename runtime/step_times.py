@@ -26,6 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 Shape = tuple[int, int]            # (context L, new tokens x) of one chunk
+StepModel = Callable[[int, Sequence[Shape]], float]   # (stage, chunks) -> seconds: an engine's own step cost
 MIN_SAMPLES = 12                   # steps of a stage before its online fit replaces the prior
 WINDOW = 512                       # the most recent steps a refit uses
 
@@ -83,11 +84,15 @@ def fit_waves(samples: Sequence[tuple[int, int, int, float]]) -> StageFit:
 class StepTimes:
     """Per-stage predicted step times: the ``prior`` fits until a stage has run ``MIN_SAMPLES``
     steps, then a fit of its last ``WINDOW`` steps (refit lazily, when a prediction is asked for
-    after new steps arrived)."""
+    after new steps arrived). An engine that prices its own steps (the sim's kernel tables) gives
+    its ``model`` too: :meth:`predict` then asks it, as the engine itself would charge the wave."""
 
-    def __init__(self, num_stages: int, prior: Callable[[], Sequence[StageFit] | None] | None = None) -> None:
-        """``prior``: the engine's own fits, asked for only when a prediction is first needed."""
+    def __init__(self, num_stages: int, prior: Callable[[], Sequence[StageFit] | None] | None = None,
+                 model: StepModel | None = None) -> None:
+        """``prior``: the engine's own fits, asked for only when a prediction is first needed.
+        ``model``: the engine's own step cost, where it has one."""
         self.num_stages = num_stages
+        self.model = model
         self._prior = prior
         self.fits: list[StageFit | None] = [None] * num_stages
         self._rows: list[deque[list[float]]] = [deque(maxlen=WINDOW) for _ in range(num_stages)]
@@ -123,3 +128,15 @@ class StepTimes:
         if any(f is None for f in fits):
             raise ValueError("no step-time fit yet for every stage")
         return [f for f in fits if f is not None]
+
+    @property
+    def can_predict(self) -> bool:
+        """Whether :meth:`predict` has something to predict with (the engine's model, or every stage's fit)."""
+        return self.model is not None or self.ready
+
+    def predict(self, chunks: Sequence[Shape]) -> float:
+        """Seconds of one wave of ``chunks`` on its slowest stage (the wave's time in a pipeline of
+        stages in step): by the engine's own model where it has one, else by the fits."""
+        if self.model is not None:
+            return max(self.model(s, chunks) for s in range(self.num_stages))
+        return max(f.step_time(chunks) for f in self.stage_fits())

@@ -20,7 +20,7 @@ from typing import Protocol, TypeVar
 
 from wavepp.runtime.kvcache.stage_cache import CacheStats, DescriptorMismatch, Mismatch, StageCache
 from wavepp.runtime.request import Chunk, Request, Wave, cdiv
-from wavepp.runtime.step_times import StageFit
+from wavepp.runtime.step_times import StageFit, StepModel
 from wavepp.store.base import Store
 from wavepp.store.probe import longest_prefix_in
 
@@ -264,6 +264,11 @@ class StageExecutor(Protocol):
     def step_prior(self) -> list[StageFit] | None:
         """Fits of each stage's ``t(L, x)`` from what the engine knows (the sim's cost model), or None:
         the loop then learns them from the steps it runs (:mod:`runtime.step_times`)."""
+        ...
+
+    def step_model(self) -> StepModel | None:
+        """The engine's own price of a step, ``(stage, [(context, new tokens)]) -> seconds``, where it has
+        one (the sim: its cost model), or None: the planners then predict with the fits."""
         ...
 
     def first_token(self, request_id: str) -> int | None:

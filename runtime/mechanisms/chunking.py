@@ -18,6 +18,7 @@ from wavepp.runtime.planner import (
     align_down,
     pack_static,
 )
+from wavepp.runtime.planner_cost import CostPlanner
 from wavepp.runtime.planner_timed import TimedPlanner
 from wavepp.runtime.registry import Registry
 from wavepp.runtime.request import AdmittedRequest
@@ -95,6 +96,22 @@ class Timed:
     def planner(self, inputs: PlanInputs) -> Planner:
         return TimedPlanner(mpu_budget(inputs), inputs.knobs.min_wave_tokens, inputs.block_size, inputs.step_times,
                             inputs.num_stages, inputs.position, inputs.waiting)
+
+
+@CHUNKING.register
+@dataclass(frozen=True, slots=True)
+class Cost:
+    """The budget under which the pipeline is predicted to compute most (beyond the paper): each candidate of
+    MPU's ladder, down to one block, priced by the stages' step times (the engine's own model, else the fits
+    refit online) and by how busy the work in the system keeps the stages (:mod:`runtime.planner_cost`);
+    MPU's hysteresis and its rule against small fragments. Small waves where little work would leave
+    stages idle, large ones where the stages stay busy anyway."""
+
+    name: str = "cost"
+
+    def planner(self, inputs: PlanInputs) -> Planner:
+        return CostPlanner(mpu_budget(inputs), inputs.knobs.min_wave_tokens, inputs.block_size, inputs.step_times,
+                           inputs.num_stages, inputs.position)
 
 
 class DynamicPlanner(Planner):

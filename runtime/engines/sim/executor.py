@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 from wavepp.runtime.engines.sim.costmodel import ChunkShape, CostModel
 from wavepp.runtime.request import Chunk, Request, Wave
-from wavepp.runtime.step_times import StageFit, fit_waves
+from wavepp.runtime.step_times import StageFit, StepModel, fit_waves
 
 
 class StageFailed(RuntimeError):
@@ -34,12 +34,17 @@ class SimExecutor:
         if stage in self.failed:
             raise StageFailed(self.failed[stage])
 
+    def step_seconds(self, stage: int, chunks: Sequence[tuple[int, int]]) -> float:
+        """What a step of (context, new tokens) ``chunks`` takes on ``stage``: the cost model's time,
+        stretched as the run's clock stretches it."""
+        scale, offset = self.step_fit[stage] if self.step_fit else (1.0, 0.0)
+        shapes = [ChunkShape(L, x) for L, x in chunks]
+        return self.cost_model.step_time(stage, shapes) * self.time_scale * scale + offset
+
     async def execute(self, stage: int, wave_id: int, chunks: Sequence[Chunk],
                       tables: dict[str, list[int]]) -> None:
         self._check(stage)
-        shapes = [ChunkShape(c.start, c.length) for c in chunks]
-        scale, offset = self.step_fit[stage] if self.step_fit else (1.0, 0.0)
-        await asyncio.sleep(self.cost_model.step_time(stage, shapes) * self.time_scale * scale + offset)
+        await asyncio.sleep(self.step_seconds(stage, [(c.start, c.length) for c in chunks]))
 
     async def transfer(self, stage: int, wave: Wave) -> None:
         self._check(stage)
@@ -52,6 +57,10 @@ class SimExecutor:
                 for n in (1, 2, 4) if L + x <= self.max_context and n * x <= 32768]
         return [fit_waves([(L, x, n, self.cost_model.step_time(s, [ChunkShape(L, x)] * n)) for L, x, n in grid])
                 for s in range(self.num_stages)]
+
+    def step_model(self) -> StepModel:
+        """The planner prices a wave as this executor will charge it (the kernel tables)."""
+        return self.step_seconds
 
     def first_token(self, request_id: str) -> int | None:
         return None   # no logits in the simulator

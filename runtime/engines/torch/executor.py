@@ -19,7 +19,7 @@ from torch import Tensor
 
 from wavepp.runtime.engines.torch.model import ChunkSpec, StageModel
 from wavepp.runtime.request import Chunk, Request, Wave
-from wavepp.runtime.step_times import StageFit
+from wavepp.runtime.step_times import StageFit, StepModel
 
 
 class RequestBook:
@@ -45,6 +45,9 @@ class RequestBook:
 
     def step_prior(self) -> list[StageFit] | None:
         """A real engine knows its step times only by running them: the loop fits them online."""
+        return None
+
+    def step_model(self) -> StepModel | None:
         return None
 
     def logits(self, request_id: str) -> Tensor | None:
