@@ -47,7 +47,7 @@ grid-kimi: $(STAMP)
 	$(VENV)/bin/wavepp grid --grid kimi-k3 --jobs 2 --json out/grid-kimi.json --markdown out/grid-kimi.md
 
 # WavePP's mechanisms off one at a time, and TensorRT-LLM's on one at a time (GLM-5.2, c=128, suffix4k).
-WAVEPP_OFF := wavepp+admission=inline,wavepp+lookup=first-stage,wavepp+stage-admission=first-chunk,wavepp+chunking=static,wavepp+ring=P,wavepp+fill=off
+WAVEPP_OFF := wavepp+admission=inline,wavepp+lookup=first-stage,wavepp+stage-admission=first-chunk,wavepp+chunking=mpu,wavepp+chunking=static,wavepp+ring=P,wavepp+fill=off
 TRTLLM_ON := wavepp+charge=position0,wavepp+reserve=whole-prompt,wavepp+host=lockstep,wavepp+relay=on,wavepp+return=ring
 ablation: $(STAMP)
 	@mkdir -p out

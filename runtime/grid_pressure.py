@@ -31,7 +31,7 @@ SUFFIX = 4096
 MAX_REQUESTS = 2000
 TRACE_FIT = 3.0            # a trace's working set over each stage's pool
 POLICIES = ("wavepp", "trtllm-pp", "trtllm-pp-legacy")
-VARIANTS = ("wavepp+chunking=timed",)
+VARIANTS = ("wavepp+chunking=mpu", "wavepp+chunking=timed")
 
 
 def trace_working_set(path: Path) -> int:

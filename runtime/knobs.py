@@ -268,11 +268,12 @@ class KnobHelp:
 
 HELP: dict[str, KnobHelp] = {
     "max_wave_tokens": KnobHelp(
-        "tokens (whole blocks)", "M: the largest wave budget the planner (MPU) may choose.",
+        "tokens (whole blocks)", "M: the largest wave budget the planner (cost or MPU) may choose.",
         "Higher: fewer, longer waves (less per-wave transfer and preparation between steps), but a wave waits "
         "longer to fill, so with little admitted work stage 0 idles 'waiting for admitted work'."),
     "min_wave_tokens": KnobHelp(
-        "tokens (whole blocks)", "b_min: the smallest wave budget; MPU falls back to it when work is scarce.",
+        "tokens (whole blocks)", "b_min: MPU's smallest wave budget (it falls back to it when work is scarce); the "
+                                 "shortest fragment a wave takes and the size a small wave waits for (fill).",
         "Lower: waves go out sooner at low load (less 'waiting for admitted work') but small waves leave "
         "later stages idle on transfer and preparation; higher: the reverse."),
     "ring": KnobHelp(

@@ -57,7 +57,7 @@ def test_presets_are_compositions_and_the_knob_lists_them() -> None:
     assert set(POLICY_NAMES) == set(POLICIES.supported_names())
     wavepp, trt, legacy = (POLICIES.get(n) for n in ("wavepp", "trtllm-pp", "trtllm-pp-legacy"))
     assert wavepp.mechanisms() == {"admission": "async", "lookup": "hint-index", "stage-admission": "every-stage",
-                                   "charge": "suffix", "chunking": "mpu", "ring": "2P", "fill": "on", "relay": "off",
+                                   "charge": "suffix", "chunking": "cost", "ring": "2P", "fill": "on", "relay": "off",
                                    "reserve": "suffix", "host": "none", "return": "direct", "pool": "per-stage",
                                    "share": "wait", "topology": "pp"}
     assert trt.mechanisms() == {"admission": "inline", "lookup": "first-stage", "stage-admission": "first-chunk",

@@ -1,7 +1,7 @@
 """WavePP: admission off the critical path (DESIGN §2)."""
 
 from wavepp.runtime.mechanisms.admission_drive import AsyncRounds
-from wavepp.runtime.mechanisms.chunking import Mpu
+from wavepp.runtime.mechanisms.chunking import Cost
 from wavepp.runtime.mechanisms.iteration import FillToMinimum, PlansFromStore, Ring
 from wavepp.runtime.mechanisms.reuse_lookup import HintIndex
 from wavepp.runtime.mechanisms.sharing import WaitForProducer
@@ -10,9 +10,11 @@ from wavepp.runtime.mechanisms.token_charge import SuffixOnly
 from wavepp.runtime.policies.base import Policy
 
 #: Async admission rounds beside the loop; hint index over all stages; lease + escrow on every
-#: stage; MPU wave budget with hysteresis (charged only for uncached tokens); a ring of R = 2P
+#: stage; a cost-aware wave budget - MPU's ladder, each candidate priced by the stages' step times and by
+#: how busy the work in the system keeps them (runtime.planner_cost) - with MPU's hysteresis, charged only for
+#: uncached tokens (``wavepp+chunking=mpu`` is the paper's MPU); a ring of R = 2P
 #: waves in flight; a wave smaller than b_min waits for more work while P waves keep the stages busy;
 #: a request whose next block another admitted request is computing waits for it (runtime.mechanisms.sharing).
 WAVEPP = Policy("wavepp", admission=AsyncRounds(), lookup=HintIndex(), stage_admission=EveryStage(),
-                charge=SuffixOnly(), chunking=Mpu(), ring=Ring(2), fill=FillToMinimum(), relay=PlansFromStore(),
+                charge=SuffixOnly(), chunking=Cost(), ring=Ring(2), fill=FillToMinimum(), relay=PlansFromStore(),
                 share=WaitForProducer())

@@ -93,7 +93,8 @@ def test_compare_shows_the_windows_before_and_after_a_knob_change(knob_change_st
     table = at.table[0].value
     before, after = [c for c in table.columns if c.startswith(("before (", "after ("))]
     rows = dict(zip(table.index, zip(table[before], table[after], strict=True), strict=True))
-    assert rows["wave budget (median, tokens)"] == ("8,192", "4,096")       # MPU at b_min, then the new floor
+    budgets = [int(v.replace(",", "")) for v in rows["wave budget (median, tokens)"]]
+    assert budgets[1] <= 8192 < budgets[0], budgets                         # the new M caps the budget after
     assert float(rows["waves per second"][0]) > 0 and float(rows["waves per second"][1]) > 0
     causes = next(json.loads(c.proto.spec) for c in at.get("plotly_chart")
                   if "idle time by cause" in str(json.loads(c.proto.spec)["layout"].get("title")))

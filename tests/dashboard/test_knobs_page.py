@@ -90,9 +90,9 @@ def test_a_change_from_the_dashboard_reaches_the_next_wave() -> None:
     # The first wave planned after the write is at most one wave later than the marked one.
     waves_between = sum(1 for s in plans if written_at <= s["t0"] < marked[0]["t0"])
     assert waves_between <= 1, waves_between
-    # MPU ran at b_min = 8192 before (not enough work for larger waves); the new floor halves it.
-    assert {s["a"].get(N.BUDGET) for s in before if N.BUDGET in s["a"]} == {8192}
-    assert {s["a"].get(N.BUDGET) for s in plans if s["t0"] >= marked[0]["t0"] and N.BUDGET in s["a"]} == {4096}
+    # The budget ran above 8192 before; from the marked wave on the new M (8192) caps every one.
+    assert max(s["a"][N.BUDGET] for s in before if N.BUDGET in s["a"]) > 8192
+    assert max(s["a"][N.BUDGET] for s in plans if s["t0"] >= marked[0]["t0"] and N.BUDGET in s["a"]) <= 8192
 
 
 def test_every_knob_carries_its_help_from_the_schema(dashboard_env: None) -> None:
