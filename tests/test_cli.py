@@ -219,6 +219,16 @@ def test_a_bad_policy_or_workload_is_refused_before_torch_loads() -> None:
                                              "assert main(['bench', '--workload', 'bogus']) == 2")
 
 
+def test_a_sim_bench_never_loads_torch(tmp_path: Path) -> None:
+    """The simulator needs no torch: importing it cost each bench and each grid worker seconds (the fitted
+    cost model's module imported it at its top for the calibration alone)."""
+    out = tmp_path / "run.json"
+    assert "torch" not in _modules_loaded_by(
+        "from wavepp.runtime.cli import main\n"
+        f"assert main(['bench', '--engine', 'sim', '--model', 'llama-3-8b', '--hardware', 'h200', '--pp', '2', "
+        f"'--concurrency', '2', '--requests', '4', '--quiet', '--json', {str(out)!r}]) == 0")
+
+
 def test_a_bad_knob_flag_is_refused_before_torch_loads(tmp_path: Path) -> None:
     """A knob that is wrong on its own (not whole blocks, out of range, not a number) is said before
     an engine or a run file loads (issue 24, item 14: 4-7 s against 0.3 s for argparse's errors)."""

@@ -26,8 +26,6 @@ from dataclasses import MISSING, fields
 from pathlib import Path
 from typing import Any, cast
 
-import torch
-
 from wavepp.runtime.engines.coordination import CoordinationCosts, measure
 from wavepp.runtime.engines.sim.costmodel import ChunkShape
 from wavepp.runtime.request import cdiv
@@ -55,6 +53,8 @@ def wave_grid(max_context: int, max_wave_tokens: int, grid_l: Sequence[int] = GR
 
 
 def _time_stage(stage: Any, first: bool, hidden: int, block_size: int, wave: Wave, repeats: int) -> float:
+    import torch
+
     from wavepp.runtime.engines.torch.model import ChunkSpec
     L, x, n = wave
     per = cdiv(L + x, block_size)
@@ -78,6 +78,8 @@ def calibrate(engine: Any, waves: Sequence[Wave] | None = None, repeats: int = 2
     ``max_wave_tokens``: the largest wave timed (the CPU knobs' ``M``); ``waves`` overrides the grid;
     ``progress(done, total)``: called as each stage times each wave (from the stages' threads).
     """
+    import torch  # here, not at the top: the sim loads this module for its fitted cost model
+
     parts = engine.build()
     stages = parts.executor.stages
     cfg = engine.cfg
