@@ -11,8 +11,11 @@ change as soon as a token is appended.
 from __future__ import annotations
 
 import hashlib
+import random
 from array import array
 from collections.abc import Sequence
+
+import numpy as np
 
 # H_{-1}: any fixed value works; it only has to be the same everywhere.
 ROOT_HASH = 0x5741_5645_5050_0001  # "WAVEPP" + version 1
@@ -25,6 +28,16 @@ def token_array(tokens: Sequence[int]) -> array[int]:
     if isinstance(tokens, array) and tokens.typecode == "I":
         return tokens
     return array("I", tokens)
+
+
+def random_tokens(rng: random.Random, n: int, vocab_size: int) -> array[int]:
+    """``n`` seeded token ids below ``vocab_size``: 4 random bytes a token (native order) taken modulo the
+    vocabulary - the synthetic workloads' and traces' tokens. numpy does the modulo (a Python loop over a
+    trace's 12M tokens took seconds of a replay); the values are the loop's to the last token."""
+    raw = np.frombuffer(rng.randbytes(4 * n), dtype=np.uint32)
+    out = array("I")
+    out.frombytes((raw % np.uint32(vocab_size)).astype(np.uint32).tobytes())
+    return out
 
 
 def block_hashes(

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from wavepp.runtime.arrivals import ArrivalPort, ClosedLoop
 from wavepp.runtime.engines.base import now
-from wavepp.runtime.hashing import ROOT_HASH, block_hashes
+from wavepp.runtime.hashing import ROOT_HASH, block_hashes, random_tokens
 from wavepp.runtime.request import Request, cdiv
 
 TRACE_BLOCK_TOKENS = 512
@@ -173,10 +173,8 @@ class TraceWorkload(ClosedLoop):
     def _block(self, hash_id: int) -> array[int]:
         block = self._blocks.get(hash_id)
         if block is None:
-            rng = random.Random(hash_id)
-            v = self.vocab_size
-            raw = array("I", rng.randbytes(4 * self.trace.block_tokens))
-            block = self._blocks[hash_id] = array("I", [t % v for t in raw])
+            block = self._blocks[hash_id] = random_tokens(random.Random(hash_id), self.trace.block_tokens,
+                                                          self.vocab_size)
         return block
 
     def _tokens(self, hash_ids: tuple[int, ...], length: int) -> array[int]:

@@ -29,7 +29,7 @@ from array import array
 from dataclasses import dataclass
 
 from wavepp.runtime.arrivals import ClosedLoop
-from wavepp.runtime.hashing import block_hashes
+from wavepp.runtime.hashing import block_hashes, random_tokens
 from wavepp.runtime.request import Request
 from wavepp.runtime.traces import TraceWorkload, load_trace
 
@@ -206,9 +206,7 @@ class Workload(ClosedLoop):
             self._docs: dict[int, _Prefix] = {}
 
     def _tokens(self, n: int) -> array[int]:
-        raw = array("I", self.rng.randbytes(4 * n))
-        v = self.vocab_size
-        return array("I", [t % v for t in raw])
+        return random_tokens(self.rng, n, self.vocab_size)
 
     def _jitter(self, n: int, spread: float = JITTER) -> int:
         return max(1, round(n * self.rng.uniform(1 - spread, 1 + spread)))
@@ -237,10 +235,7 @@ class Workload(ClosedLoop):
         document is the same whatever order requests come in)."""
         doc = self._docs.get(d)
         if doc is None:
-            rng = random.Random(f"{self.seed}/doc/{d}")
-            raw = array("I", rng.randbytes(4 * self.doc_lengths[d]))
-            v = self.vocab_size
-            tokens = array("I", [t % v for t in raw])
+            tokens = random_tokens(random.Random(f"{self.seed}/doc/{d}"), self.doc_lengths[d], self.vocab_size)
             doc = self._docs[d] = _Prefix(tokens, block_hashes(tokens, self.block_size, self.extra))
         return doc
 

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from wavepp.runtime.hashing import ROOT_HASH, block_hashes
+from wavepp.runtime.hashing import ROOT_HASH, block_hashes, random_tokens
 
 B = 16
 
@@ -114,3 +114,14 @@ def test_block_size_must_be_positive(block_size: int) -> None:
     """A non-positive block size is rejected with ValueError."""
     with pytest.raises(ValueError, match="block_size"):
         block_hashes(_tokens(8), block_size)
+
+
+@given(st.integers(0, 2**32 - 1), st.integers(0, 3000), st.integers(1, 2**31))
+def test_random_tokens_are_the_seeded_bytes_modulo_the_vocabulary(seed: int, n: int, vocab: int) -> None:
+    """The workloads' tokens: 4 random bytes a token below the vocabulary, and the generator left where a
+    Python loop over those bytes leaves it (a workload draws its next lengths from the same one)."""
+    ours, loop = random.Random(seed), random.Random(seed)
+    tokens = random_tokens(ours, n, vocab)
+    assert tokens.typecode == "I"
+    assert tokens == array("I", [t % vocab for t in array("I", loop.randbytes(4 * n))])
+    assert ours.random() == loop.random()
