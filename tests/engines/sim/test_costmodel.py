@@ -139,3 +139,30 @@ def test_kv_capacity() -> None:
         assert glm2.stage_kv_capacity_tokens(stage, 0.5) < glm2.stage_kv_capacity_tokens(stage)
     with pytest.raises(ValueError):
         glm2.stage_kv_capacity_tokens(0, 0.0)
+
+
+def test_the_executor_remembers_step_times_as_the_model_gives_them() -> None:
+    from wavepp.runtime.engines.sim import executor as ex
+
+    calls: list[tuple[int, tuple[ChunkShape, ...]]] = []
+
+    class Counting:
+        num_stages = 2
+
+        def step_time(self, stage: int, chunks: list[ChunkShape]) -> float:
+            calls.append((stage, tuple(chunks)))
+            return 0.001 * (stage + 1) * sum(c.tokens for c in chunks)
+
+        def transfer_time(self, stage: int, num_tokens: int) -> float:
+            return 0.0
+
+    sim = ex.SimExecutor(Counting())  # type: ignore[arg-type]
+    wave = [(0, 100), (512, 28)]
+    assert sim.step_seconds(1, wave) == pytest.approx(0.256)
+    assert sim.step_seconds(1, list(wave)) == pytest.approx(0.256) and len(calls) == 1   # priced once
+    assert sim.step_seconds(0, wave) == pytest.approx(0.128) and len(calls) == 2         # per stage
+    sim.time_scale, sim.step_fit = 2.0, [(1.0, 0.0), (0.5, 0.01)]                          # applied after
+    assert sim.step_seconds(1, wave) == pytest.approx(0.256 * 2 * 0.5 + 0.01) and len(calls) == 2
+    for n in range(ex.STEP_MEMO + 1):                                                      # bounded
+        sim.step_seconds(0, [(n, 1)])
+    assert len(sim._steps) <= ex.STEP_MEMO
