@@ -111,7 +111,9 @@ class Store(Protocol):
 
     async def hint_lookup(self, prompts: Sequence[Sequence[int]], stages: Sequence[int]) -> list[HintResult]:
         """For each prompt's block hashes, the longest prefix resident on each of ``stages``
-        (exponential probe + binary search; residency on a stage is prefix-closed)."""
+        (exponential probe + binary search; residency on a stage is prefix-closed). Each stage's search
+        starts at the stage before's answer (two probes confirm it where they agree), and ``probes``
+        counts them that way - the same on every store."""
         ...
 
     async def hint_count(self, stage: int) -> int:

@@ -69,8 +69,9 @@ class MemoryStore:
         for hashes in prompts:
             probes = 0
             per_stage = []
-            for counts in tables:
-                n, p = longest_prefix_in(hashes, counts)
+            n = 0
+            for counts in tables:                   # each stage's search starts at the one before's answer
+                n, p = longest_prefix_in(hashes, counts, guess=n)
                 per_stage.append(n)
                 probes += p
             out.append(HintResult(tuple(per_stage), probes))

@@ -11,15 +11,27 @@ from __future__ import annotations
 from collections.abc import Callable, Container, Sequence
 
 
-def longest_prefix(hashes: Sequence[int], resident: Callable[[int], bool], end: int | None = None) -> int:
+def longest_prefix(hashes: Sequence[int], resident: Callable[[int], bool], end: int | None = None,
+                   guess: int = 0) -> int:
     """``n`` such that ``hashes[:n]`` are resident and ``hashes[n]`` is not (or ``n == end``).
 
-    Only ``hashes[:end]`` are considered (default: all).
+    Only ``hashes[:end]`` are considered (default: all). ``guess`` (> 0): a likely answer - another
+    stage's, as stages mostly agree - confirmed in two probes (``hashes[guess-1]`` resident,
+    ``hashes[guess]`` not); when it is wrong the search goes on above or below it, so the answer
+    is exact whatever the guess.
     """
     m = len(hashes) if end is None else min(end, len(hashes))
-    if m == 0 or not resident(hashes[0]):
+    lo = 0                     # once past the first probe, invariant: hashes[lo] resident
+    if 0 < guess <= m:
+        if not resident(hashes[guess - 1]):
+            m = guess - 1      # the answer lies below the guess
+        elif guess == m or not resident(hashes[guess]):
+            return guess
+        else:
+            lo = guess         # the answer lies above it
+    if lo == 0 and (m == 0 or not resident(hashes[0])):
         return 0
-    lo, step = 0, 1            # invariant: hashes[lo] resident
+    step = 1
     while True:
         hi = lo + step
         if hi >= m:
@@ -46,15 +58,30 @@ def longest_prefix_linear(hashes: Sequence[int], resident: Callable[[int], bool]
     return len(hashes)
 
 
-def longest_prefix_in(hashes: Sequence[int], resident: Container[int], end: int | None = None) -> tuple[int, int]:
+def longest_prefix_in(hashes: Sequence[int], resident: Container[int], end: int | None = None,
+                      guess: int = 0) -> tuple[int, int]:
     """:func:`longest_prefix` for a plain container (``h in resident``), without a callback per
     probe - the hot path of the memory store and of a stage's lease. Returns (length, probes)."""
     m = len(hashes) if end is None else min(end, len(hashes))
-    if m == 0:
-        return 0, 0
-    if hashes[0] not in resident:
-        return 0, 1
-    probes, lo, step = 1, 0, 1
+    probes, lo = 0, 0
+    if 0 < guess <= m:
+        probes += 1
+        if hashes[guess - 1] not in resident:
+            m = guess - 1
+        elif guess == m:
+            return guess, probes
+        else:
+            probes += 1
+            if hashes[guess] not in resident:
+                return guess, probes
+            lo = guess
+    if lo == 0:
+        if m == 0:
+            return 0, probes
+        probes += 1
+        if hashes[0] not in resident:
+            return 0, probes
+    step = 1
     while True:
         hi = lo + step
         if hi >= m:

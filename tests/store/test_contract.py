@@ -51,13 +51,14 @@ class Counted:
 
 def expected_lookup(prompts: Sequence[Sequence[int]], stages: Sequence[int],
                     resident: dict[int, set[int]]) -> list[HintResult]:
-    """The lookup computed directly with ``store.probe.longest_prefix``."""
+    """The lookup computed directly with ``store.probe.longest_prefix``, each stage guessing the one before's answer."""
     out = []
     for hashes in prompts:
-        probes, per_stage = 0, []
-        for s in stages:
+        probes, per_stage, n = 0, [], 0
+        for s in stages:                 # each stage's search starts at the one before's answer
             counted = Counted(resident.get(s, set()))
-            per_stage.append(longest_prefix(hashes, counted))
+            n = longest_prefix(hashes, counted, guess=n)
+            per_stage.append(n)
             probes += counted.probes
         out.append(HintResult(tuple(per_stage), probes))
     return out

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from wavepp.store.probe import longest_prefix, longest_prefix_linear
+from wavepp.store.probe import longest_prefix, longest_prefix_in, longest_prefix_linear
 
 
 class Residency:
@@ -97,3 +97,26 @@ def test_far_fewer_probes_than_linear() -> None:
     fast, slow = Residency(set(hashes)), Residency(set(hashes))
     assert longest_prefix(hashes, fast) == longest_prefix_linear(hashes, slow) == 100_000
     assert fast.probes <= 40 and slow.probes == 100_000
+
+
+@given(prefix_closed(), st.integers(min_value=0, max_value=320), st.one_of(st.none(), st.integers(0, 320)))
+def test_a_guess_never_changes_the_answer(case: tuple[list[int], set[int], int], guess: int,
+                                          end: int | None) -> None:
+    """Another stage's answer as the starting guess: right or wrong, the length is the unguessed one, and both
+    forms (callback and container) agree on it and on the probes."""
+    hashes, resident, _ = case
+    plain = longest_prefix(hashes, Residency(resident), end)
+    counted = Residency(resident)
+    assert longest_prefix(hashes, counted, end, guess=guess) == plain
+    assert longest_prefix_in(hashes, resident, end, guess=guess) == (plain, counted.probes)
+
+
+@pytest.mark.parametrize("n", [1, 2, 7, 2044, 99_999])
+def test_a_right_guess_takes_two_probes(n: int) -> None:
+    """Stages that agree (the usual case) cost two probes each after the first: the guess's last block is
+    resident, the next one is not; one probe where the guess is the whole prompt."""
+    hashes = range(n + 4)
+    res = Residency(set(range(n)))
+    assert longest_prefix(hashes, res, guess=n) == n and res.probes == 2
+    whole = Residency(set(range(n)))
+    assert longest_prefix(range(n), whole, guess=n) == n and whole.probes == 1
