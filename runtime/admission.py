@@ -116,6 +116,8 @@ class Admission:
         answers lower still (``StageCache.shrink_lease``): then again, until every stage agrees."""
         while True:
             final = [min(col) for col in zip(*answers, strict=True)]
+            if all(answer == final for answer in answers):     # the stages agree (the usual case)
+                return final
             excess = {h.stage: [(i, k) for i, (g, k) in enumerate(zip(answer, final, strict=True)) if g > k]
                       for h, answer in zip(self._admitting, answers, strict=True)}
             shrinking = [h for h in self._admitting if excess[h.stage]]

@@ -182,15 +182,23 @@ class StageCache(HybridStates):
     def escrow(self, rid: str, num_blocks: int) -> None:
         """Promise ``num_blocks`` for the request's suffix (and, on a hybrid stage, its states): a count,
         nothing taken or evicted yet (the caller checked :meth:`can_escrow`)."""
-        if rid in self.tickets:
-            raise ValueError(f"request {rid} already holds an escrow on stage {self.stage}")
-        if not self.can_escrow(num_blocks, rid):
+        if not self._try_escrow(rid, num_blocks):
             raise ValueError(f"stage {self.stage} cannot escrow {num_blocks} blocks for {rid} "
                              f"({self.available_blocks()} available)")
-        if extra := self.state_blocks(rid):
+
+    def _try_escrow(self, rid: str, num_blocks: int) -> bool:
+        """:meth:`escrow` where it fits, else nothing (the check and the promise count the request's state
+        blocks once: the admission path)."""
+        if rid in self.tickets:
+            raise ValueError(f"request {rid} already holds an escrow on stage {self.stage}")
+        extra = self.state_blocks(rid)
+        if num_blocks + extra > self.available_blocks():
+            return False
+        if extra:
             self.state_due[rid] = extra
         self.tickets[rid] = num_blocks + extra
         self.reserved += num_blocks + extra
+        return True
 
     def escrow_round(self, items: list[tuple[str, int]], held_prefix: bool = False) -> int:
         """Escrow an admission round's requests in order; returns how many fit (a prefix of ``items``).
@@ -206,18 +214,14 @@ class StageCache(HybridStates):
         if held_prefix:
             items = [(rid, n + (lease.held if (lease := self.leases.get(rid)) else 0)) for rid, n in items]
         for done, (rid, n) in enumerate(items):
-            if self.can_escrow(n, rid):
-                self.escrow(rid, n)
+            if self._try_escrow(rid, n):
                 continue
             behind = [r for r, _ in items[done + 1:] if r in self.leases]
             if not behind:
                 return done
             for r in behind:
                 self.release(r)
-            if not self.can_escrow(n, rid):
-                return done
-            self.escrow(rid, n)
-            return done + 1
+            return done + 1 if self._try_escrow(rid, n) else done
         return len(items)
 
     # ---- materialize -------------------------------------------------------------------------
