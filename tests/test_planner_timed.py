@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from array import array
-
 import pytest
 
+from tests.test_planner import B, adm
 from wavepp.runtime.planner import MpuBudget, MpuPlanner, scheduled
 from wavepp.runtime.planner_timed import (
     TimedPlanner,
@@ -18,14 +17,6 @@ from wavepp.runtime.planner_timed import (
 )
 from wavepp.runtime.request import AdmittedRequest, Chunk, Request
 from wavepp.runtime.step_times import StageFit, StepTimes, features, fit
-
-B = 64
-
-
-def adm(rid: str, num_tokens: int, reuse_blocks: int = 0, attempt: int = 0) -> AdmittedRequest:
-    req = Request(rid, array("I", range(num_tokens)), 0.0, list(range(num_tokens // B)))
-    return AdmittedRequest(req, reuse_blocks, 0.0, B, attempt=attempt)
-
 
 # ---- time-equalized packing (the timed chunking) --------------------------------------------------
 
