@@ -56,6 +56,15 @@ def test_a_bad_grid_value_is_one_line_before_any_run(flag: str, value: str, mess
     assert len(err) == 1 and err[0].startswith("wavepp: error:") and message in err[0], err
 
 
+@pytest.mark.parametrize("grid", ["pressure", "kimi-k3"])
+def test_every_grid_takes_the_policy_list(grid: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """--policy reaches the pressure and kimi-k3 grids too (it was silently ignored there): a bad name in it is
+    the one-line error before any run, as on the paper grid."""
+    assert main(["grid", "--grid", grid, "--quiet", "--policy", "wavepp,best"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "unknown policy 'best'" in err[0], err
+
+
 def test_the_pressure_grid_sizes_its_working_sets_on_the_smallest_pool(tmp_path: Path) -> None:
     """docs: N documents of mean m make 0.5x and 3x the smallest stage's pool; a trace's pools hold a
     third of its distinct blocks; a model whose context cannot hold a mean skips it."""

@@ -24,8 +24,10 @@ def register(sub: Any) -> dict[str, Handler]:
     g.add_argument("--workloads", type=name_list, default=["cold", "reuse90", "mixed", "suffix4k", "suffix16k"],
                    help="paper: workloads")
     g.add_argument("--concurrency", type=int_list, default=[8, 32, 64, 128], help="paper: closed-loop concurrencies")
-    g.add_argument("--policy", type=name_list, default=["wavepp", "trtllm-pp", "trtllm-pp-legacy"],
-                   help="the first is compared with the best of the others")
+    g.add_argument("--policy", type=name_list, default=None,
+                   help="the first is compared with the best of the others, on every grid (default: the grid's own: "
+                        "paper and pressure wavepp,trtllm-pp,trtllm-pp-legacy; kimi-k3 wavepp and the PP and TP/EP "
+                        "policies of three engines)")
     g.add_argument("--requests", type=positive_int, default=None, help="per run (default: max(512, 4 x c))")
     g.add_argument("--seed", type=int, default=0, help="workload seed")
     g.add_argument("--host-scale", type=float, default=1.0,
@@ -51,17 +53,20 @@ def cmd_grid(args: argparse.Namespace) -> int:
         traces = sorted((default_perf_dir().parent / "traces").glob("*.jsonl"))   # ../shared/data/traces
         try:
             spec = pressure_spec(args.hardware, args.pp, args.models, [Path(t) for t in traces],
-                                 seed=args.seed, perf_dir=args.perf_dir, host_scale=args.host_scale)
+                                 seed=args.seed, perf_dir=args.perf_dir, host_scale=args.host_scale,
+                                 **({"policies": args.policy} if args.policy else {}))
         except ValueError as exc:
             raise UsageError(str(exc)) from None
     elif args.grid == "kimi-k3":
         from wavepp.runtime.grid_kimi import kimi_spec
         try:
-            spec = kimi_spec(args.hardware, args.pp, seed=args.seed, perf_dir=args.perf_dir, host_scale=args.host_scale)
+            spec = kimi_spec(args.hardware, args.pp, seed=args.seed, perf_dir=args.perf_dir, host_scale=args.host_scale,
+                             **({"policies": tuple(args.policy)} if args.policy else {}))
         except ValueError as exc:
             raise UsageError(str(exc)) from None
     else:
-        spec = GridSpec(args.models, args.hardware, args.pp, args.workloads, args.concurrency, args.policy,
+        spec = GridSpec(args.models, args.hardware, args.pp, args.workloads, args.concurrency,
+                        args.policy or ["wavepp", "trtllm-pp", "trtllm-pp-legacy"],
                         args.requests, args.seed, args.perf_dir, args.host_scale)
     try:                                   # every value checked before the first run
         for p in spec.all_policies:
