@@ -92,8 +92,7 @@ class StageCache(HybridStates):
         return n
 
     def _cached_prefix(self, hashes: list[int], k: int) -> int:
-        """Longest cached prefix of ``hashes[:k]`` when ``k`` is the caller's guess (the hint):
-        residency is prefix-closed, so one probe confirms it; else search."""
+        """Longest cached prefix of ``hashes[:k]``, ``k`` the hint: one probe confirms it (prefix-closed)."""
         self.work += 1
         if k == 0 or hashes[k - 1] in self.pool.by_hash:
             return k
@@ -169,8 +168,7 @@ class StageCache(HybridStates):
 
     # ---- escrow ------------------------------------------------------------------------------
     def available_blocks(self) -> int:
-        """Blocks an escrow can still claim: free and reclaimable ones (cached blocks, unpinned state
-        snapshots) no ticket counts on."""
+        """Blocks an escrow can still claim: free or reclaimable (cached, unpinned snapshots), on no ticket."""
         snapshots = self.states.reclaimable if self.states is not None else 0
         return self.pool.num_free + self.pool.num_reclaimable + snapshots - self.reserved
 
@@ -180,15 +178,13 @@ class StageCache(HybridStates):
         return num_blocks + extra <= self.available_blocks()
 
     def escrow(self, rid: str, num_blocks: int) -> None:
-        """Promise ``num_blocks`` for the request's suffix (and, on a hybrid stage, its states): a count,
-        nothing taken or evicted yet (the caller checked :meth:`can_escrow`)."""
+        """Promise ``num_blocks`` for the suffix (and a hybrid stage's states): a count, nothing taken yet."""
         if not self._try_escrow(rid, num_blocks):
             raise ValueError(f"stage {self.stage} cannot escrow {num_blocks} blocks for {rid} "
                              f"({self.available_blocks()} available)")
 
     def _try_escrow(self, rid: str, num_blocks: int) -> bool:
-        """:meth:`escrow` where it fits, else nothing (the check and the promise count the request's state
-        blocks once: the admission path)."""
+        """:meth:`escrow` where it fits, else False (the request's state blocks counted once: admission)."""
         if rid in self.tickets:
             raise ValueError(f"request {rid} already holds an escrow on stage {self.stage}")
         extra = self.state_blocks(rid)
