@@ -21,6 +21,7 @@ from wavepp.runtime.report import fmt
 DEFAULT_MODELS = ("glm-5.2", "minimax-m2.7")
 DEFAULT_WORKLOADS = ("cold", "reuse90", "mixed", "suffix4k", "suffix16k")
 DEFAULT_CONCURRENCY = (8, 32, 64, 128)
+DEFAULT_POLICIES = ("wavepp", "trtllm-pp", "trtllm-pp-legacy")     # the subject first, then the baselines
 KEPT = ("input_tokens_per_s", "computed_tokens_per_s", "pipeline_efficiency", "prefill_latency_p50_s",
         "prefill_latency_p95_s", "completed", "failed", "good_hit_rate", "fallbacks", "evictions", "stalled")
 
@@ -50,7 +51,7 @@ class GridSpec:
     pp: int = 4
     workloads: Sequence[str] = DEFAULT_WORKLOADS
     concurrencies: Sequence[int] = DEFAULT_CONCURRENCY
-    policies: Sequence[str] = ("wavepp", "trtllm-pp", "trtllm-pp-legacy")
+    policies: Sequence[str] = DEFAULT_POLICIES
     requests: int | None = None          # per run; default max(512, 4 x c) as in ``wavepp bench``
     seed: int = 0
     perf_dir: str | None = None

@@ -20,7 +20,7 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
-from wavepp.runtime.grid import GridSpec, Setting
+from wavepp.runtime.grid import DEFAULT_POLICIES, GridSpec, Setting
 
 MODELS = ("glm-5.2", "minimax-m2.7")
 MEANS = (32768, 131072, 262144)
@@ -30,7 +30,7 @@ TRACE_CONCURRENCY = (32,)
 SUFFIX = 4096
 MAX_REQUESTS = 2000
 TRACE_FIT = 3.0            # a trace's working set over each stage's pool
-POLICIES = ("wavepp", "trtllm-pp", "trtllm-pp-legacy")
+POLICIES = DEFAULT_POLICIES
 VARIANTS = ("wavepp+chunking=mpu", "wavepp+chunking=timed")
 
 

@@ -42,31 +42,32 @@ def register(sub: Any) -> dict[str, Handler]:
 
 def cmd_grid(args: argparse.Namespace) -> int:
     from wavepp.runtime.engines.sim.engine import SimEngine
-    from wavepp.runtime.grid import GridSpec, run_grid, summary, to_markdown
+    from wavepp.runtime.grid import DEFAULT_POLICIES, GridSpec, run_grid, summary, to_markdown
     from wavepp.runtime.policies import get_policy
     from wavepp.runtime.progress import BenchProgress
     from wavepp.runtime.workloads import parse_workload
 
     if args.grid == "pressure":
         from wavepp.runtime.engines.sim.perf_tables import default_perf_dir
-        from wavepp.runtime.grid_pressure import pressure_spec
+        from wavepp.runtime.grid_pressure import POLICIES, pressure_spec
         traces = sorted((default_perf_dir().parent / "traces").glob("*.jsonl"))   # ../shared/data/traces
         try:
             spec = pressure_spec(args.hardware, args.pp, args.models, [Path(t) for t in traces],
-                                 seed=args.seed, perf_dir=args.perf_dir, host_scale=args.host_scale,
-                                 **({"policies": args.policy} if args.policy else {}))
+                                 policies=args.policy or POLICIES, seed=args.seed, perf_dir=args.perf_dir,
+                                 host_scale=args.host_scale)
         except ValueError as exc:
             raise UsageError(str(exc)) from None
     elif args.grid == "kimi-k3":
+        from wavepp.runtime.grid_kimi import POLICIES as KIMI_POLICIES
         from wavepp.runtime.grid_kimi import kimi_spec
         try:
-            spec = kimi_spec(args.hardware, args.pp, seed=args.seed, perf_dir=args.perf_dir, host_scale=args.host_scale,
-                             **({"policies": tuple(args.policy)} if args.policy else {}))
+            spec = kimi_spec(args.hardware, args.pp, tuple(args.policy or KIMI_POLICIES), seed=args.seed,
+                             perf_dir=args.perf_dir, host_scale=args.host_scale)
         except ValueError as exc:
             raise UsageError(str(exc)) from None
     else:
         spec = GridSpec(args.models, args.hardware, args.pp, args.workloads, args.concurrency,
-                        args.policy or ["wavepp", "trtllm-pp", "trtllm-pp-legacy"],
+                        args.policy or DEFAULT_POLICIES,
                         args.requests, args.seed, args.perf_dir, args.host_scale)
     try:                                   # every value checked before the first run
         for p in spec.all_policies:
