@@ -16,7 +16,8 @@ admission drive (:mod:`runtime.mechanisms.admission_drive`), not this module's.
 
 from __future__ import annotations
 
-from collections.abc import Container, Sequence
+import dataclasses
+from collections.abc import Callable, Container, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,6 +27,7 @@ from wavepp.runtime.knobs import Knobs
 from wavepp.runtime.mechanisms.reserve import Reserve, SuffixBlocks
 from wavepp.runtime.mechanisms.reuse_lookup import ReuseLookup
 from wavepp.runtime.mechanisms.sharing import ComputeAgain, Sharing
+from wavepp.runtime.mechanisms.token_charge import SuffixOnly, TokenCharge
 from wavepp.runtime.request import AdmittedRequest, Request, RequestState
 from wavepp.runtime.run_state import RunState
 from wavepp.store.base import Store
@@ -38,6 +40,8 @@ class RoundResult:
     admitted: list[AdmittedRequest]
     deferred: list[Request]          # did not fit (escrow backpressure) or wait for a producer; retried next
                                      # round, in order
+    unscheduled: list[Request] = dataclasses.field(default_factory=list)  # past the next wave's room:
+                                     # not looked up yet (mechanisms.lookup_moment), back in line after deferred
 
 
 class Admission:
@@ -46,9 +50,11 @@ class Admission:
 
     def __init__(self, stages: Sequence[StageHandle], admit_stages: Sequence[int], store: Store,
                  block_size: int, telemetry: Telemetry, lookup: ReuseLookup,
-                 reserve: Reserve | None = None, policy: str = "wavepp", share: Sharing | None = None) -> None:
+                 reserve: Reserve | None = None, policy: str = "wavepp", share: Sharing | None = None,
+                 charge: TokenCharge | None = None) -> None:
         """``policy``: the name of the policy these rounds admit under (each admitted request keeps it);
-        ``share``: what a request whose next block another request is computing does (``mechanisms.sharing``)."""
+        ``share``: what a request whose next block another request is computing does (``mechanisms.sharing``);
+        ``charge``: what a new request costs of a wave's room (``mechanisms.token_charge``)."""
         self.stages = list(stages)
         self.admit_stages = list(admit_stages)
         self.store = store
@@ -58,6 +64,7 @@ class Admission:
         self.reserve = reserve or SuffixBlocks()
         self.policy = policy
         self.share = share or ComputeAgain()
+        self.charge = charge or SuffixOnly()
         self._admitting = [self.stages[s] for s in self.admit_stages]
         # A hybrid model resumes only at its stages' state snapshots - where a prompt ended, or at the
         # interval's multiples: a lease lowered to the multiple below the lookup's boundary is the interval's
@@ -70,24 +77,40 @@ class Admission:
         return cap if r.max_reuse_blocks is None else min(cap, r.max_reuse_blocks)
 
     async def round(self, requests: Sequence[Request], critical_path: bool = False,
-                    computing: Container[int] = ()) -> RoundResult:
+                    computing: Container[int] = (), room: int | None = None) -> RoundResult:
         """``critical_path``: the loop waits for this round (the span says so; see the idle causes);
-        ``computing``: block hashes admitted requests are computing now."""
+        ``computing``: block hashes admitted requests are computing now; ``room``: tokens of the next
+        wave open to new requests (None: no limit) - the requests past it stay unscheduled, in order."""
         attributes = {N.NUM_REQUESTS: len(requests), N.ADMISSION_CRITICAL: critical_path}
         with self.tel.span(N.ADMISSION_ROUND, attributes, cpu=True) as round_span:
             limits = [self._max_blocks(r) for r in requests]
             hints = await self._hint(requests, limits)
             waits = self.share.waiting(requests, hints, limits, computing)
-            going = [r for r, w in zip(requests, waits, strict=True) if not w]
+            scheduled = self._within(room, requests, hints, waits)
+            going = [r for r, w in zip(requests[:scheduled], waits, strict=False) if not w]
             admitted: list[AdmittedRequest] = []
             if going:
-                granted = await self._lease(going, [k for k, w in zip(hints, waits, strict=True) if not w])
+                granted = await self._lease(going, [k for k, w in zip(hints, waits[:scheduled], strict=False)
+                                                    if not w])
                 admitted, _ = await self._escrow(going, granted)
-            if len(going) < len(requests):
-                round_span.set_attribute(N.WAITING_FOR_PRODUCER, len(requests) - len(going))
+            if len(going) < scheduled:
+                round_span.set_attribute(N.WAITING_FOR_PRODUCER, scheduled - len(going))
             round_span.set_attribute(N.NUM_ADMITTED, len(admitted))
         taken = {a.id for a in admitted}
-        return RoundResult(admitted, [r for r in requests if r.id not in taken])
+        return RoundResult(admitted, [r for r in requests[:scheduled] if r.id not in taken], list(requests[scheduled:]))
+
+    def _within(self, room: int | None, requests: Sequence[Request], hints: Sequence[int],
+                waits: Sequence[bool]) -> int:
+        """How many of ``requests`` (a prefix) join the next wave: all without a room; else while some of
+        the room is left, each taking what its first chunk is charged (a request that waits takes none)."""
+        if room is None:
+            return len(requests)
+        for i, (r, k, w) in enumerate(zip(requests, hints, waits, strict=True)):
+            if room <= 0:
+                return i
+            if not w:
+                room -= self.charge.first_charge(r.num_tokens, k * self.block_size)
+        return len(requests)
 
     async def _hint(self, requests: Sequence[Request], limits: Sequence[int]) -> list[int]:
         prompts = [r.block_hashes for r in requests]     # capped below: no copy of long hash lists
@@ -158,16 +181,18 @@ class AdmissionQueue:
     boundary (new knobs, or a new policy)."""
 
     def __init__(self, run: RunState, admission: Admission, knobs: Knobs, registry: LeaseRegistry,
-                 tel: Telemetry, spans: dict[str, Any]) -> None:
+                 tel: Telemetry, spans: dict[str, Any], room: Callable[[], int | None] = lambda: None) -> None:
         self.run = run
         self.registry = registry
         self.tel = tel
         self.spans = spans
-        self.configure(admission, knobs)
+        self.configure(admission, knobs, room)
 
-    def configure(self, admission: Admission, knobs: Knobs) -> None:
+    def configure(self, admission: Admission, knobs: Knobs, room: Callable[[], int | None] = lambda: None) -> None:
+        """``room``: tokens the next wave leaves for new requests, asked before each round (None: no limit)."""
         self.admission = admission
         self.knobs = knobs
+        self.room = room
 
     def can_admit(self) -> bool:
         """Requests wait and the lease cap leaves room for some."""
@@ -176,14 +201,16 @@ class AdmissionQueue:
     async def admit_once(self, critical_path: bool = False) -> list[AdmittedRequest]:
         """One round over the head of the line; answers what it admitted (empty: nothing fit).
         ``critical_path``: the loop waits for the round (an inline admission drive)."""
-        room = min(self.knobs.max_round_requests, self.knobs.max_leases - self.run.num_active)
-        batch = self.run.take(room)
+        tokens = self.room()
+        if tokens is not None and tokens <= 0:
+            return []
+        batch = self.run.take(min(self.knobs.max_round_requests, self.knobs.max_leases - self.run.num_active))
         if not batch:
             return []
         self.run.admitting = len(batch)
         started = self.tel.now_ns()
         try:
-            result = await self.admission.round(batch, critical_path, self.run.computing)
+            result = await self.admission.round(batch, critical_path, self.run.computing, tokens)
         finally:
             self.run.admitting = 0
         ended = self.tel.now_ns()
@@ -198,5 +225,5 @@ class AdmissionQueue:
         for r in result.deferred:
             r.deferrals += 1
         self.registry.admitted(result.admitted, self.run.num_stages, self.admission.block_size)
-        self.run.admitted(result.admitted, result.deferred)
+        self.run.admitted(result.admitted, [*result.deferred, *result.unscheduled])
         return result.admitted

@@ -24,6 +24,7 @@ from wavepp.runtime.admission import Admission
 from wavepp.runtime.engines.base import StageHandle
 from wavepp.runtime.hashing import block_hashes, token_array
 from wavepp.runtime.index_publisher import IndexPublisher
+from wavepp.runtime.kvcache.priming import prime
 from wavepp.runtime.kvcache.stage_cache import StageCache
 from wavepp.runtime.mechanisms.reuse_lookup import HintIndex
 from wavepp.runtime.report import percentile
@@ -86,7 +87,7 @@ async def admission_bench(store_url: str, stages: int, prompt_tokens: int, block
         need = 2 * (-(-prompt_tokens // block_size)) + (window + 2) * (-(-suffix // block_size) + 1)
         handles = [StageHandle(StageCache(s, need, block_size)) for s in range(stages)]
         for h in handles:
-            assert h.cache.prime("doc", doc_hashes, len(doc))
+            assert prime(h.cache, "doc", doc_hashes, len(doc))
         await IndexPublisher(handles, inner).flush()
 
         store = CountingStore(inner)

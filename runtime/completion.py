@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from wavepp.runtime.control_plane import LeaseRegistry
 from wavepp.runtime.engines.base import StageExecutor, StageHandle, now
+from wavepp.runtime.policies import get_policy
 from wavepp.runtime.request import AdmittedRequest, Chunk, Completion, Request, RequestState, Wave
 from wavepp.runtime.run_state import RunState
 from wavepp.store.records import StatusSnapshot
@@ -74,6 +75,7 @@ class RequestEnds:
         then free its ring slot (after the sample state's trip back, where the policy has one)."""
         done = self.run.computed(live)
         await self.policy().return_path.after_last_stage(self.handles[-1])
+        await self._store(live)
         if done:
             await self.complete(done, wave)
         self.run.retired(wave)
@@ -82,6 +84,16 @@ class RequestEnds:
             self.tel.end(wave.span)
         if self.after_retire is not None:
             await self.after_retire()
+
+    async def _store(self, live: list[Chunk]) -> None:
+        """Where a running request's policy publishes on retire, its chunks' full blocks become reusable on
+        every stage now (mechanisms.block_publication); its last chunk's wait for completion."""
+        items = [(c.request_id, a.request.block_hashes, (c.start + c.length) // a.block_size)
+                 for c in live if not c.is_last and (a := self.run.live(c)) is not None
+                 and get_policy(a.policy).publish.on_retire]
+        if items:
+            await asyncio.gather(*(h.store_many(items) for h in self.handles))
+            self.run.index_dirty.notify()
 
     async def complete(self, done: list[AdmittedRequest], wave: Wave) -> None:
         """The requests whose last chunk left the last stage in ``wave``: one message per stage,

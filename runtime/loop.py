@@ -45,11 +45,12 @@ from wavepp.runtime.policies.base import Policy
 from wavepp.runtime.publications import Publication, Publications
 from wavepp.runtime.request import Completion, Request, Wave, cdiv
 from wavepp.runtime.run_state import ComputedBefore, RunState
+from wavepp.runtime.stage_status import stage_statuses
 from wavepp.runtime.stage_tasks import StageWorker, run_link
 from wavepp.runtime.step_times import StepTimes
 from wavepp.runtime.watchdog import DEFAULT_STALL_TIMEOUT_S, watch
 from wavepp.store.base import Store
-from wavepp.store.records import PlannedChunk, StageStatus, StatusSnapshot, WavePlanRecord
+from wavepp.store.records import PlannedChunk, StatusSnapshot, WavePlanRecord
 from wavepp.store.resilient import ResilientStore
 from wavepp.telemetry import names as N
 from wavepp.telemetry.setup import Telemetry
@@ -99,7 +100,8 @@ class PipelineLoop:
         start = get_policy(knobs.policy)     # the engine built the caches and laid out the stages by it
         self.pool, self.topology = start.pool, start.topology    # fixed for the run
         self._configure(knobs)
-        self.queue = AdmissionQueue(self.run_state, self.admission, knobs, self.registry, telemetry, self.spans)
+        self.queue = AdmissionQueue(self.run_state, self.admission, knobs, self.registry, telemetry, self.spans,
+                                    self.room)
         self.computed_before = ComputedBefore()       # what completed requests computed (the good-hit rate)
         self.ends = RequestEnds(self.run_state, self.handles, executor, telemetry, self.spans, self.registry,
                                 self.result, lambda: self.policy, self.next_arrival, self.computed_before.add,
@@ -130,9 +132,10 @@ class PipelineLoop:
         self.policy: Policy = dataclasses.replace(get_policy(knobs.policy), pool=self.pool, topology=self.topology)
         self.admit_stages = self.policy.stage_admission.admit_stages(self.num_stages)
         self.admission = Admission(self.handles, self.admit_stages, self.store, self.block_size, self.tel,
-                                   self.policy.lookup, self.policy.reserve, self.policy.name, self.policy.share)
-        self.planner = self.policy.make_planner(knobs, self.num_stages, self.block_size, self.step_times,
-                                                self.run_state.waiting)
+                                   (p := self.policy).lookup, p.reserve, p.name, p.share, p.charge)
+        self.planner = p.make_planner(knobs, self.num_stages, self.block_size, self.step_times, self.run_state.waiting)
+        planner, active = self.planner, self.run_state.active      # a request joins a wave where its policy says
+        self.room: Callable[[], int | None] = lambda: p.lookup_at.room(planner, active())
         self.ring = self.policy.ring_size(knobs, self.num_stages)
 
     # ---- public -------------------------------------------------------------------------------
@@ -175,7 +178,7 @@ class PipelineLoop:
         self.warming = False
         if primed:                           # the measured run plans from scratch (MPU's hysteresis)
             self._configure(self.knobs)
-            self.queue.configure(self.admission, self.knobs)
+            self.queue.configure(self.admission, self.knobs, self.room)
         self.run_state.changed.notify()      # knobs that came in meanwhile apply now
 
     async def run(self) -> LoopResult:
@@ -304,7 +307,7 @@ class PipelineLoop:
         changed = {k: v for k, v in knobs.as_dict().items() if old[k] != v}
         self.knobs = knobs
         self._configure(knobs)
-        self.queue.configure(self.admission, knobs)
+        self.queue.configure(self.admission, knobs, self.room)
         self.result.knob_changes.append((self.tel.now_ns(), changed))
         new = get_policy(knobs.policy)
         fixed = ((N.KNOBS_POOL_KEPT, self.pool, new.pool), (N.KNOBS_TOPOLOGY_KEPT, self.topology, new.topology))
@@ -363,10 +366,7 @@ class PipelineLoop:
         """A snapshot of queues and per-stage cache state (the dashboard's Cache and Admission pages),
         with the run's id (runs sharing a store never mix), the wall-clock time it was taken (a viewer
         tells a silent runtime from a busy one) and the runtime's state: running, finished or failed."""
-        stats = await asyncio.gather(*(h.stats() for h in self.handles))
-        stages = tuple(StageStatus(h.stage, st.num_blocks, st.num_cached, st.num_free, st.num_leases,
-                                   st.num_escrowed_blocks, st.num_evictions)
-                       for h, st in zip(self.handles, stats, strict=True))
+        stages = await stage_statuses(self.handles)
         return StatusSnapshot(t=self.tel.now_ns(), run=self.tel.run_id, wall=time.time(), state=state,
                               policy=self.policy.name, waiting=self.run_state.num_waiting,
                               active=self.run_state.num_active, in_flight=self.run_state.in_flight, ring=self.ring,

@@ -117,6 +117,12 @@ def pack_fcfs(admitted: Sequence[AdmittedRequest], budget: int, min_fragment: in
         charged  |<-------- min(space, prompt) ------->|      (position 0)
         computed                         |<- suffix ->|
     """
+    return _pack(admitted, budget, min_fragment, block_size, position)[0]
+
+
+def _pack(admitted: Sequence[AdmittedRequest], budget: int, min_fragment: int, block_size: int,
+          position: Position) -> tuple[list[Chunk], int]:
+    """:func:`pack_fcfs`, and the budget it leaves uncharged."""
     chunks: list[Chunk] = []
     space = budget
     for a in admitted:
@@ -139,7 +145,7 @@ def pack_fcfs(admitted: Sequence[AdmittedRequest], budget: int, min_fragment: in
         chunks.append(Chunk(a.id, a.scheduled, take, a.reuse_blocks, a.scheduled + take == a.request.num_tokens,
                             a.attempt))
         space -= charged
-    return chunks
+    return chunks, space
 
 
 def pack_static(admitted: Sequence[AdmittedRequest], budget: int, block_size: int,
@@ -150,11 +156,23 @@ def pack_static(admitted: Sequence[AdmittedRequest], budget: int, block_size: in
     return pack_fcfs(admitted, budget, 1, block_size, position)
 
 
+def static_room(admitted: Sequence[AdmittedRequest], budget: int, block_size: int,
+                position: Position = scheduled) -> int:
+    """The budget :func:`pack_static` leaves uncharged after ``admitted``: what a scheduler that
+    looks a waiting request up only when it joins a batch still has for new requests."""
+    return max(0, _pack(admitted, budget, 1, block_size, position)[1])
+
+
 class Planner:
     """Plans the next wave from the admitted requests, in admission order."""
 
     def plan(self, admitted: Sequence[AdmittedRequest]) -> WavePlan | None:
         raise NotImplementedError
+
+    def room(self, admitted: Sequence[AdmittedRequest]) -> int | None:
+        """Tokens the next wave would leave for requests not admitted yet, without planning it
+        (no state changes); None where the budget adapts to the admitted work (MPU, cost)."""
+        return None
 
 
 class MpuPlanner(Planner):
@@ -189,3 +207,6 @@ class StaticPlanner(Planner):
             return None
         chunks = pack_static(admitted, self.tokens, self.block_size, self.position)
         return WavePlan(chunks, self.tokens, sum(remaining) / self.tokens) if chunks else None
+
+    def room(self, admitted: Sequence[AdmittedRequest]) -> int | None:
+        return static_room(admitted, self.tokens, self.block_size, self.position)

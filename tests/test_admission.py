@@ -9,6 +9,7 @@ from wavepp.runtime.admission import Admission
 from wavepp.runtime.engines.base import StageHandle
 from wavepp.runtime.hashing import block_hashes, token_array
 from wavepp.runtime.index_publisher import IndexPublisher
+from wavepp.runtime.kvcache.priming import prime
 from wavepp.runtime.kvcache.stage_cache import StageCache
 from wavepp.runtime.mechanisms.reuse_lookup import FirstStageTree, HintIndex
 from wavepp.runtime.request import Request
@@ -45,7 +46,7 @@ def setup(capacities: list[int]) -> tuple[list[CountingHandle], MemoryStore, Tel
 
 async def warm(handles: list[CountingHandle], store: MemoryStore, req: Request) -> None:
     for h in handles:
-        h.cache.prime("warm-" + req.id, req.block_hashes, req.num_tokens)
+        prime(h.cache, "warm-" + req.id, req.block_hashes, req.num_tokens)
     await IndexPublisher(handles, store).flush()
 
 
@@ -57,7 +58,7 @@ def test_lease_falls_back_when_one_stage_evicted_after_the_hint() -> None:
         # Stage 2 (8 blocks) evicts 5 blocks of the document for another prompt; the index has
         # not heard of it yet (no publish), so the hint still says 7 everywhere.
         other = make_request("other", 2, 5)
-        handles[2].cache.prime("other", other.block_hashes, other.num_tokens)
+        prime(handles[2].cache, "other", other.block_hashes, other.num_tokens)
         adm = Admission(handles, range(4), store, B, tel, HintIndex())
         req = make_request("r", 1, 8)          # same tokens as the document
         result = await adm.round([req])
@@ -106,7 +107,7 @@ def test_without_the_hint_index_stage_zero_alone_decides_reuse() -> None:
     async def main() -> None:
         handles, store, tel = setup([32, 4, 32])
         doc = make_request("doc", 1, 6)
-        handles[0].cache.prime("warm", doc.block_hashes, doc.num_tokens)   # only stage 0 has it
+        prime(handles[0].cache, "warm", doc.block_hashes, doc.num_tokens)   # only stage 0 has it
         adm = Admission(handles, [0], store, B, tel, FirstStageTree())
         [a] = (await adm.round([make_request("r", 1, 6)])).admitted
         assert a.reuse_blocks == 5

@@ -15,6 +15,7 @@ from wavepp.dashboard.view import make_view
 from wavepp.runtime.bench import BenchConfig, run_one
 from wavepp.runtime.engines.sim.engine import SimEngine
 from wavepp.runtime.knobs import POLICY_NAMES, KnobError, Knobs
+from wavepp.runtime.kvcache.priming import prime
 from wavepp.runtime.mechanisms.token_charge import FromPositionZero, SuffixOnly
 from wavepp.runtime.planner import pack_static
 from wavepp.runtime.policies import KINDS, POLICIES, get_policy
@@ -59,11 +60,12 @@ def test_presets_are_compositions_and_the_knob_lists_them() -> None:
     assert wavepp.mechanisms() == {"admission": "async", "lookup": "hint-index", "stage-admission": "every-stage",
                                    "charge": "suffix", "chunking": "cost", "ring": "2P", "fill": "on", "relay": "off",
                                    "reserve": "suffix", "host": "none", "return": "direct", "pool": "per-stage",
-                                   "share": "wait", "topology": "pp"}
+                                   "share": "wait", "topology": "pp", "lookup-at": "admission",
+                                   "publish": "completion"}
     assert trt.mechanisms() == {"admission": "inline", "lookup": "first-stage", "stage-admission": "first-chunk",
                                 "charge": "suffix", "chunking": "static", "ring": "P", "fill": "off", "relay": "on",
                                 "reserve": "suffix", "host": "lockstep", "return": "ring", "pool": "min",
-                                "share": "off", "topology": "pp"}
+                                "share": "off", "topology": "pp", "lookup-at": "admission", "publish": "completion"}
     assert legacy.mechanisms() == {**trt.mechanisms(), "charge": "position0", "reserve": "whole-prompt"}
     vllm, sglang = POLICIES.get("vllm-pp"), POLICIES.get("sglang-pp")
     assert vllm.mechanisms() == {**trt.mechanisms(), "stage-admission": "central", "chunking": "static-16384",
@@ -195,7 +197,7 @@ def test_the_whole_prompt_reserve_counts_again_only_the_prefix_others_hold() -> 
     tokens = list(range(30 * B + 10))
     hashes = block_hashes(token_array(tokens), B)                    # 30 full blocks
     cache = StageCache(0, 40, B)
-    assert cache.prime("warm", hashes, len(tokens))                  # all 30 cached, nobody holds them
+    assert prime(cache, "warm", hashes, len(tokens))                  # all 30 cached, nobody holds them
     assert cache.lease("a", hashes, 28, len(tokens)) == 28
     assert cache.leases["a"].held == 0                               # it pinned them itself
     assert cache.escrow_round([("a", 3)], held_prefix=True) == 1 and cache.tickets["a"] == 3
@@ -225,7 +227,7 @@ def test_lockstep_host_work_walks_pending_prompts_on_the_stage_tree() -> None:
     from wavepp.runtime.kvcache.stage_cache import StageCache
     cache = StageCache(0, 64, B)
     cached = block_hashes(token_array(list(range(640))), B)          # 10 blocks
-    assert cache.prime("p", cached, 640)
+    assert prime(cache, "p", cached, 640)
     other = block_hashes(token_array([7] * 320), B)                  # 5 blocks, none cached
     walked = asyncio.run(StageHandle(cache).host_iteration([cached + other, other], 1000, 3))
     assert walked == 11 + 1          # 10 hits and the miss that ends the walk; then 1 miss

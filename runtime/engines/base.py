@@ -201,6 +201,12 @@ class StageHandle:
             tables.append(table)
         return tables
 
+    async def store_many(self, items: Sequence[tuple[str, list[int], int]]) -> None:
+        """Store running requests' executed full blocks (:meth:`StageCache.store`; request id, block hashes,
+        blocks below which to store), one message; each newly attached block costs as at completion."""
+        attached = sum(self.cache.store(rid, hashes, upto) for rid, hashes, upto in items)
+        await self._charge("complete", attached, remote=False)
+
     # ---- off the critical path: index publishing, status, checks ------------------------------
     async def drain_index_updates(self) -> tuple[list[int], list[int]]:
         return self.cache.drain_index_updates()

@@ -136,6 +136,9 @@ class MirrorCache(StageCache):
         table = self.tables[rid] = list(self.central.tables.get(rid, ()))
         return table
 
+    def store(self, rid: str, hashes: list[int], upto: int) -> int:
+        return 0
+
     def complete(self, rid: str, hashes: list[int]) -> None:
         self.tables.pop(rid, None)
 

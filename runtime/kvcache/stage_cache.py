@@ -16,11 +16,8 @@ unreferenced LRU leaves"): an admission round escrows on every stage at the same
 stages are at different points of the same wave stream - stage 0 may have completed, and freed
 the partial blocks of, requests that stage 3 is still running. Naming victims then evicts
 different blocks on different stages, and under pressure the stages' caches drift apart, while
-reuse needs a prefix on *all* of them. Measured on the pressure grid's synthetic Mooncake trace
-(GLM-5.2 PP4, working set 3x each pool): with named victims 2,655 of 5,980 hint lookups found the
-stages holding different prefixes, and the cross-stage minimum was 446K of the 936K blocks the
-best stage held; with the choice made at materialization - where every stage sees the same
-completions before the same wave - 2 of 4,041, and good-hit rose from 0.50 to 0.82.
+reuse needs a prefix on *all* of them; at materialization every stage sees the same completions
+before the same wave (the measurement: docs/structure.md, "Escrow is a count").
 
 A hybrid model's stage (recurrent-state layers beside attention) also keeps state snapshots
 (:mod:`runtime.kvcache.state_snapshots`): a lease resumes only where the stage holds one, an escrow
@@ -81,6 +78,7 @@ class StageCache(HybridStates):
         self.working: dict[str, list[int]] = {}    # hybrid: a running request's working-state blocks
         self.state_due: dict[str, int] = {}        # hybrid: blocks of a ticket kept for states, not yet taken
         self.work = 0                                # probes and chain steps (the sim charges for them)
+        self.stored: dict[str, int] = {}            # a running request's blocks attached so far (store)
         self._attached: list[int] = []              # hint-index updates not yet published
         self._detached: list[int] = []
 
@@ -287,6 +285,23 @@ class StageCache(HybridStates):
         return done
 
     # ---- completion and release -------------------------------------------------------------
+    def store(self, rid: str, hashes: list[int], upto: int) -> int:
+        """Attach the running request's full blocks below ``upto`` (executed on every stage) to the tree,
+        held by it; stops at a block another request cached first. Not on a hybrid stage. Answers how many."""
+        lease, table = self.leases.get(rid), self.tables.get(rid)
+        if lease is None or table is None or self.states is not None:
+            return 0
+        pool, first = self.pool, self.stored.get(rid, lease.reuse_blocks)
+        end = first
+        for i in range(first, min(upto, len(hashes), lease.num_tokens // self.block_size, len(table))):
+            if hashes[i] in pool.by_hash:
+                break
+            pool.attach(table[i], hashes[i], table[i - 1] if i else -1)   # table[:k] is the lease's chain
+            self._attached.append(hashes[i])
+            end = i + 1
+        self.stored[rid] = end
+        return end - first
+
     def complete(self, rid: str, hashes: list[int]) -> None:
         """Attach the request's full blocks to the reuse tree, then drop its references."""
         lease = self.leases.pop(rid)
@@ -297,9 +312,10 @@ class StageCache(HybridStates):
         parent = lease.boundary
         num_full = min(len(hashes), lease.num_tokens // self.block_size)
         keep = k                                   # table[k:keep] are pinned by us until the unpin below
+        stored = self.stored.pop(rid, k)           # table[k:stored] are in the tree already (store)
         for i in range(k, num_full):
             bid, h = table[i], hashes[i]
-            existing = pool.by_hash.get(h)
+            existing = None if i < stored else pool.by_hash.get(h)
             if existing is not None:
                 # Another request cached the same block first: adopt it, free our copy. Its parent
                 # is ours (held), so at most this one block becomes newly held - and ours comes
@@ -307,7 +323,7 @@ class StageCache(HybridStates):
                 pool.pin(existing)
                 pool.release_owned(bid)
                 table[i] = existing
-            else:
+            elif i >= stored:
                 pool.attach(bid, h, parent)        # parent is held by us: never evictable here
                 self._attached.append(h)
             parent = table[i]
@@ -322,47 +338,31 @@ class StageCache(HybridStates):
             pool.unpin(bid)
         if lease.boundary >= 0:
             pool.unpin(lease.boundary)
-        self.progress.pop(rid, None)
-        self._drop_ticket(rid)
+        self._forget(rid)
 
     def release(self, rid: str) -> bool:
-        """Failure path: drop everything the request holds here (lease, escrow, new blocks).
-        False when it held nothing."""
+        """Failure path: drop all the request holds here (lease, escrow, new blocks); False if nothing."""
         held = rid in self.leases or rid in self.tables or rid in self.tickets
         lease = self.leases.pop(rid, None)
         table = self.tables.pop(rid, [])
         self._free(self.working.pop(rid, []))
+        stored = self.stored.pop(rid, 0)
         if lease is not None:
-            for bid in table[lease.reuse_blocks:]:
+            for bid in table[max(lease.reuse_blocks, stored):]:
                 self.pool.release_owned(bid)
+            for bid in reversed(table[lease.reuse_blocks:stored]):   # stored: computed, they stay cached
+                self.pool.unpin(bid)
             if lease.boundary >= 0:
                 self.pool.unpin(lease.boundary)
             if lease.snapshot is not None and self.states is not None:
                 self.states.unpin(lease.snapshot)
-        self.progress.pop(rid, None)
-        self._drop_ticket(rid)
+        self._forget(rid)
         return held
 
-    def _drop_ticket(self, rid: str) -> None:
+    def _forget(self, rid: str) -> None:           # the request's progress and what its escrow still promised
+        self.progress.pop(rid, None)
         self.reserved -= self.tickets.pop(rid, 0)
         self.state_due.pop(rid, None)
-
-    def prime(self, rid: str, hashes: list[int], num_tokens: int) -> bool:
-        """Put a prompt's blocks into the cache as if a request had just computed them.
-
-        Used to warm caches before a measured run; goes through lease/escrow/materialize/complete
-        like any request. False when the prompt does not fit.
-        """
-        k = self.prefix_length(hashes, (num_tokens - 1) // self.block_size)
-        k = self.lease(rid, hashes, k, num_tokens)
-        need = cdiv(num_tokens - k * self.block_size, self.block_size)
-        if not self.can_escrow(need):
-            self.release(rid)
-            return False
-        self.escrow(rid, need)
-        self.materialize(rid, k * self.block_size, num_tokens - k * self.block_size, k)
-        self.complete(rid, hashes)
-        return True
 
     # ---- index updates, stats, checks -------------------------------------------------------
     def drain_index_updates(self) -> tuple[list[int], list[int]]:

@@ -17,6 +17,7 @@ from wavepp.runtime.planner import (
     WavePlan,
     align_down,
     pack_static,
+    static_room,
 )
 from wavepp.runtime.planner_cost import CostPlanner
 from wavepp.runtime.planner_timed import TimedPlanner
@@ -153,10 +154,18 @@ class DynamicPlanner(Planner):
         waiting = [a for a in admitted if a.remaining > 0]
         if not waiting:
             return None
-        head = waiting[0]
-        budget = self.chunk_tokens(head.scheduled) if head.scheduled > head.reused_tokens else self.base
+        budget = self._budget(waiting[0])
         chunks = pack_static(admitted, budget, self.block_size, self.position)
         return WavePlan(chunks, budget, sum(a.remaining for a in waiting) / budget) if chunks else None
+
+    def _budget(self, head: AdmittedRequest) -> int:
+        """The wave's budget: the head request's continuing chunk resized, a first chunk ``base``."""
+        return self.chunk_tokens(head.scheduled) if head.scheduled > head.reused_tokens else self.base
+
+    def room(self, admitted: Sequence[AdmittedRequest]) -> int | None:
+        waiting = [a for a in admitted if a.remaining > 0]
+        budget = self._budget(waiting[0]) if waiting else self.base
+        return static_room(admitted, budget, self.block_size, self.position)
 
 
 @CHUNKING.register

@@ -23,6 +23,10 @@ class TokenCharge(Protocol):
         """The token from which the scheduler charges ``a``'s next chunk (``<= a.scheduled``)."""
         ...
 
+    def first_charge(self, num_tokens: int, reused_tokens: int) -> int:
+        """What a new request of ``num_tokens`` with ``reused_tokens`` cached would be charged in full."""
+        ...
+
 
 CHARGE = Registry[TokenCharge]("charge", doc="what a chunk costs against a wave's budget")
 
@@ -40,6 +44,9 @@ class SuffixOnly:
 
     def position(self, a: AdmittedRequest) -> int:
         return a.scheduled
+
+    def first_charge(self, num_tokens: int, reused_tokens: int) -> int:
+        return num_tokens - reused_tokens
 
 
 @CHARGE.register
@@ -59,3 +66,6 @@ class FromPositionZero:
     def position(self, a: AdmittedRequest) -> int:
         first_chunk = a.scheduled == a.reused_tokens
         return 0 if first_chunk else a.scheduled
+
+    def first_charge(self, num_tokens: int, reused_tokens: int) -> int:
+        return num_tokens

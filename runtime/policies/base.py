@@ -15,6 +15,7 @@ from typing import Any
 
 from wavepp.runtime.kvcache.pools import POOL, CachePool, PerStage
 from wavepp.runtime.mechanisms.admission_drive import ADMISSION, AdmissionDrive
+from wavepp.runtime.mechanisms.block_publication import PUBLISH, AtCompletion, BlockPublication
 from wavepp.runtime.mechanisms.chunking import CHUNKING, Chunking
 from wavepp.runtime.mechanisms.host_work import HOST, HostWork, Overlapped
 from wavepp.runtime.mechanisms.iteration import (
@@ -28,6 +29,7 @@ from wavepp.runtime.mechanisms.iteration import (
     ReturnPath,
     RingSize,
 )
+from wavepp.runtime.mechanisms.lookup_moment import LOOKUP_MOMENT, LookupMoment, OnAdmission
 from wavepp.runtime.mechanisms.ports import PlanInputs, WaveSettings
 from wavepp.runtime.mechanisms.reserve import RESERVE, Reserve, SuffixBlocks
 from wavepp.runtime.mechanisms.reuse_lookup import LOOKUP, ReuseLookup
@@ -57,6 +59,8 @@ class Policy:
     pool: CachePool = PerStage()             # fixed for a run: the engine builds the caches with it
     share: Sharing = ComputeAgain()
     topology: Topology = Pipeline()          # fixed for a run: the engine lays its stages out by it
+    lookup_at: LookupMoment = OnAdmission()
+    publish: BlockPublication = AtCompletion()
 
     def mechanisms(self) -> dict[str, str]:
         """Kind -> variant name: what this policy runs (saved with every run)."""
@@ -82,4 +86,4 @@ class Policy:
 #: every mechanism kind (as written in a policy spec) -> its registry of variants
 KINDS: dict[str, Registry[Any]] = {r.kind: r for r in (
     ADMISSION, LOOKUP, STAGE_ADMISSION, CHARGE, CHUNKING, RING, FILL, RELAY, RESERVE, HOST, RETURN, POOL, SHARING,
-    TOPOLOGY)}
+    TOPOLOGY, LOOKUP_MOMENT, PUBLISH)}

@@ -93,6 +93,9 @@ class RemoteStageHandle(StageHandle):
     async def complete_many(self, items: Sequence[tuple[str, list[int]]]) -> list[list[int]]:
         return await self._op("complete_many", list(items))  # type: ignore[no-any-return]
 
+    async def store_many(self, items: Sequence[tuple[str, list[int], int]]) -> None:
+        await self._op("store_many", list(items))
+
     async def drain_index_updates(self) -> tuple[list[int], list[int]]:
         return await self._op("drain_index_updates")  # type: ignore[no-any-return]
 

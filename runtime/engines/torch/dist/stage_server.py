@@ -37,7 +37,7 @@ from wavepp.runtime.kvcache.stage_cache import StageCache
 from wavepp.runtime.request import Chunk
 
 CACHE_OPS = frozenset({"lookup_local", "lease", "shrink", "escrow", "release", "materialize_many", "complete_many",
-                       "host_iteration",
+                       "store_many", "host_iteration",
                        "drain_index_updates", "requeue_index_updates", "index_snapshot", "stats", "check"})
 
 
