@@ -65,8 +65,10 @@ def test_presets_are_compositions_and_the_knob_lists_them() -> None:
     assert trt.mechanisms() == {"admission": "inline", "lookup": "first-stage", "stage-admission": "first-chunk",
                                 "charge": "suffix", "chunking": "static", "ring": "P", "fill": "off", "relay": "on",
                                 "reserve": "suffix", "host": "lockstep", "return": "ring", "pool": "min",
-                                "share": "off", "topology": "pp", "lookup-at": "admission", "publish": "completion"}
-    assert legacy.mechanisms() == {**trt.mechanisms(), "charge": "position0", "reserve": "whole-prompt"}
+                                "share": "off", "topology": "pp", "lookup-at": "first-scheduling",
+                                "publish": "retire"}
+    assert legacy.mechanisms() == {**trt.mechanisms(), "charge": "position0", "reserve": "whole-prompt",
+                                   "publish": "completion"}
     vllm, sglang = POLICIES.get("vllm-pp"), POLICIES.get("sglang-pp")
     assert vllm.mechanisms() == {**trt.mechanisms(), "stage-admission": "central", "chunking": "static-16384",
                                  "host": "none", "pool": "central"}

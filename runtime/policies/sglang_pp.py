@@ -16,7 +16,11 @@
   a quadratic fitted once, each continuing chunk sized to a fresh chunk's time, smoothed 0.75
   (``dynamic-16384``: ``runtime.mechanisms.chunking.DynamicPlanner``; PRs #15372, #16140, #17198);
 * the extend budget counts the new tokens (``SuffixOnly``); requests sharing an uncached prefix each
-  compute it (``ComputeAgain``).
+  compute it (``ComputeAgain``);
+* a waiting request is matched when it joins a batch (``PrefillAdder``, ``match_prefix``:
+  ``OnFirstScheduling``); the chunk just scheduled is inserted into the tree at the start of the next round
+  (``cache_unfinished_req``; 0.5.23 ``stash_chunked_request`` -> ``tree_cache.checkpoint``). We publish it
+  when its wave retires (``AtRetire``), up to P-1 waves later than SGLang.
 
 A hybrid model: ``MambaRadixCache`` matches only down to the deepest node holding a state; with the
 ``extra_buffer`` strategy it keeps the state at each chunk's 64-aligned end - our snapshots at the interval.
@@ -26,9 +30,11 @@ from the one pool.
 
 from wavepp.runtime.kvcache.pools import CentralManager
 from wavepp.runtime.mechanisms.admission_drive import InlineRounds
+from wavepp.runtime.mechanisms.block_publication import AtRetire
 from wavepp.runtime.mechanisms.chunking import SGLANG_DYNAMIC
 from wavepp.runtime.mechanisms.host_work import Lockstep
 from wavepp.runtime.mechanisms.iteration import NoFill, RelayRequests, Ring, SampleStateRing
+from wavepp.runtime.mechanisms.lookup_moment import OnFirstScheduling
 from wavepp.runtime.mechanisms.reuse_lookup import FirstStageTree
 from wavepp.runtime.mechanisms.stage_admission import CentralStage
 from wavepp.runtime.mechanisms.token_charge import SuffixOnly
@@ -36,4 +42,5 @@ from wavepp.runtime.policies.base import Policy
 
 SGLANG_PP = Policy("sglang-pp", admission=InlineRounds(), lookup=FirstStageTree(), stage_admission=CentralStage(),
                    charge=SuffixOnly(), chunking=SGLANG_DYNAMIC, ring=Ring(1), fill=NoFill(), relay=RelayRequests(),
-                   host=Lockstep(), return_path=SampleStateRing(), pool=CentralManager())
+                   host=Lockstep(), return_path=SampleStateRing(), pool=CentralManager(),
+                   lookup_at=OnFirstScheduling(), publish=AtRetire())

@@ -19,6 +19,15 @@ each mechanism's own docstring cites what it models:
 
 Several chunks of one prompt may be in flight at once (PR #9308), as in WavePP.
 
+When a request is looked up and when blocks become reusable (DESIGN §3.2):
+
+* a waiting request is matched on its first chunk, when the micro-batch scheduler fits it under
+  ``max_num_tokens`` (``add_sequence`` -> ``loadOrAllocateBlocks`` in ``prepare_resources``):
+  ``OnFirstScheduling``;
+* since PR #6683 ``KVCacheManager.update_resources`` stores the blocks of every context request of a handled
+  micro-batch (``store_context_blocks``), so a document's executed chunks are reusable while it is computed
+  (``AtRetire``); before it, at completion (``trtllm-pp-legacy``).
+
 Not modelled, by their sources' own gates: the fp8 context-MLA attended-KV cap
 (``_cap_context_by_total_kv_len``, PR #16399) is applied only with block reuse on *and chunked
 prefill off* - this loop chunks; the PP termination vote (``DisaggPPTerminationHandler``, #7455)
@@ -29,9 +38,11 @@ import dataclasses
 
 from wavepp.runtime.kvcache.pools import SmallestEverywhere
 from wavepp.runtime.mechanisms.admission_drive import InlineRounds
+from wavepp.runtime.mechanisms.block_publication import AtCompletion, AtRetire
 from wavepp.runtime.mechanisms.chunking import Static
 from wavepp.runtime.mechanisms.host_work import Lockstep
 from wavepp.runtime.mechanisms.iteration import NoFill, RelayRequests, Ring, SampleStateRing
+from wavepp.runtime.mechanisms.lookup_moment import OnFirstScheduling
 from wavepp.runtime.mechanisms.reserve import WholePrompt
 from wavepp.runtime.mechanisms.reuse_lookup import FirstStageTree
 from wavepp.runtime.mechanisms.stage_admission import OnFirstChunk
@@ -41,10 +52,12 @@ from wavepp.runtime.policies.base import Policy
 #: The behaviour of TensorRT-LLM main as read from its source (2026): reuse-credited token budget.
 TRTLLM_PP = Policy("trtllm-pp", admission=InlineRounds(), lookup=FirstStageTree(), stage_admission=OnFirstChunk(),
                    charge=SuffixOnly(), chunking=Static(), ring=Ring(1), fill=NoFill(),
-                   relay=RelayRequests(), host=Lockstep(), return_path=SampleStateRing(), pool=SmallestEverywhere())
+                   relay=RelayRequests(), host=Lockstep(), return_path=SampleStateRing(), pool=SmallestEverywhere(),
+                   lookup_at=OnFirstScheduling(), publish=AtRetire())
 
 #: Releases before the reuse credit of PR #11637 (merged February 2026): a new context request's
 #: budget is charged from position 0, cached prefix included; and before PR #11490, whose
-#: capacity scheduler reserved blocks for the whole prompt, reused blocks included.
+#: capacity scheduler reserved blocks for the whole prompt, reused blocks included; and before PR #6683
+#: (Aug 2025), which stores a context's blocks for each executed micro-batch, not at completion.
 TRTLLM_PP_LEGACY = dataclasses.replace(TRTLLM_PP, name="trtllm-pp-legacy", charge=FromPositionZero(),
-                                       reserve=WholePrompt())
+                                       reserve=WholePrompt(), publish=AtCompletion())

@@ -14,7 +14,12 @@
 * a token budget of ``max_num_batched_tokens`` per step, 16384 on a GPU of 160 GiB or more, FCFS, each
   chunk as large as the budget left (``long_prefill_token_threshold`` 0): ``static-16384``; charged for the
   tokens not yet computed (``num_computed_tokens`` starts at the hit: ``SuffixOnly``);
-* requests sharing an uncached prefix in one step compute it each (``ComputeAgain``).
+* requests sharing an uncached prefix in one step compute it each (``ComputeAgain``);
+* a waiting request is looked up when it is first scheduled (``get_computed_blocks`` while
+  ``num_computed_tokens == 0``, under ``token_budget``: ``OnFirstScheduling``); the blocks of a scheduled
+  chunk are cached when scheduled, before the forward (``allocate_slots`` -> ``cache_blocks``). We publish
+  them when the chunk's wave retires (``AtRetire``): a request looked up in between misses up to P-1 of the
+  producer's chunks that vLLM would give it - the one place this preset is less generous than its source.
 
 A hybrid model: ``HybridKVCacheCoordinator.find_longest_cache_hit`` shrinks the hit until every layer group
 agrees, and ``MambaManager`` (``mamba_cache_mode="align"``) resumes only at block-aligned positions where a
@@ -30,8 +35,10 @@ constant.
 
 from wavepp.runtime.kvcache.pools import CentralManager
 from wavepp.runtime.mechanisms.admission_drive import InlineRounds
+from wavepp.runtime.mechanisms.block_publication import AtRetire
 from wavepp.runtime.mechanisms.chunking import STATIC_16K
 from wavepp.runtime.mechanisms.iteration import NoFill, RelayRequests, Ring, SampleStateRing
+from wavepp.runtime.mechanisms.lookup_moment import OnFirstScheduling
 from wavepp.runtime.mechanisms.reuse_lookup import FirstStageTree
 from wavepp.runtime.mechanisms.stage_admission import CentralStage
 from wavepp.runtime.mechanisms.token_charge import SuffixOnly
@@ -39,4 +46,5 @@ from wavepp.runtime.policies.base import Policy
 
 VLLM_PP = Policy("vllm-pp", admission=InlineRounds(), lookup=FirstStageTree(), stage_admission=CentralStage(),
                  charge=SuffixOnly(), chunking=STATIC_16K, ring=Ring(1), fill=NoFill(), relay=RelayRequests(),
-                 return_path=SampleStateRing(), pool=CentralManager())
+                 return_path=SampleStateRing(), pool=CentralManager(),
+                 lookup_at=OnFirstScheduling(), publish=AtRetire())
