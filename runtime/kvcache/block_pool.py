@@ -31,6 +31,8 @@ from __future__ import annotations
 from collections import OrderedDict
 from dataclasses import dataclass
 
+from wavepp.store.probe import longest_prefix_in
+
 
 @dataclass(slots=True)
 class Block:
@@ -200,6 +202,29 @@ class BlockPool:
         assert b.hash is None, "a cached block is released by unpin, not here"
         b.ref_count = 0
         self._returned.append(block_id)
+
+    # ---- prefix queries (each answers its probes: the sim charges them) ------------------------
+    def cached_prefix(self, hashes: list[int], k: int) -> tuple[int, int]:
+        """Longest cached prefix of ``hashes[:k]``, ``k`` a hint: one probe confirms it (prefix-closed)."""
+        if k == 0 or hashes[k - 1] in self.by_hash:
+            return k, 1
+        n, probes = longest_prefix_in(hashes, self.by_hash, k - 1)
+        return n, probes + 1
+
+    def held_prefix(self, hashes: list[int], end: int) -> tuple[int, int]:
+        """Longest prefix of cached ``hashes[:end]`` already held (holding is prefix-closed on a chain)."""
+        blocks, by_hash = self.blocks, self.by_hash
+        if end == 0 or blocks[by_hash[hashes[end - 1]]].held:
+            return end, 1                                  # the usual case under reuse: one probe
+        lo, hi, probes = 0, end - 1, 1                     # answer in [lo, hi]
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            probes += 1
+            if blocks[by_hash[hashes[mid - 1]]].held:
+                lo = mid
+            else:
+                hi = mid - 1
+        return lo, probes
 
     def check(self) -> None:
         """Assert the pool's structural invariants (tests call this after every run)."""

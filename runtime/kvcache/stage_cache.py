@@ -90,27 +90,14 @@ class StageCache(HybridStates):
         return n
 
     def _cached_prefix(self, hashes: list[int], k: int) -> int:
-        """Longest cached prefix of ``hashes[:k]``, ``k`` the hint: one probe confirms it (prefix-closed)."""
-        self.work += 1
-        if k == 0 or hashes[k - 1] in self.pool.by_hash:
-            return k
-        return self.prefix_length(hashes, k - 1)
+        n, probes = self.pool.cached_prefix(hashes, k)
+        self.work += probes
+        return n
 
     def _held_prefix(self, hashes: list[int], end: int) -> int:
-        """Longest prefix of cached ``hashes[:end]`` already held (holding is prefix-closed on a chain)."""
-        blocks, by_hash = self.pool.blocks, self.pool.by_hash
-        self.work += 1
-        if end == 0 or blocks[by_hash[hashes[end - 1]]].held:
-            return end                                     # the usual case under reuse: one probe
-        lo, hi = 0, end - 1                                # answer in [lo, hi]
-        while lo < hi:
-            mid = (lo + hi + 1) // 2
-            self.work += 1
-            if blocks[by_hash[hashes[mid - 1]]].held:
-                lo = mid
-            else:
-                hi = mid - 1
-        return lo
+        n, probes = self.pool.held_prefix(hashes, end)
+        self.work += probes
+        return n
 
     # ---- lease -------------------------------------------------------------------------------
     def lease(self, rid: str, hashes: list[int], k: int, num_tokens: int) -> int:
