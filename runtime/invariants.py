@@ -63,7 +63,7 @@ async def check_stages(handles: Sequence[StageHandle]) -> None:
 def check_leases(loop: PipelineLoop) -> None:
     """Each live request's lease still pins a chain of its boundary's length on every in-process
     stage that holds it (a leased block was never evicted)."""
-    for a in loop.run_state.active():
+    for a in loop.run_state.admitted_now():
         for h in loop.handles:
             cache: StageCache | None = getattr(h, "cache", None)   # stage processes answer check() themselves
             lease = None if cache is None else cache.leases.get(a.id)
@@ -71,9 +71,10 @@ def check_leases(loop: PipelineLoop) -> None:
                 continue
             chain = cache.pool.chain(lease.boundary) if lease.boundary >= 0 else []
             hashes = [cache.pool.blocks[b].hash for b in chain]
-            if hashes != a.request.block_hashes[:lease.reuse_blocks]:
+            pinned = lease.followed_from if lease.producer is not None else lease.reuse_blocks
+            if hashes != a.request.block_hashes[:pinned]:
                 raise InvariantViolation(f"stage {h.stage}: the leased prefix of {a.id} is no longer cached "
-                                         f"({len(hashes)} of {lease.reuse_blocks} blocks match)")
+                                         f"({len(hashes)} of {pinned} blocks match)")
 
 
 async def check_running(loop: PipelineLoop) -> None:

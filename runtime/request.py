@@ -66,9 +66,20 @@ class AdmittedRequest:
     # The policy it was admitted under: its stages keep to that policy's rules (stage admission,
     # reserve) until it ends, whatever the policy knob says meanwhile.
     policy: str = field(default="wavepp", kw_only=True)
+    # A follower (runtime.mechanisms.sharing): the admitted request computing blocks [followed_from,
+    # reuse_blocks) of its prefix, whose chunks it reads on every stage after they ran there; None once
+    # that producer completed.
+    follows: AdmittedRequest | None = field(default=None, kw_only=True)
+    followed_from: int = field(default=0, kw_only=True)
 
     def __post_init__(self) -> None:
         self.scheduled = self.completed = self.reuse_blocks * self.block_size
+
+    @property
+    def plannable(self) -> bool:
+        """Whether its next chunk may join a wave: a follower only once its producer planned every block
+        it follows (each stage then runs the producer's chunks first: waves run in order)."""
+        return self.follows is None or self.follows.scheduled >= self.reuse_blocks * self.block_size
 
     @property
     def id(self) -> str:

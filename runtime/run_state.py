@@ -39,6 +39,7 @@ class RunState:
         # what a waiting request may wait for instead of computing it again (runtime.mechanisms.sharing).
         self.computing: Counter[int] = Counter()
         self._computes_from: dict[str, int] = {}          # request id -> its first block in ``computing``
+        self.producers: dict[int, AdmittedRequest] = {}   # block hash -> the admitted request computing it
         # Ended requests' blocks stay in ``computing`` until the hint index has them (``settled``): a
         # round in between would read a stale hint and compute them again.
         self._settling: deque[tuple[list[int], int]] = deque()
@@ -74,8 +75,16 @@ class RunState:
         return self._waiting
 
     def active(self) -> list[AdmittedRequest]:
-        """The admitted requests, in admission order (what the planner schedules from)."""
+        """The admitted requests that may join a wave, in admission order (what the planner schedules from)."""
+        return [a for a in self._active.values() if a.plannable]
+
+    def admitted_now(self) -> list[AdmittedRequest]:
+        """Every admitted request, plannable or not, in admission order."""
         return list(self._active.values())
+
+    def followers(self, a: AdmittedRequest) -> list[AdmittedRequest]:
+        """The admitted requests following ``a`` (reading blocks it computes)."""
+        return [f for f in self._active.values() if f.follows is a]
 
     def get(self, rid: str) -> AdmittedRequest | None:
         return self._active.get(rid)
@@ -163,6 +172,8 @@ class RunState:
             self._by_policy[a.policy] += 1
             self._computes_from[a.id] = a.reuse_blocks
             self.computing.update(a.request.block_hashes[a.reuse_blocks:])
+            for h in a.request.block_hashes[a.reuse_blocks:]:
+                self.producers.setdefault(h, a)
             n += 1
         self.num_admitted += n
         self._waiting.extendleft(reversed(deferred))
@@ -204,7 +215,11 @@ class RunState:
         del self._active[a.id]
         self._completing.discard(a.id)
         self._by_policy[a.policy] -= 1
-        self._settling.append((a.request.block_hashes, self._computes_from.pop(a.id)))
+        start = self._computes_from.pop(a.id)
+        self._settling.append((a.request.block_hashes, start))
+        for h in a.request.block_hashes[start:]:
+            if self.producers.get(h) is a:
+                del self.producers[h]
         self.index_dirty.notify()
 
     def settle_mark(self) -> int:

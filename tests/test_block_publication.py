@@ -83,3 +83,50 @@ def test_a_baseline_reuses_the_retired_chunks_of_a_document_still_computed() -> 
     before = computed("trtllm-pp+publish=completion+lookup-at=admission")
     assert faithful < before
     assert computed("trtllm-pp+publish=completion") <= before      # looked up later, at worst the same
+
+
+def test_a_follower_reads_the_producers_blocks_and_caches_them_if_it_completes_first() -> None:
+    cache = StageCache(0, 64, B)
+    a_hashes, a = prompt(8, 10, 1)
+    b_hashes, b = prompt(8, 20, 2)
+    cache.lease("a", a_hashes, 0, len(a))
+    cache.escrow("a", 9)
+    assert cache.lease("b", b_hashes, 0, len(b), follow=("a", 8)) == 8      # nothing cached: all followed
+    cache.escrow("b", 1)
+    cache.materialize("a", 0, 8 * B, 0)
+    table = cache.materialize("b", 8 * B, len(b) - 8 * B, 8)
+    assert table[:8] == cache.tables["a"][:8]                                # the producer's own blocks
+    cache.complete("b", b_hashes)                                            # b first: a's blocks cached by b
+    assert cache.prefix_length(b_hashes) == 8
+    cache.materialize("a", 8 * B, 10, 0)
+    cache.complete("a", a_hashes)
+    cache.check()
+    assert cache.pool.num_cached == 8 and not cache.leases
+
+
+def test_a_producer_that_fails_leaves_its_followers_blocks_until_they_let_go() -> None:
+    cache = StageCache(0, 64, B)
+    a_hashes, a = prompt(8, 10, 1)
+    b_hashes, b = prompt(8, 20, 2)
+    cache.lease("a", a_hashes, 0, len(a))
+    cache.escrow("a", 9)
+    cache.lease("b", b_hashes, 0, len(b), follow=("a", 8))
+    cache.escrow("b", 1)
+    cache.materialize("a", 0, 8 * B, 0)
+    cache.materialize("b", 8 * B, 20, 8)
+    cache.release("a")
+    assert cache.pool.num_free < 64 - 1                                      # b still holds a's eight blocks
+    cache.release("b")
+    cache.check()
+    assert cache.pool.num_free + cache.pool.num_cached == 64 and cache.pool.num_cached == 0
+
+
+def test_a_lease_lowered_below_its_followed_blocks_follows_nothing() -> None:
+    cache = StageCache(0, 64, B)
+    a_hashes, a = prompt(8, 10, 1)
+    b_hashes, b = prompt(8, 20, 2)
+    cache.lease("a", a_hashes, 0, len(a))
+    assert cache.lease("b", b_hashes, 0, len(b), follow=("a", 8)) == 8
+    assert cache.shrink_lease("b", 0) == 0                                   # another stage could not follow
+    cache.escrow("b", 9)
+    assert len(cache.materialize("b", 0, len(b), 0)) == 9                    # computes it all itself

@@ -203,6 +203,44 @@ class BlockPool:
         b.ref_count = 0
         self._returned.append(block_id)
 
+    def take(self, n: int, detached: list[int]) -> list[int]:
+        """``n`` blocks OWNED by the caller: free ones first, then LRU leaves evicted (their hashes appended
+        to ``detached``, for the hint index). The caller's accounting guarantees enough."""
+        free = min(n, self.num_free)
+        out = [self.own(self.take_free()) for _ in range(free)]
+        for _ in range(n - free):
+            victim = next(iter(self.lru))
+            detached.append(self.evict(victim))
+            out.append(victim)
+        return out
+
+    def evict_unheld(self, n: int, detached: list[int]) -> int:
+        """Evict up to ``n`` cached blocks nobody holds, LRU leaves first, to the free list (hashes appended
+        to ``detached``); answers how many. A reclaimable block becomes a free one: what an escrow may
+        claim (free + reclaimable) is unchanged."""
+        done = 0
+        while done < n and self.lru:
+            victim = next(iter(self.lru))
+            detached.append(self.evict(victim))
+            self.release_owned(victim)
+            done += 1
+        return done
+
+    def attach_run(self, table: list[int], hashes: list[int], start: int, end: int, attached: list[int]) -> int:
+        """Attach ``table[i]`` as ``hashes[i]`` under ``table[i-1]`` for ``i`` from ``start`` while each is the
+        caller's to attach - its hash cached by no other block, its parent in the tree - up to ``end`` (a
+        block already attached as itself passes). Newly attached hashes go to ``attached``; answers where
+        it stopped."""
+        for i in range(start, end):
+            bid, h = table[i], hashes[i]
+            existing = self.by_hash.get(h)
+            if existing is None and (i == 0 or self.blocks[table[i - 1]].hash is not None):
+                self.attach(bid, h, table[i - 1] if i else -1)
+                attached.append(h)
+            elif existing != bid:
+                return i
+        return end
+
     # ---- prefix queries (each answers its probes: the sim charges them) ------------------------
     def cached_prefix(self, hashes: list[int], k: int) -> tuple[int, int]:
         """Longest cached prefix of ``hashes[:k]``, ``k`` a hint: one probe confirms it (prefix-closed)."""

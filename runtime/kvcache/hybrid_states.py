@@ -20,6 +20,8 @@ class Lease:
     boundary: int                # pinned block holding tokens up to k*B (-1 when k == 0)
     snapshot: int | None = None  # hybrid stage: hash keying the pinned state snapshot at k (None when k == 0)
     held: int = 0                # of the k blocks, those other requests already held when this lease came
+    producer: str | None = None  # a follower's: the request computing blocks [followed_from, k), pinned
+    followed_from: int = 0       # by the follower when its first chunk is prepared here
 
 
 class HybridStates:

@@ -117,8 +117,8 @@ class MirrorCache(StageCache):
     def prefix_length(self, hashes: list[int], limit: int | None = None) -> int:
         return self.central.prefix_length(hashes, limit)
 
-    def lease(self, rid: str, hashes: list[int], k: int, num_tokens: int) -> int:
-        return k
+    def lease(self, rid: str, hashes: list[int], k: int, num_tokens: int, follow: tuple[str, int] | None = None) -> int:
+        return k if follow is None else follow[1]
 
     def shrink_lease(self, rid: str, k: int) -> int:
         return k

@@ -100,12 +100,14 @@ class StageCache(HybridStates):
         return n
 
     # ---- lease -------------------------------------------------------------------------------
-    def lease(self, rid: str, hashes: list[int], k: int, num_tokens: int) -> int:
+    def lease(self, rid: str, hashes: list[int], k: int, num_tokens: int, follow: tuple[str, int] | None = None) -> int:
         """Pin the prefix ``[0, k)``; returns the boundary actually granted (``<= k``).
 
         Fewer than ``k`` when the stage evicted part of the prefix after the hint, or when
         holding more of the chain would break an escrow promise. One pin, on block ``k-1``,
         protects the whole prefix; the cost is O(log k) lookups plus the blocks newly held.
+        ``follow``: (producer, to) - with all of ``[0, k)`` granted, the lease reaches on to block ``to``
+        through the blocks the running producer computes (pinned at the first chunk: :meth:`materialize`).
         """
         if rid in self.leases:
             raise ValueError(f"request {rid} already holds a lease on stage {self.stage}")
@@ -124,9 +126,11 @@ class StageCache(HybridStates):
             if self.states is not None:
                 snapshot = hashes[granted - 1]
                 self.states.pin(snapshot)
-        self.leases[rid] = Lease(granted, num_tokens, boundary, snapshot, min(held, granted))
-        self.progress[rid] = granted * self.block_size
-        return granted
+        lease = self.leases[rid] = Lease(granted, num_tokens, boundary, snapshot, min(held, granted))
+        if follow is not None and granted == k and self.states is None and follow[0] in self.leases:
+            lease.producer, lease.followed_from, lease.reuse_blocks = follow[0], k, follow[1]
+        self.progress[rid] = lease.reuse_blocks * self.block_size
+        return lease.reuse_blocks
 
     def shrink_lease(self, rid: str, k: int) -> int:
         """Lower the boundary to ``k`` (the leader's minimum over stages); returns the boundary now held:
@@ -136,6 +140,11 @@ class StageCache(HybridStates):
             raise ValueError(f"a lease only shrinks: {k} > {lease.reuse_blocks}")
         if k == lease.reuse_blocks:
             return k
+        if lease.producer is not None:             # below a followed block: the pinned prefix is all there is
+            lease.producer, lease.reuse_blocks = None, lease.followed_from
+            self.progress[rid] = lease.reuse_blocks * self.block_size
+            if k == lease.reuse_blocks:
+                return k
         blocks = self.pool.blocks
         new = lease.boundary
         for _ in range(lease.reuse_blocks - k):
@@ -231,6 +240,8 @@ class StageCache(HybridStates):
             raise DescriptorMismatch(f"stage {self.stage}: request {rid} has no escrow for {need} blocks")
         if table is None:                              # first chunk here: the prefix's block table
             table = self.tables[rid] = self.pool.chain(lease.boundary) if lease.boundary >= 0 else []
+            if lease.producer is not None:
+                table += self._followed(rid, lease)
             if self.states is not None:                # and the working state, resumed from the snapshot
                 self.working[rid] = self._take_state(rid)
         if need > 0:
@@ -238,38 +249,33 @@ class StageCache(HybridStates):
         self.progress[rid] = start + length
         return table
 
+    def _followed(self, rid: str, lease: Lease) -> list[int]:
+        """The producer's blocks a follower reads, pinned by it: its chunks ran here before (waves in order)."""
+        theirs = self.tables.get(lease.producer or "", [])
+        if len(theirs) < lease.reuse_blocks:
+            raise DescriptorMismatch(f"stage {self.stage}: request {rid} follows {lease.producer}, which holds "
+                                     f"{len(theirs)} of the {lease.reuse_blocks} blocks here")
+        followed = theirs[lease.followed_from:lease.reuse_blocks]
+        for bid in followed:
+            self.pool.pin(bid)
+        return followed
+
     def _take_promised(self, rid: str, n: int) -> list[int]:
         """``n`` blocks of the request's escrow: free ones first, then LRU leaves, evicted now (the
         invariant guarantees enough); on a hybrid stage a leaf's snapshot goes with it, and with no
         evictable leaf left, the oldest unpinned snapshot."""
         self.tickets[rid] -= n
         self.reserved -= n
-        pool = self.pool
         if self.states is not None:
             return self._take_with_states(n)
-        free = min(n, pool.num_free)
-        out = [pool.own(pool.take_free()) for _ in range(free)]
-        for _ in range(n - free):
-            victim = next(iter(pool.lru))
-            self._detached.append(pool.evict(victim))
-            out.append(victim)
-        return out
+        return self.pool.take(n, self._detached)
 
     def evict_cached(self, n: int) -> int:
         """Evict up to ``n`` cached blocks nobody holds now, LRU leaves first, to the free list - what
         memory pressure from outside the run does to one stage, so its residency diverges from the
         others' and from the hint index until the next flush. Returns how many. Not on a hybrid stage
         (its leaves carry snapshots: 0)."""
-        pool, done = self.pool, 0
-        if self.states is not None:
-            return 0
-        # A reclaimable block becomes a free one: what escrow may claim (free + reclaimable) is unchanged.
-        while done < n and pool.lru:
-            victim = next(iter(pool.lru))
-            self._detached.append(pool.evict(victim))
-            pool.release_owned(victim)
-            done += 1
-        return done
+        return 0 if self.states is not None else self.pool.evict_unheld(n, self._detached)
 
     # ---- completion and release -------------------------------------------------------------
     def store(self, rid: str, hashes: list[int], upto: int) -> int:
@@ -278,16 +284,10 @@ class StageCache(HybridStates):
         lease, table = self.leases.get(rid), self.tables.get(rid)
         if lease is None or table is None or self.states is not None:
             return 0
-        pool, first = self.pool, self.stored.get(rid, lease.reuse_blocks)
-        end = first
-        for i in range(first, min(upto, len(hashes), lease.num_tokens // self.block_size, len(table))):
-            if hashes[i] in pool.by_hash:
-                break
-            pool.attach(table[i], hashes[i], table[i - 1] if i else -1)   # table[:k] is the lease's chain
-            self._attached.append(hashes[i])
-            end = i + 1
-        self.stored[rid] = end
-        return end - first
+        first = self.stored.get(rid, lease.reuse_blocks)
+        end = min(upto, len(hashes), lease.num_tokens // self.block_size, len(table))
+        self.stored[rid] = self.pool.attach_run(table, hashes, first, max(first, end), self._attached)
+        return self.stored[rid] - first
 
     def complete(self, rid: str, hashes: list[int]) -> None:
         """Attach the request's full blocks to the reuse tree, then drop its references."""
@@ -296,36 +296,44 @@ class StageCache(HybridStates):
         if table is None:
             table = self.pool.chain(lease.boundary) if lease.boundary >= 0 else []
         pool, k = self.pool, lease.reuse_blocks
-        parent = lease.boundary
+        self.stored.pop(rid, None)
         num_full = min(len(hashes), lease.num_tokens // self.block_size)
+        if lease.producer is not None and not self._attach_followed(table, hashes, lease):
+            num_full = k                           # the followed chain is not ours to cache: nothing after it is
+        parent = table[k - 1] if k else -1
         keep = k                                   # table[k:keep] are pinned by us until the unpin below
-        stored = self.stored.pop(rid, k)           # table[k:stored] are in the tree already (store)
         for i in range(k, num_full):
             bid, h = table[i], hashes[i]
-            existing = None if i < stored else pool.by_hash.get(h)
-            if existing is not None:
-                # Another request cached the same block first: adopt it, free our copy. Its parent
+            existing = pool.by_hash.get(h)
+            if existing is None:
+                pool.attach(bid, h, parent)        # parent is held by us: never evictable here
+                self._attached.append(h)
+            elif existing != bid:                  # (ours already: stored, or attached by a follower)
+                # Another request cached the same block first: adopt it, drop our copy. Its parent
                 # is ours (held), so at most this one block becomes newly held - and ours comes
                 # free: what escrow can count on does not change.
                 pool.pin(existing)
-                pool.release_owned(bid)
+                pool.unpin(bid)                    # free, unless a follower of ours still reads it
                 table[i] = existing
-            elif i >= stored:
-                pool.attach(bid, h, parent)        # parent is held by us: never evictable here
-                self._attached.append(h)
             parent = table[i]
             keep = i + 1
         for bid in table[keep:]:
-            pool.release_owned(bid)             # partial last block, or blocks we stopped attaching
+            pool.unpin(bid)                     # partial last block, or blocks we stopped attaching
         if self.states is not None:
             self._keep_snapshots(rid, hashes, k, keep)
             if lease.snapshot is not None:
                 self.states.unpin(lease.snapshot)
-        for bid in reversed(table[k:keep]):
+        for bid in reversed(table[lease.followed_from if lease.producer is not None else k:keep]):
             pool.unpin(bid)
         if lease.boundary >= 0:
             pool.unpin(lease.boundary)
         self._forget(rid)
+
+    def _attach_followed(self, table: list[int], hashes: list[int], lease: Lease) -> bool:
+        """A follower completing before its producer caches the producer's blocks it read (they ran on
+        every stage before its own last chunk); False where another request cached them first."""
+        end = lease.reuse_blocks
+        return self.pool.attach_run(table, hashes, lease.followed_from, end, self._attached) == end
 
     def release(self, rid: str) -> bool:
         """Failure path: drop all the request holds here (lease, escrow, new blocks); False if nothing."""
@@ -335,10 +343,14 @@ class StageCache(HybridStates):
         self._free(self.working.pop(rid, []))
         stored = self.stored.pop(rid, 0)
         if lease is not None:
-            for bid in table[max(lease.reuse_blocks, stored):]:
-                self.pool.release_owned(bid)
-            for bid in reversed(table[lease.reuse_blocks:stored]):   # stored: computed, they stay cached
+            k = lease.reuse_blocks
+            for bid in table[max(k, stored):]:
+                self.pool.unpin(bid)            # free, unless a follower still reads it
+            for bid in reversed(table[k:stored]):   # stored: computed, they stay cached
                 self.pool.unpin(bid)
+            if lease.producer is not None and len(table) >= k:
+                for bid in reversed(table[lease.followed_from:k]):
+                    self.pool.unpin(bid)
             if lease.boundary >= 0:
                 self.pool.unpin(lease.boundary)
             if lease.snapshot is not None and self.states is not None:
