@@ -17,7 +17,7 @@ admission drive (:mod:`runtime.mechanisms.admission_drive`), not this module's.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Container, Sequence
+from collections.abc import Callable, Container, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,7 +26,7 @@ from wavepp.runtime.engines.base import LeaseItem, StageHandle, now, on_stages
 from wavepp.runtime.knobs import Knobs
 from wavepp.runtime.mechanisms.reserve import Reserve, SuffixBlocks
 from wavepp.runtime.mechanisms.reuse_lookup import ReuseLookup
-from wavepp.runtime.mechanisms.sharing import ComputeAgain, Sharing
+from wavepp.runtime.mechanisms.sharing import ComputeAgain, Follow, ShareDecision, Sharing, Wait
 from wavepp.runtime.mechanisms.token_charge import SuffixOnly, TokenCharge
 from wavepp.runtime.request import AdmittedRequest, Request, RequestState
 from wavepp.runtime.run_state import RunState
@@ -77,39 +77,42 @@ class Admission:
         return cap if r.max_reuse_blocks is None else min(cap, r.max_reuse_blocks)
 
     async def round(self, requests: Sequence[Request], critical_path: bool = False,
-                    computing: Container[int] = (), room: int | None = None) -> RoundResult:
+                    computing: Container[int] = (), room: int | None = None,
+                    producers: Mapping[int, AdmittedRequest] | None = None) -> RoundResult:
         """``critical_path``: the loop waits for this round (the span says so; see the idle causes);
-        ``computing``: block hashes admitted requests are computing now; ``room``: tokens of the next
-        wave open to new requests (None: no limit) - the requests past it stay unscheduled, in order."""
+        ``computing``: block hashes admitted requests are computing now, ``producers`` which one computes
+        each (``mechanisms.sharing``); ``room``: tokens of the next wave open to new requests (None: no
+        limit) - the requests past it stay unscheduled, in order."""
         attributes = {N.NUM_REQUESTS: len(requests), N.ADMISSION_CRITICAL: critical_path}
         with self.tel.span(N.ADMISSION_ROUND, attributes, cpu=True) as round_span:
             limits = [self._max_blocks(r) for r in requests]
             hints = await self._hint(requests, limits)
-            waits = self.share.waiting(requests, hints, limits, computing)
-            scheduled = self._within(room, requests, hints, waits)
-            going = [r for r, w in zip(requests[:scheduled], waits, strict=False) if not w]
+            decisions = self.share.decide(requests, hints, limits, computing, producers or {}, self.resume_step == 1)
+            scheduled = self._within(room, requests, hints, decisions)
+            chosen = [(r, k, d) for r, k, d in zip(requests[:scheduled], hints, decisions, strict=False)
+                      if not isinstance(d, Wait)]
             admitted: list[AdmittedRequest] = []
-            if going:
-                granted = await self._lease(going, [k for k, w in zip(hints, waits[:scheduled], strict=False)
-                                                    if not w])
-                admitted, _ = await self._escrow(going, granted)
-            if len(going) < scheduled:
-                round_span.set_attribute(N.WAITING_FOR_PRODUCER, scheduled - len(going))
+            if chosen:
+                granted = await self._lease(chosen)
+                admitted, _ = await self._escrow(chosen, granted)
+            if len(chosen) < scheduled:
+                round_span.set_attribute(N.WAITING_FOR_PRODUCER, scheduled - len(chosen))
             round_span.set_attribute(N.NUM_ADMITTED, len(admitted))
         taken = {a.id for a in admitted}
         return RoundResult(admitted, [r for r in requests[:scheduled] if r.id not in taken], list(requests[scheduled:]))
 
     def _within(self, room: int | None, requests: Sequence[Request], hints: Sequence[int],
-                waits: Sequence[bool]) -> int:
+                decisions: Sequence[ShareDecision]) -> int:
         """How many of ``requests`` (a prefix) join the next wave: all without a room; else while some of
         the room is left, each taking what its first chunk is charged (a request that waits takes none)."""
         if room is None:
             return len(requests)
-        for i, (r, k, w) in enumerate(zip(requests, hints, waits, strict=True)):
+        for i, (r, k, d) in enumerate(zip(requests, hints, decisions, strict=True)):
             if room <= 0:
                 return i
-            if not w:
-                room -= self.charge.first_charge(r.num_tokens, k * self.block_size)
+            if not isinstance(d, Wait):
+                reused = d.to_blocks if isinstance(d, Follow) else k
+                room -= self.charge.first_charge(r.num_tokens, reused * self.block_size)
         return len(requests)
 
     async def _hint(self, requests: Sequence[Request], limits: Sequence[int]) -> list[int]:
@@ -120,8 +123,10 @@ class Admission:
                 span.set_attribute(N.PROBES, probes)
             return boundaries
 
-    async def _lease(self, requests: Sequence[Request], hints: list[int]) -> list[int]:
-        items = [LeaseItem(r.id, r.block_hashes, k, r.num_tokens) for r, k in zip(requests, hints, strict=True)]
+    async def _lease(self, chosen: Sequence[tuple[Request, int, ShareDecision]]) -> list[int]:
+        items = [LeaseItem(r.id, r.block_hashes, k, r.num_tokens,
+                           (d.producer.id, d.to_blocks) if isinstance(d, Follow) else None) for r, k, d in chosen]
+        requests, hints = [r for r, _, _ in chosen], [k for _, k, _ in chosen]
         with self.tel.span(N.LEASE, {N.NUM_REQUESTS: len(requests), N.BLOCKS: sum(hints)}) as span:
             answers = await on_stages(self._admitting, lambda h: h.lease(items))
             final = await self._agree(requests, answers)
@@ -153,9 +158,9 @@ class Admission:
                 for (i, _), g in zip(excess[h.stage], got, strict=True):
                     row[i] = g
 
-    async def _escrow(self, requests: Sequence[Request], granted: list[int]) -> tuple[list[AdmittedRequest],
-                                                                                       list[Request]]:
-        b = self.block_size
+    async def _escrow(self, chosen: Sequence[tuple[Request, int, ShareDecision]],
+                      granted: list[int]) -> tuple[list[AdmittedRequest], list[Request]]:
+        b, requests = self.block_size, [r for r, _, _ in chosen]
         items = [(r.id, self.reserve.blocks(r.num_tokens, k, b)) for r, k in zip(requests, granted, strict=True)]
         with self.tel.span(N.ESCROW, {N.NUM_REQUESTS: len(requests), N.BLOCKS: sum(n for _, n in items)}):
             fits = await on_stages(self._admitting, lambda h: h.escrow(items, held_prefix=self.reserve.held_prefix))
@@ -166,11 +171,12 @@ class Admission:
                 await on_stages(self._admitting, lambda h: h.release(undo))
         t = now()
         admitted = []
-        for r, k in zip(requests[:n_ok], granted[:n_ok], strict=True):
+        for (r, hint, d), k in zip(chosen[:n_ok], granted[:n_ok], strict=True):
             r.state = RequestState.ADMITTED
             r.attempts += 1
+            follows = d.producer if isinstance(d, Follow) and k == d.to_blocks else None
             admitted.append(AdmittedRequest(r, k, t, b, attempt=r.attempts, admit_stages=tuple(self.admit_stages),
-                                            policy=self.policy))
+                                            policy=self.policy, follows=follows, followed_from=hint))
         return admitted, list(requests[n_ok:])
 
 
@@ -210,7 +216,7 @@ class AdmissionQueue:
         self.run.admitting = len(batch)
         started = self.tel.now_ns()
         try:
-            result = await self.admission.round(batch, critical_path, self.run.computing, tokens)
+            result = await self.admission.round(batch, critical_path, self.run.computing, tokens, self.run.producers)
         finally:
             self.run.admitting = 0
         ended = self.tel.now_ns()
@@ -219,6 +225,9 @@ class AdmissionQueue:
             if not span.is_recording():        # an unmeasured request (the warm-up)
                 continue
             self.tel.event(span, N.EVENT_ADMITTED, {N.REUSE_BLOCKS: a.reuse_blocks})
+            if a.follows is not None:
+                span.set_attributes({N.FOLLOWS: a.follows.id,
+                                     N.FOLLOWED_TOKENS: (a.reuse_blocks - a.followed_from) * a.block_size})
             span.set_attributes({N.ADMISSION_LATENCY: (ended - span.start_time) / 1e9,
                                  N.ADMISSION_ROUND_S: (ended - started) / 1e9,
                                  N.ADMISSION_DEFERRALS: a.request.deferrals})

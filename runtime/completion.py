@@ -112,6 +112,8 @@ class RequestEnds:
 
     def _finish(self, a: AdmittedRequest, tables: tuple[tuple[int, ...], ...]) -> None:
         req = a.request
+        for f in self.run.followers(a):       # what they read is computed on every stage now
+            f.follows = None
         self.run.drop(a)
         self.registry.released(req.id)
         req.state = RequestState.DONE
@@ -155,10 +157,22 @@ class RequestEnds:
         if not self.run.may_end(a):
             return False
         self.run.drop(a)
+        await self._send_back_followers(a)
         await self.release_everywhere(a.id)
         self.fail_unadmitted(a.request, error)
         self.run.changed.notify()
         return True
+
+    async def _send_back_followers(self, a: AdmittedRequest) -> None:
+        """``a`` ends without completing: a follower would read blocks it may never compute, so each goes
+        back to admission (its own followers with it), letting go of them before ``a`` does. One whose last
+        chunk left the last stage read only chunks that ran everywhere: it completes."""
+        for f in self.run.followers(a):
+            if self.run.may_end(f):
+                self.tel.event(self.spans[f.id], N.EVENT_PRODUCER_ENDED, {N.PRODUCER: a.id})
+                await self._start_over(f)
+            else:
+                f.follows = None
 
     def fail_unadmitted(self, req: Request, error: str) -> None:
         """End a request that holds nothing on any stage with ``error``."""
@@ -199,5 +213,6 @@ class RequestEnds:
     async def _start_over(self, a: AdmittedRequest) -> None:
         self.run.drop(a)
         a.request.state = RequestState.WAITING
+        await self._send_back_followers(a)
         await self.release_everywhere(a.id)
         self.run.requeue(a.request)

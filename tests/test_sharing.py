@@ -8,7 +8,16 @@ from array import array
 from wavepp.runtime.bench import BenchConfig, run_one
 from wavepp.runtime.engines.sim.engine import SimEngine
 from wavepp.runtime.hashing import block_hashes
-from wavepp.runtime.mechanisms.sharing import ComputeAgain, WaitForProducer
+from wavepp.runtime.mechanisms.sharing import (
+    GO,
+    WAIT,
+    ComputeAgain,
+    Follow,
+    FollowPlanned,
+    FollowProducer,
+    Sharing,
+    WaitForProducer,
+)
 from wavepp.runtime.request import AdmittedRequest, Request
 from wavepp.runtime.run_state import RunState
 from wavepp.runtime.workloads import parse_workload
@@ -25,14 +34,33 @@ def request(i: int, doc: int, doc_blocks: int = 8, suffix: int = 100) -> Request
 def test_a_request_waits_for_a_producer_admitted_earlier_or_ahead_of_it_in_the_round() -> None:
     a, b, c, other = request(0, doc=1), request(1, doc=1), request(2, doc=1), request(3, doc=2)
     limits = [(r.num_tokens - 1) // BLOCK for r in (a, b, c, other)]
+    def waiting(share: Sharing, requests: list[Request], ks: list[int], limits: list[int],
+                computing: set[int]) -> list[bool]:
+        return [d is WAIT for d in share.decide(requests, ks, limits, computing, {}, True)]
+
     wait = WaitForProducer()
     # nothing in flight: the first request of doc 1 goes, the two behind it wait for it, doc 2 goes
-    assert wait.waiting([a, b, c, other], [0, 0, 0, 0], limits, set()) == [False, True, True, False]
+    assert waiting(wait, [a, b, c, other], [0, 0, 0, 0], limits, set()) == [False, True, True, False]
     # doc 1 being computed by an admitted request: all three wait; a boundary past the document does not
-    assert wait.waiting([a, b, other], [0, 0, 0], limits[:3], set(a.block_hashes)) == [True, True, False]
-    assert wait.waiting([b], [8], [limits[1]], set(a.block_hashes[:8])) == [False]
-    assert wait.waiting([b], [limits[1]], [limits[1]], set(b.block_hashes)) == [False]     # nothing left to reuse
-    assert ComputeAgain().waiting([a, b], [0, 0], limits[:2], set(a.block_hashes)) == [False, False]
+    assert waiting(wait, [a, b, other], [0, 0, 0], limits[:3], set(a.block_hashes)) == [True, True, False]
+    assert waiting(wait, [b], [8], [limits[1]], set(a.block_hashes[:8])) == [False]
+    assert waiting(wait, [b], [limits[1]], [limits[1]], set(b.block_hashes)) == [False]     # nothing left to reuse
+    assert waiting(ComputeAgain(), [a, b], [0, 0], limits[:2], set(a.block_hashes)) == [False, False]
+
+
+def test_a_request_follows_the_producer_of_its_next_block_through_the_blocks_they_share() -> None:
+    a, b, other = request(0, doc=1), request(1, doc=1), request(3, doc=2)
+    producer = AdmittedRequest(a, 0, 0.0, BLOCK)
+    producers = dict.fromkeys(a.block_hashes, producer)
+    limits = [(r.num_tokens - 1) // BLOCK for r in (b, other)]
+    follow, planned = FollowProducer(), FollowPlanned()
+    assert follow.decide([b, other], [0, 0], limits, set(a.block_hashes), producers, True) == [
+        Follow(producer, 8), GO]                                     # the 8 document blocks, not a's question
+    assert follow.decide([b], [0], limits[:1], set(a.block_hashes), producers, False) == [WAIT]   # hybrid
+    producer.scheduled = 3 * BLOCK + 10                              # a was scheduled for 3 full blocks so far
+    assert planned.decide([b], [0], limits[:1], set(a.block_hashes), producers, True) == [Follow(producer, 3)]
+    producer.scheduled = 0
+    assert planned.decide([b], [0], limits[:1], set(a.block_hashes), producers, True) == [GO]
 
 
 def test_the_run_state_keeps_a_producers_blocks_until_the_index_has_them() -> None:

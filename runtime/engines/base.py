@@ -18,7 +18,8 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
-from wavepp.runtime.kvcache.stage_cache import CacheStats, DescriptorMismatch, Mismatch, StageCache
+from wavepp.runtime.kvcache.followed import DescriptorMismatch
+from wavepp.runtime.kvcache.stage_cache import CacheStats, Mismatch, StageCache
 from wavepp.runtime.request import Chunk, Request, Wave, cdiv
 from wavepp.runtime.step_times import StageFit, StepModel
 from wavepp.store.base import Store
@@ -76,6 +77,7 @@ class LeaseItem:
     hashes: list[int]
     reuse_blocks: int
     num_tokens: int
+    follow: tuple[str, int] | None = None    # (producer, to): reach on through its blocks (StageCache.lease)
 
 
 async def on_stages(handles: Sequence[StageHandle], op: Callable[[StageHandle], Awaitable[T]]) -> list[T]:
@@ -145,7 +147,7 @@ class StageHandle:
 
     async def lease(self, items: Sequence[LeaseItem], remote: bool = True) -> list[int]:
         work = self.cache.work
-        granted = [self.cache.lease(i.request_id, i.hashes, i.reuse_blocks, i.num_tokens) for i in items]
+        granted = [self.cache.lease(i.request_id, i.hashes, i.reuse_blocks, i.num_tokens, i.follow) for i in items]
         await self._charge("lease", self.cache.work - work, remote)
         return granted
 

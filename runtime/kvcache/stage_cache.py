@@ -29,14 +29,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from wavepp.runtime.kvcache.block_pool import BlockPool
+from wavepp.runtime.kvcache.followed import DescriptorMismatch, FollowedBlocks
 from wavepp.runtime.kvcache.hybrid_states import HybridStates, Lease
 from wavepp.runtime.kvcache.state_snapshots import StateSnapshots, StateSpec
 from wavepp.runtime.request import cdiv
 from wavepp.store.probe import longest_prefix_in
-
-
-class DescriptorMismatch(Exception):
-    """A chunk descriptor disagrees with what this stage holds for the request."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +76,7 @@ class StageCache(HybridStates):
         self.state_due: dict[str, int] = {}        # hybrid: blocks of a ticket kept for states, not yet taken
         self.work = 0                                # probes and chain steps (the sim charges for them)
         self.stored: dict[str, int] = {}            # a running request's blocks attached so far (store)
+        self.followed = FollowedBlocks(self.stage, self.pool)
         self._attached: list[int] = []              # hint-index updates not yet published
         self._detached: list[int] = []
 
@@ -241,24 +239,13 @@ class StageCache(HybridStates):
         if table is None:                              # first chunk here: the prefix's block table
             table = self.tables[rid] = self.pool.chain(lease.boundary) if lease.boundary >= 0 else []
             if lease.producer is not None:
-                table += self._followed(rid, lease)
+                table += self.followed.take(rid, lease, self.tables)
             if self.states is not None:                # and the working state, resumed from the snapshot
                 self.working[rid] = self._take_state(rid)
         if need > 0:
             table += self._take_promised(rid, need)
         self.progress[rid] = start + length
         return table
-
-    def _followed(self, rid: str, lease: Lease) -> list[int]:
-        """The producer's blocks a follower reads, pinned by it: its chunks ran here before (waves in order)."""
-        theirs = self.tables.get(lease.producer or "", [])
-        if len(theirs) < lease.reuse_blocks:
-            raise DescriptorMismatch(f"stage {self.stage}: request {rid} follows {lease.producer}, which holds "
-                                     f"{len(theirs)} of the {lease.reuse_blocks} blocks here")
-        followed = theirs[lease.followed_from:lease.reuse_blocks]
-        for bid in followed:
-            self.pool.pin(bid)
-        return followed
 
     def _take_promised(self, rid: str, n: int) -> list[int]:
         """``n`` blocks of the request's escrow: free ones first, then LRU leaves, evicted now (the
@@ -319,6 +306,7 @@ class StageCache(HybridStates):
             keep = i + 1
         for bid in table[keep:]:
             pool.unpin(bid)                     # partial last block, or blocks we stopped attaching
+        self.followed.hand_over(rid, table, self.leases, self.tables)
         if self.states is not None:
             self._keep_snapshots(rid, hashes, k, keep)
             if lease.snapshot is not None:
@@ -348,9 +336,7 @@ class StageCache(HybridStates):
                 self.pool.unpin(bid)            # free, unless a follower still reads it
             for bid in reversed(table[k:stored]):   # stored: computed, they stay cached
                 self.pool.unpin(bid)
-            if lease.producer is not None and len(table) >= k:
-                for bid in reversed(table[lease.followed_from:k]):
-                    self.pool.unpin(bid)
+            self.followed.release(rid, lease, table)
             if lease.boundary >= 0:
                 self.pool.unpin(lease.boundary)
             if lease.snapshot is not None and self.states is not None:

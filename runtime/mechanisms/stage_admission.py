@@ -136,8 +136,10 @@ class OnFirstChunk:
             await handle.release([req.id], remote=False)
             return True
 
-        [granted] = await handle.lease([LeaseItem(req.id, req.block_hashes, chunk.reuse_blocks, req.num_tokens)],
-                                       remote=False)
+        follows = a.follows              # a follower leases on through its producer's blocks here too
+        item = (LeaseItem(req.id, req.block_hashes, a.followed_from, req.num_tokens, (follows.id, chunk.reuse_blocks))
+                if follows is not None else LeaseItem(req.id, req.block_hashes, chunk.reuse_blocks, req.num_tokens))
+        [granted] = await handle.lease([item], remote=False)
         a.local_stages.add(s)              # released everywhere on failure or fallback, like the rest
         if await dropped_meanwhile():
             return READY
