@@ -60,7 +60,7 @@ def test_presets_are_compositions_and_the_knob_lists_them() -> None:
     assert wavepp.mechanisms() == {"admission": "async", "lookup": "hint-index", "stage-admission": "every-stage",
                                    "charge": "suffix", "chunking": "cost", "ring": "2P", "fill": "on", "relay": "off",
                                    "reserve": "suffix", "host": "none", "return": "direct", "pool": "per-stage",
-                                   "share": "wait", "topology": "pp", "lookup-at": "admission",
+                                   "share": "follow", "topology": "pp", "lookup-at": "admission",
                                    "publish": "completion"}
     assert trt.mechanisms() == {"admission": "inline", "lookup": "first-stage", "stage-admission": "first-chunk",
                                 "charge": "suffix", "chunking": "static", "ring": "P", "fill": "off", "relay": "on",
@@ -71,9 +71,9 @@ def test_presets_are_compositions_and_the_knob_lists_them() -> None:
                                    "publish": "completion"}
     vllm, sglang = POLICIES.get("vllm-pp"), POLICIES.get("sglang-pp")
     assert vllm.mechanisms() == {**trt.mechanisms(), "stage-admission": "central", "chunking": "static-16384",
-                                 "host": "none", "pool": "central"}
+                                 "host": "none", "pool": "central", "share": "planned"}
     assert sglang.mechanisms() == {**trt.mechanisms(), "stage-admission": "central", "chunking": "dynamic-16384",
-                                   "pool": "central"}
+                                   "pool": "central", "share": "planned"}
     overlap = {"ring": "2P", "return": "direct"}
     assert POLICIES.get("trtllm-tep").mechanisms() == {**trt.mechanisms(), **overlap, "topology": "tep"}
     assert POLICIES.get("vllm-tep").mechanisms() == {**vllm.mechanisms(), **overlap, "topology": "tep-nccl"}

@@ -210,3 +210,25 @@ def test_a_request_admitted_under_first_chunk_admission_keeps_its_rules_after_a_
         await served.stop()
 
     run_virtual(main())
+
+
+def test_a_producer_cancelled_mid_document_sends_its_followers_back_and_they_complete() -> None:
+    """Two requests follow a third through the half of their prompts they share; its client gives up
+    mid-document: they go back to admission before it lets go of the blocks they read, start over and
+    complete (the invariants checked at every wave and at the drain: nothing leaked)."""
+    async def main() -> None:
+        served = await Served.start()
+        run = served.loop.run_state
+        producer = asyncio.ensure_future(served.answer(request(0, 7000, prefix=1)))
+        await until(lambda: run.get("r0") is not None and run.get("r0").scheduled > 0)  # type: ignore[union-attr]
+        followers = [asyncio.ensure_future(served.answer(request(i, 7000, prefix=1))) for i in (1, 2)]
+        await until(lambda: all(run.get(f"r{i}") is not None for i in (1, 2)))
+        assert all(run.get(f"r{i}").follows is run.get("r0") for i in (1, 2))     # type: ignore[union-attr]
+        assert await served.source.cancel("r0")
+        assert (await producer).error == CANCELLED
+        for f in followers:
+            outcome = await asyncio.wait_for(f, 60)
+            assert outcome.completion is not None, outcome.error
+        await served.stop()
+
+    run_virtual(main())

@@ -90,11 +90,38 @@ def computed_tokens(policy: str) -> tuple[int, int, int]:
 
 
 def test_wavepp_computes_each_document_once_where_the_baseline_rule_computes_it_again() -> None:
-    """Eight clients on two ~4K-token documents no stage holds: under wavepp the requests behind a
+    """Eight clients on two ~4K-token documents no stage holds: with share=wait the requests behind a
     document's first wait for it (visible as round spans with waiters) and compute only their
-    questions; with share=off every request admitted while its document is computed computes it too."""
-    waiting, minimum, waited = computed_tokens("wavepp")
+    questions, as they do following it (wavepp); with share=off every request admitted while its
+    document is computed computes it too."""
+    waiting, minimum, waited = computed_tokens("wavepp+share=wait")
     again, minimum_off, waited_off = computed_tokens("wavepp+share=off")
+    following, _, waited_following = computed_tokens("wavepp")
+    # Following, a request waits in line only behind a producer of the same round (not yet admitted).
+    assert following <= waiting and waited_following < waited
     assert minimum == minimum_off
     assert waiting <= minimum + 24 * BLOCK and waited > 0            # a question's partial block aside
     assert again > minimum + 2048 and waited_off == 0
+
+
+def test_a_follower_computes_none_of_its_producers_tokens_and_starts_before_it_completes() -> None:
+    """Three clients on one ~4K-token document no stage holds: the two behind the first follow it -
+    admitted at once, their questions planned before it completes - and the pipeline computes the
+    document once."""
+    engine = SimEngine("llama-3-8b", "h200", 2)
+    cfg = BenchConfig(parse_workload("docs:1:suffix=256"), [3], ["wavepp"], 3, prompt_tokens=4096)
+    rec = run_one(engine, cfg, "wavepp", 3)
+    requests = {s["a"][N.REQUEST_ID]: s for s in rec.encoded if s["n"] == N.REQUEST}
+    followers = [r for r in requests.values() if N.FOLLOWS in r["a"]]
+    assert len(followers) == 2
+    producer = requests[followers[0]["a"][N.FOLLOWS]]
+    plans = [s for s in rec.encoded if s["n"] == N.WAVE_PLAN and s["a"].get(N.TOKENS)]
+    for f in followers:
+        rid = f["a"][N.REQUEST_ID]
+        first = min(p["t0"] for p in plans if rid in p["a"][N.REQUEST_IDS])
+        assert first < producer["t1"]                                  # never waits for its completion
+        assert f["a"][N.FOLLOWED_TOKENS] > 0
+        assert f["a"][N.REUSED_TOKENS] == f["a"][N.FOLLOWED_TOKENS]    # nothing was cached: all followed
+    computed = sum(int(s["a"][N.TOKENS]) for s in rec.encoded if s["n"] == N.EXECUTE and s["a"].get(N.STAGE) == 0)
+    questions = sum(int(r["a"][N.GEN_AI_INPUT_TOKENS]) - int(r["a"][N.REUSED_TOKENS]) for r in followers)
+    assert computed == int(producer["a"][N.GEN_AI_INPUT_TOKENS]) + questions   # the document once

@@ -15,12 +15,12 @@
   (``--enable-dynamic-chunking``, recommended for PP by ``docs/advanced_features/pipeline_parallelism.md``):
   a quadratic fitted once, each continuing chunk sized to a fresh chunk's time, smoothed 0.75
   (``dynamic-16384``: ``runtime.mechanisms.chunking.DynamicPlanner``; PRs #15372, #16140, #17198);
-* the extend budget counts the new tokens (``SuffixOnly``); requests sharing an uncached prefix each
-  compute it (``ComputeAgain``);
+* the extend budget counts the new tokens (``SuffixOnly``);
 * a waiting request is matched when it joins a batch (``PrefillAdder``, ``match_prefix``:
   ``OnFirstScheduling``); the chunk just scheduled is inserted into the tree at the start of the next round
-  (``cache_unfinished_req``; 0.5.23 ``stash_chunked_request`` -> ``tree_cache.checkpoint``). We publish it
-  when its wave retires (``AtRetire``), up to P-1 waves later than SGLang.
+  (``cache_unfinished_req``; 0.5.23 ``stash_chunked_request`` -> ``tree_cache.checkpoint``), so it hits the
+  blocks a running request was scheduled for in earlier rounds and computes the rest (``FollowPlanned``);
+  blocks of chunks that ran are in the tree from their wave's retirement on (``AtRetire``).
 
 A hybrid model: ``MambaRadixCache`` matches only down to the deepest node holding a state; with the
 ``extra_buffer`` strategy it keeps the state at each chunk's 64-aligned end - our snapshots at the interval.
@@ -36,6 +36,7 @@ from wavepp.runtime.mechanisms.host_work import Lockstep
 from wavepp.runtime.mechanisms.iteration import NoFill, RelayRequests, Ring, SampleStateRing
 from wavepp.runtime.mechanisms.lookup_moment import OnFirstScheduling
 from wavepp.runtime.mechanisms.reuse_lookup import FirstStageTree
+from wavepp.runtime.mechanisms.sharing import FollowPlanned
 from wavepp.runtime.mechanisms.stage_admission import CentralStage
 from wavepp.runtime.mechanisms.token_charge import SuffixOnly
 from wavepp.runtime.policies.base import Policy
@@ -43,4 +44,4 @@ from wavepp.runtime.policies.base import Policy
 SGLANG_PP = Policy("sglang-pp", admission=InlineRounds(), lookup=FirstStageTree(), stage_admission=CentralStage(),
                    charge=SuffixOnly(), chunking=SGLANG_DYNAMIC, ring=Ring(1), fill=NoFill(), relay=RelayRequests(),
                    host=Lockstep(), return_path=SampleStateRing(), pool=CentralManager(),
-                   lookup_at=OnFirstScheduling(), publish=AtRetire())
+                   lookup_at=OnFirstScheduling(), publish=AtRetire(), share=FollowPlanned())

@@ -14,12 +14,13 @@
 * a token budget of ``max_num_batched_tokens`` per step, 16384 on a GPU of 160 GiB or more, FCFS, each
   chunk as large as the budget left (``long_prefill_token_threshold`` 0): ``static-16384``; charged for the
   tokens not yet computed (``num_computed_tokens`` starts at the hit: ``SuffixOnly``);
-* requests sharing an uncached prefix in one step compute it each (``ComputeAgain``);
 * a waiting request is looked up when it is first scheduled (``get_computed_blocks`` while
   ``num_computed_tokens == 0``, under ``token_budget``: ``OnFirstScheduling``); the blocks of a scheduled
-  chunk are cached when scheduled, before the forward (``allocate_slots`` -> ``cache_blocks``). We publish
-  them when the chunk's wave retires (``AtRetire``): a request looked up in between misses up to P-1 of the
-  producer's chunks that vLLM would give it - the one place this preset is less generous than its source.
+  chunk are cached when scheduled, before the forward (``allocate_slots`` -> ``cache_blocks``), so it hits
+  every block a running request was scheduled for and computes the rest of a shared document itself
+  (``FollowPlanned``); blocks of chunks that ran are in the tree from their wave's retirement on
+  (``AtRetire``). Not modelled: a hit on the chunk the producer is scheduled for in the same step (the
+  planner looks waiting requests up before it packs the running ones, one wave later than vLLM at most).
 
 A hybrid model: ``HybridKVCacheCoordinator.find_longest_cache_hit`` shrinks the hit until every layer group
 agrees, and ``MambaManager`` (``mamba_cache_mode="align"``) resumes only at block-aligned positions where a
@@ -40,6 +41,7 @@ from wavepp.runtime.mechanisms.chunking import STATIC_16K
 from wavepp.runtime.mechanisms.iteration import NoFill, RelayRequests, Ring, SampleStateRing
 from wavepp.runtime.mechanisms.lookup_moment import OnFirstScheduling
 from wavepp.runtime.mechanisms.reuse_lookup import FirstStageTree
+from wavepp.runtime.mechanisms.sharing import FollowPlanned
 from wavepp.runtime.mechanisms.stage_admission import CentralStage
 from wavepp.runtime.mechanisms.token_charge import SuffixOnly
 from wavepp.runtime.policies.base import Policy
@@ -47,4 +49,4 @@ from wavepp.runtime.policies.base import Policy
 VLLM_PP = Policy("vllm-pp", admission=InlineRounds(), lookup=FirstStageTree(), stage_admission=CentralStage(),
                  charge=SuffixOnly(), chunking=STATIC_16K, ring=Ring(1), fill=NoFill(), relay=RelayRequests(),
                  return_path=SampleStateRing(), pool=CentralManager(),
-                 lookup_at=OnFirstScheduling(), publish=AtRetire())
+                 lookup_at=OnFirstScheduling(), publish=AtRetire(), share=FollowPlanned())

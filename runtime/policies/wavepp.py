@@ -4,7 +4,7 @@ from wavepp.runtime.mechanisms.admission_drive import AsyncRounds
 from wavepp.runtime.mechanisms.chunking import Cost
 from wavepp.runtime.mechanisms.iteration import FillToMinimum, PlansFromStore, Ring
 from wavepp.runtime.mechanisms.reuse_lookup import HintIndex
-from wavepp.runtime.mechanisms.sharing import WaitForProducer
+from wavepp.runtime.mechanisms.sharing import FollowProducer
 from wavepp.runtime.mechanisms.stage_admission import EveryStage
 from wavepp.runtime.mechanisms.token_charge import SuffixOnly
 from wavepp.runtime.policies.base import Policy
@@ -14,7 +14,8 @@ from wavepp.runtime.policies.base import Policy
 #: how busy the work in the system keeps them (runtime.planner_cost) - with MPU's hysteresis, charged only for
 #: uncached tokens (``wavepp+chunking=mpu`` is the paper's MPU); a ring of R = 2P
 #: waves in flight; a wave smaller than b_min waits for more work while P waves keep the stages busy;
-#: a request whose next block another admitted request is computing waits for it (runtime.mechanisms.sharing).
+#: a request whose next block another admitted request is computing follows it - reads its blocks as they are
+#: computed, computes none of them, never waits for its completion (runtime.mechanisms.sharing).
 WAVEPP = Policy("wavepp", admission=AsyncRounds(), lookup=HintIndex(), stage_admission=EveryStage(),
                 charge=SuffixOnly(), chunking=Cost(), ring=Ring(2), fill=FillToMinimum(), relay=PlansFromStore(),
-                share=WaitForProducer())
+                share=FollowProducer())
