@@ -285,17 +285,18 @@ class StageCache(HybridStates):
         pool, k = self.pool, lease.reuse_blocks
         self.stored.pop(rid, None)
         num_full = min(len(hashes), lease.num_tokens // self.block_size)
-        if lease.producer is not None and not self._attach_followed(table, hashes, lease):
-            num_full = k                           # the followed chain is not ours to cache: nothing after it is
-        parent = table[k - 1] if k else -1
-        keep = k                                   # table[k:keep] are pinned by us until the unpin below
-        for i in range(k, num_full):
+        # A follower caches the producer's blocks it read like its own (they ran everywhere before its last
+        # chunk): the producer may not have completed, or may have adopted another request's copy.
+        start = lease.followed_from if lease.producer is not None else k
+        parent = table[start - 1] if start else -1
+        keep = start                               # table[start:keep] are pinned by us until the unpin below
+        for i in range(start, num_full):
             bid, h = table[i], hashes[i]
             existing = pool.by_hash.get(h)
             if existing is None:
                 pool.attach(bid, h, parent)        # parent is held by us: never evictable here
                 self._attached.append(h)
-            elif existing != bid:                  # (ours already: stored, or attached by a follower)
+            elif existing != bid:                  # (this block already: stored, or cached by a follower)
                 # Another request cached the same block first: adopt it, drop our copy. Its parent
                 # is ours (held), so at most this one block becomes newly held - and ours comes
                 # free: what escrow can count on does not change.
@@ -311,17 +312,11 @@ class StageCache(HybridStates):
             self._keep_snapshots(rid, hashes, k, keep)
             if lease.snapshot is not None:
                 self.states.unpin(lease.snapshot)
-        for bid in reversed(table[lease.followed_from if lease.producer is not None else k:keep]):
+        for bid in reversed(table[start:keep]):
             pool.unpin(bid)
         if lease.boundary >= 0:
             pool.unpin(lease.boundary)
         self._forget(rid)
-
-    def _attach_followed(self, table: list[int], hashes: list[int], lease: Lease) -> bool:
-        """A follower completing before its producer caches the producer's blocks it read (they ran on
-        every stage before its own last chunk); False where another request cached them first."""
-        end = lease.reuse_blocks
-        return self.pool.attach_run(table, hashes, lease.followed_from, end, self._attached) == end
 
     def release(self, rid: str) -> bool:
         """Failure path: drop all the request holds here (lease, escrow, new blocks); False if nothing."""
