@@ -14,6 +14,7 @@ from wavepp.runtime.bench import BenchConfig, run_one
 from wavepp.runtime.engines.base import StageHandle
 from wavepp.runtime.engines.sim.engine import SimEngine
 from wavepp.runtime.hashing import block_hashes
+from wavepp.runtime.kvcache.priming import prime
 from wavepp.runtime.kvcache.stage_cache import StageCache
 from wavepp.runtime.policies import POLICIES
 from wavepp.runtime.workloads import parse_workload
@@ -48,7 +49,7 @@ def _cache_with_a_lease() -> tuple[StageCache, list[int]]:
     rng = random.Random(1)
     tokens = [rng.randrange(100) for _ in range(16)]
     hashes = block_hashes(tokens, 4)
-    c.prime("warm", hashes, len(tokens))
+    prime(c, "warm", hashes, len(tokens))
     assert c.lease("r", hashes, 3, len(tokens)) == 3
     return c, hashes
 
@@ -56,7 +57,7 @@ def _cache_with_a_lease() -> tuple[StageCache, list[int]]:
 def test_a_leased_prefix_that_was_evicted_is_named() -> None:
     c, hashes = _cache_with_a_lease()
     request = SimpleNamespace(id="r", request=SimpleNamespace(block_hashes=hashes))
-    loop = SimpleNamespace(run_state=SimpleNamespace(active=lambda: [request]),
+    loop = SimpleNamespace(run_state=SimpleNamespace(admitted_now=lambda: [request]),
                            handles=[SimpleNamespace(stage=0, cache=c)])
     invariants.check_leases(loop)                              # intact
     boundary = c.leases["r"].boundary

@@ -19,6 +19,7 @@ from wavepp.runtime.bench import BenchConfig, RunRecord, run_one
 from wavepp.runtime.engines.base import Escrowed, StageHandle
 from wavepp.runtime.engines.sim.engine import SimEngine
 from wavepp.runtime.hashing import block_hashes, token_array
+from wavepp.runtime.kvcache.priming import prime
 from wavepp.runtime.kvcache.stage_cache import StageCache
 from wavepp.runtime.workloads import parse_workload
 
@@ -62,7 +63,7 @@ def test_a_round_drops_the_leases_behind_a_request_that_does_not_fit() -> None:
     for seed in (1, 2):
         tokens = token_array([seed * 1000 + i for i in range(24)])     # 6 blocks each
         hashes = block_hashes(tokens, B)
-        assert cache.prime(f"p{seed}", hashes, 24)
+        assert prime(cache, f"p{seed}", hashes, 24)
         prompts.append(hashes)
     assert cache.pool.num_free == 0 and cache.pool.num_cached == 12
     for rid, hashes in zip(("a", "b"), prompts, strict=True):   # each reuses 5 blocks, needs 7 more
