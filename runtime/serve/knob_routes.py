@@ -56,7 +56,7 @@ def add_knob_routes(app: FastAPI, rt: ServerRuntime, KnobsUpdate: Any, admin_tok
         versioned with history; the loop applies them at its next wave boundary. With an admin token
         (``WAVEPP_ADMIN_TOKEN``) only with ``Authorization: Bearer <token>``."""
         try:
-            changes = body.changes.model_dump(exclude_none=True)
+            changes = body.changes
             record = await store_call(lambda s: s.knobs_set(changes, body.expected_version, rt.deployment,
                                                             validate=validated_values))
         except KnobError as exc:
