@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import re
 import signal
 import socket
 import sys
@@ -40,13 +41,31 @@ CUT_REASON = "the server stopped at once (a second signal) before the request fi
 FAILED_GRACE_S = 0.5     # a failed loop: its requests' handlers write their 503 before the server exits
 
 
+# A Content-Length of more digits than h11 reads (20): a size, but past any --max-body-bytes.
+_HUGE_CONTENT_LENGTH = re.compile(rb"^content-length:[ \t]*([0-9]{21,})[ \t]*\r?$", re.IGNORECASE | re.MULTILINE)
+HEAD_KEPT = 65536         # the last bytes received outside a body, where a refused request's headers are
+
+
 class JsonErrorH11(H11Protocol):
     """uvicorn's h11 protocol, with the request it cannot parse (a malformed ``Content-Length``, a
-    broken request line) answered in the API's one error shape instead of plain text."""
+    broken request line) answered in the API's one error shape instead of plain text - and one whose
+    Content-Length is too long for h11 to read answered 413, as a shorter one past the limit is
+    (:class:`runtime.serve.middleware.BodyLimit`): h11 refuses both alike, so the headers are kept."""
+
+    _head = b""
+
+    def data_received(self, data: bytes) -> None:
+        if self.conn.their_state is not h11.SEND_BODY:
+            self._head = (self._head + data)[-HEAD_KEPT:]
+        super().data_received(data)
 
     def send_400_response(self, msg: str) -> None:
-        body = json.dumps(error_body(400, f"malformed HTTP request: {msg}", None, "invalid_request_error")).encode()
-        for event in (h11.Response(status_code=400, reason=b"Bad Request",
+        huge = _HUGE_CONTENT_LENGTH.search(self._head)
+        status, reason, param = (413, b"Content Too Large", "body") if huge else (400, b"Bad Request", None)
+        message = (f"the body of a {len(huge.group(1))}-digit Content-Length is larger than the limit" if huge
+                   else f"malformed HTTP request: {msg}")
+        body = json.dumps(error_body(status, message, param, "invalid_request_error")).encode()
+        for event in (h11.Response(status_code=status, reason=reason,
                                    headers=[(b"content-type", b"application/json"),
                                             (b"content-length", str(len(body)).encode()), (b"connection", b"close")]),
                       h11.Data(data=body), h11.EndOfMessage()):

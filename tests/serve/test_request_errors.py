@@ -84,3 +84,35 @@ def test_a_malformed_content_length_is_answered_in_the_error_shape(server: Any) 
     error = json.loads(body)["error"]
     assert error["code"] == 400 and error["message"].startswith("malformed HTTP request"), error
     assert server.client.get("/health").status_code == 200          # still serving
+
+
+@pytest.mark.parametrize("headers", [{}, {"content-type": ""}, {"content-type": "; charset=utf-8"}],
+                         ids=["none", "empty", "parameters-only"])
+@pytest.mark.parametrize(("method", "path", "body"), [("POST", "/v1/prefill", {"token_ids": [1, 2]}),
+                                                      ("PUT", "/v1/knobs", {"changes": {"ring": 2}})])
+def test_json_without_a_media_type_is_told_the_media_type(server: Any, headers: dict[str, str], method: str,
+                                                           path: str, body: dict[str, Any]) -> None:
+    version = server.client.get("/v1/knobs").json()["version"]
+    r = server.client.request(method, path, content=json.dumps(body).encode(), headers=headers)
+    assert refused(r, 415, "body") == "body: send JSON with Content-Type: application/json (got none)"
+    assert server.client.get("/v1/knobs").json()["version"] == version            # nothing written
+
+
+def _raw_answer(server: Any, request: bytes) -> tuple[bytes, dict[str, Any]]:
+    url = urlsplit(server.url)
+    with socket.create_connection((url.hostname, url.port), timeout=10) as sock:
+        sock.sendall(request)
+        raw = b""
+        while chunk := sock.recv(65536):
+            raw += chunk
+    head, _, body = raw.partition(b"\r\n\r\n")
+    return head, json.loads(body)["error"]
+
+
+@pytest.mark.parametrize("digits", [11, 20, 21, 40])
+def test_a_content_length_of_any_length_past_the_limit_is_413(server: Any, digits: int) -> None:
+    head, error = _raw_answer(server, b"POST /v1/prefill HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                                      b"Content-Length: " + b"9" * digits + b"\r\n\r\n{}")
+    assert head.startswith(b"HTTP/1.1 413"), (head, error)
+    assert error["param"] == "body" and "larger than the limit" in error["message"], error
+    assert server.client.get("/health").status_code == 200
