@@ -19,6 +19,7 @@ import re
 import signal
 import socket
 import sys
+import time
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -38,6 +39,7 @@ log = logging.getLogger(__name__)
 CUT_GRACE_S = 1.0        # a second signal: how long cut requests' handlers get to write their 503
 EXIT_CUT = 1             # the exit code of a server stopped at once by a second signal
 CUT_REASON = "the server stopped at once (a second signal) before the request finished"
+STOP_RESERVE_S = 0.5     # of --drain-s, kept for what follows the requests' drain: their 503s written, the loop ended
 FAILED_GRACE_S = 0.5     # a failed loop: its requests' handlers write their 503 before the server exits
 
 
@@ -106,6 +108,7 @@ class DrainingServer(uvicorn.Server):
         self.rt = rt
         self.drain_s = drain_s
         self.drained: int | None = None          # requests cancelled at the drain deadline
+        self.deadline: float | None = None       # time.monotonic() by which a drain has stopped everything
         self.cut: int | None = None              # requests cut by a second signal (None: there was none)
         self.stopped_starting: str | None = None  # the signal that stopped the start, if one did
         self._aio = asyncio.get_running_loop()
@@ -135,6 +138,7 @@ class DrainingServer(uvicorn.Server):
             return
         self._signals += 1
         if self._signals == 1:
+            self.deadline = time.monotonic() + self.drain_s
             print(f"wavepp serve: {signal.Signals(sig).name}: draining (up to {self.drain_s:g} s), "
                   "new requests get 503", file=sys.stderr, flush=True)
             self._spawn(self._drain)
@@ -150,8 +154,16 @@ class DrainingServer(uvicorn.Server):
         self._aio.call_soon_threadsafe(start)
 
     async def _drain(self) -> None:
-        self.drained = await self.rt.drain(self.drain_s)
+        """``--drain-s`` bounds the whole shutdown: the accepted requests get all of it but a reserve;
+        the answers written at the drain's end, uvicorn's wait for its connections and the loop's end
+        of its waves in flight share that reserve (:meth:`ServerRuntime.stop` cancels the loop at the
+        deadline)."""
+        assert self.deadline is not None
+        reserve = min(STOP_RESERVE_S, self.drain_s / 4)     # for the answers the drain's end writes, and the stop
+        self.drained = await self.rt.drain(self.deadline - reserve - time.monotonic())
         if not self.rt.cut_short:                  # a cut stops the server itself
+            # uvicorn types it int but hands it to asyncio.wait_for, which takes a fraction of a second
+            self.config.timeout_graceful_shutdown = max(self.deadline - time.monotonic(), 0.0)  # type: ignore[assignment]
             self.should_exit = True
 
     async def _failed(self) -> None:
@@ -265,7 +277,7 @@ async def _main(rt: ServerRuntime, app: Any, settings: dict[str, Any], served: s
                      flush=True)
             await serving
         finally:
-            await rt.stop()
+            await rt.stop(server.deadline)
     if rt.error is not None:
         raise RuntimeError(f"the pipeline loop stopped: {rt.error}")
     if server.cut is not None:
