@@ -372,5 +372,13 @@ class RedisStore:
             await self.client.delete(*keys)
         return len(keys)
 
+    async def drop_pooled_connections(self) -> None:
+        """Close every pooled connection not in use (:class:`store.resilient.PooledStore`): after an
+        outage they may all be dead, and each would fail the first call that picks it."""
+        try:
+            await self.client.connection_pool.disconnect(inuse_connections=False)
+        except (rex.RedisError, OSError):      # a socket that cannot even be closed: the pool forgot it anyway
+            pass
+
     async def close(self) -> None:
         await self.client.aclose()
