@@ -32,13 +32,18 @@ from wavepp.runtime.engines.common import store_source
 from wavepp.runtime.serve.app import create_app
 from wavepp.runtime.serve.errors import error_body
 from wavepp.runtime.serve.middleware import AdmissionGate, BodyLimit
-from wavepp.runtime.serve.runtime import ServerRuntime, build_engine
+from wavepp.runtime.serve.runtime import RETRY_AFTER_MAX_S, ServerRuntime, build_engine
 
 log = logging.getLogger(__name__)
 
 CUT_GRACE_S = 1.0        # a second signal: how long cut requests' handlers get to write their 503
 EXIT_CUT = 1             # the exit code of a server stopped at once by a second signal
 CUT_REASON = "the server stopped at once (a second signal) before the request finished"
+# How long an idle kept-alive connection stays open: longer than the longest Retry-After a 429 tells
+# a client to wait (it comes back on the same connection) and than clients keep idle connections
+# themselves (httpx: 5 s), so the client always closes first. At uvicorn's default of 5 s a client
+# back after a 5 s Retry-After raced the server's close and saw a ReadError.
+KEEP_ALIVE_S = RETRY_AFTER_MAX_S + 15
 STOP_RESERVE_S = 0.5     # of --drain-s, kept for what follows the requests' drain: their 503s written, the loop ended
 FAILED_GRACE_S = 0.5     # a failed loop: its requests' handlers write their 503 before the server exits
 
@@ -259,7 +264,7 @@ async def _main(rt: ServerRuntime, app: Any, settings: dict[str, Any], served: s
     # starting would also answer, but needs the HTTP server running beside a half-built runtime.
     sock = _bind(settings["host"], settings["port"])
     config = uvicorn.Config(app, http=JsonErrorH11, lifespan="off", access_log=False, log_level="warning",
-                            timeout_graceful_shutdown=5)
+                            timeout_graceful_shutdown=5, timeout_keep_alive=KEEP_ALIVE_S)
     server = DrainingServer(config, rt, settings["drain_s"])
     # From here to the end a signal goes to the server: while starting it stops the start, then it
     # drains (uvicorn's serve() installs the same handler again while it runs).

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import socket
+import time
 from collections.abc import Iterator
 from typing import Any
 from urllib.parse import urlsplit
@@ -116,3 +117,37 @@ def test_a_content_length_of_any_length_past_the_limit_is_413(server: Any, digit
     assert head.startswith(b"HTTP/1.1 413"), (head, error)
     assert error["param"] == "body" and "larger than the limit" in error["message"], error
     assert server.client.get("/health").status_code == 200
+
+
+def test_a_connection_stays_open_longer_than_the_longest_retry_after(server: Any) -> None:
+    """A client told to retry after N seconds (at most RETRY_AFTER_MAX_S) comes back on the same
+    kept-alive connection: the server must not close it first. Closing idle connections at 5 s -
+    uvicorn's default, and httpx's own keep-alive expiry - made a client that came back after a
+    5 s Retry-After race the server's close (a ReadError)."""
+    from wavepp.runtime.serve.main import KEEP_ALIVE_S
+    from wavepp.runtime.serve.runtime import RETRY_AFTER_MAX_S
+    assert KEEP_ALIVE_S >= RETRY_AFTER_MAX_S + 10
+    url = urlsplit(server.url)
+    request = b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n"
+
+    def answer(sock: socket.socket) -> bytes:
+        """One response: its head and its Content-Length of body (b"" when the server closed)."""
+        raw = b""
+        while b"\r\n\r\n" not in raw:
+            chunk = sock.recv(65536)
+            if not chunk:
+                return raw
+            raw += chunk
+        head, _, body = raw.partition(b"\r\n\r\n")
+        length = int(next(line.split(b":")[1] for line in head.lower().split(b"\r\n")
+                          if line.startswith(b"content-length")))
+        while len(body) < length:
+            body += sock.recv(65536)
+        return head
+
+    with socket.create_connection((url.hostname, url.port), timeout=10) as sock:
+        sock.sendall(request)
+        assert answer(sock).startswith(b"HTTP/1.1 200")
+        time.sleep(6.0)                                 # idle past the 5 s a client might also keep it
+        sock.sendall(request)
+        assert answer(sock).startswith(b"HTTP/1.1 200")
