@@ -91,9 +91,12 @@ class BodyLimit:
 
     @staticmethod
     async def _refuse(send: Any, message: str) -> None:
+        """413, and the connection closed after it: the rest of the body was never read, so the
+        connection cannot carry another request (kept alive, it waited for bytes that never come)."""
         body = json.dumps(error_body(413, message, "body", "invalid_request_error")).encode()
         await send({"type": "http.response.start", "status": 413,
-                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
+                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+                                (b"connection", b"close")]})
         await send({"type": "http.response.body", "body": body})
 
 
