@@ -134,12 +134,22 @@ class KnobWatcher:
         self.knobs = knobs
         try:
             if changes or record.version == 0:
-                record = await self.store.knobs_set(changes, deployment=self.deployment, validate=validated_values)
+                record = await self.store.knobs_set(changes, deployment=self.deployment, validate=validated_values,
+                                                    min_version=self._write_back_version())
         except KnobError as exc:              # the stored record is another client's, and invalid
             self._seen = record.version
             self._refuse(record.version, str(exc))
             return
         self.version = self._seen = record.version
+
+    def _write_back_version(self) -> int:
+        """The least version a record this runtime writes may take: the one it runs with (the values
+        are that version's), or past the last one it refused (whose number meant other values). A store
+        that lost the record then never shows a client a version below one it saw through this runtime
+        (a write the runtime had not read yet before the store restarted is lost with its number)."""
+        if self._seen < 1:
+            return 1
+        return self._seen if self._seen == self.version else self._seen + 1
 
     async def run(self) -> None:
         while True:

@@ -133,7 +133,7 @@ def parse_texts(raw: Mapping[str, str]) -> tuple[dict[str, Any], dict[str, str]]
     values, problems = {}, {}
     for name, text in raw.items():
         if name not in _NAMES:
-            problems[name] = RETIRED.get(name) or _unknown()
+            problems[_shown(name)] = RETIRED.get(name) or _unknown()
             continue
         try:
             values[name] = parse_text(name, text)
@@ -144,6 +144,14 @@ def parse_texts(raw: Mapping[str, str]) -> tuple[dict[str, Any], dict[str, str]]
         if problem is not None:
             problems[name] = problem
     return values, problems
+
+
+MAX_UNKNOWN_NAMED = 8            # unknown names one message lists (a client may send thousands)
+
+
+def _shown(name: str) -> str:
+    """A knob name as a message shows it: a name a client made up is cut to a few dozen characters."""
+    return name if len(name) <= 2 * ECHO_CHARS else f"{name[:ECHO_CHARS]}… ({len(name)} characters)"
 
 
 def _unknown() -> str:
@@ -161,6 +169,8 @@ def _policy_problem(value: Any) -> str | None:
 
 
 def _field_problem(name: str, value: Any) -> str | None:
+    if value is None:                  # JSON's null: a writer that means "unchanged" leaves the knob out
+        return "null is not a value (leave the knob out to keep it)"
     if name == "policy":
         return _policy_problem(value)
     if name in _CHOICES:
@@ -231,7 +241,10 @@ def from_changes(base: Mapping[str, Any], changes: Mapping[str, Any], deployment
     """
     base = {k: v for k, v in base.items() if k not in RETIRED}     # a record an earlier version wrote
     merged = {**Knobs().as_dict(), **base, **changes}
-    found = {name: RETIRED.get(name) or _unknown() for name in merged if name not in _NAMES}
+    unknown = [name for name in merged if name not in _NAMES]
+    found = {_shown(name): RETIRED.get(name) or _unknown() for name in unknown[:MAX_UNKNOWN_NAMED]}
+    if len(unknown) > MAX_UNKNOWN_NAMED:
+        found["…"] = f"{len(unknown) - MAX_UNKNOWN_NAMED} more unknown knobs"
     knobs = Knobs(**{k: v for k, v in merged.items() if k in _NAMES})
     found |= problems(knobs, deployment.block_size if deployment else None, changed=changes)
     if found:

@@ -164,12 +164,17 @@ class Store(Protocol):
     async def knobs_get(self) -> KnobsRecord: ...
 
     async def knobs_set(self, changes: dict[str, Any], expected_version: int | None = None,
-                        deployment: Deployment | None = None, *, validate: KnobValidator) -> KnobsRecord:
+                        deployment: Deployment | None = None, *, validate: KnobValidator,
+                        min_version: int = 1) -> KnobsRecord:
         """Apply ``changes`` over the current values with ``validate``, against ``deployment`` - or,
         when the writer does not have it at hand (the CLI, the dashboard), the deployment record - and
         write what it returns as a new version with its history entry (both or neither). The running
         runtime and its server pass their own deployment: the record is shared, and another client
         may have written it.
+
+        The new version is the current one plus one, or ``min_version`` where that is higher: the
+        runtime writing back a record the store lost keeps the version its clients saw, so a version
+        never moves backwards for them and a stale ``expected_version`` is still refused.
 
         Raises whatever ``validate`` raises (``runtime.knobs.KnobError``: nothing written), and
         ``StoreError`` when ``expected_version`` is given and no longer current, or when the record

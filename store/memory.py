@@ -133,13 +133,14 @@ class MemoryStore:
         return self._knobs
 
     async def knobs_set(self, changes: dict[str, Any], expected_version: int | None = None,
-                        deployment: Deployment | None = None, *, validate: KnobValidator) -> KnobsRecord:
+                        deployment: Deployment | None = None, *, validate: KnobValidator,
+                        min_version: int = 1) -> KnobsRecord:
         current = self._knobs
         if expected_version is not None and expected_version != current.version:
             raise StoreError(f"knobs changed meanwhile (version {current.version}, expected {expected_version})")
         against = deployment or current.deployment
         values = validate(current.values, changes, against)       # the writer's error: nothing written
-        self._knobs = KnobsRecord(current.version + 1, values, current.deployment)
+        self._knobs = KnobsRecord(max(current.version + 1, min_version), values, current.deployment)
         self._knob_history.append({"version": self._knobs.version, "time": time.time(), "changes": dict(changes)})
         return dataclasses.replace(self._knobs, deployment=against)
 

@@ -273,7 +273,8 @@ class RedisStore:
 
     @_translate
     async def knobs_set(self, changes: dict[str, Any], expected_version: int | None = None,
-                        deployment: Deployment | None = None, *, validate: KnobValidator) -> KnobsRecord:
+                        deployment: Deployment | None = None, *, validate: KnobValidator,
+                        min_version: int = 1) -> KnobsRecord:
         for _ in range(KNOB_WRITE_ATTEMPTS):
             state = await self._knob_state()
             current = decode_knobs(state)
@@ -281,15 +282,16 @@ class RedisStore:
                 raise StoreError(f"knobs changed meanwhile (version {current.version}, expected {expected_version})")
             against = deployment or current.deployment
             values = validate(current.values, changes, against)   # the writer's error: nothing written
+            version = max(current.version + 1, min_version)
             self.round_trips += 1
             reply = await self._knobs(keys=self.knob_keys(), args=[
-                "write", *state, current.version + 1, json.dumps(values), json.dumps(changes), KNOB_HISTORY_CAP])
+                "write", *state, version, json.dumps(values), json.dumps(changes), KNOB_HISTORY_CAP])
             if reply[0] >= 0:                  # -1: someone wrote in between: read again
                 notes = [current.note] + [HISTORY_REPLACED] * reply[1]
                 return KnobsRecord(reply[0], values, against, "; ".join(n for n in notes if n) or None)
-            if reply[0] == -2:                 # decode_version keeps current.version + 1 in bounds
+            if reply[0] == -2:                 # a min_version out of bounds (current + 1 is in: decode_version)
                 raise StoreError(f"redis at {self.url.where}: the knobs script refused record number "
-                                 f"{current.version + 1} (out of [1, {KNOBS_VERSION_MAX}])")
+                                 f"{version} (out of [1, {KNOBS_VERSION_MAX}])")
             if expected_version is not None:
                 raise StoreError("knobs changed meanwhile; read them again")
         raise StoreError(f"the knobs record kept changing during {KNOB_WRITE_ATTEMPTS} write attempts in a row "
@@ -369,6 +371,14 @@ class RedisStore:
         if keys:
             await self.client.delete(*keys)
         return len(keys)
+
+    async def drop_pooled_connections(self) -> None:
+        """Close every pooled connection not in use (:class:`store.resilient.PooledStore`): after an
+        outage they may all be dead, and each would fail the first call that picks it."""
+        try:
+            await self.client.connection_pool.disconnect(inuse_connections=False)
+        except (rex.RedisError, OSError):      # a socket that cannot even be closed: the pool forgot it anyway
+            pass
 
     async def close(self) -> None:
         await self.client.aclose()

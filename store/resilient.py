@@ -18,7 +18,7 @@ import asyncio
 import logging
 from collections import Counter
 from collections.abc import Awaitable, Callable, Coroutine
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from wavepp.store.base import Store, StoreError
 from wavepp.store.memory import MemoryStore
@@ -41,6 +41,14 @@ class StoreGone(StoreError):
     """The store stayed unavailable longer than the deadline: the run gives up."""
 
 
+@runtime_checkable
+class PooledStore(Protocol):
+    """A store that keeps connections (Redis): after an outage, every one pooled before it may be
+    dead - all of them, when the server restarted."""
+
+    async def drop_pooled_connections(self) -> None: ...
+
+
 class ResilientStore(StoreWrapper):
     """Every call retried through outages (the hook); :meth:`close` lets a rebuild in progress finish."""
 
@@ -51,6 +59,7 @@ class ResilientStore(StoreWrapper):
         self.max_backoff_s = max_backoff_s
         self.deadline_s = deadline_s
         self._down_since: float | None = None   # loop time of the first failure of the current outage
+        self._back_since = float("-inf")        # loop time the last outage ended
         self.on_reconnect: list[Callable[[], Awaitable[None]]] = []
         self.down = False
         self.outages = 0
@@ -79,7 +88,7 @@ class ResilientStore(StoreWrapper):
                     # The client turned our cancellation into a connection error: never retry
                     # through a cancellation, or the task would outlive its shutdown.
                     raise asyncio.CancelledError from exc
-                if not self.down:
+                if not self.down and started >= self._back_since:   # else a call sent during the last outage
                     self.down, self.outages = True, self.outages + 1
                     log.warning("store unavailable, retrying with backoff: %s", exc)
                 self._check_deadline(exc, started)
@@ -96,6 +105,11 @@ class ResilientStore(StoreWrapper):
             self._down_since = None
             if self.down and not self._rebuilding:
                 self._rebuilding = True
+                self._back_since = loop.time()
+                if isinstance(self.inner, PooledStore):
+                    # One outage, one rebuild: a connection pooled before the outage that a later
+                    # call picked would fail it, taken for another outage.
+                    await self.inner.drop_pooled_connections()
                 self._tasks.add(asyncio.create_task(self._reconnected()))
             return result
 

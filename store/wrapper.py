@@ -82,9 +82,10 @@ class StoreWrapper(Store):
         return await self._call("knobs_get", lambda: self.inner.knobs_get())
 
     async def knobs_set(self, changes: dict[str, Any], expected_version: int | None = None,
-                        deployment: Deployment | None = None, *, validate: KnobValidator) -> KnobsRecord:
+                        deployment: Deployment | None = None, *, validate: KnobValidator,
+                        min_version: int = 1) -> KnobsRecord:
         return await self._call("knobs_set", lambda: self.inner.knobs_set(changes, expected_version, deployment,
-                                                                          validate=validate))
+                                                                          validate=validate, min_version=min_version))
 
     async def deployment_put(self, deployment: Deployment) -> None:
         return await self._call("deployment_put", lambda: self.inner.deployment_put(deployment))

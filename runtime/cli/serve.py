@@ -21,10 +21,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from wavepp.runtime.serve.config import resolve
     from wavepp.runtime.serve.main import run_server
     from wavepp.store.base import StoreError
+    from wavepp.store.resilient import StoreGone
     try:
         settings = resolve(vars(args))
         return run_server(settings)
     except (ValueError, KnobError) as exc:
         raise UsageError(str(exc)) from None
-    except StoreError as exc:
+    except StoreGone as exc:            # the store went away while serving and did not come back in time
         raise RunFailed(f"store: {exc}") from None
+    except StoreError as exc:           # unusable from the start (unreachable, a wrong password, not Redis)
+        raise UsageError(f"store: {exc}") from None

@@ -6,7 +6,7 @@ Every error is one JSON shape, OpenAI's: ``{"error": {"message", "type", "param"
 runtime stopped, ``413`` for a body past ``--max-body-bytes``, ``422`` for a prompt that is too
 long or malformed, or for more prompts in one request than the queue ever holds. A client that
 disconnects before its answer cancels its request. With an admin token (``WAVEPP_ADMIN_TOKEN``) a
-knob write without it is ``401`` (:func:`runtime.serve.knob_routes.admin_guard`).
+knob write without it is ``401`` (:class:`runtime.serve.middleware.AdminGate`).
 
 The parts, one concern each: the error shape and FastAPI's refusals in it (:mod:`.errors`), the
 request and response bodies (:mod:`.models`), the prefill routes (:mod:`.prefill_routes`), the
@@ -27,6 +27,7 @@ from fastapi.staticfiles import StaticFiles
 
 from wavepp.runtime.serve.errors import add_exception_handlers
 from wavepp.runtime.serve.knob_routes import add_knob_routes
+from wavepp.runtime.serve.middleware import AdminGate
 from wavepp.runtime.serve.models import request_models
 from wavepp.runtime.serve.prefill_routes import add_prefill_routes
 from wavepp.runtime.serve.runtime import ServerRuntime
@@ -35,7 +36,7 @@ from wavepp.runtime.serve.status_routes import add_status_routes
 
 def create_app(rt: ServerRuntime, served_model: str, tokenizer: Any = None, admin_token: str | None = None) -> FastAPI:
     """The API over one :class:`ServerRuntime` (started and stopped by the caller); ``admin_token``:
-    what knob writes need (:func:`runtime.serve.knob_routes.admin_guard`)."""
+    what knob writes need, checked before their body is read (:class:`runtime.serve.middleware.AdminGate`)."""
     models = request_models(rt.engine.vocab_size, rt.max_prompt_tokens, rt.engine.block_size, tokenizer)
     app = FastAPI(title="WavePP prefill server", version="1", docs_url=None, redoc_url=None,
                   description="Pipeline-parallel prefill: first token, reuse and the KV handle of each prompt.")
@@ -44,7 +45,8 @@ def create_app(rt: ServerRuntime, served_model: str, tokenizer: Any = None, admi
     # In this order: the schema lists the paths as they were added.
     add_prefill_routes(app, rt, models, served_model, tokenizer)
     add_status_routes(app, rt, served_model)
-    add_knob_routes(app, rt, models.knobs_update, admin_token)
+    add_knob_routes(app, rt, models.knobs_update)
+    app.add_middleware(AdminGate, token=admin_token)
     return app
 
 

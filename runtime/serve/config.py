@@ -104,7 +104,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("max_prompt_tokens", _positive_int, None,
            "longest prompt accepted (default, and at most: the model's context and the smallest stage's KV pool)"),
     Option("max_body_bytes", _positive_int, 4 << 20, "largest request body accepted (413 past it)"),
-    Option("drain_s", _positive_float, 30.0, "SIGTERM: seconds to finish in-flight requests (new ones get 503)"),
+    Option("drain_s", _positive_float, 30.0, "SIGTERM: seconds the whole shutdown may take, in-flight requests "
+                                             "finishing (new ones get 503)"),
     Option("store_deadline", _positive_float, None, "a store unreachable this many seconds fails the server "
                                                     "(default: wait it out)"),
     Option("check_invariants", _switch, False, "check the runtime's invariants (runtime/invariants.py) after every "

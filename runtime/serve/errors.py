@@ -79,8 +79,11 @@ def add_exception_handlers(app: FastAPI) -> None:
     @app.exception_handler(RequestValidationError)
     async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
         media = request.headers.get("content-type", "").split(";")[0].strip().lower()
-        if media and media != "application/json" and not media.endswith("+json"):
-            message = f"body: send JSON with Content-Type: application/json (got {media!r})"
+        # A body sent without a JSON media type is not read as JSON at all: 415, not the body's 422
+        # (a request with no body and no media type is told the field it lacks).
+        sent = request.headers.get("content-length", "0") != "0" or "transfer-encoding" in request.headers
+        if (media or sent) and media != "application/json" and not media.endswith("+json"):
+            message = f"body: send JSON with Content-Type: application/json (got {repr(media) if media else 'none'})"
             return JSONResponse(error_body(415, message, "body", "invalid_request_error"), 415)
         problems = [(_field_of(e.get("loc", ())), _where(e.get("loc", ())),
                      str(e.get("msg", "invalid")).removeprefix("Value error, "))

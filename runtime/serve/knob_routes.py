@@ -1,16 +1,15 @@
 """The knobs: ``GET /v1/knobs`` (the deployment's record and the version the loop runs) and
 ``PUT /v1/knobs`` (validated against the running deployment, versioned; applied by the loop at its
 next wave boundary). With an admin token (``WAVEPP_ADMIN_TOKEN``) a write without it is ``401``
-(:func:`admin_guard`)."""
+before its body is read (:class:`runtime.serve.middleware.AdminGate`)."""
 
 # No `from __future__ import annotations`: FastAPI reads the handlers' annotations at run time.
 
 import asyncio
-import hmac
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from fastapi import Depends, FastAPI, Request
+from fastapi import FastAPI
 
 from wavepp.runtime.knobs import KnobError, Knobs, validated_values
 from wavepp.runtime.serve.errors import ERRORS, ApiError, ErrorResponse
@@ -18,27 +17,7 @@ from wavepp.runtime.serve.runtime import ServerRuntime
 from wavepp.store.base import StoreError
 
 
-def admin_guard(token: str | None) -> Callable[[Request], None]:
-    """A dependency of the endpoints that change the server (knob writes). With an admin ``token``
-    a request must carry ``Authorization: Bearer <token>``, compared in constant time; otherwise it
-    is 401 with ``WWW-Authenticate`` (RFC 6750), before its body is validated. Without a token
-    anyone who reaches the port may write: the server listens on loopback by default."""
-    expected = token.encode() if token else None
-
-    def guard(request: Request) -> None:
-        if expected is None:
-            return
-        scheme, _, given = request.headers.get("authorization", "").partition(" ")
-        if scheme.lower() != "bearer" or not given.strip():
-            raise ApiError(401, "changing knobs needs the admin token: send Authorization: Bearer <token>", None,
-                           "authentication_error", {"WWW-Authenticate": 'Bearer realm="wavepp"'})
-        if not hmac.compare_digest(given.strip().encode(), expected):
-            raise ApiError(401, "the admin token is wrong", None, "authentication_error",
-                           {"WWW-Authenticate": 'Bearer realm="wavepp", error="invalid_token"'})
-    return guard
-
-
-def add_knob_routes(app: FastAPI, rt: ServerRuntime, KnobsUpdate: Any, admin_token: str | None) -> None:
+def add_knob_routes(app: FastAPI, rt: ServerRuntime, KnobsUpdate: Any) -> None:
     """``KnobsUpdate``: the PUT body of this server (:func:`runtime.serve.models.request_models`)."""
 
     @app.get("/v1/knobs", responses=ERRORS)
@@ -49,14 +28,13 @@ def add_knob_routes(app: FastAPI, rt: ServerRuntime, KnobsUpdate: Any, admin_tok
     @app.put("/v1/knobs", responses={**ERRORS, 409: {"model": ErrorResponse,
                                                       "description": "expected_version is no longer current"},
                                       401: {"model": ErrorResponse, "description": "the server has an admin token "
-                                            "and Authorization: Bearer does not carry it"}},
-             dependencies=[Depends(admin_guard(admin_token))])
+                                            "and Authorization: Bearer does not carry it"}})
     async def knobs_put(body: KnobsUpdate) -> dict[str, Any]:
         """Change knobs: validated against the running deployment (every bad knob named, nothing written),
         versioned with history; the loop applies them at its next wave boundary. With an admin token
         (``WAVEPP_ADMIN_TOKEN``) only with ``Authorization: Bearer <token>``."""
         try:
-            changes = body.changes.model_dump(exclude_none=True)
+            changes = body.changes
             record = await store_call(lambda s: s.knobs_set(changes, body.expected_version, rt.deployment,
                                                             validate=validated_values))
         except KnobError as exc:

@@ -15,9 +15,11 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import re
 import signal
 import socket
 import sys
+import time
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -30,23 +32,47 @@ from wavepp.runtime.engines.common import store_source
 from wavepp.runtime.serve.app import create_app
 from wavepp.runtime.serve.errors import error_body
 from wavepp.runtime.serve.middleware import AdmissionGate, BodyLimit
-from wavepp.runtime.serve.runtime import ServerRuntime, build_engine
+from wavepp.runtime.serve.runtime import RETRY_AFTER_MAX_S, ServerRuntime, build_engine
 
 log = logging.getLogger(__name__)
 
 CUT_GRACE_S = 1.0        # a second signal: how long cut requests' handlers get to write their 503
 EXIT_CUT = 1             # the exit code of a server stopped at once by a second signal
 CUT_REASON = "the server stopped at once (a second signal) before the request finished"
+# How long an idle kept-alive connection stays open: longer than the longest Retry-After a 429 tells
+# a client to wait (it comes back on the same connection) and than clients keep idle connections
+# themselves (httpx: 5 s), so the client always closes first. At uvicorn's default of 5 s a client
+# back after a 5 s Retry-After raced the server's close and saw a ReadError.
+KEEP_ALIVE_S = RETRY_AFTER_MAX_S + 15
+STOP_RESERVE_S = 0.5     # of --drain-s, kept for what follows the requests' drain: their 503s written, the loop ended
 FAILED_GRACE_S = 0.5     # a failed loop: its requests' handlers write their 503 before the server exits
+
+
+# A Content-Length of more digits than h11 reads (20): a size, but past any --max-body-bytes.
+_HUGE_CONTENT_LENGTH = re.compile(rb"^content-length:[ \t]*([0-9]{21,})[ \t]*\r?$", re.IGNORECASE | re.MULTILINE)
+HEAD_KEPT = 65536         # the last bytes received outside a body, where a refused request's headers are
 
 
 class JsonErrorH11(H11Protocol):
     """uvicorn's h11 protocol, with the request it cannot parse (a malformed ``Content-Length``, a
-    broken request line) answered in the API's one error shape instead of plain text."""
+    broken request line) answered in the API's one error shape instead of plain text - and one whose
+    Content-Length is too long for h11 to read answered 413, as a shorter one past the limit is
+    (:class:`runtime.serve.middleware.BodyLimit`): h11 refuses both alike, so the headers are kept."""
+
+    _head = b""
+
+    def data_received(self, data: bytes) -> None:
+        if self.conn.their_state is not h11.SEND_BODY:
+            self._head = (self._head + data)[-HEAD_KEPT:]
+        super().data_received(data)
 
     def send_400_response(self, msg: str) -> None:
-        body = json.dumps(error_body(400, f"malformed HTTP request: {msg}", None, "invalid_request_error")).encode()
-        for event in (h11.Response(status_code=400, reason=b"Bad Request",
+        huge = _HUGE_CONTENT_LENGTH.search(self._head)
+        status, reason, param = (413, b"Content Too Large", "body") if huge else (400, b"Bad Request", None)
+        message = (f"the body of a {len(huge.group(1))}-digit Content-Length is larger than the limit" if huge
+                   else f"malformed HTTP request: {msg}")
+        body = json.dumps(error_body(status, message, param, "invalid_request_error")).encode()
+        for event in (h11.Response(status_code=status, reason=reason,
                                    headers=[(b"content-type", b"application/json"),
                                             (b"content-length", str(len(body)).encode()), (b"connection", b"close")]),
                       h11.Data(data=body), h11.EndOfMessage()):
@@ -87,6 +113,7 @@ class DrainingServer(uvicorn.Server):
         self.rt = rt
         self.drain_s = drain_s
         self.drained: int | None = None          # requests cancelled at the drain deadline
+        self.deadline: float | None = None       # time.monotonic() by which a drain has stopped everything
         self.cut: int | None = None              # requests cut by a second signal (None: there was none)
         self.stopped_starting: str | None = None  # the signal that stopped the start, if one did
         self._aio = asyncio.get_running_loop()
@@ -116,6 +143,7 @@ class DrainingServer(uvicorn.Server):
             return
         self._signals += 1
         if self._signals == 1:
+            self.deadline = time.monotonic() + self.drain_s
             print(f"wavepp serve: {signal.Signals(sig).name}: draining (up to {self.drain_s:g} s), "
                   "new requests get 503", file=sys.stderr, flush=True)
             self._spawn(self._drain)
@@ -131,8 +159,16 @@ class DrainingServer(uvicorn.Server):
         self._aio.call_soon_threadsafe(start)
 
     async def _drain(self) -> None:
-        self.drained = await self.rt.drain(self.drain_s)
+        """``--drain-s`` bounds the whole shutdown: the accepted requests get all of it but a reserve;
+        the answers written at the drain's end, uvicorn's wait for its connections and the loop's end
+        of its waves in flight share that reserve (:meth:`ServerRuntime.stop` cancels the loop at the
+        deadline)."""
+        assert self.deadline is not None
+        reserve = min(STOP_RESERVE_S, self.drain_s / 4)     # for the answers the drain's end writes, and the stop
+        self.drained = await self.rt.drain(self.deadline - reserve - time.monotonic())
         if not self.rt.cut_short:                  # a cut stops the server itself
+            # uvicorn types it int but hands it to asyncio.wait_for, which takes a fraction of a second
+            self.config.timeout_graceful_shutdown = max(self.deadline - time.monotonic(), 0.0)  # type: ignore[assignment]
             self.should_exit = True
 
     async def _failed(self) -> None:
@@ -228,7 +264,7 @@ async def _main(rt: ServerRuntime, app: Any, settings: dict[str, Any], served: s
     # starting would also answer, but needs the HTTP server running beside a half-built runtime.
     sock = _bind(settings["host"], settings["port"])
     config = uvicorn.Config(app, http=JsonErrorH11, lifespan="off", access_log=False, log_level="warning",
-                            timeout_graceful_shutdown=5)
+                            timeout_graceful_shutdown=5, timeout_keep_alive=KEEP_ALIVE_S)
     server = DrainingServer(config, rt, settings["drain_s"])
     # From here to the end a signal goes to the server: while starting it stops the start, then it
     # drains (uvicorn's serve() installs the same handler again while it runs).
@@ -246,7 +282,7 @@ async def _main(rt: ServerRuntime, app: Any, settings: dict[str, Any], served: s
                      flush=True)
             await serving
         finally:
-            await rt.stop()
+            await rt.stop(server.deadline)
     if rt.error is not None:
         raise RuntimeError(f"the pipeline loop stopped: {rt.error}")
     if server.cut is not None:

@@ -3,6 +3,7 @@ refusals that must cost next to nothing, answered before FastAPI reads or valida
 
 from __future__ import annotations
 
+import hmac
 import json
 from typing import Any
 
@@ -10,6 +11,7 @@ from wavepp.runtime.serve.errors import error_body, queue_full_message
 from wavepp.runtime.serve.runtime import ServerRuntime
 
 PREFILL_PATHS = ("/v1/prefill", "/v1/completions")
+ADMIN_ROUTES = {("PUT", "/v1/knobs")}      # the routes that change the server: they need the admin token
 
 
 class AdmissionGate:
@@ -89,7 +91,47 @@ class BodyLimit:
 
     @staticmethod
     async def _refuse(send: Any, message: str) -> None:
+        """413, and the connection closed after it: the rest of the body was never read, so the
+        connection cannot carry another request (kept alive, it waited for bytes that never come)."""
         body = json.dumps(error_body(413, message, "body", "invalid_request_error")).encode()
         await send({"type": "http.response.start", "status": 413,
-                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
+                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+                                (b"connection", b"close")]})
         await send({"type": "http.response.body", "body": body})
+
+
+class AdminGate:
+    """ASGI middleware: with an admin ``token``, a request to :data:`ADMIN_ROUTES` must carry
+    ``Authorization: Bearer <token>`` (compared in constant time); otherwise it is answered 401 with
+    ``WWW-Authenticate`` (RFC 6750) before its body is read - a malformed body without the token
+    learns nothing of the body's rules. Without a token anyone who reaches the port may write: the
+    server listens on loopback by default."""
+
+    def __init__(self, app: Any, token: str | None) -> None:
+        self.app = app
+        self.expected = token.encode() if token else None
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        refusal = None
+        if self.expected is not None and scope["type"] == "http" and (scope["method"], scope["path"]) in ADMIN_ROUTES:
+            refusal = self._refusal(dict(scope.get("headers") or []).get(b"authorization", b""))
+        if refusal is None:
+            await self.app(scope, receive, send)
+            return
+        message, challenge = refusal
+        body = json.dumps(error_body(401, message, None, "authentication_error")).encode()
+        await send({"type": "http.response.start", "status": 401,
+                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+                                (b"www-authenticate", challenge.encode())]})
+        await send({"type": "http.response.body", "body": body})
+
+    def _refusal(self, authorization: bytes) -> tuple[str, str] | None:
+        """(message, WWW-Authenticate) of a request without the right token; None when it carries it."""
+        assert self.expected is not None
+        scheme, _, given = authorization.partition(b" ")
+        if scheme.lower() != b"bearer" or not given.strip():
+            return ("changing knobs needs the admin token: send Authorization: Bearer <token>",
+                    'Bearer realm="wavepp"')
+        if not hmac.compare_digest(given.strip(), self.expected):
+            return "the admin token is wrong", 'Bearer realm="wavepp", error="invalid_token"'
+        return None

@@ -5,9 +5,9 @@ makes them for one server; the schema at ``/openapi.json`` states each limit."""
 # No `from __future__ import annotations`: pydantic reads these annotations at run time.
 
 import dataclasses
-from typing import Annotated, Any, Literal, NamedTuple
+from typing import Annotated, Any, NamedTuple
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictBool, create_model
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictBool, WithJsonSchema
 
 from wavepp.runtime.knobs import Knobs, in_blocks, int_range
 from wavepp.runtime.knobs import choices as knob_choices
@@ -107,22 +107,25 @@ def json_int(**constraints: Any) -> Any:
     return Annotated[int, Field(**constraints), BeforeValidator(_json_int)]
 
 
-def knob_changes_model(block_size: int) -> type[BaseModel]:
-    """Each knob as an optional field with its type and range (``runtime.knobs``); pairs (b_min <= M)
-    and the policy's ablation grammar are checked on write by the same code as ``wavepp knobs``."""
-    fields: dict[str, Any] = {}
+def knob_changes_schema(block_size: int) -> dict[str, Any]:
+    """The JSON Schema of ``PUT /v1/knobs``'s ``changes``: each knob with its type and range
+    (``runtime.knobs``), for the API's description. It validates nothing: the write is checked by
+    the same code as ``wavepp knobs --set`` (``runtime.knobs.validated_values``), so both name a
+    bad knob with the same message - and pairs (b_min <= M) and the policy grammar need it anyway."""
+    properties: dict[str, Any] = {}
     for f in dataclasses.fields(Knobs):
         if knob_kind(f.name) == "bool":
-            fields[f.name] = (StrictBool | None, None)
+            properties[f.name] = {"type": "boolean"}
         elif f.name == "policy":
-            fields[f.name] = (str | None, Field(default=None, description="a preset or NAME+KIND=VARIANT"))
+            properties[f.name] = {"type": "string", "description": "a preset or NAME+KIND=VARIANT"}
         elif knob_kind(f.name) == "choice":
-            fields[f.name] = (Literal[knob_choices(f.name)] | None, None)
+            properties[f.name] = {"enum": list(knob_choices(f.name))}
         else:
             lo, hi = int_range(f.name)
-            step = block_size if in_blocks(f.name) else None
-            fields[f.name] = (json_int(ge=lo, le=hi, multiple_of=step) | None, None)
-    return create_model("KnobChanges", __config__=ConfigDict(extra="forbid"), **fields)
+            step = {"multipleOf": block_size} if in_blocks(f.name) else {}
+            properties[f.name] = {"type": "integer", "minimum": lo, "maximum": hi, **step}
+    return {"type": "object", "properties": properties, "additionalProperties": False, "minProperties": 1,
+            "description": "knobs to change (validated like `wavepp knobs --set`)"}
 
 
 class RequestModels(NamedTuple):
@@ -172,11 +175,11 @@ def request_models(vocab: int, max_prompt_tokens: int, block_size: int, tokenize
         stream: StrictBool = False
         stream_options: StreamOptions | None = None
 
-    KnobChanges = knob_changes_model(block_size)
+    KnobChanges: Any = Annotated[dict[str, Any], Field(min_length=1), WithJsonSchema(knob_changes_schema(block_size))]
 
     class KnobsUpdate(BaseModel):
         model_config = ConfigDict(extra="forbid")
-        changes: KnobChanges = Field(description="knobs to change (validated like `wavepp knobs --set`)")  # type: ignore[valid-type]
+        changes: KnobChanges
         expected_version: json_int(ge=0) | None = Field(default=None,  # type: ignore[valid-type]
                                              description="refuse the write (409) if the version moved")
 

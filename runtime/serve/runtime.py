@@ -125,6 +125,7 @@ class ServerRuntime:
         self.error: str | None = None             # why the loop stopped, when it failed
         self.draining = False
         self.cut_short = False                    # a second signal: stopping at once, see cut()
+        self.stopped_at_deadline = False          # the loop was cancelled at the drain's end, see stop()
         self._task: asyncio.Task[Any] | None = None
         self._ids = itertools.count()
         self.started_at = time.time()
@@ -198,20 +199,24 @@ class ServerRuntime:
         self.source.fail_all(reason)
         return left
 
-    async def stop(self) -> None:
-        """End the loop, check that no lease or escrow is left, close the store and the telemetry."""
+    async def stop(self, deadline: float | None = None) -> None:
+        """End the loop, check that no lease or escrow is left, close the store and the telemetry.
+        With a ``deadline`` (``time.monotonic()``: the drain's end), a loop still ending its waves in
+        flight then is cancelled, and its leases go unchecked, as after a cut."""
         if self._task is not None and self.loop is not None:
             if not self._task.done():
                 self.loop.done.set()
-            if self.cut_short:       # stopping at once: a loop slow to end its tasks is cancelled
-                await asyncio.wait([self._task], timeout=CUT_STOP_S)
+            wait_s = CUT_STOP_S if self.cut_short else None if deadline is None else deadline - time.monotonic()
+            if wait_s is not None:   # stopping by a time: a loop slow to end its tasks is cancelled
+                await asyncio.wait([self._task], timeout=max(wait_s, 0.0))
+                self.stopped_at_deadline = not self._task.done() and not self.cut_short
                 self._task.cancel()
             try:
                 await self._task
             except (Exception, asyncio.CancelledError):   # noqa: BLE001 - said once by _stopped
                 pass
         try:
-            if self.parts is not None and self.error is None and not self.cut_short:
+            if self.parts is not None and self.error is None and not self.cut_short and not self.stopped_at_deadline:
                 for h in self.parts.handles:
                     await h.check()
         finally:

@@ -50,6 +50,14 @@ def test_a_knob_write_without_the_token_is_401_and_writes_nothing(server: Any, a
     assert server.client.get("/v1/knobs").json()["version"] == before.json()["version"]
 
 
+@pytest.mark.parametrize("body", [b"{not json", b"", b"[1, 2]", b'{"changes": {"ring": null}}', b"\xff\xfe"])
+def test_the_token_is_checked_before_the_body_is_read(server: Any, body: bytes) -> None:
+    """A malformed body without the token is 401 (the token first), never the body's 422."""
+    r = server.client.put("/v1/knobs", content=body, headers={"content-type": "application/json"})
+    assert r.status_code == 401, r.text
+    assert r.json()["error"]["type"] == "authentication_error"
+
+
 def test_the_right_token_writes(server: Any) -> None:
     before = server.client.get("/v1/knobs").json()["version"]
     r = put(server, {"ring": 4}, f"Bearer {TOKEN}")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import socket
+import time
 from collections.abc import Iterator
 from typing import Any
 from urllib.parse import urlsplit
@@ -84,3 +85,69 @@ def test_a_malformed_content_length_is_answered_in_the_error_shape(server: Any) 
     error = json.loads(body)["error"]
     assert error["code"] == 400 and error["message"].startswith("malformed HTTP request"), error
     assert server.client.get("/health").status_code == 200          # still serving
+
+
+@pytest.mark.parametrize("headers", [{}, {"content-type": ""}, {"content-type": "; charset=utf-8"}],
+                         ids=["none", "empty", "parameters-only"])
+@pytest.mark.parametrize(("method", "path", "body"), [("POST", "/v1/prefill", {"token_ids": [1, 2]}),
+                                                      ("PUT", "/v1/knobs", {"changes": {"ring": 2}})])
+def test_json_without_a_media_type_is_told_the_media_type(server: Any, headers: dict[str, str], method: str,
+                                                           path: str, body: dict[str, Any]) -> None:
+    version = server.client.get("/v1/knobs").json()["version"]
+    r = server.client.request(method, path, content=json.dumps(body).encode(), headers=headers)
+    assert refused(r, 415, "body") == "body: send JSON with Content-Type: application/json (got none)"
+    assert server.client.get("/v1/knobs").json()["version"] == version            # nothing written
+
+
+def _raw_answer(server: Any, request: bytes) -> tuple[bytes, dict[str, Any]]:
+    url = urlsplit(server.url)
+    with socket.create_connection((url.hostname, url.port), timeout=10) as sock:
+        sock.sendall(request)
+        raw = b""
+        while chunk := sock.recv(65536):
+            raw += chunk
+    head, _, body = raw.partition(b"\r\n\r\n")
+    return head, json.loads(body)["error"]
+
+
+@pytest.mark.parametrize("digits", [11, 20, 21, 40])
+def test_a_content_length_of_any_length_past_the_limit_is_413(server: Any, digits: int) -> None:
+    head, error = _raw_answer(server, b"POST /v1/prefill HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                                      b"Content-Length: " + b"9" * digits + b"\r\n\r\n{}")
+    assert head.startswith(b"HTTP/1.1 413"), (head, error)
+    assert error["param"] == "body" and "larger than the limit" in error["message"], error
+    assert server.client.get("/health").status_code == 200
+
+
+def test_a_connection_stays_open_longer_than_the_longest_retry_after(server: Any) -> None:
+    """A client told to retry after N seconds (at most RETRY_AFTER_MAX_S) comes back on the same
+    kept-alive connection: the server must not close it first. Closing idle connections at 5 s -
+    uvicorn's default, and httpx's own keep-alive expiry - made a client that came back after a
+    5 s Retry-After race the server's close (a ReadError)."""
+    from wavepp.runtime.serve.main import KEEP_ALIVE_S
+    from wavepp.runtime.serve.runtime import RETRY_AFTER_MAX_S
+    assert KEEP_ALIVE_S >= RETRY_AFTER_MAX_S + 10
+    url = urlsplit(server.url)
+    request = b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n"
+
+    def answer(sock: socket.socket) -> bytes:
+        """One response: its head and its Content-Length of body (b"" when the server closed)."""
+        raw = b""
+        while b"\r\n\r\n" not in raw:
+            chunk = sock.recv(65536)
+            if not chunk:
+                return raw
+            raw += chunk
+        head, _, body = raw.partition(b"\r\n\r\n")
+        length = int(next(line.split(b":")[1] for line in head.lower().split(b"\r\n")
+                          if line.startswith(b"content-length")))
+        while len(body) < length:
+            body += sock.recv(65536)
+        return head
+
+    with socket.create_connection((url.hostname, url.port), timeout=10) as sock:
+        sock.sendall(request)
+        assert answer(sock).startswith(b"HTTP/1.1 200")
+        time.sleep(6.0)                                 # idle past the 5 s a client might also keep it
+        sock.sendall(request)
+        assert answer(sock).startswith(b"HTTP/1.1 200")

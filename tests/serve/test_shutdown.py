@@ -51,3 +51,37 @@ def test_a_second_signal_cuts_the_drain_short_and_says_how_many_requests_it_cut(
     assert "every accepted request was answered" not in errors
     last = errors.strip().splitlines()[-1]
     assert "second signal" in last and "8 request(s) cut" in last, errors
+
+
+DRAIN_S = 3.0
+DRAIN_SLACK_S = 1.0        # the stop's own steps past the deadline, on a loaded two-core machine
+
+
+def _stop_s(server: Any) -> float:
+    """Seconds from SIGTERM to the process's exit."""
+    start = time.monotonic()
+    server.proc.send_signal(signal.SIGTERM)
+    server.proc.wait(60)
+    return time.monotonic() - start
+
+
+def test_the_drain_deadline_bounds_the_whole_shutdown(start_server: Callable[..., Any]) -> None:
+    """`--drain-s 3` with requests in flight whose waves take far longer: the process exits within
+    the drain deadline after SIGTERM (beyond what an idle server takes to exit: the interpreter's
+    own teardown), every request answered (a 503 at the deadline), exit 0."""
+    flags = ("--engine", "sim", "--pp", "2", "--kv-blocks", "2000", "--time-scale", "5000", "--drain-s", str(DRAIN_S))
+    idle = start_server(*flags)
+    idle_s = _stop_s(idle)
+    assert idle.proc.returncode == 0, idle.errors()
+    server = start_server(*flags)
+    with ThreadPoolExecutor(8) as pool:
+        running = [pool.submit(post, server.url, i) for i in range(8)]
+        server.wait_for(lambda s: s["server"]["outstanding"] == 8)
+        stopped_s = _stop_s(server)
+        answers = [f.result(30) for f in running]
+    errors = server.errors()
+    assert server.proc.returncode == 0, errors
+    assert stopped_s < DRAIN_S + idle_s + DRAIN_SLACK_S, (round(stopped_s, 2), round(idle_s, 2), errors)
+    for answer in answers:
+        assert isinstance(answer, httpx.Response) and answer.status_code == 503, answer
+    assert "8 request(s) cancelled at the drain deadline" in errors.strip().splitlines()[-1], errors

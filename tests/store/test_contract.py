@@ -432,6 +432,16 @@ def test_knobs_expected_version(store_factory: Any) -> None:
     store_factory.run(body)
 
 
+def test_a_knob_write_with_a_min_version_takes_it_where_it_is_higher(store_factory: Any) -> None:
+    """A runtime writing back a record the store lost keeps its version; a write never goes backwards."""
+    async def body() -> None:
+        store = await store_factory()
+        assert (await store.knobs_set({"ring": 4}, validate=validated_values, min_version=6)).version == 6
+        assert (await store.knobs_set({"ring": 5}, validate=validated_values, min_version=3)).version == 7
+        assert [h["version"] for h in await store.knobs_history(5)] == [6, 7]
+    store_factory.run(body)
+
+
 def test_knob_history_records_each_write_in_order(store_factory: Any) -> None:
     writes = [{"max_leases": 10}, {"ring": 8, "hysteresis": False}, {"policy": POLICY_NAMES[1]}]
     async def body() -> None:
