@@ -42,8 +42,9 @@ def register(sub: Any) -> dict[str, Handler]:
     b.add_argument("--workload", default=None,
                    help="cold, reuse90, mixed, suffix:N, suffix4k, suffix16k, sessions:N, "
                         "docs:N[:suffix=K][:zipf=S] or trace:PATH (default: suffix4k on sim, reuse90 on torch)")
-    b.add_argument("--concurrency", type=int_list, default=[8, 32, 128],
-                   help="closed-loop concurrency, e.g. 8,32,128 (trace: the most requests outstanding)")
+    b.add_argument("--concurrency", type=int_list, default=None,
+                   help="closed-loop concurrency, a list (default 8,32,128); trace: the most requests outstanding "
+                        "(default: no cap, one run per policy); not with --rate")
     b.add_argument("--on-bad-line", choices=["skip", "fail"], default="fail",
                    help="trace: a malformed line ends the bench before it starts (fail) or is skipped and counted")
     b.add_argument("--trace-speed", type=positive_float, default=1.0,
@@ -148,6 +149,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         return cmd_bench_url(args, defaults())
     if args.rate is not None:
         raise UsageError("--rate: only with --url (an in-process bench is closed loop, or a trace's own arrivals)")
+    from wavepp.runtime.bench import run_concurrencies
     from wavepp.runtime.knobs import KnobError, check_block_size, field_problems
     from wavepp.runtime.policies import get_policy
     from wavepp.runtime.traces import load_trace
@@ -160,6 +162,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
             if args.time_scale is not None and not args.realtime:
                 raise ValueError("--time-scale stretches the wall clock of a real-time run: it needs --realtime")
             spec = parse_workload(args.workload or ("reuse90" if args.engine == "torch" else "suffix4k"))
+            args.concurrency = run_concurrencies(args.concurrency, spec)
             if spec.kind == "trace":
                 spec = dataclasses.replace(spec, on_bad_line=args.on_bad_line, speed=args.trace_speed)
                 trace = load_trace(spec.path, spec.on_bad_line, args.requests)    # every line checked up front
