@@ -238,7 +238,7 @@ def _bench(args: argparse.Namespace, spec: Any, engine: Any, sim: Any, knobs: An
     cfg = BenchConfig(spec, args.concurrency, args.policy, requests, args.seed, args.prompt_tokens, knobs,
                       args.model, args.hardware, args.stall_timeout, args.store_deadline, args.telemetry,
                       check_invariants=args.check_invariants)
-    if args.engine == "sim" and not args.quiet:
+    if args.engine == "sim":              # --quiet hides the progress bar only
         print(f"sim cost model: {engine.cost_model_name}")
     try:
         prepared = prepare_store(engine.store_url, args.reset_store)   # unreachable, not Redis: before any run
@@ -261,7 +261,7 @@ def _bench(args: argparse.Namespace, spec: Any, engine: Any, sim: Any, knobs: An
             failure = RunFailed(f"store: {exc}")
         except (Exception, KeyboardInterrupt) as exc:
             failure = exc
-    for r in records:     # the JSON says the sim's cost model as `sim cost model:` does, --quiet or not
+    for r in records:     # the JSON says the sim's cost model as `sim cost model:` does
         if args.engine == "sim":
             r.meta["sim_cost_model"] = engine.cost_model_name
     if records:
