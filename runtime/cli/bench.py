@@ -26,6 +26,7 @@ from wavepp.runtime.cli.args import (
 )
 from wavepp.runtime.cli.bench_url import cmd_bench_url
 from wavepp.runtime.engines.launchers import LAUNCHER_HELP, LAUNCHERS
+from wavepp.runtime.engines.model_names import sim_models, torch_models
 from wavepp.runtime.engines.sim.perf_tables import PERF_DIR_ENV
 from wavepp.runtime.engines.sim.profiles import DEFAULT_KV_DTYPE, KV_DTYPES
 from wavepp.runtime.kvcache.state_snapshots import DEFAULT_SNAPSHOT_INTERVAL
@@ -34,9 +35,7 @@ from wavepp.runtime.kvcache.state_snapshots import DEFAULT_SNAPSHOT_INTERVAL
 def register(sub: Any) -> dict[str, Handler]:
     b = sub.add_parser("bench", help="run a workload under policies and concurrencies, side by side")
     b.add_argument("--engine", default="sim", choices=["sim", "torch"], help="execution engine (default: sim)")
-    b.add_argument("--model", default=None,
-                   help="sim: llama-3-8b, glm-5.2 (default), minimax-m2.7; torch: tiny-llama (default), tiny-moe, "
-                        "a config.json or a Hugging Face model directory")
+    b.add_argument("--model", default=None, help=f"sim: {sim_models('glm-5.2')}; torch: {torch_models()}")
     b.add_argument("--hardware", default=None, help="sim: hardware profile, h200 or b300 (default b300)")
     b.add_argument("--pp", type=positive_int, default=4, help="pipeline stages (default 4)")
     b.add_argument("--workload", default=None,
