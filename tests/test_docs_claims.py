@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from wavepp.dashboard.calibration import TYPICAL
 from wavepp.runtime.cli import build_parser
 from wavepp.runtime.engines.model_names import TORCH_BUILT_INS
 from wavepp.runtime.engines.sim.profiles import MODELS
@@ -63,3 +64,10 @@ def test_every_model_is_in_each_model_list_of_the_docs(page: str, listing: str, 
 
 def test_the_torch_built_ins_named_without_torch_are_its_profiles() -> None:
     assert TORCH_BUILT_INS == tuple(PROFILES)
+
+
+def test_the_calibration_time_says_what_it_depends_on() -> None:
+    """README and the Knobs page quote one figure (dashboard/calibration.py TYPICAL): the CPU work, and
+    the wall time it makes on idle cores - a wall time alone ('1.5-8 minutes') was 11.5 beside a loaded demo."""
+    assert "CPU-minutes" in TYPICAL and "idle cores" in TYPICAL
+    assert TYPICAL in " ".join((ROOT / "README.md").read_text().split())
