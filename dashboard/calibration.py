@@ -2,13 +2,15 @@
 ``--cost-profile`` uses this machine's calibration from the cache, or makes one in the background
 (``wavepp calibrate``, the same code and model), so Preview and Suggest work without a manual step.
 
-A calibration takes minutes (1.5 on a quiet machine, up to ~8 on a loaded one: it shares the CPU
-with the running demo, so it is measured under the demo's own load - the preview anchors its
-predictions on what the run did, which takes the scale out). Until it ends, the Knobs page says
-so and for how long it has run; if it fails, the page says why (its last line).
+A calibration is a fixed amount of CPU work (:data:`TYPICAL`); its wall time is that work over the
+share of the cores it gets. It shares them with the running demo, so it is measured under the
+demo's own load (the preview anchors its predictions on what the run did, which takes the scale
+out). Until it ends, the Knobs page says so and for how long it has run; if it fails, the page says
+why (its last line).
 
-The profile is written to a temporary name and moved into place when complete: a half-written
-file is never read as a profile.
+``wavepp calibrate --out`` names the profile's own path (its log's ``use:`` line then names the file
+that stays): the command writes beside it and moves it into place when complete
+(:func:`runtime.cli.args.write_output`), so a half-written file is never read as a profile.
 """
 
 from __future__ import annotations
@@ -25,7 +27,9 @@ from pathlib import Path
 PROFILE_ENV = "WAVEPP_COST_PROFILE"       # the profile the page replays a torch run with
 STARTED_ENV = "WAVEPP_CALIBRATING_SINCE"  # epoch seconds: a background calibration started then
 CACHE_ENV = "WAVEPP_CACHE"                # where calibrations are kept (default ~/.cache/wavepp)
-TYPICAL = "1.5-8 min"
+# tiny-llama, PP2, the default grid: 174 s user + 10 s system measured (`/usr/bin/time -v wavepp calibrate
+# --model tiny-llama --pp 2 --out F`), 10.4 min of wall time at 29 % of a core on 2 cores at load average 10-17
+TYPICAL = "about 3 CPU-minutes: 1.5 minutes on 2 idle cores, more the busier they are"
 
 
 def cache_dir() -> Path:
@@ -56,23 +60,21 @@ def ensure(model: str, pp: int, block_size: int) -> Calibration:
         return Calibration(path, False)
     path.parent.mkdir(parents=True, exist_ok=True)
     failure_path(path).unlink(missing_ok=True)
-    partial = path.with_name(path.name + ".partial")
     log = path.with_name(path.name + ".log")
     with open(log, "wb") as out:
         proc = subprocess.Popen([sys.executable, "-m", "wavepp", "calibrate", "--model", model, "--pp", str(pp),
-                                 "--block-size", str(block_size), "--out", str(partial)],
+                                 "--block-size", str(block_size), "--out", str(path)],
                                 stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     atexit.register(_stop, proc)
     os.environ[STARTED_ENV] = f"{time.time():.0f}"
-    threading.Thread(target=_finish, args=(proc, partial, path, log), daemon=True,
+    threading.Thread(target=_finish, args=(proc, path, log), daemon=True,
                      name="wavepp-calibration").start()
     return Calibration(path, True)
 
 
-def _finish(proc: subprocess.Popen[bytes], partial: Path, path: Path, log: Path) -> None:
+def _finish(proc: subprocess.Popen[bytes], path: Path, log: Path) -> None:
     code = proc.wait()
-    if code == 0 and partial.is_file():
-        os.replace(partial, path)
+    if code == 0 and path.is_file():
         return
     lines = [ln for ln in log.read_text(errors="replace").splitlines() if ln.strip()] if log.is_file() else []
     # written whole, then renamed: the page polls for the file and must never read it half-written
@@ -103,4 +105,4 @@ def pending() -> str | None:
                f"`wavepp calibrate --out FILE` and restart with --cost-profile FILE."
     return (f"Preview and Suggest replay this torch run in the simulator calibrated to this machine: the "
             f"calibration has been running in the background for {time.time() - float(since):.0f} s "
-            f"(typically {TYPICAL}, slower while the demo runs beside it); they work as soon as it ends.")
+            f"({TYPICAL}, and the demo beside it shares them); they work as soon as it ends.")

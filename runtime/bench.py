@@ -23,7 +23,7 @@ from wavepp.runtime.mechanisms.topology import Topology
 from wavepp.runtime.policies import get_policy
 from wavepp.runtime.report import RunFigures, compute_figures
 from wavepp.runtime.run_meta import describe_run
-from wavepp.runtime.runfile import RunInfo, SavedRun
+from wavepp.runtime.runfile import RunInfo, SavedRun, load_label
 from wavepp.runtime.traces import TraceWorkload
 from wavepp.runtime.watchdog import DEFAULT_STALL_TIMEOUT_S, Stalled
 from wavepp.runtime.workloads import Workload, WorkloadSpec, make_workload
@@ -53,6 +53,27 @@ class Engine(Protocol):
     def run(self, main: Any) -> Any: ...
 
     def close(self, orderly: bool = True) -> None: ...
+
+
+#: a closed loop's concurrencies when none are given
+DEFAULT_CONCURRENCIES = (8, 32, 128)
+#: the concurrency of a run that has none: no client-side cap (:func:`runtime.runfile.load_label`)
+NO_CAP = 0
+
+
+def run_concurrencies(given: Sequence[int] | None, workload: WorkloadSpec, rate: float | None = None) -> list[int]:
+    """The concurrencies a bench runs, one run (per policy) each. Concurrency is a dimension of a
+    closed loop (``given``, default :data:`DEFAULT_CONCURRENCIES`) and of a trace capped at the most
+    requests outstanding (``given``); a trace's own arrivals without a cap run once (:data:`NO_CAP`),
+    and so does an open loop at ``rate`` requests/s, where a concurrency would do nothing (ValueError)."""
+    if rate is not None:
+        if given is not None:
+            raise ValueError("--concurrency: not with --rate (an open loop's requests arrive at the rate, "
+                             "however many are outstanding)")
+        return [NO_CAP]
+    if given is not None:
+        return list(given)
+    return [NO_CAP] if workload.kind == "trace" else list(DEFAULT_CONCURRENCIES)
 
 
 @dataclass(slots=True)
@@ -88,7 +109,8 @@ class RunRecord:
     def label(self) -> str:
         """Short: the bench's own table and trace already say which bench this is."""
         mode = self.meta.get("telemetry", "on")
-        return f"{self.figures.policy} c={self.figures.concurrency}" + (f" telemetry={mode}" if mode != "on" else "")
+        return f"{self.figures.policy} {load_label(self.figures.concurrency)}" + (
+            f" telemetry={mode}" if mode != "on" else "")
 
     def saved(self) -> SavedRun:
         changes = [{"t": t, "changes": c} for t, c in self.loop.knob_changes]
@@ -114,7 +136,7 @@ def run_one(engine: Engine, cfg: BenchConfig, policy_name: str, concurrency: int
     if workload is None:
         workload = make_workload(cfg.workload, cfg.requests, cfg.prompt_tokens or engine.default_prompt_tokens(),
                                  engine.block_size, engine.vocab_size, cfg.seed)
-    label = f"{policy_name} c={concurrency}"
+    label = f"{policy_name} {load_label(concurrency)}"
 
     loops: list[PipelineLoop] = []
 

@@ -75,7 +75,7 @@ class PipelineLoop:
         (:func:`runtime.run_meta.describe_run`), published under the run's id for viewers of the store.
         ``check_invariants``: check :mod:`runtime.invariants` after every retired wave and once the
         run drained (slow: every stage's whole pool each time; for tests and diagnosis)."""
-        if concurrency < 1:
+        if concurrency < (0 if workload.open_loop else 1):     # 0: an open loop without a cap
             raise ValueError(f"concurrency must be >= 1, got {concurrency}")
         if not stall_timeout_s > 0:
             raise ValueError(f"stall timeout must be > 0 s, got {stall_timeout_s}")

@@ -11,6 +11,7 @@ from rich.table import Table
 
 from wavepp.runtime.idle_causes import top_causes
 from wavepp.runtime.report import RunFigures, fmt
+from wavepp.runtime.runfile import load_label
 
 
 class BenchProgress:
@@ -45,7 +46,8 @@ def print_table(figures: Sequence[RunFigures]) -> None:
         first = base.setdefault(f.concurrency, f.input_tokens_per_s)
         ratio = f.input_tokens_per_s / first if f.input_tokens_per_s is not None and first else None
         policy = f.policy + (" (stalled)" if f.stalled else "")     # figures to the stall: see the line below
-        t.add_row(policy, str(f.concurrency), fmt(f.input_tokens_per_s, ",.0f"), fmt(f.computed_tokens_per_s, ",.0f"),
+        load = str(f.concurrency or "open")          # 0: no cap (load_label)
+        t.add_row(policy, load, fmt(f.input_tokens_per_s, ",.0f"), fmt(f.computed_tokens_per_s, ",.0f"),
                   fmt(ratio, ".3f") + ("x" if ratio is not None else ""), fmt(f.pipeline_efficiency, ".3f"),
                   fmt(max(f.bubble_fraction, default=0) if f.bubble_fraction is not None else None, ".3f"),
                   f"{fmt(f.admission_interval_p50_s, '.2f', 1e3)}/{fmt(f.admission_interval_p99_s, '.2f', 1e3)}",
@@ -65,8 +67,8 @@ def print_table(figures: Sequence[RunFigures]) -> None:
         lost = max(f.recompute_s, default=0.0)
         if lost > 0:     # busy, not idle: work a late fallback threw away (runtime/recomputation.py)
             stages.append(f"recomputation after late fallbacks up to {lost / f.makespan_s:.1%}")
-        console.print(f"  {f.policy} c={f.concurrency}: " + " · ".join(stages), highlight=False)
+        console.print(f"  {f.policy} {load_label(f.concurrency)}: " + " · ".join(stages), highlight=False)
     for f in figures:
         if f.stalled:
-            console.print(f"  {f.policy} c={f.concurrency} stalled (its figures are to the stall): {f.stalled}",
-                          highlight=False)
+            console.print(f"  {f.policy} {load_label(f.concurrency)} stalled (its figures are to the stall): "
+                          f"{f.stalled}", highlight=False)

@@ -42,12 +42,16 @@ class RunInfo:
     @property
     def label(self) -> str:
         at = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(self.started))
-        # 0: no client-side cap (a server, open loop): requests come as clients send them
-        load = f"c={self.concurrency}" if self.concurrency > 0 else "open loop"
-        return f"{self.policy} {self.workload} {load} · {self.engine} · {self.source} · {at}Z"
+        return f"{self.policy} {self.workload} {load_label(self.concurrency)} · {self.engine} · {self.source} · {at}Z"
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def load_label(concurrency: int) -> str:
+    """A run's load in words: ``c=N``, or ``open loop`` for 0 - no client-side cap (a server, an open
+    loop at a rate, a trace's own arrivals): requests come as they arrive, whatever is outstanding."""
+    return f"c={concurrency}" if concurrency > 0 else "open loop"
 
 
 @dataclass(slots=True)

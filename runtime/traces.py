@@ -131,7 +131,7 @@ class TraceWorkload(ClosedLoop):
 
     async def arrivals(self, port: ArrivalPort) -> None:
         """Open loop: requests arrive at the trace's offsets, with at most ``concurrency`` outstanding
-        (a client's max concurrency): one that would exceed it arrives when a request finishes."""
+        (a client's max concurrency; 0: no cap): one that would exceed it arrives when a request finishes."""
         if not self.open_loop:
             await super().arrivals(port)
             return
@@ -140,7 +140,7 @@ class TraceWorkload(ClosedLoop):
             delay = start + self.arrival_offset(self.issued) - now()
             if delay > 0:
                 await asyncio.sleep(delay)
-            while self.issued - port.finished() >= port.concurrency:
+            while port.concurrency and self.issued - port.finished() >= port.concurrency:
                 await port.run.changed.wait()
             port.arrive(self.next_request(now()))
         await port.done.wait()              # a task of the run: returning would end it

@@ -37,6 +37,9 @@ ALIASES = {"suffix4k": "suffix:4096", "suffix16k": "suffix:16384"}
 DOC_SUFFIX_TOKENS = 4096       # docs: the new question after the document
 DOC_ZIPF = 1.0                 # docs: popularity exponent (0: uniform)
 DOC_SPREAD = 0.5               # docs: lengths uniform in [(1 - s) m, (1 + s) m]
+MAX_SESSIONS = 1_000_000       # sessions:N keeps a history per conversation
+MAX_DOCUMENTS = 1_000_000      # docs:N
+MAX_SUFFIX_TOKENS = 1 << 22    # docs' suffix=K: past any model's context
 FORMS = "cold, reuse90, mixed, suffix:N, suffix4k, suffix16k, sessions:N, docs:N[:suffix=K][:zipf=S] or trace:PATH"
 
 
@@ -72,26 +75,32 @@ def parse_workload(name: str) -> WorkloadSpec:
     if text in ("cold", "reuse90", "mixed"):
         return WorkloadSpec(text)
     if text.startswith("sessions:"):
-        n = text.removeprefix("sessions:")
-        if n.isdigit() and int(n) > 0:
-            return WorkloadSpec("sessions", sessions=int(n))
+        return WorkloadSpec("sessions", sessions=_count(text, name, "conversations", MAX_SESSIONS))
     if text.startswith("suffix:"):
-        n = text.removeprefix("suffix:")
-        if n.isdigit() and int(n) > 0:
-            return WorkloadSpec("suffix", int(n))
+        # no bound here: a suffix past the model's context is refused with the context named
+        return WorkloadSpec("suffix", _count(text, name, "suffix tokens"))
     if text.startswith("docs:"):
         return _docs(text, name)
     raise ValueError(f"unknown workload {name[:80]!r} (use {FORMS})")
 
 
+def _count(text: str, name: str, what: str, most: int | None = None) -> int:
+    """The N of ``FORM:N``, a whole number in [1, most] (None: no bound here); ValueError naming the
+    form and its range."""
+    form, _, n = text.partition(":")
+    if not (n.isascii() and n.isdigit() and 0 < int(n) <= (most or int(n))):
+        raise ValueError(f"workload {name[:80]!r}: {form}:N needs a number of {what} "
+                         + (f"in [1, {most}]" if most else "of at least 1"))
+    return int(n)
+
+
 def _docs(text: str, name: str) -> WorkloadSpec:
     n, *options = text.removeprefix("docs:").split(":")
-    if not (n.isascii() and n.isdigit() and 0 < int(n) <= 1_000_000):
-        raise ValueError(f"workload {name[:80]!r}: docs:N needs a number of documents in [1, 1000000]")
+    _count(f"docs:{n}", name, "documents", MAX_DOCUMENTS)
     suffix, zipf = DOC_SUFFIX_TOKENS, DOC_ZIPF
     for option in options:
         key, _, value = option.partition("=")
-        if key == "suffix" and value.isascii() and value.isdigit() and 0 < int(value) <= 1 << 22:
+        if key == "suffix" and value.isascii() and value.isdigit() and 0 < int(value) <= MAX_SUFFIX_TOKENS:
             suffix = int(value)
             continue
         if key == "zipf":
@@ -101,7 +110,7 @@ def _docs(text: str, name: str) -> WorkloadSpec:
                 zipf = -1.0
             if 0 <= zipf <= 10:
                 continue
-        raise ValueError(f"workload {name[:80]!r}: {option[:40]!r} is not suffix=TOKENS (1 to 4194304) "
+        raise ValueError(f"workload {name[:80]!r}: {option[:40]!r} is not suffix=TOKENS (1 to {MAX_SUFFIX_TOKENS}) "
                          f"or zipf=S (0 to 10)")
     return WorkloadSpec("docs", suffix, documents=int(n), zipf=zipf)
 

@@ -1,15 +1,17 @@
-"""A minimal OTLP/HTTP trace receiver: decodes each ``POST /v1/traces`` (protobuf) with
+"""A minimal OTLP/HTTP trace receiver: decodes each POST /v1/traces (protobuf) with
 opentelemetry-proto and keeps the spans. For the test suite and the telemetry cost benchmark
-(``scripts/telemetry_cost.sh``), where no collector is installed; not a production collector.
+(scripts/telemetry_cost.sh), where no collector is installed; not a production collector.
 
-    python -m telemetry.receiver --port 4318     # prints the span count every second
+    python -m wavepp.telemetry.receiver --port 4318     # prints the span count every second
+
+SIGINT (Ctrl-C) or SIGTERM stops it.
 """
 
 from __future__ import annotations
 
 import argparse
+import signal
 import threading
-import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -72,17 +74,19 @@ class OtlpReceiver:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--port", type=int, default=4318)
+    p = argparse.ArgumentParser(prog="python -m wavepp.telemetry.receiver", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--port", type=int, default=4318, help="port to listen on, 0 for any free one (default: 4318)")
     args = p.parse_args()
+    stop = threading.Event()
+    # Set, not inherited: a shell that starts it in the background (`... &`) leaves SIGINT ignored.
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda signum, frame: stop.set())
     r = OtlpReceiver(args.port)
     print(f"OTLP/HTTP receiver on {r.endpoint}/v1/traces", flush=True)
-    try:
-        while True:
-            time.sleep(1)
-            print(f"spans {r.num_spans}", flush=True)
-    except KeyboardInterrupt:
-        r.close()
+    while not stop.wait(1.0):
+        print(f"spans {r.num_spans}", flush=True)
+    r.close()
 
 
 if __name__ == "__main__":

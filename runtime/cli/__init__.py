@@ -10,6 +10,8 @@ bad flag answer at once.
 from __future__ import annotations
 
 import argparse
+import os
+import select
 import signal
 import sys
 import traceback
@@ -55,15 +57,25 @@ def _build() -> tuple[Parser, dict[str, Handler]]:
     handlers: dict[str, Handler] = {}
     for command in COMMANDS:
         handlers.update(command.register(sub))
-    for p in sub.choices.values():      # `wavepp bench … --verbose` as well as `wavepp --verbose bench …`
+    _add_verbose(sub)
+    return parser, handlers
+
+
+def _add_verbose(sub: Any) -> None:
+    """``--verbose`` on every subcommand, nested ones too (``wavepp trace export … --verbose`` as well
+    as ``wavepp --verbose trace export …``); SUPPRESS keeps the top level's value where it is not given."""
+    for p in sub.choices.values():
         p.add_argument("--verbose", action="store_true", default=argparse.SUPPRESS,
                        help="print the traceback of an error")
-    return parser, handlers
+        for action in p._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                _add_verbose(action)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Every error ends in one line on stderr (``wavepp: error: …``): exit 2 for bad input, 1 for a
-    failure during the run, 130/143 for SIGINT/SIGTERM; the traceback only with ``--verbose``."""
+    failure during the run, 130/143 for SIGINT/SIGTERM; the traceback only with ``--verbose``. A
+    reader of stdout that went away (``| head -1``) ends it quietly with 141, as SIGPIPE would."""
     parser, handlers = _build()
     verbose = False
     interrupts = _Interrupts()
@@ -74,7 +86,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 0
         handler = handlers[args.command]
         with interrupts:
-            return handler(args)
+            code = handler(args)
+        sys.stdout.flush()          # a reader gone (`| head -1`) is found here, not at the interpreter's exit
+        return code
+    except BrokenPipeError as exc:        # stdout's reader, or else a socket or a child's pipe: a failure
+        return _quiet_after_sigpipe() if _stdout_reader_gone() else _failed(exc, verbose)
     except UsageError as exc:
         return _error(str(exc), EXIT_USAGE, verbose)
     except RunFailed as exc:
@@ -85,8 +101,32 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"wavepp: interrupted ({interrupts.name})", file=sys.stderr)
         return 128 + signal.Signals[interrupts.name].value
     except Exception as exc:
-        first = (str(exc).strip().splitlines() or [""])[0]
-        return _error(f"{type(exc).__name__}: {first}" if first else type(exc).__name__, EXIT_FAILED, verbose)
+        return _failed(exc, verbose)
+
+
+def _failed(exc: Exception, verbose: bool) -> int:
+    """An unexpected error: its type and first line, exit 1."""
+    first = (str(exc).strip().splitlines() or [""])[0]
+    return _error(f"{type(exc).__name__}: {first}" if first else type(exc).__name__, EXIT_FAILED, verbose)
+
+
+def _stdout_reader_gone() -> bool:
+    """Whether stdout is a pipe whose reader closed it (poll says POLLERR on its write end)."""
+    try:
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(events & select.POLLERR for _, events in poller.poll(0))
+    except (OSError, ValueError, AttributeError):      # no stdout, or not a file: not a reader that left
+        return False
+
+
+def _quiet_after_sigpipe() -> int:
+    """Stop as a tool killed by SIGPIPE does (``git log | head -1``): no message, exit 128 + SIGPIPE.
+    stdout goes to /dev/null first, so the interpreter's last flush of what is buffered cannot fail."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return 128 + signal.SIGPIPE.value
 
 
 def _error(message: str, code: int, verbose: bool) -> int:

@@ -26,6 +26,7 @@ from wavepp.runtime.cli.args import (
 )
 from wavepp.runtime.cli.bench_url import cmd_bench_url
 from wavepp.runtime.engines.launchers import LAUNCHER_HELP, LAUNCHERS
+from wavepp.runtime.engines.model_names import sim_models, torch_models
 from wavepp.runtime.engines.sim.perf_tables import PERF_DIR_ENV
 from wavepp.runtime.engines.sim.profiles import DEFAULT_KV_DTYPE, KV_DTYPES
 from wavepp.runtime.kvcache.state_snapshots import DEFAULT_SNAPSHOT_INTERVAL
@@ -34,16 +35,15 @@ from wavepp.runtime.kvcache.state_snapshots import DEFAULT_SNAPSHOT_INTERVAL
 def register(sub: Any) -> dict[str, Handler]:
     b = sub.add_parser("bench", help="run a workload under policies and concurrencies, side by side")
     b.add_argument("--engine", default="sim", choices=["sim", "torch"], help="execution engine (default: sim)")
-    b.add_argument("--model", default=None,
-                   help="sim: llama-3-8b, glm-5.2 (default), minimax-m2.7; torch: tiny-llama (default), tiny-moe, "
-                        "a config.json or a Hugging Face model directory")
+    b.add_argument("--model", default=None, help=f"sim: {sim_models('glm-5.2')}; torch: {torch_models()}")
     b.add_argument("--hardware", default=None, help="sim: hardware profile, h200 or b300 (default b300)")
     b.add_argument("--pp", type=positive_int, default=4, help="pipeline stages (default 4)")
     b.add_argument("--workload", default=None,
                    help="cold, reuse90, mixed, suffix:N, suffix4k, suffix16k, sessions:N, "
                         "docs:N[:suffix=K][:zipf=S] or trace:PATH (default: suffix4k on sim, reuse90 on torch)")
-    b.add_argument("--concurrency", type=int_list, default=[8, 32, 128],
-                   help="closed-loop concurrency, e.g. 8,32,128 (trace: the most requests outstanding)")
+    b.add_argument("--concurrency", type=int_list, default=None,
+                   help="closed-loop concurrency, a list (default 8,32,128); trace: the most requests outstanding "
+                        "(default: no cap, one run per policy); not with --rate")
     b.add_argument("--on-bad-line", choices=["skip", "fail"], default="fail",
                    help="trace: a malformed line ends the bench before it starts (fail) or is skipped and counted")
     b.add_argument("--trace-speed", type=positive_float, default=1.0,
@@ -148,6 +148,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         return cmd_bench_url(args, defaults())
     if args.rate is not None:
         raise UsageError("--rate: only with --url (an in-process bench is closed loop, or a trace's own arrivals)")
+    from wavepp.runtime.bench import run_concurrencies
     from wavepp.runtime.knobs import KnobError, check_block_size, field_problems
     from wavepp.runtime.policies import get_policy
     from wavepp.runtime.traces import load_trace
@@ -160,6 +161,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
             if args.time_scale is not None and not args.realtime:
                 raise ValueError("--time-scale stretches the wall clock of a real-time run: it needs --realtime")
             spec = parse_workload(args.workload or ("reuse90" if args.engine == "torch" else "suffix4k"))
+            args.concurrency = run_concurrencies(args.concurrency, spec)
             if spec.kind == "trace":
                 spec = dataclasses.replace(spec, on_bad_line=args.on_bad_line, speed=args.trace_speed)
                 trace = load_trace(spec.path, spec.on_bad_line, args.requests)    # every line checked up front
@@ -235,7 +237,7 @@ def _bench(args: argparse.Namespace, spec: Any, engine: Any, sim: Any, knobs: An
     cfg = BenchConfig(spec, args.concurrency, args.policy, requests, args.seed, args.prompt_tokens, knobs,
                       args.model, args.hardware, args.stall_timeout, args.store_deadline, args.telemetry,
                       check_invariants=args.check_invariants)
-    if args.engine == "sim" and not args.quiet:
+    if args.engine == "sim":              # --quiet hides the progress bar only
         print(f"sim cost model: {engine.cost_model_name}")
     try:
         prepared = prepare_store(engine.store_url, args.reset_store)   # unreachable, not Redis: before any run
@@ -258,7 +260,7 @@ def _bench(args: argparse.Namespace, spec: Any, engine: Any, sim: Any, knobs: An
             failure = RunFailed(f"store: {exc}")
         except (Exception, KeyboardInterrupt) as exc:
             failure = exc
-    for r in records:     # the JSON says the sim's cost model as `sim cost model:` does, --quiet or not
+    for r in records:     # the JSON says the sim's cost model as `sim cost model:` does
         if args.engine == "sim":
             r.meta["sim_cost_model"] = engine.cost_model_name
     if records:

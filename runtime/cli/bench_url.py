@@ -1,5 +1,6 @@
 """``wavepp bench --url``: the load generator against a running ``wavepp serve``, one run per
-concurrency; the server's own settings apply, so the bench flags that would change them are refused."""
+concurrency of a closed loop (or of a capped trace), one run for an open loop or an uncapped trace;
+the server's own settings apply, so the bench flags that would change them are refused."""
 
 from __future__ import annotations
 
@@ -19,8 +20,10 @@ def cmd_bench_url(args: argparse.Namespace, defaults: argparse.Namespace) -> int
     :data:`URL_FLAGS` that differs from it was given, and is refused)."""
     import asyncio
 
+    from wavepp.runtime.bench import run_concurrencies
     from wavepp.runtime.progress import BenchProgress, print_table
     from wavepp.runtime.report import fmt
+    from wavepp.runtime.runfile import load_label
     from wavepp.runtime.serve.loadgen import LoadError, LoadGenerator, UrlRun
     from wavepp.runtime.traces import TraceError, load_trace
     from wavepp.runtime.workloads import parse_workload
@@ -38,15 +41,16 @@ def cmd_bench_url(args: argparse.Namespace, defaults: argparse.Namespace) -> int
             load_trace(spec.path, spec.on_bad_line, args.requests)
             if args.rate is not None:
                 raise ValueError("--rate: a trace replays its own arrivals (--trace-speed scales them)")
+        concurrencies = run_concurrencies(args.concurrency, spec, args.rate)
     except (ValueError, TraceError) as exc:
         raise UsageError(str(exc)) from None
-    requests = args.requests if spec.kind == "trace" else args.requests or max(512, 4 * max(args.concurrency))
+    requests = args.requests if spec.kind == "trace" else args.requests or max(512, 4 * max(concurrencies))
     runs: list[UrlRun] = []
     failure: BaseException | None = None
     with BenchProgress(disabled=args.quiet) as progress:
         try:
-            for c in args.concurrency:
-                gen = LoadGenerator(args.url, spec, requests, c, args.rate, args.prompt_tokens, args.seed)
+            for concurrency in concurrencies:
+                gen = LoadGenerator(args.url, spec, requests, concurrency, args.rate, args.prompt_tokens, args.seed)
                 runs.append(asyncio.run(gen.run(progress.update)))
         except LoadError as exc:
             failure = UsageError(str(exc)) if not runs else RunFailed(str(exc))
@@ -57,7 +61,8 @@ def cmd_bench_url(args: argparse.Namespace, defaults: argparse.Namespace) -> int
         for r in runs:
             c = r.client.as_dict()
             latency = "/".join(fmt(c[f"latency_{q}_s"], ".3f") for q in ("p50", "p95", "p99"))
-            print(f"clients {r.figures.policy} {r.figures.concurrency}: {c['answered']}/{c['sent']} answered, "
+            print(f"clients {r.figures.policy} {load_label(r.figures.concurrency)}: "
+                  f"{c['answered']}/{c['sent']} answered, "
                   f"{c['refused_429']} refused (429), {c['failed']} failed; "
                   f"{fmt(c['input_tokens_per_s'], ',.0f')} input tok/s; latency p50/p95/p99 {latency} s; "
                   f"HTTP overhead p50 {fmt(c['http_overhead_p50_s'], '.2f', 1e3)} ms")

@@ -7,12 +7,13 @@ import argparse
 from typing import Any
 
 from wavepp.runtime.cli.args import Handler, UsageError, output_file, positive_float, positive_int, write_output
+from wavepp.runtime.engines.model_names import torch_models
 
 
 def register(sub: Any) -> dict[str, Handler]:
     cal = sub.add_parser("calibrate", help="fit the torch engine's stage step times for the simulator")
     cal.add_argument("--engine", choices=["torch"], default="torch", help="the engine calibrated")
-    cal.add_argument("--model", default="tiny-llama", help="tiny-llama, tiny-moe, a config.json or a model directory")
+    cal.add_argument("--model", default="tiny-llama", help=torch_models())
     cal.add_argument("--pp", type=positive_int, default=2, help="pipeline stages")
     cal.add_argument("--block-size", type=positive_int, default=64, help="tokens per KV block")
     cal.add_argument("--kv-memory-mb", type=positive_float, default=256.0, help="KV pool per stage")

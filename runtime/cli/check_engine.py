@@ -7,11 +7,12 @@ from typing import Any
 
 from wavepp.runtime.cli.args import Handler, RunFailed, UsageError, positive_int
 from wavepp.runtime.engines.launchers import LAUNCHER_HELP, LAUNCHERS
+from wavepp.runtime.engines.model_names import torch_models
 
 
 def register(sub: Any) -> dict[str, Handler]:
     e = sub.add_parser("check-engine", help="torch engine vs Hugging Face transformers, same weights")
-    e.add_argument("--model", default="tiny-llama", help="tiny-llama, tiny-moe, a config.json or a model directory")
+    e.add_argument("--model", default="tiny-llama", help=torch_models())
     e.add_argument("--pp", type=positive_int, default=2, help="pipeline stages")
     e.add_argument("--block-size", type=positive_int, default=16, help="tokens per KV block")
     e.add_argument("--chunk", type=positive_int, default=64, help="tokens per chunk")

@@ -6,12 +6,13 @@ import argparse
 from typing import Any
 
 from wavepp.runtime.cli.args import Handler, UsageError, int_list, non_negative_int, non_negative_int_list, positive_int
+from wavepp.runtime.engines.model_names import table_models
 from wavepp.runtime.engines.sim.perf_tables import PERF_DIR_ENV
 
 
 def register(sub: Any) -> dict[str, Handler]:
     t = sub.add_parser("cost-table", help="sim: analytic vs kernel-table step time of one stage, as Markdown")
-    t.add_argument("--model", default="glm-5.2", help="glm-5.2, minimax-m2.7")
+    t.add_argument("--model", default="glm-5.2", help=f"a model the kernel tables cover: {table_models('glm-5.2')}")
     t.add_argument("--hardware", default="b300", help="h200, b300")
     t.add_argument("--pp", type=positive_int, default=4, help="pipeline stages")
     t.add_argument("--stage", type=non_negative_int, default=1, help="which stage (default 1: no embedding or LM head)")

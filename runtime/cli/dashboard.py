@@ -8,6 +8,7 @@ import os
 from typing import Any
 
 from wavepp.runtime.cli.args import Handler, UsageError, positive_float, positive_int
+from wavepp.runtime.engines.model_names import sim_models, torch_models
 
 CALIBRATE_ENV = "WAVEPP_BACKGROUND_CALIBRATION"   # "off": no calibration in the background (the test suite)
 
@@ -21,7 +22,8 @@ def register(sub: Any) -> dict[str, Handler]:
     d.add_argument("--host", default="127.0.0.1", help="the address it listens on")
     d.add_argument("--engine", choices=["torch", "sim"], default="torch",
                    help="embedded runtime: torch (real compute, tiny model) or sim (slowed to real time)")
-    d.add_argument("--model", default=None, help="embedded runtime: tiny-llama (torch) / llama-3-8b (sim) …")
+    d.add_argument("--model", default=None,
+                   help=f"embedded runtime: torch: {torch_models()}; sim: {sim_models('llama-3-8b')}")
     d.add_argument("--hardware", default="h200", help="embedded sim: hardware profile")
     d.add_argument("--pp", type=positive_int, default=None, help="embedded runtime: stages (torch 2, sim 4)")
     d.add_argument("--workload", default="reuse90", help="embedded runtime: workload")

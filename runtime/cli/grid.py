@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from wavepp.runtime.cli.args import Handler, UsageError, int_list, name_list, output_file, positive_int, write_outputs
+from wavepp.runtime.engines.model_names import sim_models
 
 
 def register(sub: Any) -> dict[str, Handler]:
@@ -18,7 +19,8 @@ def register(sub: Any) -> dict[str, Handler]:
                         "(runtime/grid_pressure.py); kimi-k3: Kimi-K3 on one B300 node, PP and TP/EP deployments of "
                         "four engines, 4 workloads x c = 1-64 (runtime/grid_kimi.py); --models, --workloads and "
                         "--concurrency apply to paper only")
-    g.add_argument("--models", type=name_list, default=["glm-5.2", "minimax-m2.7"], help="paper: sim models")
+    g.add_argument("--models", type=name_list, default=["glm-5.2", "minimax-m2.7"],
+                   help=f"paper: sim models, a list of {sim_models()}")
     g.add_argument("--hardware", default="b300", help="hardware profile")
     g.add_argument("--pp", type=positive_int, default=4, help="pipeline stages")
     g.add_argument("--workloads", type=name_list, default=["cold", "reuse90", "mixed", "suffix4k", "suffix16k"],

@@ -14,6 +14,8 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from wavepp.runtime.engines.model_names import sim_models, torch_models
+
 
 def _positive_int(text: str) -> int:
     if not text.strip().isdigit() or int(text) < 1:
@@ -86,8 +88,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("host", str, "127.0.0.1", "address to listen on (compose: 0.0.0.0)"),
     Option("port", _port, 8000, "port to listen on (0: any free port, printed at start)"),
     Option("engine", _choice("torch", "sim"), "torch", "torch (real compute) or sim (the simulator on the wall clock)"),
-    Option("model", str, None, "torch: tiny-llama (default), tiny-moe, a config.json or a Hugging Face directory; "
-                               "sim: llama-3-8b (default), glm-5.2, minimax-m2.7"),
+    Option("model", str, None, f"torch: {torch_models()}; sim: {sim_models('llama-3-8b')}"),
     Option("served_model_name", str, None, "the model name /v1/completions answers to (default: --model)"),
     Option("hardware", str, "h200", "sim: hardware profile"),
     Option("time_scale", _positive_float, 1.0, "sim: multiply modelled step times"),

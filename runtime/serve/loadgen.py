@@ -7,7 +7,8 @@ same requests. Arrivals:
 
 * closed loop (default): ``--concurrency`` clients, each sends its next request when its answer came;
 * open loop, ``--rate R``: Poisson arrivals at R requests/s (seeded), whatever the answers;
-* trace replay (``--workload trace:PATH``): the trace's timestamps, at most ``--concurrency`` outstanding.
+* trace replay (``--workload trace:PATH``): the trace's timestamps, at most ``--concurrency`` outstanding
+  (concurrency 0: no cap, as for the open loop).
 
 The server's figures (throughput, pipeline efficiency, latencies, admission cadence) are computed
 from the spans it finished during the measured window (``GET /v1/spans``), by the same code as the
@@ -133,7 +134,7 @@ class LoadGenerator:
     async def run(self, progress: Progress | None = None) -> UrlRun:
         # Open loop and traces may have many requests out at once: the client keeps at most this many
         # connections (more wait in its pool), so the client's own sockets stay bounded.
-        connections = max(self.concurrency, MAX_OPEN_CONNECTIONS if self.rate is not None else self.concurrency)
+        connections = self.concurrency or MAX_OPEN_CONNECTIONS        # 0: no cap (open loop, a trace's arrivals)
         limits = httpx.Limits(max_connections=connections, max_keepalive_connections=connections)
         async with httpx.AsyncClient(base_url=self.url, timeout=self.timeout_s, limits=limits) as client:
             info = await self.server_info(client)
@@ -171,7 +172,7 @@ class LoadGenerator:
     @property
     def mode(self) -> str:
         if self.spec.kind == "trace":
-            return f"trace c<={self.concurrency}"
+            return f"trace c<={self.concurrency}" if self.concurrency else "trace"
         return f"rate={self.rate:g}/s" if self.rate is not None else f"c={self.concurrency}"
 
     # ---- arrivals -------------------------------------------------------------------------------
@@ -201,7 +202,7 @@ class LoadGenerator:
 
     async def _trace(self, client: httpx.AsyncClient, workload: TraceWorkload, figures: ClientFigures,
                      finished: Callable[[], None]) -> None:
-        slots = asyncio.Semaphore(self.concurrency)
+        slots = asyncio.Semaphore(self.concurrency or workload.num_requests)      # 0: no cap
         tasks = []
         start = time.monotonic()
 

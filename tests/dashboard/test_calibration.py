@@ -88,3 +88,17 @@ def test_the_knobs_page_says_the_calibration_is_running(cache: Path, monkeypatch
     monkeypatch.setattr(whatif.st, "info", shown.append)
     got = whatif._inputs(None, {"engine": "torch"}, {"profile": os.environ[calibration.PROFILE_ENV]})  # type: ignore[arg-type]
     assert got is None and len(shown) == 1 and "has been running in the background for 4" in shown[0], shown
+
+
+def test_the_logs_use_hint_names_the_profile_that_stays(cache: Path) -> None:
+    """The calibration's log ends with ``wrote FILE (use: … --cost-profile FILE)``, FILE its ``--out``
+    (runtime/cli/calibrate.py): that must be the profile the dashboard keeps, not a temporary name
+    that is gone once the calibration ends."""
+    made = calibration.ensure("tiny-llama", 2, 64)
+    deadline = time.monotonic() + 10
+    while not made.path.is_file() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    [argv] = FakeCalibrate.calls
+    hinted = Path(argv[argv.index("--out") + 1])
+    assert hinted == made.path and hinted.is_file()
+    assert [p.name for p in cache.iterdir() if p.name.endswith(".partial")] == []

@@ -55,7 +55,7 @@ def test_open_loop_counts_the_requests_the_server_refused(start_server: Callable
     server = start_server("--engine", "sim", "--pp", "2", "--kv-blocks", "100", "--max-queue", "2",
                           "--time-scale", "20")
     run = bench_url(server.url, tmp_path / "open.json", "--workload", "cold", "--rate", "200", "--requests", "30",
-                    "--prompt-tokens", "2048", "--concurrency", "1")
+                    "--prompt-tokens", "2048")
     client = run["client"]
     assert client["sent"] == 30 and client["failed"] == 0
     assert client["refused_429"] > 0 and client["answered"] + client["refused_429"] == 30
@@ -114,3 +114,13 @@ def test_a_policy_that_changed_during_the_run_is_named_in_wave_order() -> None:
     assert wave_policies(spans) == ["trtllm-pp", "wavepp", "trtllm-pp"]     # a plan with no wave ran nothing
     assert policy_label(["trtllm-pp", "wavepp"], "x") == "trtllm-pp->wavepp"
     assert policy_label([], "wavepp") == "wavepp"                           # no wave measured: the server's
+
+
+def test_open_loop_without_concurrency_sends_the_requests_asked_once(
+        start_server: Callable[..., Any], tmp_path: Path) -> None:
+    """``--rate R --requests N``: one open-loop run of N requests, not one per default concurrency."""
+    server = start_server("--engine", "sim", "--pp", "2", "--kv-blocks", "1000", "--time-scale", "0.05")
+    run = bench_url(server.url, tmp_path / "rate.json", "--workload", "cold", "--rate", "200", "--requests", "12",
+                    "--prompt-tokens", "2048")
+    assert run["client"]["sent"] == 12 and run["concurrency"] == 0
+    assert server.stop() == 0, server.errors()
