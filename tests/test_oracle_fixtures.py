@@ -58,6 +58,7 @@ KNOWN: dict[str, Known] = {
         (LOOKUP_AND_PUBLICATION, EMPTY_STEPS), 2,
         {"r1": ((2, 32768), (2, 0)), "r2": ((3, 32768), (4, 0))}),
     "vllm-zipf-docs-16384": Known((LOOKUP_AND_PUBLICATION,), 1, summary=(92, 360448, 172032)),
+    "vllm-zipf-docs-8192": Known((LOOKUP_AND_PUBLICATION,), 2, summary=(92, 360448, 212992)),
     "vllm-zipf-docs-8192-lpt4096": Known((NO_LONG_PREFILL_CAP, LOOKUP_AND_PUBLICATION), 0,
                                          summary=(92, 360448, 221184)),
 }

@@ -58,6 +58,7 @@ RUNS: list[tuple[str, str, dict[str, Any]]] = [
     ("vllm-one-document-16384", "one-document", {"max_num_batched_tokens": 16384}),
     ("vllm-one-document-8192-async", "one-document", {"max_num_batched_tokens": 8192, "async_scheduling": True}),
     ("vllm-zipf-docs-16384", "zipf-docs", {"max_num_batched_tokens": 16384}),
+    ("vllm-zipf-docs-8192", "zipf-docs", {"max_num_batched_tokens": 8192}),
     ("vllm-zipf-docs-8192-lpt4096", "zipf-docs",
      {"max_num_batched_tokens": 8192, "long_prefill_token_threshold": 4096}),
 ]
