@@ -27,6 +27,13 @@ LOOKUP_AND_PUBLICATION = (
 NO_LONG_PREFILL_CAP = (
     "our chunking has no per-request chunk cap: vLLM's long_prefill_token_threshold limits each request's chunk in "
     "a step (when more than one request is running or waiting), so several requests share a step's budget")
+# What sglang-pp does that SGLang 0.5.23 does not (python/sglang/srt/managers/scheduler.py,
+# mem_cache/common.py; runtime/policies/sglang_pp.py).
+SGLANG_LOOKUP_AND_PUBLICATION = (
+    "sglang-pp fixes a request's reuse boundary when it is admitted and a request's blocks become reusable when it "
+    "completes; SGLang matches a request's prefix when it joins a batch (get_new_batch_prefill: match_prefix) "
+    "against a tree into which the running chunked request's previous chunk was put at the start of the round "
+    "(get_next_batch_to_run -> stash_chunked_request -> tree_cache.checkpoint(req, up_to=extend_end))")
 EMPTY_STEPS = (
     "vLLM's engine calls schedule() while every prompt token is scheduled and the outputs are in flight; those "
     "steps schedule nothing and are skipped, so a request arriving after them arrives earlier in our waves")
@@ -61,15 +68,26 @@ KNOWN: dict[str, Known] = {
     "vllm-zipf-docs-8192": Known((LOOKUP_AND_PUBLICATION,), 2, summary=(92, 360448, 212992)),
     "vllm-zipf-docs-8192-lpt4096": Known((NO_LONG_PREFILL_CAP, LOOKUP_AND_PUBLICATION), 0,
                                          summary=(92, 360448, 221184)),
+    "sglang-one-document-8192": Known(
+        (SGLANG_LOOKUP_AND_PUBLICATION,), 4,
+        {"r1": ((4, 32768), (4, 0)), "r2": ((5, 32768), (8, 32768))}),
+    "sglang-zipf-docs-8192": Known((SGLANG_LOOKUP_AND_PUBLICATION,), 2, summary=(92, 356608, 212992)),
 }
 
 
-def vllm_preset(settings: dict[str, Any]) -> tuple[str, Knobs]:
-    """vllm-pp with the fixture's budget (its own 16384, else the static budget at the fixture's) and its
-    batches in flight as the ring."""
-    budget = int(settings["max_num_batched_tokens"])
+def preset(fixture: dict[str, Any]) -> tuple[str, Knobs, int]:
+    """The preset of the fixture's engine with the fixture's budget, its batches in flight as the ring, and its
+    pipeline stages. vllm-pp: its own static 16384, else the static budget at the fixture's
+    ``max_num_batched_tokens``. sglang-pp: the fixture's ``chunked_prefill_size`` as a static budget (the
+    oracle runs SGLang without ``--enable-dynamic-chunking``, the preset's chunking)."""
+    s = fixture["settings"]
+    if fixture["oracle"] == "sglang":
+        return ("sglang-pp+chunking=static", Knobs(static_chunk_tokens=int(s["chunked_prefill_size"]),
+                                                   ring=int(s["batches_in_flight"])), int(s["pp_size"]))
+    budget = int(s["max_num_batched_tokens"])
     policy = "vllm-pp" if budget == 16384 else "vllm-pp+chunking=static"
-    return policy, Knobs(static_chunk_tokens=budget, ring=int(settings["batches_in_flight"]))
+    return (policy, Knobs(static_chunk_tokens=budget, ring=int(s["batches_in_flight"])),
+            int(s["pipeline_parallel_size"]))
 
 
 def observed(oracle: Decisions, ours: Decisions, per_request: bool) -> Known:
@@ -81,21 +99,21 @@ def observed(oracle: Decisions, ours: Decisions, per_request: bool) -> Known:
     return Known((), first, summary=summary)
 
 
-VLLM_FIXTURES = sorted(p.stem for p in FIXTURES.glob("vllm-*.json"))
+ORACLE_FIXTURES = sorted(p.stem for p in FIXTURES.glob("*.json") if p.stem != "scenarios")
+VERSIONS = {"vllm": "0.34.0", "sglang": "0.5.23"}
 
 
 def test_every_known_difference_names_a_recorded_fixture() -> None:
-    assert VLLM_FIXTURES and set(KNOWN) <= set(VLLM_FIXTURES)
+    assert ORACLE_FIXTURES and set(KNOWN) <= set(ORACLE_FIXTURES)
 
 
-@pytest.mark.parametrize("name", VLLM_FIXTURES)
-def test_vllm_pp_schedules_as_vllm_0_34_does_or_differs_as_named(name: str) -> None:
+@pytest.mark.parametrize("name", ORACLE_FIXTURES)
+def test_our_preset_schedules_as_its_source_does_or_differs_as_named(name: str) -> None:
     fixture = load_fixture(name)
-    assert fixture["oracle"] == "vllm" and fixture["version"] == "0.34.0"
-    settings = fixture["settings"]
-    policy, knobs = vllm_preset(settings)
+    assert fixture["version"] == VERSIONS[fixture["oracle"]]
+    policy, knobs, pp = preset(fixture)
     oracle = oracle_decisions(fixture)
-    ours = run_sim(fixture, policy, knobs, int(settings["pipeline_parallel_size"]))
+    ours = run_sim(fixture, policy, knobs, pp)
     assert set(ours.first) == set(oracle.first)            # every request ran, once
     known = KNOWN.get(name)
     if known is None:
@@ -122,8 +140,19 @@ def test_the_fixtures_record_what_the_issue_expects_of_vllm() -> None:
 def test_requests_arrive_in_our_run_before_the_wave_their_fixture_names() -> None:
     """The harness's arrivals: no request is scheduled before the wave it arrives before."""
     fixture = load_fixture("vllm-one-document-8192")
-    policy, knobs = vllm_preset(fixture["settings"])
-    ours = run_sim(fixture, policy, knobs, 4)
+    ours = run_sim(fixture, *preset(fixture))
     assert ours.first["r0"] == (0, 0)
     assert ours.first["r1"][0] >= 2 and ours.first["r2"][0] >= 5
     assert ours.steps[:4] == [{"r0": 8192}] * 4
+
+
+def test_the_sglang_fixture_matches_a_producer_up_to_its_previous_chunk() -> None:
+    """SGLang 0.5.23's answer (DESIGN §3.2): a request joining a batch matches what the tree holds at the start of
+    the round, the producer's chunks up to its previous one; it computes the rest of the document again beside
+    the producer's own chunk."""
+    zipf = load_fixture("sglang-zipf-docs-8192")
+    steps = oracle_decisions(zipf).steps
+    assert steps[1]["z03"] == 3328                                     # z03 (document 0) computes 0-3,328
+    assert zipf["first_scheduling"]["z05"] == {"step": 2, "hit": 3328}  # z05 (document 0) joins at step 2
+    # both compute 3,328-4,096 of the document in step 2, each with its own 256-token suffix
+    assert steps[2]["z03"] == 4352 - 3328 and steps[2]["z05"] == 4352 - 3328
