@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-dev
 
-.PHONY: demo test test-reliability faults soak lint audit bench bench-torch bench-telemetry grid grid-pressure grid-kimi ablation ablation-kimi clean services stack
+.PHONY: demo test oracle test-reliability faults soak lint audit bench bench-torch bench-telemetry grid grid-pressure grid-kimi ablation ablation-kimi clean services stack
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -66,6 +66,27 @@ ablation-kimi: $(STAMP)
 		$(VENV)/bin/wavepp bench $(KIMI_DOCS) --policy wavepp,vllm-pp --snapshot-interval $$interval \
 			--json out/ablation-kimi-snapshot-$$interval.json || exit 1; done
 
+# Peers' own schedulers on fixed scenarios (scripts/oracle/, tests/data/oracle/README.md): vLLM 0.34.0's v1
+# Scheduler and KVCacheManager on a CPU with a faked model output, and SGLang 0.5.23's Scheduler on a CPU (PP 1,
+# dummy weights of a one-layer model); per step, the tokens scheduled per request and each request's hit at its
+# first scheduling, into tests/data/oracle/*.json (make test compares our presets with them:
+# tests/test_oracle_fixtures.py). Not part of make test: its own venv, about 9 GB with vLLM's CUDA torch and
+# 15-20 minutes to install on 2 cores, then about 4 minutes to run. SGLang goes in without its dependencies
+# (it pins another torch and transformers; the scheduler runs on vLLM's), with the two it imports beyond them.
+ORACLE_VENV  ?= .venv-oracle
+ORACLE_STAMP := $(ORACLE_VENV)/.installed-vllm-0.34.0-sglang-0.5.23
+$(ORACLE_STAMP): scripts/oracle/requirements-vllm.txt
+	test -x $(ORACLE_VENV)/bin/python || $(PYTHON) -m venv $(ORACLE_VENV)
+	$(ORACLE_VENV)/bin/pip install -q --no-deps vllm==0.34.0
+	$(ORACLE_VENV)/bin/pip install -q -r scripts/oracle/requirements-vllm.txt
+	$(ORACLE_VENV)/bin/pip install -q --no-deps sglang==0.5.23
+	$(ORACLE_VENV)/bin/pip install -q ipython==9.18.1 gguf==0.19.0
+	touch $@
+
+oracle: $(ORACLE_STAMP)
+	$(ORACLE_VENV)/bin/python scripts/oracle/vllm_oracle.py
+	$(ORACLE_VENV)/bin/python scripts/oracle/sglang_oracle.py
+
 # Issue 3's figures: the torch engine (threads with the calibrated sim, and spawned processes),
 # wavepp vs trtllm-pp on four workloads; about 25 minutes on a 2-core CPU.
 bench-torch: $(STAMP)
@@ -120,4 +141,4 @@ audit: $(STAMP)
 	@$(PY) scripts/audit.py --service $(SERVICE)
 
 clean:
-	rm -rf $(VENV) out .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(ORACLE_VENV) out .pytest_cache .mypy_cache .ruff_cache
