@@ -19,24 +19,14 @@ from wavepp.runtime.knobs import Knobs
 
 # What vllm-pp does that vLLM 0.34.0 does not, as read from both (vllm/v1/core/kv_cache_manager.py,
 # vllm/v1/core/sched/scheduler.py; runtime/policies/vllm_pp.py).
-LOOKUP_AND_PUBLICATION = (
-    "vllm-pp fixes a request's reuse boundary when it is admitted and a request's blocks become reusable when it "
-    "completes (ComputeAgain: one admitted while its document is computed computes it again); vLLM looks a request "
-    "up at its first scheduling (Scheduler.schedule: get_computed_blocks while num_computed_tokens == 0) and caches "
-    "a request's blocks when they are scheduled (KVCacheManager.allocate_slots -> cache_blocks), same step included")
+SAME_STEP = (
+    "a request looked up in a step hits what the running requests were scheduled for before it (share=planned), "
+    "not the chunk a running request is scheduled for in that same step: vLLM schedules the running requests first "
+    "and caches their blocks in allocate_slots before the waiting queue is looked up (Scheduler.schedule), so a "
+    "request joining the producer's step hits that chunk too; ours hits it one wave later, or computes it")
 NO_LONG_PREFILL_CAP = (
     "our chunking has no per-request chunk cap: vLLM's long_prefill_token_threshold limits each request's chunk in "
     "a step (when more than one request is running or waiting), so several requests share a step's budget")
-# What sglang-pp does that SGLang 0.5.23 does not (python/sglang/srt/managers/scheduler.py,
-# mem_cache/common.py; runtime/policies/sglang_pp.py).
-SGLANG_LOOKUP_AND_PUBLICATION = (
-    "sglang-pp fixes a request's reuse boundary when it is admitted and a request's blocks become reusable when it "
-    "completes; SGLang matches a request's prefix when it joins a batch (get_new_batch_prefill: match_prefix) "
-    "against a tree into which the running chunked request's previous chunk was put at the start of the round "
-    "(get_next_batch_to_run -> stash_chunked_request -> tree_cache.checkpoint(req, up_to=extend_end))")
-EMPTY_STEPS = (
-    "vLLM's engine calls schedule() while every prompt token is scheduled and the outputs are in flight; those "
-    "steps schedule nothing and are skipped, so a request arriving after them arrives earlier in our waves")
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,26 +42,10 @@ class Known:
 
 
 KNOWN: dict[str, Known] = {
-    "vllm-one-document-8192": Known(
-        (LOOKUP_AND_PUBLICATION,), 4,
-        {"r1": ((4, 32768), (4, 0)), "r2": ((5, 32768), (8, 0))}),
-    "vllm-one-document-8192-async": Known(
-        (LOOKUP_AND_PUBLICATION,), 4,
-        {"r1": ((4, 32768), (4, 0)), "r2": ((5, 32768), (8, 0))}),
-    "vllm-one-document-8192-lpt4096": Known(
-        (NO_LONG_PREFILL_CAP, LOOKUP_AND_PUBLICATION), 2,
-        {"r1": ((2, 20480), (4, 0)), "r2": ((5, 32768), (8, 0))}),
-    "vllm-one-document-16384": Known(
-        (LOOKUP_AND_PUBLICATION, EMPTY_STEPS), 2,
-        {"r1": ((2, 32768), (2, 0)), "r2": ((3, 32768), (4, 0))}),
-    "vllm-zipf-docs-16384": Known((LOOKUP_AND_PUBLICATION,), 1, summary=(92, 360448, 172032)),
-    "vllm-zipf-docs-8192": Known((LOOKUP_AND_PUBLICATION,), 2, summary=(92, 360448, 212992)),
-    "vllm-zipf-docs-8192-lpt4096": Known((NO_LONG_PREFILL_CAP, LOOKUP_AND_PUBLICATION), 0,
-                                         summary=(92, 360448, 221184)),
-    "sglang-one-document-8192": Known(
-        (SGLANG_LOOKUP_AND_PUBLICATION,), 4,
-        {"r1": ((4, 32768), (4, 0)), "r2": ((5, 32768), (8, 32768))}),
-    "sglang-zipf-docs-8192": Known((SGLANG_LOOKUP_AND_PUBLICATION,), 2, summary=(92, 356608, 212992)),
+    "vllm-one-document-8192-lpt4096": Known((NO_LONG_PREFILL_CAP,), 2, {"r1": ((2, 20480), (4, 32768))}),
+    "vllm-zipf-docs-16384": Known((SAME_STEP,), 1, summary=(29, 360448, 345344)),
+    "vllm-zipf-docs-8192": Known((SAME_STEP,), 2, summary=(24, 360448, 352512)),
+    "vllm-zipf-docs-8192-lpt4096": Known((NO_LONG_PREFILL_CAP, SAME_STEP), 0, summary=(24, 360448, 352512)),
 }
 
 
