@@ -36,6 +36,8 @@ def test_the_unchanged_knobs_reproduce_a_sim_run_within_2_percent(workload: str)
     observed = W.observed_over(run.encoded, replay, spec.pp)
     result = W.preview(replay, spec, current, current)
     replayed = result.current.replayed
+    assert result.current.raw is None                      # the same model: never scaled onto the run
+    assert result.error.baseline is not None and abs(result.error.baseline) <= 0.02
     assert replayed.input_tokens_per_s == pytest.approx(observed.input_tokens_per_s, rel=0.02)
     assert replayed.prefill_latency_p50_s == pytest.approx(observed.prefill_latency_p50_s, rel=0.02)
     once = W.replay_once(replay, spec, current, W.Deadline(60, 1, None), "check")
