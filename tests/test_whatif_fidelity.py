@@ -42,3 +42,19 @@ def test_the_unchanged_knobs_reproduce_a_sim_run_within_2_percent(workload: str)
     assert replayed.prefill_latency_p50_s == pytest.approx(observed.prefill_latency_p50_s, rel=0.02)
     once = W.replay_once(replay, spec, current, W.Deadline(60, 1, None), "check")
     assert computed(once.encoded) == pytest.approx(computed(run.encoded), rel=0.02)
+
+
+def test_the_replay_prices_steps_as_the_run_did() -> None:
+    """``auto`` is saved as what it chose on the run's machine (a replay where other kernel tables lie
+    beside the repo must not choose again: it priced a docs:24 run's replay 83 % slower), and the KV
+    type and all-reduce travel with it."""
+    run = docs_run("reuse90", requests=16)
+    chosen = run.meta["sim"]["cost_model"]
+    assert chosen in ("table", "analytic")
+    spec = W.sim_spec({**run.meta, "sim": {**run.meta["sim"], "kv_dtype": "fp8", "comm": "nccl"}})
+    assert (spec.cost_model, spec.kv_dtype, spec.comm) == (chosen, "fp8", "nccl")
+    engine = spec.build()
+    try:
+        assert engine.kv_dtype == "fp8" and engine.cost_model_name.split(" ")[0] == chosen
+    finally:
+        engine.close()
