@@ -44,7 +44,7 @@ class ReplayError:
     def describe(self) -> str:
         parts = [f"the replay of the current knobs vs the run: {self.baseline:+.1%}" if self.baseline is not None
                  else "no run over the same arrivals to check the replay against"]
-        if self.spread:
+        if self.spread >= 0.0005:       # shown where it rounds to something
             parts.append(f"its replays {self.spread:.1%} apart")
         floor = " (the floor)" if self.noise == MIN_NOISE else ""
         return f"replay error ±{self.noise:.1%}{floor}: {', '.join(parts)}; a change within it is within noise"
