@@ -70,8 +70,8 @@ def replay_check(current: Prediction, observed: RunFigures) -> str:
             f"{fmt(gain(observed.input_tokens_per_s, replayed.input_tokens_per_s), '+.1%')}, "
             f"{fmt(_diff(observed.pipeline_efficiency, replayed.pipeline_efficiency), '+.3f')})")
     if current.raw is not None:
-        line += ("; a real-time run's predictions are anchored on it: rates and latencies scaled by that ratio, "
-                 "efficiency as replayed")
+        line += ("; the predictions of a real-time run are anchored on the run: rates and latencies scaled by "
+                 "that ratio, efficiency as replayed")
     return line
 
 
