@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from wavepp.runtime.control_plane import LeaseRegistry
 from wavepp.runtime.engines.base import StageExecutor, StageHandle, now
 from wavepp.runtime.policies import get_policy
+from wavepp.runtime.prefix_ledger import split_reuse
 from wavepp.runtime.request import AdmittedRequest, Chunk, Completion, Request, RequestState, Wave
 from wavepp.runtime.run_state import RunState
 from wavepp.store.records import StatusSnapshot
@@ -119,7 +120,9 @@ class RequestEnds:
         req.state = RequestState.DONE
         self.on_computed(req.block_hashes)
         span = self.spans.pop(req.id)
+        in_flight = split_reuse(a.reuse_blocks, req.reusable_blocks)[1] * a.block_size
         span.set_attributes({N.REUSED_TOKENS: a.reused_tokens, N.REUSE_BLOCKS: a.reuse_blocks,
+                             N.SHARED_IN_FLIGHT_TOKENS: in_flight,
                              N.COMPUTED_TOKENS: req.num_tokens - a.reused_tokens, N.FALLBACKS: req.fallbacks,
                              N.OUTCOME: "completed"})
         self.tel.end(span)

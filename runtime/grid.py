@@ -23,7 +23,8 @@ DEFAULT_WORKLOADS = ("cold", "reuse90", "mixed", "suffix4k", "suffix16k")
 DEFAULT_CONCURRENCY = (8, 32, 64, 128)
 DEFAULT_POLICIES = ("wavepp", "trtllm-pp", "trtllm-pp-legacy")     # the subject first, then the baselines
 KEPT = ("input_tokens_per_s", "computed_tokens_per_s", "pipeline_efficiency", "prefill_latency_p50_s",
-        "prefill_latency_p95_s", "completed", "failed", "good_hit_rate", "fallbacks", "evictions", "stalled")
+        "prefill_latency_p95_s", "completed", "failed", "good_hit_rate", "sharing_in_flight", "fallbacks", "evictions",
+        "stalled")
 
 
 @dataclass(frozen=True, slots=True)
@@ -205,14 +206,15 @@ def to_markdown(rows: Sequence[GridRow], spec: GridSpec) -> str:
         cells.append(f"{r.ratio:.3f}" if r.best_baseline else "-")
         cells.append(", ".join(f"{c} {s:.1%}" for c, s in r.loser_causes) or "-")
         lines.append("| " + " | ".join(cells) + " |")
-    detail = ["model", "workload", "c", "policy", "good hit", "fallbacks", "recompute", "evictions per stage",
-              "completed", "stalled"]
+    detail = ["model", "workload", "c", "policy", "good hit", "in flight", "fallbacks", "recompute",
+              "evictions per stage", "completed", "stalled"]
     lines += ["", "## Reuse under pressure", "", "| " + " | ".join(detail) + " |", "|" + "---|" * len(detail)]
     for r in rows:
         for p in policies:
             f = r.runs[p]
             lines.append("| " + " | ".join([
                 r.model, r.workload, str(r.concurrency), p, fmt(f.get("good_hit_rate"), ".3f"),
+                fmt(f.get("sharing_in_flight"), ".3f"),
                 str(f.get("fallbacks", 0)), f"{f.get('recompute_share', 0.0):.1%}",
                 "/".join(f"{e:,}" for e in f.get("evictions", [])), str(f["completed"]),
                 (f.get("stalled") or "-")[:80]]) + " |")

@@ -42,9 +42,10 @@ from wavepp.runtime.index_publisher import IndexPublisher
 from wavepp.runtime.knobs import Deployment, Knobs, check_block_size
 from wavepp.runtime.policies import get_policy
 from wavepp.runtime.policies.base import Policy
+from wavepp.runtime.prefix_ledger import PrefixLedger
 from wavepp.runtime.publications import Publication, Publications
 from wavepp.runtime.request import Completion, Request, Wave, cdiv
-from wavepp.runtime.run_state import ComputedBefore, RunState
+from wavepp.runtime.run_state import RunState
 from wavepp.runtime.stage_status import stage_statuses
 from wavepp.runtime.stage_tasks import StageWorker, run_link
 from wavepp.runtime.step_times import StepTimes
@@ -102,9 +103,9 @@ class PipelineLoop:
         self._configure(knobs)
         self.queue = AdmissionQueue(self.run_state, self.admission, knobs, self.registry, telemetry, self.spans,
                                     self.room)
-        self.computed_before = ComputedBefore()       # what completed requests computed (the good-hit rate)
+        self.prefixes = PrefixLedger(block_size)      # what earlier requests hold of a prompt (reuse figures)
         self.ends = RequestEnds(self.run_state, self.handles, executor, telemetry, self.spans, self.registry,
-                                self.result, lambda: self.policy, self.next_arrival, self.computed_before.add,
+                                self.result, lambda: self.policy, self.next_arrival, self.prefixes.completed,
                                 self._plan_retired)
         self.check_invariants = check_invariants
         if check_invariants:
@@ -262,10 +263,9 @@ class PipelineLoop:
         resolves this future and counts nowhere else."""
         if warming is not None:
             self.ends.warming[req.id] = warming
-        reusable = self.computed_before.prefix(req.block_hashes[: (req.num_tokens - 1) // self.block_size])
         self.spans[req.id] = self.tel.start(N.REQUEST, {
             N.REQUEST_ID: req.id, N.POLICY: self.policy.name, N.GEN_AI_INPUT_TOKENS: req.num_tokens,
-            N.REUSABLE_TOKENS: reusable * self.block_size}, root=True)
+            **self.prefixes.arrive(req)}, root=True)
         self.executor.register(req)
         if req.num_tokens > self.executor.max_context:
             self.ends.fail_unadmitted(req, f"prompt of {req.num_tokens} tokens is longer than the model's context "

@@ -38,8 +38,8 @@ class BenchProgress:
 def print_table(figures: Sequence[RunFigures]) -> None:
     t = Table(title="wavepp bench", show_lines=False)
     for col in ("policy", "c", "input tok/s", "computed tok/s", "vs first", "pipe eff", "max bubble",
-                "adm int p50/p99 ms", "req/round", "adm lat p99 ms", "prefill p50/p95 s", "good hit", "fallbacks",
-                "evictions", "failed"):
+                "adm int p50/p99 ms", "req/round", "adm lat p99 ms", "prefill p50/p95 s", "good hit", "in flight",
+                "fallbacks", "evictions", "failed"):
         t.add_column(col, justify="right")
     base: dict[int, float | None] = {}
     for f in figures:
@@ -53,7 +53,8 @@ def print_table(figures: Sequence[RunFigures]) -> None:
                   f"{fmt(f.admission_interval_p50_s, '.2f', 1e3)}/{fmt(f.admission_interval_p99_s, '.2f', 1e3)}",
                   fmt(f.requests_per_round_mean, ".1f"), fmt(f.admission_latency_p99_s, ".2f", 1e3),
                   f"{fmt(f.prefill_latency_p50_s, '.2f')}/{fmt(f.prefill_latency_p95_s, '.2f')}",
-                  fmt(f.good_hit_rate, ".3f"), str(f.fallbacks), f"{sum(f.evictions):,}", str(f.failed))
+                  fmt(f.good_hit_rate, ".3f"), fmt(f.sharing_in_flight, ".3f"), str(f.fallbacks),
+                  f"{sum(f.evictions):,}", str(f.failed))
     console = Console()
     if not console.is_terminal:
         console = Console(width=220)      # piped or logged: keep the table on one line per run

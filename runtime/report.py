@@ -72,7 +72,8 @@ class RunFigures:
     prefill_latency_p50_s: float | None
     prefill_latency_p95_s: float | None
     prefill_latency_p99_s: float | None
-    good_hit_rate: float | None    # None when no token was reusable (e.g. a cold workload)
+    # reused tokens a completed request had computed / such reusable tokens (<= 1); None: nothing reusable
+    good_hit_rate: float | None
     fallbacks: int
     waves: int
     mean_wave_tokens: float | None
@@ -83,6 +84,8 @@ class RunFigures:
     # Why the run ended before its requests did (None: it did not): a stall the deadlock guard caught,
     # or the point where the policy's source would stop (its figures are the run's up to there).
     stalled: str | None = None
+    # prompt tokens taken from a request computing them at the same time / prompt tokens (beside good-hit)
+    sharing_in_flight: float | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -141,7 +144,7 @@ class FigureAccumulator:
         self.requests: list[Span] = []
         self.admission_latency: list[float] = []            # seconds, of every admitted request
         self.latencies: list[float] = []                    # prefill latency of every completed request
-        self.tokens = [0, 0, 0]                             # completed: input, reused, reusable tokens
+        self.tokens = [0, 0, 0, 0]        # completed: input, reused from completed requests, reusable, in flight
         self.fallbacks = 0                                  # requests whose reuse boundary was lowered
         self.busy: dict[int, float] = defaultdict(float)   # stage -> execute seconds (summed in span order)
         self.computed = 0                                   # tokens executed on stage 0
@@ -182,8 +185,12 @@ class FigureAccumulator:
         self.fallbacks += _int(s, N.FALLBACKS) > 0
         if "err" not in s:
             self.latencies.append(_dur(s))
-            for i, key in enumerate((N.GEN_AI_INPUT_TOKENS, N.REUSED_TOKENS, N.REUSABLE_TOKENS)):
-                self.tokens[i] += _int(s, key)
+            # both are prefixes: the reused part a completed request had computed is the smaller one,
+            # the rest came from a request computing it at the same time (runtime.prefix_ledger)
+            reused, reusable = _int(s, N.REUSED_TOKENS), _int(s, N.REUSABLE_TOKENS)
+            good = min(reused, reusable)
+            for i, n in enumerate((_int(s, N.GEN_AI_INPUT_TOKENS), good, reusable, reused - good)):
+                self.tokens[i] += n
 
     def window(self) -> tuple[int, int]:
         """The makespan's ends (ns): first arrival, last completion."""
@@ -208,7 +215,7 @@ class FigureAccumulator:
         cadence = _cadence(self.rounds)
         intervals_s = cadence.intervals_s
 
-        input_tokens, reused, reusable = self.tokens
+        input_tokens, reused, reusable, in_flight = self.tokens
         wave_tokens = [t for t in self.wave_tokens if t > 0]
         # Admission on the loop's critical path: rounds the dispatcher ran itself (their spans say so).
         critical = self.critical_s
@@ -243,6 +250,7 @@ class FigureAccumulator:
             admission_critical_path_s_per_request=critical / len(latencies) if latencies else None,
             idle_causes_s=sums(intervals, num_stages), evictions=evictions,
             recompute_s=self.recompute.seconds(num_stages), stalled=stalled,
+            sharing_in_flight=in_flight / input_tokens if input_tokens else None,
         )
 
 

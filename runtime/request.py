@@ -40,6 +40,7 @@ class Request:
     attempts: int = 0                     # admissions so far (a late fallback re-admits)
     fallbacks: int = 0                    # times the reuse boundary was lowered after the lookup
     deferrals: int = 0                    # admission rounds that deferred it (escrow backpressure)
+    reusable_blocks: int = 0              # leading blocks a completed request had computed at its arrival
 
     @property
     def num_tokens(self) -> int:

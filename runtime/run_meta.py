@@ -34,4 +34,9 @@ def describe_run(engine: Any, run: RunInfo, knobs: Knobs, capacities: Sequence[i
         "knobs": knobs.as_dict(), "run": run.as_dict()}
     if replay_args is not None:
         meta["sim"] = dict(replay_args)
+        # What "auto" chose here (kernel tables where they cover the model, else the roofline): a replay
+        # on a machine whose tables differ must price the run's steps as the run did, not choose again.
+        chosen = str(getattr(engine, "cost_model_name", "")).split(" ")[0]
+        if meta["sim"].get("cost_model") == "auto" and chosen in ("table", "analytic"):
+            meta["sim"]["cost_model"] = chosen
     return meta

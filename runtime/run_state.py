@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import itertools
 from collections import Counter, deque
 from collections.abc import Iterable, Sequence
 
@@ -258,27 +257,3 @@ class RunState:
     def ended(self) -> None:
         """A request finished or failed."""
         self.num_ended += 1
-
-
-EVER_COMPUTED_CAP = 4_000_000  # block hashes remembered for the good-hit rate (oldest forgotten first)
-
-
-class ComputedBefore:
-    """Block hashes some completed request computed: what a request arriving later could have
-    reused (the good-hit rate's denominator, ``wavepp.reuse.reusable_tokens``). An insertion-ordered
-    set of at most ``cap`` hashes, the oldest forgotten first."""
-
-    def __init__(self, cap: int = EVER_COMPUTED_CAP) -> None:
-        self.cap = cap
-        self._seen: dict[int, None] = {}
-
-    def add(self, hashes: Sequence[int]) -> None:
-        seen = self._seen
-        seen.update(dict.fromkeys(hashes))
-        if len(seen) > self.cap:
-            for h in list(itertools.islice(seen, len(seen) - self.cap)):
-                del seen[h]
-
-    def prefix(self, hashes: Sequence[int]) -> int:
-        """How many leading ``hashes`` were computed before (a walk to the first one that was not)."""
-        return sum(1 for _ in itertools.takewhile(self._seen.__contains__, hashes))

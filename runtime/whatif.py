@@ -29,6 +29,7 @@ from wavepp.runtime.whatif_measure import (
     observed_over,
     observed_since,
 )
+from wavepp.runtime.whatif_noise import MIN_NOISE, ReplayError, gain, replay_error
 from wavepp.runtime.whatif_predict import (
     DEFAULT_TIME_LIMIT_S,
     Deadline,
@@ -61,11 +62,11 @@ from wavepp.runtime.whatif_sim import CPU_CLOCK_REPEATS, NO_CALIBRATION, SimSpec
 
 __all__ = [
     "Arrival", "CPU_CLOCK_REPEATS", "DEFAULT_TIME_LIMIT_S", "DEFAULT_WINDOW_S", "Deadline", "MAX_ARRIVALS",
-    "MEASURE_MARGIN_FRACTION", "MEASURE_MARGIN_PER_CLIENT", "MIN_ARRIVALS", "NO_CALIBRATION", "Prediction",
-    "PreviewResult", "Progress", "Replay", "SimSpec", "Span", "TimeLimit", "WhatIfError", "anchored",
+    "MEASURE_MARGIN_FRACTION", "MEASURE_MARGIN_PER_CLIENT", "MIN_ARRIVALS", "MIN_NOISE", "NO_CALIBRATION", "Prediction",
+    "PreviewResult", "Progress", "Replay", "ReplayError", "SimSpec", "Span", "TimeLimit", "WhatIfError", "anchored",
     "arrivals_from_spans", "calibrated", "check_replay", "gain", "idle_shares", "knobs_at_end", "max_outstanding",
     "measured_bounds", "measured_figures", "median_run", "observed_in", "observed_over", "observed_since", "predict",
-    "predict_each", "preview", "rebuild_trace", "replay_of", "replay_once", "sim_spec",
+    "predict_each", "preview", "rebuild_trace", "replay_error", "replay_of", "replay_once", "sim_spec",
 ]
 
 
@@ -76,14 +77,15 @@ class PreviewResult:
     changes: dict[str, Any]
     replay_note: str
     sim: str
+    error: ReplayError            # the replay's own error: a change within it is within noise
 
     @property
     def throughput_gain(self) -> float | None:
         return gain(self.current.figures.input_tokens_per_s, self.proposed.figures.input_tokens_per_s)
 
-
-def gain(before: float | None, after: float | None) -> float | None:
-    return after / before - 1 if before and after is not None else None
+    @property
+    def within_noise(self) -> bool:
+        return self.error.within(self.throughput_gain)
 
 
 def preview(replay: Replay, spec: SimSpec, current: Knobs, proposed: Knobs,
@@ -93,7 +95,10 @@ def preview(replay: Replay, spec: SimSpec, current: Knobs, proposed: Knobs,
     deadline = Deadline(time_limit_s, 2 * spec.repeats, progress)
     spec = calibrated(replay, spec)
     now, then = predict_each(replay, spec, [(current, "current knobs"), (proposed, "proposed knobs")], deadline)
-    now, then = anchored([now, then], now.figures, observed_in(replay, spec.pp))
+    observed = observed_in(replay, spec.pp)
+    error = replay_error(now.figures, now.throughputs, observed)
+    if spec.clock == "cpu":       # a real-time run: the replay's speed is the machine's (whatif_anchor)
+        now, then = anchored([now, then], now.figures, observed)
     old = current.as_dict()
     changes = {k: v for k, v in proposed.as_dict().items() if old[k] != v}
-    return PreviewResult(now, then, changes, replay.note, spec.describe)
+    return PreviewResult(now, then, changes, replay.note, spec.describe, error)

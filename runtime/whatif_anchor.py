@@ -20,7 +20,9 @@ def anchored(predictions: Sequence[Prediction], current: RunFigures, observed: R
     slower leaves it as it is, and an offset of the replay's (measured: mostly the preview competing
     with the runtime for the cores) did not carry over to other settings (it moved a ring=1 change's
     efficiency 0.05-0.07 off, where the replays alone were within 0.005). The same when ``observed``
-    says too little."""
+    says too little. Only a run on the wall clock is anchored: a virtual-time sim run's replay is the
+    same model, and what separates it from the run is the replay's error (runtime.whatif_noise),
+    shown, never scaled away."""
     if observed is None or observed.completed < MIN_ARRIVALS or not current.input_tokens_per_s \
             or not observed.input_tokens_per_s:
         return list(predictions)

@@ -1,13 +1,17 @@
 """What is replayed: the arrivals of a run's recent requests, from its spans (:func:`replay_of`),
 and the prompts rebuilt from their shape (:func:`rebuild_trace`).
 
-What a run's spans keep of a request is its arrival, its prompt length and how much of its prefix
-had been computed before it arrived (``reusable``); the token ids are gone. The replay rebuilds
-prompts with the same shape (:func:`rebuild_trace`): a request whose first ``r`` blocks were
+What a run's spans keep of a request is its arrival, its prompt length, the prefix it shares with
+an earlier arrival and which one (``shared_with``, :mod:`runtime.prefix_ledger`), and how much of its
+prefix had been computed before it arrived (``reusable``); the token ids are gone. The replay rebuilds
+prompts with the same structure (:func:`rebuild_trace`): a request starts with the first ``s`` blocks
+of the request it names - in flight or finished, as the run had it: many clients asking about one
+document share it while it is computed, which the finished requests alone do not show - or, named
+before the window, with a prefix primed before the replay starts; everything after is new. A run saved
+without those attributes is rebuilt from ``reusable`` alone: a request whose first ``r`` blocks were
 reusable shares them with earlier requests that had the same reusable prefix (the same document,
 ``reuse90``'s groups), else with an earlier request of exactly ``r`` full blocks (the previous turn
-of a conversation), else with a prefix primed before the replay starts (computed before the
-window, as the workload's primed prefixes are); everything after ``r`` is new. Arrivals replay
+of a conversation), else with a primed prefix. Arrivals replay
 through :class:`runtime.traces.TraceWorkload`: at their own offsets for a trace (open loop), or -
 for a closed-loop run, whose arrivals were paced by its own completions - as a closed loop of the
 run's concurrency (``open_loop=False``: the loop's own closed-loop path, the next request drawn as
@@ -59,6 +63,9 @@ class Arrival:
     tokens: int                   # prompt length
     reusable_tokens: int          # prefix computed before it arrived (whole blocks)
     done_s: float | None          # when it finished in the observed run (None: failed)
+    id: str = ""                  # the run's request id
+    shared_tokens: int | None = None   # prefix an earlier-arrived request had too (None: the run did not say)
+    shared_with: str = ""         # the first request that arrived with that prefix
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,9 +118,15 @@ def arrivals_from_spans(spans: Sequence[Span], window_s: float | None = DEFAULT_
         note = f"the {limit} most recent of {note.removeprefix('the ').removeprefix('all ')}"
     origin = reqs[0]["t0"] if reqs else 0
     out = [Arrival((s["t0"] - origin) / 1e9, int(s["a"].get(N.GEN_AI_INPUT_TOKENS, 0)),
-                   int(s["a"].get(N.REUSABLE_TOKENS, 0)), None if "err" in s else (s["t1"] - origin) / 1e9)
+                   int(s["a"].get(N.REUSABLE_TOKENS, 0)), None if "err" in s else (s["t1"] - origin) / 1e9,
+                   str(s["a"].get(N.REQUEST_ID, "")), _maybe_int(s["a"].get(N.SHARED_PREFIX_TOKENS)),
+                   str(s["a"].get(N.SHARED_WITH, "")))
            for s in reqs]
     return [a for a in out if a.tokens > 0], note, origin
+
+
+def _maybe_int(value: Any) -> int | None:
+    return int(value) if isinstance(value, int | float) else None
 
 
 def max_outstanding(arrivals: Sequence[Arrival]) -> int:
@@ -127,7 +140,9 @@ def max_outstanding(arrivals: Sequence[Arrival]) -> int:
 
 
 def rebuild_trace(arrivals: Sequence[Arrival], block_size: int, open_loop: bool) -> Trace:
-    """Prompts of the arrivals' lengths and reusable prefixes, as a trace of block ids (module doc)."""
+    """Prompts of the arrivals' lengths and shared prefixes, as a trace of block ids (module doc)."""
+    if arrivals and all(a.shared_tokens is not None for a in arrivals):
+        return _rebuild_shared(arrivals, block_size, open_loop)
     next_id = 0
 
     def fresh(n: int) -> tuple[int, ...]:
@@ -158,6 +173,39 @@ def rebuild_trace(arrivals: Sequence[Arrival], block_size: int, open_loop: bool)
             pending.append((a.done_s, a.tokens // block_size, ids))
         rows.append(TraceRow(i + 1, a.offset_s if open_loop else 0.0, a.tokens, ids))
     return Trace("(replay)", rows, block_tokens=block_size, primed=tuple(primed))
+
+
+def _rebuild_shared(arrivals: Sequence[Arrival], block_size: int, open_loop: bool) -> Trace:
+    """The run's own prefix structure: each request starts with the first ``shared_tokens`` of the
+    request it names (``shared_with``) - finished, or still computing them when it arrived, as the
+    run had it - or, for one that arrived before the window, with a prefix primed before the replay
+    (as long as the longest any request of the window shares with it)."""
+    next_id = 0
+
+    def fresh(n: int) -> list[int]:
+        nonlocal next_id
+        next_id += n
+        return list(range(next_id - n, next_id))
+
+    ids_of: dict[str, tuple[int, ...]] = {}
+    primed: dict[str, list[int]] = {}
+    rows = []
+    for i, a in enumerate(arrivals):
+        blocks = -(-a.tokens // block_size)
+        s = min((a.shared_tokens or 0) // block_size, (a.tokens - 1) // block_size)
+        prefix: list[int] = []
+        if s > 0:
+            owner = ids_of.get(a.shared_with)
+            if owner is not None and len(owner) >= s:
+                prefix = list(owner[:s])
+            else:
+                before = primed.setdefault(a.shared_with or f"(unnamed {s})", [])
+                before += fresh(s - len(before)) if s > len(before) else []
+                prefix = before[:s]
+        ids = tuple(prefix + fresh(blocks - len(prefix)))
+        ids_of[a.id or f"(row {i})"] = ids
+        rows.append(TraceRow(i + 1, a.offset_s if open_loop else 0.0, a.tokens, ids))
+    return Trace("(replay)", rows, block_tokens=block_size, primed=tuple(tuple(p) for p in primed.values()))
 
 
 def check_replay(replay: Replay) -> None:

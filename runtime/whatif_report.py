@@ -7,7 +7,7 @@ from typing import Any
 
 from wavepp.runtime.idle_causes import MEANING
 from wavepp.runtime.report import RunFigures, fmt
-from wavepp.runtime.whatif import Prediction, PreviewResult, gain, idle_shares
+from wavepp.runtime.whatif import Prediction, PreviewResult, ReplayError, gain, idle_shares
 from wavepp.runtime.whatif_suggest import Suggestion
 
 Row = tuple[str, str, str, str]          # figure, current, proposed (or observed), change
@@ -22,21 +22,25 @@ _FIGURES: list[tuple[str, Callable[[RunFigures], float | None], str, float, bool
 TOP_CAUSES = 4
 
 
-def _change(a: float | None, b: float | None, relative: bool) -> str:
+WITHIN_NOISE = "within noise"
+
+
+def _change(a: float | None, b: float | None, relative: bool, error: ReplayError | None) -> str:
     if a is None or b is None:
         return "-"
-    if relative:
-        return fmt(gain(a, b), "+.1%")
-    return f"{b - a:+.3f}"
+    text = fmt(gain(a, b), "+.1%") if relative else f"{b - a:+.3f}"
+    noisy = error is not None and error.within(gain(a, b))     # efficiency too: relative to the current one
+    return f"{text} ({WITHIN_NOISE})" if noisy else text
 
 
-def compare_rows(a: RunFigures, b: RunFigures) -> list[Row]:
-    """Figure by figure, ``a`` then ``b`` and the change; then the idle causes (share of P x makespan)
-    that weigh most in either."""
+def compare_rows(a: RunFigures, b: RunFigures, error: ReplayError | None = None) -> list[Row]:
+    """Figure by figure, ``a`` then ``b`` and the change - labelled within noise where it is no larger
+    than the replay's ``error`` (None: ``b`` is not a prediction); then the idle causes (share of
+    P x makespan) that weigh most in either."""
     rows: list[Row] = []
     for label, get, spec, scale, relative in _FIGURES:
         va, vb = get(a), get(b)
-        rows.append((label, fmt(va, spec, scale), fmt(vb, spec, scale), _change(va, vb, relative)))
+        rows.append((label, fmt(va, spec, scale), fmt(vb, spec, scale), _change(va, vb, relative, error)))
     rows.append(("requests completed", str(a.completed), str(b.completed), f"{b.completed - a.completed:+d}"))
     ia, ib = idle_shares(a), idle_shares(b)
     causes = sorted(set(list(ia)[:TOP_CAUSES]) | set(list(ib)[:TOP_CAUSES]),
@@ -66,8 +70,8 @@ def replay_check(current: Prediction, observed: RunFigures) -> str:
             f"{fmt(gain(observed.input_tokens_per_s, replayed.input_tokens_per_s), '+.1%')}, "
             f"{fmt(_diff(observed.pipeline_efficiency, replayed.pipeline_efficiency), '+.3f')})")
     if current.raw is not None:
-        line += ("; the predictions are anchored on the run: rates and latencies scaled by that ratio, "
-                 "efficiency as replayed")
+        line += ("; the predictions of a real-time run are anchored on the run: rates and latencies scaled by "
+                 "that ratio, efficiency as replayed")
     return line
 
 
@@ -96,12 +100,18 @@ def prediction_dict(p: Prediction) -> dict[str, Any]:
 def preview_dict(result: PreviewResult) -> dict[str, Any]:
     return {"changes": result.changes, "replay": result.replay_note, "sim": result.sim,
             "current": prediction_dict(result.current), "proposed": prediction_dict(result.proposed),
-            "throughput_gain": result.throughput_gain}
+            "throughput_gain": result.throughput_gain, "replay_error": error_dict(result.error),
+            "within_noise": result.within_noise}
+
+
+def error_dict(e: ReplayError) -> dict[str, Any]:
+    return {"noise": e.noise, "baseline": e.baseline, "spread": e.spread}
 
 
 def suggestion_dict(s: Suggestion) -> dict[str, Any]:
     return {"goal": s.goal, "changes": s.changes, "replay": s.replay_note, "sim": s.sim,
-            "tried": len(s.tried), "planned": s.planned,
+            "tried": len(s.tried), "planned": s.planned, "complete": s.complete,
+            "replay_error": error_dict(s.error), "within_noise": s.within_noise,
             "throughput_gain": gain(s.current.figures.input_tokens_per_s, s.best.figures.input_tokens_per_s),
             "current": s.current.figures.as_dict(), "best": s.best.figures.as_dict(),
             "settings": [{"knobs": {k: p.knobs[k] for k in ("max_wave_tokens", "min_wave_tokens", "ring")},
@@ -111,12 +121,25 @@ def suggestion_dict(s: Suggestion) -> dict[str, Any]:
 
 
 def suggestion_line(s: Suggestion) -> str:
-    """One line: what it proposes and the predicted gain (or that the current setting is best)."""
-    searched = f"{len(s.tried)} of {s.planned} settings" + ("" if s.complete else " (time limit)")
+    """One line: what it proposes and the predicted gain, or that nothing beats the current knobs by
+    more than the replay's error; a search the time limit cut says so first, and proposes nothing."""
+    searched = f"{len(s.tried)} of {s.planned} settings"
+    noisy = f"; {s.within_noise} within noise of them" if s.within_noise else ""
+    if not s.complete:
+        lead = (f"goal {s.goal}: partial search - {searched} tried before the time limit{noisy}; "
+                f"nothing is proposed until the search finishes (continue it, or give it longer)")
+        best = "" if not s.changes else \
+            f"; best so far: {', '.join(f'{k}={v}' for k, v in s.changes.items())} ({_gains(s)})"
+        return lead + best
     if not s.changes:
-        return f"goal {s.goal}: the current knobs are the best of {searched}"
+        return (f"goal {s.goal}: keep the current knobs - no setting of the {searched} tried beats them by more "
+                f"than the replay's error (±{s.error.noise:.1%}){noisy}")
     change = ", ".join(f"{k}={v}" for k, v in s.changes.items())
+    return (f"goal {s.goal}: set {change} - predicted {_gains(s)} "
+            f"(best of {searched}; replay error ±{s.error.noise:.1%})")
+
+
+def _gains(s: Suggestion) -> str:
     tput = gain(s.current.figures.input_tokens_per_s, s.best.figures.input_tokens_per_s)
-    p95a, p95b = s.current.figures.prefill_latency_p95_s, s.best.figures.prefill_latency_p95_s
-    return (f"goal {s.goal}: set {change} - predicted input throughput {fmt(tput, '+.1%')}, "
-            f"p95 prefill {fmt(gain(p95a, p95b), '+.1%')} (best of {searched})")
+    p95 = gain(s.current.figures.prefill_latency_p95_s, s.best.figures.prefill_latency_p95_s)
+    return f"input throughput {fmt(tput, '+.1%')}, p95 prefill {fmt(p95, '+.1%')}"

@@ -40,6 +40,8 @@ class SimSpec:
     step_fit: tuple[tuple[float, float], ...] | None = None   # per stage: (scale, offset s) of the step time (torch)
     repeats: int = 1              # replays per setting, averaged (a CPU clock's replay is not deterministic)
     fit: str = ""                 # what the calibration measured, in words
+    kv_dtype: str = "bf16"        # the sim's KV cache type and all-reduce, as the run had them
+    comm: str = "custom"
 
     def build(self) -> SimEngine:
         """The sim that replays (the time scale still stretches its modelled step times)."""
@@ -48,7 +50,7 @@ class SimSpec:
                          cost_model="auto" if self.cost_profile else self.cost_model, perf_dir=self.perf_dir,
                          host_work_scale=self.host_work_scale, time_scale=self.time_scale, clock=self.clock,
                          cpu_scale=self.cpu_scale, wake_s=self.wake_s,
-                         step_fit=self.step_fit)
+                         step_fit=self.step_fit, kv_dtype=self.kv_dtype, comm=self.comm)
 
     @property
     def describe(self) -> str:
@@ -96,6 +98,7 @@ def sim_spec(meta: Mapping[str, Any], cost_profile: str | None = None) -> SimSpe
     return SimSpec(engine, str(model), str(hardware), pp, block, capacities, sim_args.get("gpus_per_stage"),
                    sim_args.get("cost_model") or "auto", None, sim_args.get("perf_dir"),
                    float(sim_args.get("host_work_scale", 1.0)), float(sim_args.get("time_scale", 1.0)),
+                   kv_dtype=str(sim_args.get("kv_dtype") or "bf16"), comm=str(sim_args.get("comm") or "custom"),
                    **_clock(engine, sim_args))
 
 

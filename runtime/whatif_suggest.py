@@ -18,15 +18,18 @@ from wavepp.runtime.whatif import (
     Prediction,
     Progress,
     Replay,
+    ReplayError,
     SimSpec,
     TimeLimit,
     WhatIfError,
     anchored,
     calibrated,
     check_replay,
+    gain,
     observed_in,
     predict,
     predict_each,
+    replay_error,
 )
 
 GOALS = ("throughput", "latency")
@@ -79,11 +82,13 @@ def suggest_grid(current: Knobs, num_stages: int, block_size: int) -> list[Knobs
 class Suggestion:
     goal: str                     # what was optimised, in words
     current: Prediction
-    best: Prediction
-    tried: list[Prediction] = field(default_factory=list)
+    best: Prediction              # the current setting unless another beats it by more than the error
+    tried: list[Prediction] = field(default_factory=list)   # the screening's replays, in grid order
     planned: int = 0              # settings in the grid (more than tried: the time limit cut the search)
     replay_note: str = ""
     sim: str = ""
+    error: ReplayError = ReplayError(None)   # the replay's own error (a gain within it is not proposed)
+    within_noise: int = 0         # settings tried whose difference from the current one is within it
 
     @property
     def changes(self) -> dict[str, Any]:
@@ -94,28 +99,48 @@ class Suggestion:
         return len(self.tried) >= self.planned
 
 
+def improvement(goal: Goal, base: RunFigures, other: RunFigures, floor: float) -> float | None:
+    """How much better ``other`` is than ``base`` for ``goal``, relative (0.05: 5 % more throughput, or
+    a p95 5 % shorter); None: ``other`` does not qualify."""
+    if goal.score(other, floor) is None:
+        return None
+    if goal.kind == "throughput":
+        return gain(base.input_tokens_per_s, other.input_tokens_per_s)
+    after = gain(base.prefill_latency_p95_s, other.prefill_latency_p95_s)
+    return -after if after is not None else None
+
+
 def suggest(replay: Replay, spec: SimSpec, current: Knobs, goal: Goal,
-            time_limit_s: float = DEFAULT_TIME_LIMIT_S, progress: Progress | None = None) -> Suggestion:
-    """Search :func:`suggest_grid` on the replay for ``goal``; the best setting found within the time
-    limit (at least the current one, which must finish in time). Where a setting's prediction is the
-    mean of several replays (a real-time run's), the grid is searched with one replay each and the
-    best and the current setting are then replayed ``spec.repeats`` times, taking turns."""
+            time_limit_s: float = DEFAULT_TIME_LIMIT_S, progress: Progress | None = None,
+            resume: Suggestion | None = None) -> Suggestion:
+    """Search :func:`suggest_grid` on the replay for ``goal``; ``resume``: a search the time limit cut,
+    continued from the settings it tried. A setting is proposed only if it beats the current one by
+    more than the replay's error (:mod:`runtime.whatif_noise`); one within it is counted, never
+    ranked. Where a setting's prediction is the median of several replays (a real-time run's), the
+    grid is searched with one replay each and the best and the current setting are then replayed
+    ``spec.repeats`` times, taking turns."""
     check_replay(replay)
     grid = suggest_grid(current, spec.pp, spec.block_size)
     spec = calibrated(replay, spec)
     screen = dataclasses.replace(spec, repeats=1)
     confirm = 2 * spec.repeats if spec.repeats > 1 else 0
-    deadline = Deadline(time_limit_s, len(grid) + confirm, progress)
-    base = predict(replay, screen, current, deadline, "current knobs")
+    tried = list(resume.tried) if resume is not None and resume.tried and resume.planned == len(grid) else []
+    deadline = Deadline(time_limit_s, len(grid) - len(tried) + confirm, progress)
+    if not tried:
+        tried.append(predict(replay, screen, current, deadline, "current knobs"))
+    base = tried[0]
+    observed = observed_in(replay, spec.pp)
+    error = replay_error(base.figures, base.throughputs, observed)
     floor = goal.floor if goal.floor is not None else (base.figures.input_tokens_per_s or 0.0)
-    tried = [base]
-    for i, knobs in enumerate(grid[1:], 2):
+    for i, knobs in enumerate(grid[len(tried):], len(tried) + 1):
         try:
             tried.append(predict(replay, screen, knobs, deadline, f"setting {i}/{len(grid)}"))
         except TimeLimit:
             break
-    scored = [(goal.score(p.figures, floor), -n, p) for n, p in enumerate(tried)]
-    ranked = sorted(((s, n, p) for s, n, p in scored if s is not None), key=lambda x: (x[0], x[1]), reverse=True)
+    better = [(improvement(goal, base.figures, p.figures, floor), -n, p) for n, p in enumerate(tried[1:], 1)]
+    noisy = sum(1 for x, _, _ in better if x is not None and error.within(x))
+    ranked = sorted(((x, n, p) for x, n, p in better if x is not None and x > error.noise),
+                    key=lambda t: (t[0], t[1]), reverse=True)
     best = ranked[0][2] if ranked else base
     if confirm and best is not base:
         try:
@@ -126,11 +151,13 @@ def suggest(replay: Replay, spec: SimSpec, current: Knobs, goal: Goal,
             pass                      # the screening's figures stand
         else:
             # The screening's winner may have won by one replay's luck: it stands only if it still
-            # beats the current setting when both are replayed as often.
+            # beats the current setting by more than the error when both are replayed as often.
             floor = goal.floor if goal.floor is not None else (again.figures.input_tokens_per_s or 0.0)
-            score, current_score = goal.score(best.figures, floor), goal.score(again.figures, floor)
+            error = replay_error(again.figures, again.throughputs, observed)
+            x = improvement(goal, again.figures, best.figures, floor)
             base = again
-            if score is None or (current_score is not None and score <= current_score):
+            if x is None or x <= error.noise:
                 best = base
-    base, best = anchored([base, best], base.figures, observed_in(replay, spec.pp))
-    return Suggestion(goal.describe(floor), base, best, tried, len(grid), replay.note, spec.describe)
+    if spec.clock == "cpu":       # a real-time run: the replay's speed is the machine's (whatif_anchor)
+        base, best = anchored([base, best], base.figures, observed)
+    return Suggestion(goal.describe(floor), base, best, tried, len(grid), replay.note, spec.describe, error, noisy)

@@ -89,6 +89,8 @@ class WaveppMetrics:
         self.input_tokens = counter(N.M_INPUT_TOKENS, "{token}", "Prompt tokens of completed requests")
         self.computed_tokens = counter(N.M_COMPUTED_TOKENS, "{token}", "Tokens run through the model")
         self.reused_tokens = counter(N.M_REUSED_TOKENS, "{token}", "Prompt tokens served from the KV cache")
+        self.shared_in_flight = counter(N.M_SHARED_IN_FLIGHT_TOKENS, "{token}",
+                                        "Of the reused tokens, those a request still computing them gave")
         self.requests = counter(N.M_REQUESTS, "{request}", "Requests finished by outcome")
         self.fallbacks = counter(N.M_FALLBACKS, "{fallback}", "Reuse boundaries lowered after admission")
         self.evictions = counter(N.M_EVICTIONS, "{block}", "Cached KV blocks evicted to prepare waves")
@@ -257,6 +259,7 @@ class MetricsSpanProcessor(SpanProcessor):
         m.prefill_latency.record(seconds, labels)
         m.input_tokens.add(int(attrs.get(N.GEN_AI_INPUT_TOKENS, 0)), labels)
         m.reused_tokens.add(int(attrs.get(N.REUSED_TOKENS, 0)), labels)
+        m.shared_in_flight.add(int(attrs.get(N.SHARED_IN_FLIGHT_TOKENS, 0)), labels)
 
     def shutdown(self) -> None:
         return None

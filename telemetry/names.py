@@ -51,6 +51,9 @@ REUSABLE_TOKENS = "wavepp.reuse.reusable_tokens"  # tokens whose blocks a comple
 FOLLOWS = "wavepp.reuse.follows"                  # a follower's producer (the request computing its prefix)
 FOLLOWED_TOKENS = "wavepp.reuse.followed_tokens"  # of the reused tokens, those the producer was computing
 PRODUCER = "wavepp.producer"                      # event attribute: the producer that ended
+SHARED_IN_FLIGHT_TOKENS = "wavepp.reuse.in_flight_tokens"  # reused tokens a request still computing them gave
+SHARED_PREFIX_TOKENS = "wavepp.reuse.shared_prefix_tokens"  # leading tokens an earlier-arrived request had too
+SHARED_WITH = "wavepp.reuse.shared_with"         # the first request that arrived with that prefix (its id)
 FALLBACKS = "wavepp.fallbacks"
 LOOP_CPU_S = "wavepp.loop.cpu_s"                 # CPU time the loop's thread spent inside the span (pure-CPU spans)
 PROBES = "wavepp.hint.probes"
@@ -93,6 +96,7 @@ M_KV_LEASES = "wavepp_kv_leases"                             # {stage}: requests
 M_INPUT_TOKENS = "wavepp_input_tokens"                       # counter: prompt tokens of completed requests
 M_COMPUTED_TOKENS = "wavepp_computed_tokens"                 # counter: tokens run through stage 0
 M_REUSED_TOKENS = "wavepp_reused_tokens"                     # counter: tokens served from cache
+M_SHARED_IN_FLIGHT_TOKENS = "wavepp_shared_in_flight_tokens"  # counter: reused tokens a request still computing gave
 M_REQUESTS = "wavepp_requests"                               # counter {outcome=completed|failed}
 M_FALLBACKS = "wavepp_fallbacks"                             # counter: reuse boundary lowered
 M_EVICTIONS = "wavepp_kv_evictions"                          # counter {stage}: cached blocks evicted

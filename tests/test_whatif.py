@@ -219,5 +219,6 @@ def test_cli_suggest_stopped_by_its_time_limit_fails(ring1: RunRecord, tmp_path:
     # A limit no real replay reaches on a loaded machine: only the fake one above stops the search.
     assert main(["suggest", str(path), "--time-limit", "600"]) == 1
     captured = capsys.readouterr()
-    assert "of 3 of 19 settings (time limit)" in captured.out and "input tok/s" in captured.out
+    assert "partial search - 3 of 19 settings tried before the time limit" in captured.out
+    assert "nothing is proposed" in captured.out and "input tok/s" in captured.out and "best so far" in captured.out
     assert captured.err.count("\n") == 1 and "after 3 of 19 settings" in captured.err, captured.err

@@ -15,12 +15,18 @@ def render_cache(view: View) -> None:
     if no_data(view):
         return
     fr, f = view.frames, view.figures
-    c = st.columns(3)
+    c = st.columns(5)
     if f is not None:
         metric(c[0], "good_hit_rate", f.good_hit_rate)
+        metric(c[1], "sharing_in_flight", f.sharing_in_flight)
     done = fr.requests[~fr.requests["failed"]]
-    c[1].metric("reused tokens", f"{int(done['reused'].sum()):,}")
-    c[2].metric("reusable tokens", f"{int(done['reusable'].sum()):,}")
+    cached = done[["reused", "reusable"]].min(axis=1)        # both prefixes: the cache's part is the smaller
+    c[2].metric("reused from the cache (tokens)", f"{int(cached.sum()):,}")
+    c[3].metric("reusable (tokens)", f"{int(done['reusable'].sum()):,}")
+    c[4].metric("shared in flight (tokens)", f"{int((done['reused'] - cached).sum()):,}")
+    st.caption("good-hit = reused tokens a completed request had computed when the request arrived / those "
+               "reusable tokens (at most 1); sharing in flight = tokens taken from a request computing them at the "
+               "same time / prompt tokens (docs/figures.md)")
     if not view.snap.status:
         st.info("No status snapshots (per-stage cache state) in this source.")
         return

@@ -45,6 +45,7 @@ FIGURES: dict[str, Figure] = {
     "prefill_latency_p95_s": Figure("prefill p95", "s"),
     "prefill_latency_p99_s": Figure("prefill p99", "s"),
     "good_hit_rate": Figure("good-hit rate"),
+    "sharing_in_flight": Figure("sharing in flight"),
     "fallbacks": Figure("fallbacks", digits=0),
     "waves": Figure("waves", digits=0),
     "waves_per_s": Figure("waves per second", digits=1),

@@ -16,7 +16,7 @@ from wavepp.runtime.runfile import SavedRun, load_runs
 FIELDS = ["input_tokens_per_s", "computed_tokens_per_s", "pipeline_efficiency", "makespan_s",
           "admission_interval_p50_s", "admission_interval_p99_s", "requests_per_round_mean",
           "admission_latency_p99_s", "prefill_latency_p50_s", "prefill_latency_p95_s", "good_hit_rate",
-          "fallbacks", "waves"]
+          "sharing_in_flight", "fallbacks", "waves"]
 WINDOW_FIELDS = ["input_tokens_per_s", "pipeline_efficiency", "prefill_latency_p50_s", "prefill_latency_p95_s",
                  "admission_interval_p50_s", "waves_per_s"]
 

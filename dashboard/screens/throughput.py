@@ -68,8 +68,10 @@ def _drill_down(view: View) -> None:
         return
     req = fr.requests[fr.requests["id"] == rid].iloc[0]
     outcome = "failed" if req["failed"] else f"completed, prefill latency {req['latency']:.4f} s"
-    reuse = (f"reuse boundary: {int(req['reused']):,} of {int(req['input_tokens']):,} prompt tokens reused "
-             f"({int(req['reusable']):,} reusable)")
+    cached = min(int(req["reused"]), int(req["reusable"]))     # both prefixes: the cache's part is the smaller
+    reuse = (f"reuse boundary: {int(req['reused']):,} of {int(req['input_tokens']):,} prompt tokens reused - "
+             f"{cached:,} from the cache ({int(req['reusable']):,} reusable when it arrived), "
+             f"{int(req['reused']) - cached:,} shared in flight")
     lowered = f", lowered by {int(req['fallbacks'])} fallback(s)" if req["fallbacks"] else ""
     waves = rows[rows["row"].str.startswith("stage ")]["detail"].str.extract(r"wave (\d+)")[0].nunique()
     st.markdown(f"**{rid}**: {outcome}; {reuse}{lowered}; carried by {waves} wave(s).")

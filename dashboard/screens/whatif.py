@@ -19,6 +19,7 @@ from wavepp.dashboard.calibration import PROFILE_ENV
 from wavepp.dashboard.view import View
 from wavepp.dashboard.whatif_jobs import Inputs, Job, change_time_ns, inputs
 from wavepp.runtime.knobs import KnobError, Knobs
+from wavepp.runtime.report import fmt
 from wavepp.runtime.whatif import (
     DEFAULT_TIME_LIMIT_S,
     DEFAULT_WINDOW_S,
@@ -30,11 +31,20 @@ from wavepp.runtime.whatif import (
     observed_since,
     preview,
 )
-from wavepp.runtime.whatif_report import Row, compare_rows, replay_check, spread_line, suggestion_line
+from wavepp.runtime.whatif_noise import gain
+from wavepp.runtime.whatif_report import (
+    WITHIN_NOISE,
+    Row,
+    compare_rows,
+    replay_check,
+    spread_line,
+    suggestion_line,
+)
 from wavepp.runtime.whatif_suggest import Goal, Suggestion, suggest
 from wavepp.store.base import StoreError
 
 JOB, APPLIED = "whatif_job", "whatif_applied"
+SEARCH = "whatif_search"     # what the last Suggest searched (its replay, sim, knobs, goal): Continue reuses it
 WROTE = "knobs_wrote"        # the last write's message, shown once the page has redrawn with its version
 POLL_S = 0.5
 
@@ -89,12 +99,18 @@ def suggest_controls(view: View, meta: dict[str, Any], opts: dict[str, Any], cur
     if cols[2].button("Suggest", key="whatif_suggest", disabled=running()):
         got = _inputs(view, meta, opts)
         if got is not None:
-            target = Goal(goal, float(floor) or None)
-            st.session_state[JOB] = Job("suggest", lambda progress: suggest(
-                got.replay, got.sim, current, target, opts["limit"], progress), opts["limit"], got.replay)
+            st.session_state[SEARCH] = (got, current, Goal(goal, float(floor) or None))
+            _start_suggest(opts["limit"], None)
             st.rerun()        # the progress is drawn above this button: redraw now, not at the next click
     st.caption("Searches the wave budget (M), its floor (b_min) and the ring (R) on the same replay; "
                "nothing is applied until you click Apply.")
+
+
+def _start_suggest(limit: float, resume: Suggestion | None) -> None:
+    """Suggest on the replay the last Suggest click chose; ``resume``: the partial search it continues."""
+    got, current, target = st.session_state[SEARCH]
+    st.session_state[JOB] = Job("suggest", lambda progress: suggest(
+        got.replay, got.sim, current, target, limit, progress, resume), limit, got.replay)
 
 
 def running() -> bool:
@@ -137,7 +153,11 @@ def _preview_result(view: View, job: Job) -> None:
     st.subheader("Preview")
     change = ", ".join(f"{k}={v}" for k, v in r.changes.items()) or "no knob changed"
     st.caption(f"{change}: replayed {r.replay_note} in the {r.sim} ({job.elapsed_s:.1f} s)")
-    _table(compare_rows(r.current.figures, r.proposed.figures), ("figure", "current", "proposed", "change"))
+    _table(compare_rows(r.current.figures, r.proposed.figures, r.error), ("figure", "current", "proposed", "change"))
+    st.caption(r.error.describe())
+    if r.changes and r.within_noise:
+        st.info(f"The predicted throughput change ({fmt(r.throughput_gain, '+.1%')}) is within noise: no larger "
+                f"than the replay's own error (±{r.error.noise:.1%}).")
     _check(view, job, r.current)
     if spread := spread_line(r):
         st.caption(spread)
@@ -148,18 +168,35 @@ def _preview_result(view: View, job: Job) -> None:
 def _suggestion_result(view: View, job: Job) -> None:
     s: Suggestion = job.result
     st.subheader("Suggestion")
-    st.success(suggestion_line(s))
-    st.caption(f"replayed {s.replay_note} in the {s.sim} ({job.elapsed_s:.1f} s)")
-    _table(compare_rows(s.current.figures, s.best.figures), ("figure", "current", "suggested", "change"))
+    if not s.complete:        # never a success: the settings not tried may hold a better one
+        st.warning(suggestion_line(s))
+        if st.button(f"Continue the search ({s.planned - len(s.tried)} settings left)", key="whatif_continue",
+                     disabled=SEARCH not in st.session_state):
+            _start_suggest(job.time_limit_s, s)
+            st.rerun()
+    elif s.changes:
+        st.success(suggestion_line(s))
+    else:
+        st.info(suggestion_line(s))
+    st.caption(f"replayed {s.replay_note} in the {s.sim} ({job.elapsed_s:.1f} s); {s.error.describe()}")
+    _table(compare_rows(s.current.figures, s.best.figures, s.error),
+           ("figure", "current", "suggested" if s.complete else "best so far", "change"))
     _check(view, job, s.current)
-    with st.expander(f"every setting tried ({len(s.tried)})"):
+    base = s.tried[0].figures.input_tokens_per_s if s.tried else None
+    with st.expander(f"every setting tried ({len(s.tried)} of {s.planned})"):
         st.dataframe(pd.DataFrame([{"M": p.knobs["max_wave_tokens"], "b_min": p.knobs["min_wave_tokens"],
                                     "ring": p.knobs["ring"], "input tok/s": p.figures.input_tokens_per_s,
+                                    "vs current": _versus(base, p.figures.input_tokens_per_s, s),
                                     "efficiency": p.figures.pipeline_efficiency,
                                     "prefill p95 (s)": p.figures.prefill_latency_p95_s} for p in s.tried]),
                      hide_index=True)
-    if s.changes:
+    if s.changes and s.complete:
         _apply_button(view, s.changes, s.best, "Apply suggested knobs", "whatif_apply_suggestion")
+
+
+def _versus(base: float | None, value: float | None, s: Suggestion) -> str:
+    change = gain(base, value)
+    return "-" if change is None else f"{change:+.1%}" + (f" ({WITHIN_NOISE})" if s.error.within(change) else "")
 
 
 def _check(view: View, job: Job, current: Prediction) -> None:

@@ -67,8 +67,9 @@ def cmd_preview(args: argparse.Namespace) -> int:
                                                           progress))
     print(f"preview: {', '.join(f'{k}={v}' for k, v in result.changes.items()) or 'no knob changed'}; "
           f"replayed {result.replay_note} in the {result.sim}")
-    check = "\n".join(line for line in (replay_check(result.current, observed), spread_line(result)) if line)
-    _print_whatif(compare_rows(result.current.figures, result.proposed.figures), "proposed", check,
+    check = "\n".join(line for line in (result.error.describe(), replay_check(result.current, observed),
+                                        spread_line(result)) if line)
+    _print_whatif(compare_rows(result.current.figures, result.proposed.figures, result.error), "proposed", check,
                   args.json_path, preview_dict(result))
     return 0
 
@@ -81,11 +82,14 @@ def cmd_suggest(args: argparse.Namespace) -> int:
                                                   args.time_limit, progress))
     print(suggestion_line(result))
     print(f"(replayed {result.replay_note} in the {result.sim}; nothing was applied)")
-    _print_whatif(compare_rows(result.current.figures, result.best.figures), "suggested",
-                  replay_check(result.current, observed), args.json_path, suggestion_dict(result))
+    _print_whatif(compare_rows(result.current.figures, result.best.figures, result.error),
+                  "suggested" if result.complete else "best so far",
+                  f"{result.error.describe()}\n{replay_check(result.current, observed)}", args.json_path,
+                  suggestion_dict(result))
     if not result.complete:   # the best of those tried is shown above; the search itself did not finish
-        raise RunFailed(f"the search ran past its time limit of {args.time_limit:g} s after {len(result.tried)} "
-                        f"of {result.planned} settings (--time-limit to give it longer)")
+        raise RunFailed(f"partial search: the time limit of {args.time_limit:g} s ended it after "
+                        f"{len(result.tried)} of {result.planned} settings; nothing is proposed (continue with a "
+                        f"longer --time-limit)")
     return 0
 
 

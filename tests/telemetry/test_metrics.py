@@ -55,6 +55,9 @@ def test_scraped_metrics_match_the_figures(metrics: WaveppMetrics, ratio: float)
     assert value(m["wavepp_prefill_latency_seconds_bucket"], le="+Inf", **pol) == f.completed
     assert value(m["wavepp_admission_interval_seconds_count"], **pol) == f.admission_rounds - 1
     assert value(m["wavepp_waves_total"], **pol) == f.waves
+    shared = value(m["wavepp_shared_in_flight_tokens_total"], **pol)         # sharing in flight, apart
+    assert shared == pytest.approx((f.sharing_in_flight or 0.0) * f.input_tokens_per_s * f.makespan_s)
+    assert shared <= value(m["wavepp_reused_tokens_total"], **pol)
     for stage, bubble in enumerate(f.bubble_fraction):
         busy = value(m["wavepp_stage_busy_seconds_total"], stage=str(stage), **pol)
         assert busy == pytest.approx((1 - bubble) * f.makespan_s)

@@ -1,0 +1,125 @@
+"""In a real browser (Debian's chromium), on saved virtual-time sim runs: Preview's replay of the
+unchanged knobs reproduces the run within 2 % and shows its error; a Suggest the time limit cuts is
+shown as partial (a warning, Continue, no Apply); good-hit stays <= 1 with sharing in flight beside it."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from playwright.sync_api import Page
+
+from .test_browser import ARTIFACTS, chromium_page, serve  # type: ignore[import-not-found]
+
+
+@pytest.fixture(scope="module")
+def browser_page() -> Iterator[Page]:
+    yield from chromium_page(2400)
+
+
+def saved(path: Path, *args: str) -> Path:
+    """A run saved as an operator saves one (in its own process: the browser's event loop is this one's)."""
+    done = subprocess.run([sys.executable, "-m", "wavepp", "bench", "--policy", "wavepp", "--pp", "4", "--quiet",
+                           "--save-run", str(path), *args], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    return path
+
+
+@pytest.fixture(scope="module")
+def docs_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Eight long documents, sixteen clients: much of the reuse is shared in flight."""
+    return saved(tmp_path_factory.mktemp("docs") / "docs.json", "--model", "glm-5.2", "--hardware", "b300",
+                 "--workload", "docs:8", "--prompt-tokens", "16384", "--concurrency", "16", "--requests", "96")
+
+
+def shot(page: Page, name: str) -> None:
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / name), full_page=True)
+
+
+def wait_text(page: Page, text: str, timeout_s: float, name: str = "whatif-trust-timeout.png") -> None:
+    try:
+        page.get_by_text(text).first.wait_for(timeout=timeout_s * 1000)
+    except Exception:
+        shot(page, name)
+        raise
+
+
+def knobs_page(page: Page, url: str) -> None:
+    page.goto(url)
+    page.get_by_text("Knobs", exact=True).first.click()
+    page.get_by_role("button", name="Preview").wait_for(timeout=60_000)
+
+
+def test_preview_of_the_unchanged_knobs_reproduces_the_saved_run(browser_page: Page, docs_file: Path) -> None:
+    page = browser_page
+    proc, url = serve("--run", str(docs_file))
+    try:
+        knobs_page(page, url)
+        ring = page.get_by_label("ring (R) · waves in flight", exact=True)
+        ring.fill("4")                      # a change to preview: its "current" column replays the run's knobs
+        ring.press("Tab")
+        page.get_by_role("button", name="Preview").click()
+        wait_text(page, "the replay of the current knobs:", 180)
+        text = page.inner_text("body")
+        shot(page, "whatif-trust-preview.png")
+        replayed = re.search(r"the replay of the current knobs: ([+-]\d+\.\d)%", text)
+        assert replayed is not None, text
+        assert abs(float(replayed.group(1))) <= 2.0, replayed.group(0)
+        assert "replay error ±" in text and "anchored" not in text       # the sim's replay: never scaled
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def test_a_suggest_cut_by_its_time_limit_is_shown_as_partial(browser_page: Page, tmp_path: Path) -> None:
+    path = saved(tmp_path / "small.json", "--model", "llama-3-8b", "--hardware", "h200", "--workload", "reuse90",
+                 "--prompt-tokens", "4096", "--concurrency", "16", "--requests", "48", "--kv-blocks", "3000")
+    # one replay: about half a second here
+    page = browser_page
+    proc, url = serve("--run", str(path))
+    try:
+        knobs_page(page, url)
+        page.get_by_text("Preview and Suggest settings").first.click()
+        limit = page.get_by_label("time limit (s)")
+        limit.fill("3")                                             # 19 settings do not fit in 3 s
+        limit.press("Tab")
+        page.get_by_role("button", name="Suggest").click()
+        wait_text(page, "partial search", 120)
+        shot(page, "whatif-trust-partial.png")
+        text = page.inner_text("body")
+        searched = re.search(r"partial search - (\d+) of 19 settings tried before the time limit", text)
+        assert searched is not None and 1 <= int(searched.group(1)) < 19, text
+        assert "nothing is proposed" in text
+        assert page.locator("[data-testid='stAlertContentWarning']").filter(has_text="partial search").count() == 1
+        assert page.locator("[data-testid='stAlertContentSuccess']").count() == 0
+        assert page.get_by_role("button", name="Continue the search").count() == 1
+        assert page.get_by_role("button", name="Apply suggested knobs").count() == 0
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def test_good_hit_is_at_most_one_with_sharing_in_flight_beside_it(browser_page: Page, docs_file: Path) -> None:
+    page = browser_page
+    proc, url = serve("--run", str(docs_file))
+    try:
+        page.goto(url)
+        page.get_by_text("Cache", exact=True).first.click()
+        wait_text(page, "sharing in flight", 60)
+        shot(page, "cache-good-hit.png")
+        tiles = {m.locator("[data-testid='stMetricLabel']").inner_text().strip():
+                 m.locator("[data-testid='stMetricValue']").inner_text().strip()
+                 for m in page.locator("[data-testid='stMetric']").all()}
+        assert 0.9 <= float(tiles["good-hit rate"]) <= 1.0, tiles
+        assert float(tiles["sharing in flight"]) > 0.05, tiles
+        shared = int(tiles["shared in flight (tokens)"].replace(",", ""))
+        assert shared > 0 and int(tiles["reused from the cache (tokens)"].replace(",", "")) <= \
+            int(tiles["reusable (tokens)"].replace(",", ""))
+    finally:
+        proc.terminate()
+        proc.wait(10)
