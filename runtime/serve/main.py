@@ -27,6 +27,7 @@ import uvicorn
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from wavepp.runtime.engines.common import store_source
+from wavepp.runtime.serve.accepted import Accepted
 from wavepp.runtime.serve.app import create_app
 from wavepp.runtime.serve.errors import error_body
 from wavepp.runtime.serve.middleware import AdmissionGate, BodyLimit
@@ -55,9 +56,11 @@ class JsonErrorH11(H11Protocol):
 
 
 class Tokenizer:
-    """A Hugging Face fast tokenizer (``tokenizer.json``, in a model directory or given directly)."""
+    """A Hugging Face fast tokenizer (``tokenizer.json``, in a model directory or given directly);
+    ``about``: what ``GET /v1/models`` says of it (its file, and the name and ``HF_HOME`` a client
+    loads the built-in one by)."""
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, about: dict[str, str] | None = None) -> None:
         try:
             from tokenizers import Tokenizer as HfTokenizer
         except ImportError:
@@ -69,12 +72,26 @@ class Tokenizer:
             self._tok = HfTokenizer.from_file(str(file))
         except Exception as exc:          # noqa: BLE001 - the library's own errors vary; one line
             raise ValueError(f"--tokenizer: cannot read {str(file)!r}: {str(exc).splitlines()[0][:160]}") from None
+        self.vocab_size = int(self._tok.get_vocab_size())
+        self.about = {"path": str(file.resolve()), **(about or {})}
 
     def encode(self, text: str) -> list[int]:
         return list(self._tok.encode(text).ids)
 
     def decode(self, ids: list[int]) -> str:
         return str(self._tok.decode(ids))
+
+
+def load_tokenizer(setting: str | None, vocab_size: int) -> Tokenizer | None:
+    """``--tokenizer``: unset, the built-in one for the model's vocabulary
+    (:mod:`runtime.serve.builtin_tokenizer`); ``none``, none (token ids only); else a path."""
+    if setting == "none":
+        return None
+    if setting:
+        return Tokenizer(setting)
+    from wavepp.runtime.serve.builtin_tokenizer import ensure
+    built = ensure(vocab_size)
+    return Tokenizer(str(built.file), {"name": built.name, "hf_home": str(built.hf_home)})
 
 
 class DrainingServer(uvicorn.Server):
@@ -208,13 +225,13 @@ def run_server(settings: dict[str, Any], announce: Any = print) -> int:
             knobs = engine.default_knobs().replace(policy=settings["policy"])
         except KnobError as exc:
             raise ValueError(str(exc)) from None
-        tokenizer = Tokenizer(settings["tokenizer"]) if settings["tokenizer"] else None
+        tokenizer = load_tokenizer(settings["tokenizer"], engine.vocab_size)
         rt = ServerRuntime(engine, knobs, settings["max_queue"], settings["max_prompt_tokens"],
                            settings["store_deadline"], settings["check_invariants"], settings["span_ring"])
         served = settings["served_model_name"] or settings["model"] or ("tiny-llama" if engine.name == "torch"
                                                                          else "llama-3-8b")
-        app = CutGuard(AdmissionGate(BodyLimit(create_app(rt, served, tokenizer, settings["admin_token"]),
-                                               settings["max_body_bytes"]), rt), rt)
+        app = Accepted(CutGuard(AdmissionGate(BodyLimit(create_app(rt, served, tokenizer, settings["admin_token"]),
+                                                        settings["max_body_bytes"]), rt), rt))
         return asyncio.run(_main(rt, app, settings, served, announce))
     finally:
         engine.close()

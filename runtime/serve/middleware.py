@@ -9,7 +9,7 @@ from typing import Any
 from wavepp.runtime.serve.errors import error_body, queue_full_message
 from wavepp.runtime.serve.runtime import ServerRuntime
 
-PREFILL_PATHS = ("/v1/prefill", "/v1/completions")
+PREFILL_PATHS = ("/v1/prefill", "/v1/completions", "/v1/chat/completions")
 
 
 class AdmissionGate:
