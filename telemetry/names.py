@@ -65,6 +65,7 @@ GEN_AI_INPUT_TOKENS = "gen_ai.usage.input_tokens"  # OpenTelemetry GenAI semanti
 TTFT = "gen_ai.server.time_to_first_token"        # HTTP span: accepted -> first token ready, seconds (GenAI name)
 HTTP_ROUTE = "http.route"                         # HTTP span: the endpoint (OpenTelemetry HTTP convention)
 HTTP_REQUEST_IDS = "wavepp.http.request_ids"      # HTTP span: the runtime's requests it made (one per prompt)
+HTTP_CLIENT_ID = "http.request.header.x-request-id"  # HTTP span: the client's X-Request-ID, when it sent one
 COMPUTED_TOKENS = "wavepp.tokens.computed"        # request span: prompt tokens run through the model
 OUTCOME = "wavepp.request.outcome"               # request span: completed | failed
 ADMISSION_LATENCY = "wavepp.admission.latency_s"  # request span: arrival -> admitted (run clock, seconds)

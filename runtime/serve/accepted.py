@@ -45,14 +45,17 @@ def accepted_at(scope: Mapping[str, Any]) -> float:
 
 
 def http_span(rt: ServerRuntime, route: str, accepted: float, request_ids: Sequence[str], input_tokens: int,
-              error: str | None = None) -> float | None:
+              client_id: str | None, error: str | None = None) -> float | None:
     """Record the HTTP request's span, from ``accepted`` to now; its time to first token (returned)
-    when it was answered, none when it failed with ``error``."""
+    when it was answered, none when it failed with ``error``. ``client_id``: the client's
+    ``X-Request-ID`` (aiperf sends one), so a client's record of the request finds the server's."""
     if rt.tel is None:
         return None
     ttft = clock() - accepted
     attrs: dict[str, Any] = {N.HTTP_ROUTE: route, N.HTTP_REQUEST_IDS: list(request_ids),
                              N.GEN_AI_INPUT_TOKENS: input_tokens}
+    if client_id:
+        attrs[N.HTTP_CLIENT_ID] = client_id[:128]
     if error is None:
         attrs[N.TTFT] = ttft
     rt.tel.end(rt.tel.start(N.HTTP_REQUEST, attrs, root=True, at=accepted), error)

@@ -83,7 +83,7 @@ def add_chat_routes(app: FastAPI, rt: ServerRuntime, served_model: str, tokenize
                            "model", "not_found_error")
         if tokenizer is None:
             raise ApiError(422, CHAT_NEEDS_TOKENIZER, "messages")
-        ids = list(tokenizer.encode(render_chat(body.messages)))
+        ids = await tokenizer.encode_off_loop(render_chat(body.messages))
         problem = token_ids_problem(ids, vocab, rt.max_prompt_tokens)
         if problem is not None:
             raise ApiError(422, problem, "messages")

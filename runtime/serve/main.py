@@ -18,7 +18,6 @@ import logging
 import signal
 import socket
 import sys
-from pathlib import Path
 from types import FrameType
 from typing import Any
 
@@ -32,6 +31,7 @@ from wavepp.runtime.serve.app import create_app
 from wavepp.runtime.serve.errors import error_body
 from wavepp.runtime.serve.middleware import AdmissionGate, BodyLimit
 from wavepp.runtime.serve.runtime import ServerRuntime, build_engine
+from wavepp.runtime.serve.tokenizer import load_tokenizer
 
 log = logging.getLogger(__name__)
 
@@ -53,45 +53,6 @@ class JsonErrorH11(H11Protocol):
                       h11.Data(data=body), h11.EndOfMessage()):
             self.transport.write(self.conn.send(event))
         self.transport.close()
-
-
-class Tokenizer:
-    """A Hugging Face fast tokenizer (``tokenizer.json``, in a model directory or given directly);
-    ``about``: what ``GET /v1/models`` says of it (its file, and the name and ``HF_HOME`` a client
-    loads the built-in one by)."""
-
-    def __init__(self, path: str, about: dict[str, str] | None = None) -> None:
-        try:
-            from tokenizers import Tokenizer as HfTokenizer
-        except ImportError:
-            raise ValueError("--tokenizer needs the tokenizers package (pip install tokenizers)") from None
-        file = Path(path) / "tokenizer.json" if Path(path).is_dir() else Path(path)
-        if not file.is_file():
-            raise ValueError(f"--tokenizer: no tokenizer.json at {str(file)!r}")
-        try:
-            self._tok = HfTokenizer.from_file(str(file))
-        except Exception as exc:          # noqa: BLE001 - the library's own errors vary; one line
-            raise ValueError(f"--tokenizer: cannot read {str(file)!r}: {str(exc).splitlines()[0][:160]}") from None
-        self.vocab_size = int(self._tok.get_vocab_size())
-        self.about = {"path": str(file.resolve()), **(about or {})}
-
-    def encode(self, text: str) -> list[int]:
-        return list(self._tok.encode(text).ids)
-
-    def decode(self, ids: list[int]) -> str:
-        return str(self._tok.decode(ids))
-
-
-def load_tokenizer(setting: str | None, vocab_size: int) -> Tokenizer | None:
-    """``--tokenizer``: unset, the built-in one for the model's vocabulary
-    (:mod:`runtime.serve.builtin_tokenizer`); ``none``, none (token ids only); else a path."""
-    if setting == "none":
-        return None
-    if setting:
-        return Tokenizer(setting)
-    from wavepp.runtime.serve.builtin_tokenizer import ensure
-    built = ensure(vocab_size)
-    return Tokenizer(str(built.file), {"name": built.name, "hf_home": str(built.hf_home)})
 
 
 class DrainingServer(uvicorn.Server):

@@ -38,10 +38,10 @@ def add_prefill_routes(app: FastAPI, rt: ServerRuntime, models: RequestModels, s
     PrefillRequest: Any = models.prefill
     CompletionRequest: Any = models.completion
 
-    def tokenize(text: str, param: str) -> list[int]:
+    async def tokenize(text: str, param: str) -> list[int]:
         if tokenizer is None:
             raise ApiError(422, NEEDS_TOKENIZER, param)
-        ids = list(tokenizer.encode(text))
+        ids: list[int] = await tokenizer.encode_off_loop(text)
         check_ids(ids, param)
         return ids
 
@@ -60,7 +60,7 @@ def add_prefill_routes(app: FastAPI, rt: ServerRuntime, models: RequestModels, s
             check_ids(ids, "token_ids")
         else:
             assert body.prompt is not None
-            ids = tokenize(body.prompt, "prompt")
+            ids = await tokenize(body.prompt, "prompt")
         [r] = await run_prefill(rt, request, [ids])
         return PrefillResponse(id=r.request_id, first_token=r.first_token, prompt_tokens=r.prompt_tokens,
                                reused_tokens=r.reused_tokens, computed_tokens=r.computed_tokens,
@@ -83,7 +83,7 @@ def add_prefill_routes(app: FastAPI, rt: ServerRuntime, models: RequestModels, s
         if len(prompts) > rt.source.max_queue:       # could never fit the queue: a 429 would be retried forever
             raise ApiError(422, f"{len(prompts)} prompts in one request, more than the admission queue holds "
                                 f"(--max-queue {rt.source.max_queue}): send at most {rt.source.max_queue}", "prompt")
-        ids = [tokenize(p, "prompt") if isinstance(p, str) else p for p in prompts]
+        ids = [await tokenize(p, "prompt") if isinstance(p, str) else p for p in prompts]
         for one in ids:
             check_ids(one, "prompt")
         results = await run_prefill(rt, request, ids)
@@ -126,22 +126,23 @@ async def run_prefill(rt: ServerRuntime, request: Request, prompts: list[list[in
     results.add_done_callback(lambda f: f.cancelled() or f.exception())
     gone: asyncio.Future[None] = asyncio.ensure_future(disconnected(request))
     route, rids, tokens = request.url.path, [r.id for r in reqs], sum(len(p) for p in prompts)
+    client_id = request.headers.get("x-request-id")
     try:
         await asyncio.wait([results, gone], return_when=asyncio.FIRST_COMPLETED)  # type: ignore[type-var]
         if not results.done():           # the client went away: release what it holds
             for req in reqs:
                 await rt.cancel(req.id)
             results.cancel()
-            http_span(rt, route, accepted, rids, tokens, "client disconnected")
+            http_span(rt, route, accepted, rids, tokens, client_id, "client disconnected")
             raise ApiError(499, "client disconnected", None, "cancelled")
         try:
             answered = results.result()
         except RequestFailed as exc:
-            http_span(rt, route, accepted, rids, tokens, str(exc))
+            http_span(rt, route, accepted, rids, tokens, client_id, str(exc))
             if not rt.serving or rt.draining:    # ended by the shutdown, not by the request itself
                 raise ApiError(503, str(exc), None, "service_unavailable", {"Retry-After": "5"}) from None
             raise ApiError(500, str(exc), None, "server_error") from None
-        http_span(rt, route, accepted, rids, tokens)
+        http_span(rt, route, accepted, rids, tokens, client_id)
         return answered
     finally:
         gone.cancel()

@@ -122,7 +122,8 @@ def test_time_to_first_token_from_acceptance_in_spans_and_metrics(server: Any, c
 
     before, last = count(), server.client.get("/v1/spans").json()["last"]
     for i in range(3):
-        client.chat.completions.create(model="llama-3-8b", messages=[{"role": "user", "content": f"{PROMPT} {i}"}])
+        client.chat.completions.create(model="llama-3-8b", messages=[{"role": "user", "content": f"{PROMPT} {i}"}],
+                                       extra_headers={"X-Request-ID": f"client-{i}"})
     assert count() == before + 3
     spans = server.client.get("/v1/spans", params={"after": last}).json()["spans"]
     http = [s for s in spans if s["n"] == N.HTTP_REQUEST]
@@ -132,6 +133,7 @@ def test_time_to_first_token_from_acceptance_in_spans_and_metrics(server: Any, c
         ttft = s["a"][N.TTFT]
         assert s["a"][N.HTTP_ROUTE] == "/v1/chat/completions" and ttft == pytest.approx((s["t1"] - s["t0"]) / 1e9,
                                                                                         abs=1e-3)
+        assert s["a"][N.HTTP_CLIENT_ID].startswith("client-")     # the client's id finds the server's span
         [rid] = s["a"][N.HTTP_REQUEST_IDS]
         inner = requests[rid]                       # the loop's own span lies inside the HTTP one
         assert s["t0"] <= inner["t0"] and inner["t1"] <= s["t1"] and ttft >= (inner["t1"] - inner["t0"]) / 1e9
