@@ -79,14 +79,16 @@ bench-telemetry: $(STAMP)
 	$(PY) scripts/telemetry_cost.py --json out/telemetry-cost.json
 
 # Benchmark clients against `wavepp serve` (scripts/client_check.py, docs/serve.md): aiperf in a virtualenv of its
-# own (its dependencies are not the project's; genai-bench beside it when it installs), the sim and torch servers
+# own (its dependencies are not the project's; genai-bench installed in one inside it when it installs, not yet
+# driven), the sim and torch servers
 # on loopback, a synthetic profile and a Mooncake trace replay, aiperf's figures beside the server's in
 # out/client-check.md; about 10 minutes on 2 cores. Not part of `make test`.
 CLIENTS_VENV ?= .venv-clients
 $(CLIENTS_VENV)/bin/aiperf:
 	$(PYTHON) -m venv $(CLIENTS_VENV)
 	$(CLIENTS_VENV)/bin/pip install -q aiperf==0.13.0
-	$(CLIENTS_VENV)/bin/pip install -q genai-bench==0.0.5 || echo "client-check: genai-bench does not install here: skipped"
+	$(PYTHON) -m venv $(CLIENTS_VENV)/genai-bench       # its own: its pins are not aiperf's
+	$(CLIENTS_VENV)/genai-bench/bin/pip install -q genai-bench==0.0.5 || echo "client-check: genai-bench does not install here: skipped"
 
 client-check: $(STAMP) $(CLIENTS_VENV)/bin/aiperf
 	@mkdir -p out

@@ -39,6 +39,7 @@ ROOT = Path(__file__).resolve().parents[1]
 TRACE = ROOT.parent / "shared" / "data" / "traces" / "dynamo_mooncake_trace_1000.jsonl"
 HTTP_SPAN, TTFT, TOKENS = "wavepp.http.request", "gen_ai.server.time_to_first_token", "gen_ai.usage.input_tokens"
 CLIENT_ID = "http.request.header.x-request-id"
+TRACE_BLOCK = 512                    # tokens per hash id in the Mooncake traces
 ENGINES = {
     "sim": {"flags": ["--engine", "sim", "--model", "glm-5.2", "--pp", "2", "--time-scale", "0.05"],
             "isl": 2048, "osl": 16, "trace_scale": 1, "block": 512},
@@ -65,12 +66,16 @@ def start_server(flags: list[str], env: dict[str, str]) -> tuple[subprocess.Pope
 
 
 def trace_file(folder: Path, rows: int, scale: int) -> Path:
-    """The trace's first ``rows`` rows, prompts ``1/scale`` of their length (hash ids kept)."""
+    """The trace's first ``rows`` rows, prompts ``1/scale`` of their length: the same hash ids, each block
+    ``TRACE_BLOCK / scale`` tokens, the last one scaled and at least one token (aiperf's loader requires it)."""
     out = folder / f"trace-{rows}-{scale}.jsonl"
+    block = TRACE_BLOCK // scale
     with TRACE.open() as src, out.open("w") as dst:
         for _, line in zip(range(rows), src, strict=False):
             row = json.loads(line)
-            row["input_length"] = max(1, row["input_length"] // scale)
+            whole = len(row["hash_ids"]) - 1
+            last = row["input_length"] - whole * TRACE_BLOCK
+            row["input_length"] = whole * block + max(1, math.ceil(last / scale))
             dst.write(json.dumps(row) + "\n")
     return out
 
@@ -191,21 +196,24 @@ def table(results: list[dict[str, Any]]) -> tuple[str, bool]:
             limit = TARGETS.get(key)
             ok = (abs(gap) <= limit) if limit is not None else (c["failed"] == 0 and s["failed"] == 0
                                                                  if key == "failed" else True)
+            explained = False
             if key == "ttft_p50_ms" and not ok and r["delays"].get("matched"):
-                # Explained when the client's TTFT less the measured delays outside the server is the server's.
+                # The issue's alternative to 10 %: the gap explained, measured. It is, when the client's TTFT less
+                # the time outside the server's span (per request) is the server's TTFT: the gap is all outside.
                 d = r["delays"]
-                ok = abs(d["client_minus_delays_p50_ms"] - s[key]) <= limit / 100 * s[key]
+                ok = explained = abs(d["client_minus_delays_p50_ms"] - s[key]) <= limit / 100 * s[key]
             passed = passed and ok
             target = f"±{limit:g} %" if limit is not None else ("0" if key == "failed" else "")
             gap_text = f"{gap:+.1f} %" if key not in ("requests", "failed") else ""
             lines.append(f"| {r['engine']} ({r['model']}) | {r['run']} | {label} | {c[key]:,.4g} | {s[key]:,.4g} | "
-                         f"{gap_text} | {target}{'' if ok else ' **missed**'} |")
+                         f"{gap_text} | {target}{'' if ok else ' **missed**'}"
+                         f"{' - outside it: the time outside the server (next row)' if explained else ''} |")
         d = r["delays"]
         if d.get("matched"):
             lines.append(f"| {r['engine']} ({r['model']}) | {r['run']} | TTFT outside the server, p50 over "
                          f"{d['matched']} requests (ms) | send → accepted {d['send_to_accept_p50_ms']:.1f}, answered → "
-                         f"first token at the client {d['answer_to_client_p50_ms']:.1f} | client TTFT less both: "
-                         f"{d['client_minus_delays_p50_ms']:.4g} |  |  |")
+                         f"first token at the client {d['answer_to_client_p50_ms']:.1f} | client TTFT less both, "
+                         f"p50: {d['client_minus_delays_p50_ms']:.4g} (one clock: the server's TTFT) |  |  |")
     return "\n".join(lines), passed
 
 
@@ -216,7 +224,11 @@ def main() -> int:
     parser.add_argument("--requests", type=int, default=100, help="requests of the synthetic profile")
     parser.add_argument("--trace-rows", type=int, default=100, help="rows of the trace replayed")
     parser.add_argument("--engine", action="append", choices=sorted(ENGINES), help="default: both")
+    parser.add_argument("--table", metavar="JSON", help="only print the table of an earlier run's OUT.json")
     args = parser.parse_args()
+    if args.table:
+        print(table(json.loads(Path(args.table).read_text()))[0])
+        return 0
     results = []
     out = Path(args.out)
     work = out.with_name(out.name + "-runs")          # aiperf's artifacts, the traces, the tokenizer cache
