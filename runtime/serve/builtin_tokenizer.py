@@ -73,9 +73,13 @@ def ensure(vocab_size: int) -> BuiltinTokenizer:
     repo = cache_root() / "hub" / f"models--{REPO}--{name}"
     snapshot = digest.hexdigest()[:40]
     path = repo / "snapshots" / snapshot
-    if not (path / "tokenizer.json").is_file():
-        _write(path, build([t for _, t in texts], vocab_size), vocab_size)
-    _write_text(repo / "refs" / "main", snapshot)
+    try:
+        if not (path / "tokenizer.json").is_file():
+            _write(path, build([t for _, t in texts], vocab_size), vocab_size)
+        _write_text(repo / "refs" / "main", snapshot)
+    except OSError as exc:
+        raise ValueError(f"cannot write the built-in tokenizer under {str(cache_root())!r}: "
+                         f"{exc.strerror or exc} (set WAVEPP_CACHE, or give --tokenizer PATH or none)") from None
     return BuiltinTokenizer(f"{REPO}/{name}", path, cache_root())
 
 

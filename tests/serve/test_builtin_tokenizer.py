@@ -69,3 +69,11 @@ def test_a_client_loads_it_by_name_offline_from_the_hub_cache(cache: Path) -> No
 def test_a_vocabulary_smaller_than_the_learned_merges_is_refused(cache: Path) -> None:
     with pytest.raises(ValueError, match="--tokenizer PATH or --tokenizer none"):
         ensure(1000)
+
+
+def test_a_cache_it_cannot_write_is_one_line_naming_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    blocked = tmp_path / "file"
+    blocked.write_text("not a folder")
+    monkeypatch.setenv("WAVEPP_CACHE", str(blocked / "cache"))
+    with pytest.raises(ValueError, match="cannot write the built-in tokenizer under .*set WAVEPP_CACHE"):
+        ensure(32000)
