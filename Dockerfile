@@ -20,5 +20,7 @@ RUN pip install ".[torch]"
 
 RUN useradd --create-home wavepp
 USER wavepp
+# The built-in tokenizer of the default model (tiny-llama's 32,000 tokens), built now so a start does not pay it.
+RUN python -c "from wavepp.runtime.serve.builtin_tokenizer import ensure; ensure(32000)"
 EXPOSE 8000 8501
 CMD ["wavepp", "serve", "--host", "0.0.0.0"]

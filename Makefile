@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-dev
 
-.PHONY: demo test oracle test-reliability faults soak lint audit bench bench-torch bench-telemetry grid grid-pressure grid-kimi ablation ablation-kimi clean services stack
+.PHONY: demo test oracle test-reliability faults soak lint audit bench bench-torch bench-telemetry grid grid-pressure grid-kimi ablation ablation-kimi clean services stack client-check
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -99,6 +99,22 @@ bench-telemetry: $(STAMP)
 	@mkdir -p out
 	$(PY) scripts/telemetry_cost.py --json out/telemetry-cost.json
 
+# Benchmark clients against `wavepp serve` (scripts/client_check.py, docs/serve.md): aiperf in a virtualenv of its
+# own (its dependencies are not the project's; genai-bench installed in one inside it when it installs, not yet
+# driven), the sim and torch servers
+# on loopback, a synthetic profile and a Mooncake trace replay, aiperf's figures beside the server's in
+# out/client-check.md; about 10 minutes on 2 cores. Not part of `make test`.
+CLIENTS_VENV ?= .venv-clients
+$(CLIENTS_VENV)/bin/aiperf:
+	$(PYTHON) -m venv $(CLIENTS_VENV)
+	$(CLIENTS_VENV)/bin/pip install -q aiperf==0.13.0
+	$(PYTHON) -m venv $(CLIENTS_VENV)/genai-bench       # its own: its pins are not aiperf's
+	$(CLIENTS_VENV)/genai-bench/bin/pip install -q genai-bench==0.0.5 || echo "client-check: genai-bench does not install here: skipped"
+
+client-check: $(STAMP) $(CLIENTS_VENV)/bin/aiperf
+	@mkdir -p out
+	$(PY) scripts/client_check.py --aiperf $(CLIENTS_VENV)/bin/aiperf --out out/client-check
+
 # Tests talk to a real Redis: the one on 127.0.0.1:6379 when it answers, else a private
 # redis-server they start themselves. Install the server from Debian when it is missing.
 # The browser test drives Debian's chromium (test tools cannot download their own browser here).
@@ -141,4 +157,4 @@ audit: $(STAMP)
 	@$(PY) scripts/audit.py --service $(SERVICE)
 
 clean:
-	rm -rf $(VENV) $(ORACLE_VENV) out .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(ORACLE_VENV) $(CLIENTS_VENV) out .pytest_cache .mypy_cache .ruff_cache

@@ -129,7 +129,7 @@ class Completion:
     """What a finished prefill returns: the first token and the handle of its KV blocks per stage."""
 
     request_id: str
-    first_token: int | None      # argmax of the last position's logits (None on the sim engine)
+    first_token: int | None      # argmax of the last position's logits (the sim: a prompt token picked by its hash)
     block_ids: tuple[tuple[int, ...], ...]   # per stage, the request's block table
     reused_tokens: int
     prefill_latency: float

@@ -42,6 +42,9 @@ ADMISSION_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.
 PART_BUCKETS = (1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0)
 STEP_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 PREFILL_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 25.0, 50.0, 100.0, 300.0)
+# vLLM's buckets of vllm:time_to_first_token_seconds, so the two servers' histograms compare bucket by bucket.
+TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0,
+                40.0, 80.0, 160.0, 640.0, 2560.0)
 TOKEN_BUCKETS = (64, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536)
 
 BUSY_WINDOW_S = 10.0                       # the sliding window of the busy-fraction gauge (run clock)
@@ -70,6 +73,9 @@ class WaveppMetrics:
                                explicit_bucket_boundaries_advisory=STEP_BUCKETS)
         self.prefill_latency = hist(N.M_PREFILL_LATENCY, "s", "Request arrival to its last chunk done",
                                     explicit_bucket_boundaries_advisory=PREFILL_BUCKETS)
+        self.ttft = hist(N.M_TTFT, "s", "HTTP request accepted by the server to its first token ready (a server's "
+                         "prefill requests; what a client's TTFT adds to it is the network and the client)",
+                         explicit_bucket_boundaries_advisory=TTFT_BUCKETS)
         self.wave_tokens = hist(N.M_WAVE_TOKENS, "{token}", "Tokens per planned wave",
                                 explicit_bucket_boundaries_advisory=TOKEN_BUCKETS)
         gauge = m.create_gauge
@@ -238,6 +244,9 @@ class MetricsSpanProcessor(SpanProcessor):
                 m.wave_ring.set(int(attrs.get(N.RING, 0)), labels)                  # type: ignore[arg-type]
         elif name == N.REQUEST:
             self._request(span, attrs, seconds)
+        elif name == N.HTTP_REQUEST and N.TTFT in attrs:
+            m.ttft.record(float(attrs[N.TTFT]), {"policy": self.policy,           # type: ignore[arg-type]
+                                                 "route": str(attrs.get(N.HTTP_ROUTE, ""))})
 
     def _switch(self, policy: str) -> None:
         self.m._reset_busy(self.policy)

@@ -13,6 +13,7 @@ EXECUTE = "wavepp.stage.execute"
 SEND = "wavepp.stage.send"
 COMPLETE = "wavepp.stage.complete"              # a stage attaches the blocks of the requests a wave finished
 STAGE_WAIT = "wavepp.stage.wait"                 # a stage blocked on capacity (baseline retry)
+HTTP_REQUEST = "wavepp.http.request"             # root: a server accepted an HTTP prefill -> answered it
 
 # ---- events on spans ---------------------------------------------------------------------------
 EVENT_ADMITTED = "wavepp.admitted"               # on the request span, at admission time
@@ -68,6 +69,10 @@ KNOBS_POOL_KEPT = "wavepp.pool.kept"              # a policy switched to runs on
 KNOBS_TOPOLOGY_KEPT = "wavepp.topology.kept"      # ... and on the run's stages (a TEP policy's layout is not)
 MEASURED = "wavepp.measured"                     # False for warm-up requests left out of the figures
 GEN_AI_INPUT_TOKENS = "gen_ai.usage.input_tokens"  # OpenTelemetry GenAI semantic convention
+TTFT = "gen_ai.server.time_to_first_token"        # HTTP span: accepted -> first token ready, seconds (GenAI name)
+HTTP_ROUTE = "http.route"                         # HTTP span: the endpoint (OpenTelemetry HTTP convention)
+HTTP_REQUEST_IDS = "wavepp.http.request_ids"      # HTTP span: the runtime's requests it made (one per prompt)
+HTTP_CLIENT_ID = "http.request.header.x-request-id"  # HTTP span: the client's X-Request-ID, when it sent one
 COMPUTED_TOKENS = "wavepp.tokens.computed"        # request span: prompt tokens run through the model
 OUTCOME = "wavepp.request.outcome"               # request span: completed | failed
 ADMISSION_LATENCY = "wavepp.admission.latency_s"  # request span: arrival -> admitted (run clock, seconds)
@@ -81,6 +86,7 @@ M_ADMISSION_LATENCY = "wavepp_admission_latency_seconds"     # arrival -> admitt
 M_ADMISSION_PART = "wavepp_admission_part_seconds"           # {part=lookup|lease|escrow|round}
 M_STAGE_STEP = "wavepp_stage_step_seconds"                   # {stage, step=materialize|execute|send|wait}
 M_PREFILL_LATENCY = "wavepp_prefill_latency_seconds"         # arrival -> last chunk done
+M_TTFT = "wavepp_time_to_first_token_seconds"                # {route}: HTTP accepted -> first token ready
 M_WAVE_TOKENS = "wavepp_wave_tokens"                         # tokens of each planned wave
 M_STAGE_BUSY_FRACTION = "wavepp_stage_busy_ratio"            # {stage}: execute time / sliding window
 M_STAGE_BUSY = "wavepp_stage_busy_seconds"                   # {stage}: counter of execute time

@@ -192,6 +192,11 @@ class Telemetry:
             self._epoch_ns = time.time_ns() - round(t * 1e9)
         return self._epoch_ns + round(t * 1e9)
 
+    def at_ns(self, t: float) -> int:
+        """The span timestamp of runtime-clock time ``t``."""
+        self.now_ns()                      # fixes the epoch on first use
+        return self.epoch_ns + round(t * 1e9)
+
     @property
     def epoch_ns(self) -> int:
         return self._epoch_ns if self._epoch_ns is not None else 0
@@ -224,15 +229,16 @@ class Telemetry:
             s.end(end_time=self.now_ns())
 
     def start(self, name: str, attributes: Attributes | None = None, root: bool = False,
-              link_to: Sequence[Span] = ()) -> Span:
+              link_to: Sequence[Span] = (), at: float | None = None) -> Span:
         """A span ended later by :meth:`end` (request and wave spans outlive any one coroutine),
-        linked to the spans ``link_to`` (a wave to the requests it carries)."""
+        linked to the spans ``link_to`` (a wave to the requests it carries); ``at``: when it started,
+        on the runtime clock, if earlier than now (a server's HTTP span starts at the request's acceptance)."""
         if not self.enabled:
             return trace.INVALID_SPAN
         ctx = trace.set_span_in_context(trace.INVALID_SPAN) if root else None
         links = [Link(s.get_span_context()) for s in link_to]
         return self.tracer.start_span(name, context=ctx, attributes=attributes, links=links,
-                                      start_time=self.now_ns())
+                                      start_time=self.now_ns() if at is None else self.at_ns(at))
 
     @contextmanager
     def muted(self) -> Iterator[None]:

@@ -9,7 +9,8 @@ disconnects before its answer cancels its request. With an admin token (``WAVEPP
 knob write without it is ``401`` (:class:`runtime.serve.middleware.AdminGate`).
 
 The parts, one concern each: the error shape and FastAPI's refusals in it (:mod:`.errors`), the
-request and response bodies (:mod:`.models`), the prefill routes (:mod:`.prefill_routes`), the
+request and response bodies (:mod:`.models`), the prefill routes (:mod:`.prefill_routes`) and chat
+completions on them (:mod:`.chat_routes`), the
 server's reads of itself (:mod:`.status_routes`), the knobs (:mod:`.knob_routes`); the ASGI
 middlewares that refuse before a body is read are :mod:`.middleware`.
 """
@@ -25,6 +26,7 @@ from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.responses import HTMLResponse
 from fastapi.staticfiles import StaticFiles
 
+from wavepp.runtime.serve.chat_routes import add_chat_routes
 from wavepp.runtime.serve.errors import add_exception_handlers
 from wavepp.runtime.serve.knob_routes import add_knob_routes
 from wavepp.runtime.serve.middleware import AdminGate
@@ -44,7 +46,8 @@ def create_app(rt: ServerRuntime, served_model: str, tokenizer: Any = None, admi
     add_docs(app)
     # In this order: the schema lists the paths as they were added.
     add_prefill_routes(app, rt, models, served_model, tokenizer)
-    add_status_routes(app, rt, served_model)
+    add_chat_routes(app, rt, served_model, tokenizer)
+    add_status_routes(app, rt, served_model, tokenizer)
     add_knob_routes(app, rt, models.knobs_update)
     app.add_middleware(AdminGate, token=admin_token)
     return app

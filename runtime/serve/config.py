@@ -100,7 +100,9 @@ OPTIONS: tuple[Option, ...] = (
     Option("policy", str, "wavepp", "starting policy (a knob: PUT /v1/knobs changes it)"),
     Option("seed", int, 0, "seed of the random weights (no Hugging Face directory)"),
     Option("store", str, "memory", "memory or redis://host:port/db[?cluster=name]: index, plans, knobs, span stream"),
-    Option("tokenizer", str, None, "a local Hugging Face tokenizer (directory or tokenizer.json): prompts as text"),
+    Option("tokenizer", str, None, "prompts as text: a local Hugging Face tokenizer (directory or tokenizer.json), "
+                                   "none (token ids only), or by default the built-in one of the model's vocabulary "
+                                   "(GET /v1/models names it)"),
     Option("max_queue", _positive_int, 256, "requests waiting for admission before new ones get 429"),
     Option("max_prompt_tokens", _positive_int, None,
            "longest prompt accepted (default, and at most: the model's context and the smallest stage's KV pool)"),

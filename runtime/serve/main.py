@@ -20,7 +20,6 @@ import signal
 import socket
 import sys
 import time
-from pathlib import Path
 from types import FrameType
 from typing import Any
 
@@ -29,10 +28,12 @@ import uvicorn
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from wavepp.runtime.engines.common import store_source
+from wavepp.runtime.serve.accepted import Accepted
 from wavepp.runtime.serve.app import create_app
 from wavepp.runtime.serve.errors import error_body
 from wavepp.runtime.serve.middleware import AdmissionGate, BodyLimit
 from wavepp.runtime.serve.runtime import RETRY_AFTER_MAX_S, ServerRuntime, build_engine
+from wavepp.runtime.serve.tokenizer import load_tokenizer
 
 log = logging.getLogger(__name__)
 
@@ -78,29 +79,6 @@ class JsonErrorH11(H11Protocol):
                       h11.Data(data=body), h11.EndOfMessage()):
             self.transport.write(self.conn.send(event))
         self.transport.close()
-
-
-class Tokenizer:
-    """A Hugging Face fast tokenizer (``tokenizer.json``, in a model directory or given directly)."""
-
-    def __init__(self, path: str) -> None:
-        try:
-            from tokenizers import Tokenizer as HfTokenizer
-        except ImportError:
-            raise ValueError("--tokenizer needs the tokenizers package (pip install tokenizers)") from None
-        file = Path(path) / "tokenizer.json" if Path(path).is_dir() else Path(path)
-        if not file.is_file():
-            raise ValueError(f"--tokenizer: no tokenizer.json at {str(file)!r}")
-        try:
-            self._tok = HfTokenizer.from_file(str(file))
-        except Exception as exc:          # noqa: BLE001 - the library's own errors vary; one line
-            raise ValueError(f"--tokenizer: cannot read {str(file)!r}: {str(exc).splitlines()[0][:160]}") from None
-
-    def encode(self, text: str) -> list[int]:
-        return list(self._tok.encode(text).ids)
-
-    def decode(self, ids: list[int]) -> str:
-        return str(self._tok.decode(ids))
 
 
 class DrainingServer(uvicorn.Server):
@@ -244,13 +222,13 @@ def run_server(settings: dict[str, Any], announce: Any = print) -> int:
             knobs = engine.default_knobs().replace(policy=settings["policy"])
         except KnobError as exc:
             raise ValueError(str(exc)) from None
-        tokenizer = Tokenizer(settings["tokenizer"]) if settings["tokenizer"] else None
+        tokenizer = load_tokenizer(settings["tokenizer"], engine.vocab_size)
         rt = ServerRuntime(engine, knobs, settings["max_queue"], settings["max_prompt_tokens"],
                            settings["store_deadline"], settings["check_invariants"], settings["span_ring"])
         served = settings["served_model_name"] or settings["model"] or ("tiny-llama" if engine.name == "torch"
                                                                          else "llama-3-8b")
-        app = CutGuard(AdmissionGate(BodyLimit(create_app(rt, served, tokenizer, settings["admin_token"]),
-                                               settings["max_body_bytes"]), rt), rt)
+        app = Accepted(CutGuard(AdmissionGate(BodyLimit(create_app(rt, served, tokenizer, settings["admin_token"]),
+                                                        settings["max_body_bytes"]), rt), rt))
         return asyncio.run(_main(rt, app, settings, served, announce))
     finally:
         engine.close()

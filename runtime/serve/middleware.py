@@ -10,7 +10,7 @@ from typing import Any
 from wavepp.runtime.serve.errors import error_body, queue_full_message
 from wavepp.runtime.serve.runtime import ServerRuntime
 
-PREFILL_PATHS = ("/v1/prefill", "/v1/completions")
+PREFILL_PATHS = ("/v1/prefill", "/v1/completions", "/v1/chat/completions")
 ADMIN_ROUTES = {("PUT", "/v1/knobs")}      # the routes that change the server: they need the admin token
 
 

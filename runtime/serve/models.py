@@ -14,6 +14,11 @@ from wavepp.runtime.knobs import choices as knob_choices
 from wavepp.runtime.knobs import kind as knob_kind
 
 MAX_PROMPTS = 64          # prompts in one completions request
+# A prefill server answers one token at most (a decode server, given the KV handle, makes the rest): a
+# larger max_tokens is answered with the first token and finish_reason "length", as prefill servers of
+# disaggregated deployments answer it, so clients that send each request's output length still work.
+MAX_TOKENS_HELP = ("0: prefill only, no token; 1 or more (default 1): the first token, finish_reason "
+                   "\"length\" (a prefill server makes one token)")
 
 
 class KvHandle(BaseModel):
@@ -29,7 +34,8 @@ class Timings(BaseModel):
 
 class PrefillResponse(BaseModel):
     id: str
-    first_token: int | None = Field(description="argmax of the last position (null on the sim engine)")
+    first_token: int | None = Field(description="argmax of the last position (the sim: one of the prompt's "
+                                                "tokens, chosen by a hash of the prompt)")
     prompt_tokens: int
     reused_tokens: int
     computed_tokens: int
@@ -169,8 +175,8 @@ def request_models(vocab: int, max_prompt_tokens: int, block_size: int, tokenize
         model_config = ConfigDict(extra="allow")
         model: str | None = None
         prompt: Annotated[CompletionPrompt, completion_prompt_check(vocab, max_prompt_tokens, tokenizer is not None)]
-        max_tokens: json_int(ge=0, le=1) | None = Field(default=None,  # type: ignore[valid-type]
-                                       description="0 (prefill only) or 1 (the first token); default 1")
+        max_tokens: json_int(ge=0) | None = Field(default=None,  # type: ignore[valid-type]
+                                       description=MAX_TOKENS_HELP)
         n: json_int(ge=1, le=1) = 1  # type: ignore[valid-type]
         stream: StrictBool = False
         stream_options: StreamOptions | None = None

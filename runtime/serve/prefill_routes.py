@@ -1,6 +1,6 @@
 """The prefill routes: ``POST /v1/prefill`` (one prompt: first token, reuse, timings, KV handle)
-and OpenAI's ``POST /v1/completions`` (``max_tokens`` 0 or 1, streamed or not). Both go through
-:func:`run_prefill`: ``503`` while draining or when the runtime stopped, ``429`` with
+and OpenAI's ``POST /v1/completions`` (``max_tokens`` 0: no token, else the first one; streamed or
+not). Both go through :func:`run_prefill`: ``503`` while draining or when the runtime stopped, ``429`` with
 ``Retry-After`` when the queue has no room, and a client that disconnects cancels its requests."""
 
 # No `from __future__ import annotations`: FastAPI reads the request models from the handlers'
@@ -16,6 +16,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
+from wavepp.runtime.serve.accepted import accepted_at, http_span
 from wavepp.runtime.serve.errors import ERRORS, ApiError, ErrorResponse, queue_full_message
 from wavepp.runtime.serve.models import (
     NEEDS_TOKENIZER,
@@ -37,10 +38,10 @@ def add_prefill_routes(app: FastAPI, rt: ServerRuntime, models: RequestModels, s
     PrefillRequest: Any = models.prefill
     CompletionRequest: Any = models.completion
 
-    def tokenize(text: str, param: str) -> list[int]:
+    async def tokenize(text: str, param: str) -> list[int]:
         if tokenizer is None:
             raise ApiError(422, NEEDS_TOKENIZER, param)
-        ids = list(tokenizer.encode(text))
+        ids: list[int] = await tokenizer.encode_off_loop(text)
         check_ids(ids, param)
         return ids
 
@@ -59,7 +60,7 @@ def add_prefill_routes(app: FastAPI, rt: ServerRuntime, models: RequestModels, s
             check_ids(ids, "token_ids")
         else:
             assert body.prompt is not None
-            ids = tokenize(body.prompt, "prompt")
+            ids = await tokenize(body.prompt, "prompt")
         [r] = await run_prefill(rt, request, [ids])
         return PrefillResponse(id=r.request_id, first_token=r.first_token, prompt_tokens=r.prompt_tokens,
                                reused_tokens=r.reused_tokens, computed_tokens=r.computed_tokens,
@@ -72,8 +73,9 @@ def add_prefill_routes(app: FastAPI, rt: ServerRuntime, models: RequestModels, s
         "content": {"application/json": {}, "text/event-stream": {}}},
         404: {"model": ErrorResponse, "description": "the model is not the one this server serves"}})
     async def completions(body: CompletionRequest, request: Request) -> Response:
-        """OpenAI-compatible completions for prefill: ``max_tokens`` 0 or 1; ``usage`` reports cached
-        prompt tokens as ``prompt_tokens_details.cached_tokens`` (as vLLM and SGLang do)."""
+        """OpenAI-compatible completions for prefill: ``max_tokens`` 0 (no token) or more (the first
+        token, ``finish_reason: "length"``); ``usage`` reports cached prompt tokens as
+        ``prompt_tokens_details.cached_tokens`` (as vLLM and SGLang do)."""
         if body.model not in (None, served_model):
             raise ApiError(404, f"the model {body.model!r} does not exist (this server: {served_model!r})",
                            "model", "not_found_error")
@@ -81,7 +83,7 @@ def add_prefill_routes(app: FastAPI, rt: ServerRuntime, models: RequestModels, s
         if len(prompts) > rt.source.max_queue:       # could never fit the queue: a 429 would be retried forever
             raise ApiError(422, f"{len(prompts)} prompts in one request, more than the admission queue holds "
                                 f"(--max-queue {rt.source.max_queue}): send at most {rt.source.max_queue}", "prompt")
-        ids = [tokenize(p, "prompt") if isinstance(p, str) else p for p in prompts]
+        ids = [await tokenize(p, "prompt") if isinstance(p, str) else p for p in prompts]
         for one in ids:
             check_ids(one, "prompt")
         results = await run_prefill(rt, request, ids)
@@ -94,8 +96,9 @@ def add_prefill_routes(app: FastAPI, rt: ServerRuntime, models: RequestModels, s
 
 
 async def run_prefill(rt: ServerRuntime, request: Request, prompts: list[list[int]]) -> list[PrefillResult]:
-    """Submit every prompt, answer when all finished; a disconnect cancels what is in flight."""
-    accepted = time.monotonic()
+    """Submit every prompt, answer when all finished; a disconnect cancels what is in flight. The
+    HTTP request's span (:func:`runtime.serve.accepted.http_span`) times it from its acceptance."""
+    accepted = accepted_at(request.scope)
     if not rt.serving or rt.draining:
         raise ApiError(503, "the server is draining (shutting down)" if rt.draining
                        else f"the runtime is not serving: {rt.error or 'starting'}", None,
@@ -122,19 +125,25 @@ async def run_prefill(rt: ServerRuntime, request: Request, prompts: list[list[in
     # CancelledError of results.cancel()): retrieved here so asyncio does not log it as lost.
     results.add_done_callback(lambda f: f.cancelled() or f.exception())
     gone: asyncio.Future[None] = asyncio.ensure_future(disconnected(request))
+    route, rids, tokens = request.url.path, [r.id for r in reqs], sum(len(p) for p in prompts)
+    client_id = request.headers.get("x-request-id")
     try:
         await asyncio.wait([results, gone], return_when=asyncio.FIRST_COMPLETED)  # type: ignore[type-var]
         if not results.done():           # the client went away: release what it holds
             for req in reqs:
                 await rt.cancel(req.id)
             results.cancel()
+            http_span(rt, route, accepted, rids, tokens, client_id, "client disconnected")
             raise ApiError(499, "client disconnected", None, "cancelled")
         try:
-            return results.result()
+            answered = results.result()
         except RequestFailed as exc:
+            http_span(rt, route, accepted, rids, tokens, client_id, str(exc))
             if not rt.serving or rt.draining:    # ended by the shutdown, not by the request itself
                 raise ApiError(503, str(exc), None, "service_unavailable", {"Retry-After": "5"}) from None
             raise ApiError(500, str(exc), None, "server_error") from None
+        http_span(rt, route, accepted, rids, tokens, client_id)
+        return answered
     finally:
         gone.cancel()
 
@@ -158,7 +167,7 @@ def completion_body(results: list[PrefillResult], max_tokens: int, model: str, t
                         "kv_transfer_params": {"request_id": r.request_id,
                                                "block_tables": [list(t) for t in r.block_tables]}})
     prompt_tokens = sum(r.prompt_tokens for r in results)
-    completion_tokens = max_tokens * len(results)
+    completion_tokens = sum(1 for r in results if max_tokens and r.first_token is not None)
     return {"id": f"cmpl-{uuid.uuid4().hex}", "object": "text_completion", "created": int(time.time()),
             "model": model, "choices": choices,
             "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,

@@ -13,14 +13,17 @@ from pydantic import Field
 from wavepp.runtime.serve.runtime import ServerRuntime
 
 
-def add_status_routes(app: FastAPI, rt: ServerRuntime, served_model: str) -> None:
+def add_status_routes(app: FastAPI, rt: ServerRuntime, served_model: str, tokenizer: Any = None) -> None:
     block_size = rt.engine.block_size
     vocab = rt.engine.vocab_size
 
     @app.get("/v1/models")
     async def models() -> dict[str, Any]:
+        """The served model, its prompt limit and its tokenizer (``path``; the built-in one's ``name``
+        and the ``hf_home`` a client loads it from by that name), or null without one."""
         return {"object": "list", "data": [{"id": served_model, "object": "model", "created": int(rt.started_at),
-                                            "owned_by": "wavepp", "max_model_len": rt.max_prompt_tokens}]}
+                                            "owned_by": "wavepp", "max_model_len": rt.max_prompt_tokens,
+                                            "tokenizer": getattr(tokenizer, "about", None)}]}
 
     @app.get("/health", responses={503: {"description": "the pipeline loop failed (the server is exiting)"}})
     async def health() -> JSONResponse:

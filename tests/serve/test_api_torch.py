@@ -148,8 +148,9 @@ def test_openai_client_drives_completions_with_cached_tokens_in_usage(server: An
     assert events[-1].usage.prompt_tokens_details.cached_tokens >= 128      # the whole prompt was seen
     assert [c.index for e in events for c in e.choices] == [0]
 
-    with pytest.raises(openai.UnprocessableEntityError, match="max_tokens"):
-        client.completions.create(model="wavepp-tiny", prompt=ids, max_tokens=5)
+    more = client.completions.create(model="wavepp-tiny", prompt=ids, max_tokens=5)   # prefill: one token
+    assert more.choices[0].finish_reason == "length" and more.usage is not None and more.usage.completion_tokens == 1
+    assert more.choices[0].model_extra["token_ids"] == [reference_first_token(ids)]
     with pytest.raises(openai.NotFoundError, match="does not exist"):
         client.completions.create(model="gpt-4", prompt=ids, max_tokens=1)
     assert [m.id for m in client.models.list()] == ["wavepp-tiny"]

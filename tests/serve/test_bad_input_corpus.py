@@ -17,7 +17,7 @@ CORPUS = json.loads((Path(__file__).parents[1] / "data" / "bad_inputs" / "http_c
 @pytest.fixture(scope="module")
 def server(server_class: Any) -> Iterator[Any]:
     server = server_class("--engine", "sim", "--pp", "2", "--kv-blocks", "400", "--time-scale", "0.01",
-                          "--max-prompt-tokens", "512")
+                          "--max-prompt-tokens", "512", "--tokenizer", "none")
     yield server
     assert server.client.get("/health").status_code == 200
     assert server.stop() == 0, server.errors()

@@ -18,7 +18,7 @@ import pytest
 @pytest.fixture(scope="module")
 def server(server_class: Any) -> Iterator[Any]:
     server = server_class("--engine", "sim", "--pp", "2", "--kv-blocks", "400", "--time-scale", "0.01",
-                          "--max-prompt-tokens", "512")
+                          "--max-prompt-tokens", "512", "--tokenizer", "none")
     yield server
     assert server.stop() == 0, server.errors()
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import zlib
+from array import array
 from collections.abc import Sequence
 
 from wavepp.runtime.engines.sim.costmodel import ChunkShape, CostModel
@@ -30,6 +32,7 @@ class SimExecutor:
         self.step_fit = step_fit              # per stage (scale, offset s): a what-if replay's fit to a run's steps
         self.failed: dict[int, str] = {}      # stage -> why: its next step raises StageFailed (fail_stage)
         self._steps: dict[tuple[int, tuple[tuple[int, int], ...]], float] = {}   # (stage, chunks) -> model s
+        self._first: dict[str, int] = {}      # request id -> its first token (register to forget)
 
     def fail_stage(self, stage: int, why: str) -> None:
         """From now on ``stage``'s steps and sends raise :class:`StageFailed` - a stage process dying
@@ -74,10 +77,19 @@ class SimExecutor:
         return self.step_seconds
 
     def first_token(self, request_id: str) -> int | None:
-        return None   # no logits in the simulator
+        return self._first.get(request_id)
 
     def register(self, request: Request) -> None:
-        return None
+        if request.num_tokens:
+            self._first[request.id] = sim_first_token(request.tokens)
 
     def forget(self, request_id: str) -> None:
-        return None
+        self._first.pop(request_id, None)
+
+
+def sim_first_token(tokens: array[int]) -> int:
+    """The simulator's first token (it has no logits): one of the prompt's own tokens, picked by a
+    CRC-32 of the whole prompt - the same prompt always gets the same token, and the token is one the
+    client's tokenizer made, so it decodes to text a client counts as content (a token id drawn from
+    the whole vocabulary would often be one no text encodes to)."""
+    return tokens[zlib.crc32(tokens.tobytes()) % len(tokens)]
