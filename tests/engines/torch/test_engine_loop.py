@@ -15,6 +15,7 @@ from wavepp.runtime.engines.torch.check import _reference
 from wavepp.runtime.engines.torch.config import DecoderConfig
 from wavepp.runtime.engines.torch.engine import TorchEngine
 from wavepp.runtime.workloads import parse_workload
+from wavepp.telemetry import names as N
 
 CFG = DecoderConfig(vocab_size=512, hidden_size=64, intermediate_size=128, num_layers=4, num_heads=4,
                     num_kv_heads=2, max_position=2048)
@@ -27,8 +28,10 @@ def config_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
-@pytest.mark.parametrize("policy", ["wavepp", "trtllm-pp"])
-@pytest.mark.parametrize("workload", ["reuse90", "suffix:40"])
+# docs: clients on two documents no stage holds - followers read their producer's K/V as it is computed
+# (wavepp), or what it was scheduled for and what retired (vllm-pp), on every stage.
+@pytest.mark.parametrize("policy,workload", [(p, w) for p in ("wavepp", "trtllm-pp") for w in ("reuse90", "suffix:40")]
+                         + [(p, "docs:2:suffix=40") for p in ("wavepp", "vllm-pp", "trtllm-pp")])
 def test_first_tokens_match_the_reference(config_path: Path, policy: str, workload: str) -> None:
     engine = TorchEngine(str(config_path), pp=2, block_size=16, kv_blocks=[400], seed=3)
     cfg = BenchConfig(parse_workload(workload), [4], [policy], 12, seed=1, prompt_tokens=200)
@@ -36,6 +39,8 @@ def test_first_tokens_match_the_reference(config_path: Path, policy: str, worklo
     rec = run_one(engine, cfg, policy, 4)
     assert rec.figures.completed == 12 and rec.figures.failed == 0
     assert rec.figures.good_hit_rate is not None and rec.figures.good_hit_rate > 0.5   # prefixes reused
+    if (policy, workload) == ("wavepp", "docs:2:suffix=40"):      # K/V read from a running producer checked
+        assert any(N.FOLLOWS in (s.attributes or {}) for s in rec.spans if s.name == N.REQUEST)
     for h in rec.parts.handles:
         h.cache.check()
     reference = _reference(CFG, CFG.to_hf_dict(), engine.weights)
