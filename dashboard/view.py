@@ -10,7 +10,6 @@ from wavepp.dashboard.frames import FrameBuilder, Frames
 from wavepp.dashboard.sources import Snapshot, Source
 from wavepp.runtime.idle_causes import IdleInterval
 from wavepp.runtime.report import FigureAccumulator, RunFigures
-from wavepp.telemetry import names as N
 
 
 @dataclass(slots=True)
@@ -52,7 +51,7 @@ class _Derived:
         fr = self.builder.frames()
         if not len(fr.requests) or not fr.num_stages:
             return View(snap, fr, None, source)
-        policy = self.acc.requests[0]["a"].get(N.POLICY, "")
+        policy = self.acc.policy or ""
         meta = {"policy": policy, "engine": source.kind, "model": "", "hardware": "", "concurrency": 0,
                 "workload": ""}
         idle = self.acc.idle_intervals(fr.num_stages)
