@@ -14,6 +14,7 @@ second and nothing more.
 from __future__ import annotations
 
 import os
+import time
 from typing import Any
 
 import streamlit as st
@@ -57,10 +58,21 @@ def load(spec: str, run_id: str | None) -> View:
     return _views(spec).view(source, source.snapshot(run_id or None))
 
 
+def _due(drawn: tuple[Any, ...]) -> bool:
+    """Whether the page may be drawn again: only once the draw of ``drawn`` finished - the watcher
+    also runs inside the page's own run, before the page is drawn, and a rerun requested there
+    would stop every draw of a run whose data moves while it loads - and a page that takes longer
+    than the refresh to draw no more often than every other draw's time."""
+    if st.session_state.get("_drawn") != drawn:
+        return False
+    drawn_at, took = float(st.session_state.get("_drawn_at", 0.0)), float(st.session_state.get("_draw_s", 0.0))
+    return time.monotonic() - drawn_at >= max(REFRESH_S, 2 * took)
+
+
 def _watch(spec: str, run_id: str | None, drawn: tuple[Any, ...], rerun: bool) -> None:
     """Every second: the runtime's banners; the whole page again only when its data moved."""
     view = load(spec, run_id)
-    if rerun and view.snap.position != drawn:
+    if rerun and view.snap.position != drawn and _due(drawn):
         st.rerun()
     runtime_banner(view.snap)
     if isinstance(view.source, EmbeddedSource) and view.source.stopped:
@@ -95,6 +107,7 @@ def _run_selector(snap: Snapshot, live: bool) -> None:
 
 def main() -> None:
     st.set_page_config(page_title="WavePP", layout="wide")
+    began = time.monotonic()
     spec = os.environ.get("WAVEPP_DASHBOARD", "")
     st.sidebar.title("WavePP")
     page = st.sidebar.radio("Page", list(PAGES), key="page")
@@ -113,6 +126,9 @@ def main() -> None:
     elif view.snap.error:
         st.warning(view.snap.error)
     PAGES[page](view)
+    st.session_state["_drawn"] = view.snap.position
+    st.session_state["_drawn_at"] = time.monotonic()
+    st.session_state["_draw_s"] = time.monotonic() - began
 
 
 main()
