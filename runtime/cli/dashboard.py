@@ -122,3 +122,8 @@ def _start_embedded(args: argparse.Namespace) -> None:
     embedded.CURRENT = remote
     if remote.error:
         raise UsageError(remote.error)
+    # Its spans are folded into the view from now on, not from the first page load.
+    from wavepp.dashboard import follow
+    from wavepp.dashboard.sources import EmbeddedSource
+    from wavepp.dashboard.view import ViewCache
+    follow.FOLLOWED = follow.Follower(EmbeddedSource(remote), ViewCache()).start()

@@ -19,7 +19,11 @@ NEWEST_LANE_END = """() => {
   const plot = document.querySelector('.js-plotly-plot');
   if (!plot || !plot.data) return null;
   let end = -Infinity;
-  for (const t of plot.data) if (t.base && t.x) t.x.forEach((w, i) => { end = Math.max(end, t.base[i] + w); });
+  for (const t of plot.data) {
+    if (!t.base || !t.x) continue;
+    const base = Array.from(t.base), width = Array.from(t.x);
+    width.forEach((w, i) => { end = Math.max(end, Number(base[i]) + Number(w)); });
+  }
   return end;
 }"""
 
