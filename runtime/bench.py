@@ -116,7 +116,8 @@ def run_one(engine: Engine, cfg: BenchConfig, policy_name: str, concurrency: int
     meta["telemetry"] = telemetry
     tel_cfg: TelemetryConfig = current_config().with_flags(telemetry)
     acc = FigureAccumulator()
-    tel = engine.telemetry(run, keep=cfg.keep_spans, config=tel_cfg, metrics=cfg.metrics, feed=SpanFeed(acc.add))
+    feed = SpanFeed(acc.add)
+    tel = engine.telemetry(run, keep=cfg.keep_spans, config=tel_cfg, metrics=cfg.metrics, feed=feed)
     if workload is None:
         workload = make_workload(cfg.workload, cfg.requests, cfg.prompt_tokens or engine.default_prompt_tokens(),
                                  engine.block_size, engine.vocab_size, cfg.seed)
@@ -154,6 +155,7 @@ def run_one(engine: Engine, cfg: BenchConfig, policy_name: str, concurrency: int
         raise
     spans = tel.finished_spans()
     encoded = [encode(s) for s in spans]
+    feed.flush()
     figures = acc.figures(engine.pp, meta, stalled=stalled)
     meta["working_set_tokens"] = workload.working_set_tokens()     # beside meta["capacities"]: the pressure
     tel.shutdown()
