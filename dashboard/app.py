@@ -39,6 +39,9 @@ def get_source(spec: str) -> Any:
     if kind == "run":
         return RunFileSource(arg)
     if kind == "store":
+        followed = follow.FOLLOWED
+        if followed is not None and isinstance(followed.source, StoreSource) and followed.spec == spec:
+            return followed.source           # followed since `wavepp dashboard --store` started
         return StoreSource(arg)
     if kind == "embedded":
         from wavepp.dashboard import embedded

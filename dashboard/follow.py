@@ -23,6 +23,7 @@ class Follower:
     source: Source
     views: ViewCache
     every_s: float = 1.0
+    spec: str = ""                       # the dashboard's source spec (``store:URL``), when it matters
     _stop: threading.Event = field(default_factory=threading.Event)
 
     def start(self) -> Follower:
@@ -40,4 +41,4 @@ class Follower:
                 log.exception("dashboard follower")
 
 
-FOLLOWED: Follower | None = None       # set by `wavepp dashboard` for its embedded runtime, before the server starts
+FOLLOWED: Follower | None = None       # set by `wavepp dashboard` for its live source, before the server starts

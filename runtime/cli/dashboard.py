@@ -59,6 +59,11 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
         except StoreError as exc:
             raise UsageError(str(exc)) from None
         source = f"store:{args.store}"
+        # The deployment's spans are folded into the view from now on, not from the first page load.
+        from wavepp.dashboard import follow
+        from wavepp.dashboard.sources import StoreSource
+        from wavepp.dashboard.view import ViewCache
+        follow.FOLLOWED = follow.Follower(StoreSource(args.store), ViewCache(), spec=source).start()
     else:
         source = "embedded"
         _start_embedded(args)
