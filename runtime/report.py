@@ -134,7 +134,7 @@ def _cadence(rounds: Sequence[tuple[int, int]]) -> Cadence:
 
 class FigureAccumulator:
     """Every figure of :class:`RunFigures`, kept up to date as spans arrive (:meth:`add`): the one
-    aggregator behind the bench, the metrics' idle split and the dashboard. An update costs the new
+    aggregator behind the bench (and the idle seconds it hands the metrics) and the dashboard. An update costs the new
     spans; what it holds is counters, sums and one number per request or admitting round (exact
     percentiles need the values), never the spans themselves - the stage steps its idle split needs
     are small tuples (:class:`IdleTracker`). :meth:`figures` gives exactly what ``compute_figures``
