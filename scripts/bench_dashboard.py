@@ -185,7 +185,8 @@ def main() -> int:
     ap.add_argument("--duration", type=float, default=600.0, help="seconds measured per target after the first chart")
     ap.add_argument("--rates", default="", help="synthetic stream rates in spans/s (default: 1x, 2.5x, 5x the demo's)")
     ap.add_argument("--store", default="redis://127.0.0.1:6379/13", help="the Redis the synthetic stream goes through")
-    ap.add_argument("--skip-demo", action="store_true")
+    ap.add_argument("--skip-demo", action="store_true", help="measure the demo's span rate, not its page")
+    ap.add_argument("--skip-synthetic", action="store_true", help="the embedded sim demo alone")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     rate = demo_rate()
@@ -195,8 +196,9 @@ def main() -> int:
     if not args.skip_demo:
         rows.append({"target": "embedded sim demo", "rate": rate, **measure(["--engine", "sim"], args.duration, env)})
         print(rows[-1], flush=True)
-    rates = [float(r) for r in args.rates.split(",") if r] or [rate, 2.5 * rate, 5 * rate]
-    spans = recorded_spans()
+    rates = [] if args.skip_synthetic else [float(r) for r in args.rates.split(",") if r] or [rate, 2.5 * rate,
+                                                                                               5 * rate]
+    spans = recorded_spans() if rates else []
     for r in rates:
         cluster = f"bench-dashboard-{os.getpid()}-{int(r)}"
         url = f"{args.store.rstrip('/')}?cluster={cluster}" if "?" not in args.store else args.store
