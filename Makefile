@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-dev
 
-.PHONY: demo test oracle test-reliability faults soak lint audit bench bench-torch bench-telemetry grid grid-pressure grid-kimi ablation ablation-kimi clean services stack client-check
+.PHONY: bench-dashboard demo test oracle test-reliability faults soak lint audit bench bench-torch bench-telemetry grid grid-pressure grid-kimi ablation ablation-kimi clean services stack client-check
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -91,6 +91,12 @@ oracle: $(ORACLE_STAMP)
 # wavepp vs trtllm-pp on four workloads; about 25 minutes on a 2-core CPU.
 bench-torch: $(STAMP)
 	scripts/torch_figures.sh
+
+# The live view under load: headless chromium on the embedded sim demo and on a synthetic span stream
+# (Redis, db 13) at 1x, 2.5x and 5x the demo's span rate; 10 minutes a target (--duration).
+bench-dashboard: $(STAMP)
+	@mkdir -p out
+	$(PY) scripts/bench_dashboard.py --duration 600 --json out/bench-dashboard.json
 
 # Issue 11's figures: throughput with every span exported over OTLP to a local receiver vs
 # --telemetry off (torch engine and real-time sim, modes rotated over 6 repeats), cost per span,

@@ -14,10 +14,12 @@ second and nothing more.
 from __future__ import annotations
 
 import os
+import time
 from typing import Any
 
 import streamlit as st
 
+from wavepp.dashboard import follow
 from wavepp.dashboard.screens import PAGES
 from wavepp.dashboard.screens.common import runtime_banner, span_age
 from wavepp.dashboard.screens.knobs import refusal_banner
@@ -26,6 +28,7 @@ from wavepp.dashboard.view import View, ViewCache
 from wavepp.store.urls import redact
 
 REFRESH_S = 1.0
+DRAW_LOG = os.environ.get("WAVEPP_DASHBOARD_DRAW_LOG", "")   # a file: one line per page draw (time, seconds)
 NEWEST = ""                 # run choice of a live view: follow the newest run until the operator picks one
 
 
@@ -36,19 +39,34 @@ def get_source(spec: str) -> Any:
     if kind == "run":
         return RunFileSource(arg)
     if kind == "store":
+        followed = follow.FOLLOWED
+        if followed is not None and isinstance(followed.source, StoreSource) and followed.spec == spec:
+            return followed.source           # followed since `wavepp dashboard --store` started
         return StoreSource(arg)
     if kind == "embedded":
         from wavepp.dashboard import embedded
         if embedded.CURRENT is None:
             raise ValueError("no embedded runtime in this process: start it with `wavepp dashboard`")
+        followed = follow.FOLLOWED
+        if followed is not None and isinstance(followed.source, EmbeddedSource) and \
+                followed.source.runtime is embedded.CURRENT:
+            return followed.source           # followed since `wavepp dashboard` started it
         return EmbeddedSource(embedded.CURRENT)
     raise ValueError(f"unknown dashboard source {spec!r} (run:FILE, store:URL or embedded)")
 
 
 @st.cache_resource(show_spinner=False)
 def _views(spec: str) -> ViewCache:
-    """One cache per source, shared by every session that views it."""
-    return ViewCache()
+    """One cache per source, shared by every session that views it; a live source's newest run is
+    kept derived in the background (:mod:`dashboard.follow`)."""
+    source = get_source(spec)
+    followed = follow.FOLLOWED
+    if followed is not None and followed.source is source:
+        return followed.views
+    views = ViewCache()
+    if source.live:
+        follow.Follower(source, views, REFRESH_S).start()
+    return views
 
 
 def load(spec: str, run_id: str | None) -> View:
@@ -57,10 +75,21 @@ def load(spec: str, run_id: str | None) -> View:
     return _views(spec).view(source, source.snapshot(run_id or None))
 
 
+def _due(drawn: tuple[Any, ...]) -> bool:
+    """Whether the page may be drawn again: only once the draw of ``drawn`` finished - the watcher
+    also runs inside the page's own run, before the page is drawn, and a rerun requested there
+    would stop every draw of a run whose data moves while it loads - and a page that takes longer
+    than the refresh to draw no more often than every other draw's time."""
+    if st.session_state.get("_drawn") != drawn:
+        return False
+    drawn_at, took = float(st.session_state.get("_drawn_at", 0.0)), float(st.session_state.get("_draw_s", 0.0))
+    return time.monotonic() - drawn_at >= max(REFRESH_S, 2 * took)
+
+
 def _watch(spec: str, run_id: str | None, drawn: tuple[Any, ...], rerun: bool) -> None:
     """Every second: the runtime's banners; the whole page again only when its data moved."""
     view = load(spec, run_id)
-    if rerun and view.snap.position != drawn:
+    if rerun and view.snap.position != drawn and _due(drawn):
         st.rerun()
     runtime_banner(view.snap)
     if isinstance(view.source, EmbeddedSource) and view.source.stopped:
@@ -95,6 +124,7 @@ def _run_selector(snap: Snapshot, live: bool) -> None:
 
 def main() -> None:
     st.set_page_config(page_title="WavePP", layout="wide")
+    began = time.monotonic()
     spec = os.environ.get("WAVEPP_DASHBOARD", "")
     st.sidebar.title("WavePP")
     page = st.sidebar.radio("Page", list(PAGES), key="page")
@@ -113,6 +143,12 @@ def main() -> None:
     elif view.snap.error:
         st.warning(view.snap.error)
     PAGES[page](view)
+    st.session_state["_drawn"] = view.snap.position
+    st.session_state["_drawn_at"] = time.monotonic()
+    st.session_state["_draw_s"] = took = time.monotonic() - began
+    if DRAW_LOG:                                     # scripts/bench_dashboard.py reads each draw's time
+        with open(DRAW_LOG, "a") as f:
+            f.write(f"{time.time():.3f} {took:.4f} {len(view.snap.spans)}\n")
 
 
 main()

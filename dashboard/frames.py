@@ -89,6 +89,12 @@ class _Table:
         self._frame = _frame([], dtypes)
         self._framed = 0                                   # rows already in _frame
 
+    def keep(self, row_ok: Any) -> None:
+        """Drop the rows ``row_ok`` refuses (the frame is made again from the rest when next asked)."""
+        self.rows = [r for r in self.rows if row_ok(r)]
+        self._frame = _frame([], self.dtypes)
+        self._framed = 0
+
     def frame(self) -> pd.DataFrame:
         if self._framed < len(self.rows):
             new = _frame(self.rows[self._framed:], self.dtypes)
@@ -122,6 +128,22 @@ class FrameBuilder:
 
     def can_add(self, spans: Sequence[Span]) -> bool:
         return all(s["t0"] >= self.origin_ns for s in spans)
+
+    @property
+    def num_steps(self) -> int:
+        return len(self.steps.rows)
+
+    def trim(self, cut: float) -> None:
+        """Forget what ended before ``cut`` (seconds since the origin): a live view keeps the recent
+        part of a run it cannot hold whole (its tables then start there)."""
+        self.steps.keep(lambda r: r[3] >= cut)
+        self.requests.keep(lambda r: r[3] >= cut)
+        self.plans.keep(lambda r: r[0] >= cut)
+        self.fallbacks.keep(lambda r: r[0] >= cut)
+        dropped = {rid for rid, row in self._rounds.items() if row["t"] < cut}
+        self._rounds = {rid: row for rid, row in self._rounds.items() if rid not in dropped}
+        self._phases = {rid: p for rid, p in self._phases.items() if rid not in dropped}
+        self._rounds_frame = None
 
     def _t(self, ns: int | None) -> float:
         return ((ns or 0) - self.origin_ns) / 1e9

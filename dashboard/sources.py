@@ -127,10 +127,13 @@ class _RunLog:
         self.spans: deque[dict[str, Any]] = deque(maxlen=LIVE_SPANS_KEPT)
         self.status: deque[StatusSnapshot] = deque(maxlen=LIVE_STATUS_KEPT)
         self.received = 0                                  # spans ever received: the stream position
+        self.num_stages = 0                                # stages the spans named (1 + the highest stage)
 
     def add_spans(self, spans: Sequence[dict[str, Any]]) -> None:
         self.spans.extend(spans)
         self.received += len(spans)
+        named = stages_from(list(spans), ())[0]            # the new spans only, not the whole window
+        self.num_stages = max(self.num_stages, named)
 
     def add_status(self, status: StatusSnapshot) -> None:
         if not self.status or self.status[-1].t != status.t:
@@ -210,7 +213,7 @@ class StoreSource:
             chosen = run_id if run_id in runs else (next(reversed(runs)) if runs else "")
             log = self._runs.get(chosen, _RunLog())
             spans, status, received = list(log.spans), list(log.status), log.received
-        stages, caps = stages_from(spans, status)
+        stages, caps = stages_from([], status) if status and status[-1].stages else (log.num_stages, [])
         return Snapshot(chosen, runs.get(chosen, "(no run yet)"), spans, stages, caps, knobs, history, status,
                         True, error, runs, _position(chosen, received, status, knobs, history), received)
 

@@ -10,7 +10,6 @@ from wavepp.dashboard.frames import FrameBuilder, Frames
 from wavepp.dashboard.sources import Snapshot, Source
 from wavepp.runtime.idle_causes import IdleInterval
 from wavepp.runtime.report import FigureAccumulator, RunFigures
-from wavepp.telemetry import names as N
 
 
 @dataclass(slots=True)
@@ -32,11 +31,31 @@ class View:
         return self.snap.live and (not self.snap.status or self.snap.status[-1].state == "running")
 
 
+# A live view holds the tables of at most this many stage steps (about 3 minutes of the embedded
+# sim demo); past it, the older half is dropped - the run's figures (tiles) still count every span.
+LIVE_STEPS_HELD = 40_000
+# Below this many spans derived, a span starting before the view's origin rebuilds the view (the
+# same tables as one built at once); above it, the span is appended at a negative time instead.
+REBUILD_BELOW = 20_000
+
+
 @dataclass(slots=True)
 class _Derived:
     """What a view derives from its spans, extended span by span."""
     builder: FrameBuilder
     acc: FigureAccumulator
+    trimmed: bool = False            # the tables hold the recent part of the run only
+
+    def bound(self, steps_held: int) -> None:
+        """Keep the tables to ``steps_held`` stage steps: past it, forget what ended before the
+        newer half of them began (the idle split's steps with them)."""
+        if self.builder.num_steps <= steps_held:
+            return
+        ends = sorted(r[3] for r in self.builder.steps.rows)
+        cut = ends[len(ends) // 2]
+        self.builder.trim(cut)
+        self.acc.idle.trim(self.builder.origin_ns + int(cut * 1e9))
+        self.trimmed = True
 
     @classmethod
     def of(cls, snap: Snapshot) -> _Derived:
@@ -52,10 +71,13 @@ class _Derived:
         fr = self.builder.frames()
         if not len(fr.requests) or not fr.num_stages:
             return View(snap, fr, None, source)
-        policy = self.acc.requests[0]["a"].get(N.POLICY, "")
+        policy = self.acc.policy or ""
         meta = {"policy": policy, "engine": source.kind, "model": "", "hardware": "", "concurrency": 0,
                 "workload": ""}
-        idle = self.acc.idle_intervals(fr.num_stages)
+        origin, end = self.acc.window()
+        if self.trimmed:             # the idle split starts where the tables do
+            origin = max(origin, self.builder.origin_ns + int(fr.start * 1e9))
+        idle = self.acc.idle.intervals(fr.num_stages, origin, end)
         return View(snap, fr, self.acc.figures(fr.num_stages, meta, idle), source, idle)
 
 
@@ -74,11 +96,13 @@ class ViewCache:
 
     Tables and figures are recomputed only when the position moved, so a finished run costs
     nothing but its poll however often it is drawn. When the stream moved by spans appended to
-    those already derived (same run, nothing dropped, none starting before the view's origin),
-    the tables are extended by the new spans alone instead of being rebuilt."""
+    those already derived (same run), the tables are extended by the new spans alone instead of
+    being rebuilt - also when the source's bounded window dropped old spans meanwhile - and held
+    to ``steps_held`` stage steps: an update costs the new spans, not the run."""
 
-    def __init__(self, keep: int = 16) -> None:
+    def __init__(self, keep: int = 16, steps_held: int = LIVE_STEPS_HELD) -> None:
         self.keep = keep
+        self.steps_held = steps_held
         self._entries: dict[str, _Entry] = {}
         self._lock = threading.Lock()        # sessions share the cache (one per source); derived tables grow in place
 
@@ -94,6 +118,7 @@ class ViewCache:
         derived = self._extend(entry, snap) if entry is not None else None
         if derived is None:
             derived = _Derived.of(snap)
+        derived.bound(self.steps_held)
         view = derived.view(source, snap)
         self._entries.pop(snap.run_id, None)
         self._entries[snap.run_id] = _Entry(view, derived)
@@ -103,15 +128,17 @@ class ViewCache:
 
     @staticmethod
     def _extend(entry: _Entry, snap: Snapshot) -> _Derived | None:
-        """The entry's tables extended by the snapshot's new spans; None when they are not a pure
-        append (another run, spans dropped from the window, a restart, stages changed)."""
+        """The entry's tables extended by the snapshot's new spans - the last ``received`` grew by,
+        whether or not a bounded window dropped older ones meanwhile; None when they cannot be
+        (another run, a restart, stages changed, more new spans than the window holds, or, while
+        the view is small, a span starting before its origin)."""
         old, derived = entry.view.snap, entry.derived
         builder = derived.builder
         grown = snap.received - old.received
-        if (snap.run_id != old.run_id or grown < 0 or len(snap.spans) - builder.count != grown
+        if (snap.run_id != old.run_id or grown < 0 or grown > len(snap.spans)
                 or (snap.num_stages or None) != builder.num_stages):
             return None
-        new = snap.spans[builder.count:]
-        if not builder.can_add(new):
+        new = snap.spans[len(snap.spans) - grown:]
+        if builder.count < REBUILD_BELOW and not builder.can_add(new):
             return None
         return derived.add(new)

@@ -21,7 +21,7 @@ from wavepp.runtime.kvcache.pools import CachePool
 from wavepp.runtime.loop import LoopResult, PipelineLoop
 from wavepp.runtime.mechanisms.topology import Topology
 from wavepp.runtime.policies import get_policy
-from wavepp.runtime.report import RunFigures, compute_figures
+from wavepp.runtime.report import FigureAccumulator, RunFigures
 from wavepp.runtime.run_meta import describe_run
 from wavepp.runtime.runfile import RunInfo, SavedRun, load_label
 from wavepp.runtime.traces import TraceWorkload
@@ -30,6 +30,7 @@ from wavepp.runtime.workloads import Workload, WorkloadSpec, make_workload
 from wavepp.store.base import Store
 from wavepp.store.urls import StoreUrl
 from wavepp.telemetry.config import TelemetryConfig
+from wavepp.telemetry.feed import SpanFeed
 from wavepp.telemetry.metrics import WaveppMetrics
 from wavepp.telemetry.setup import Telemetry, current_config
 from wavepp.telemetry.span_codec import encode
@@ -92,13 +93,17 @@ class BenchConfig:
     telemetry: Sequence[str] = ("on",)      # span export per run, side by side: off, on, otlp (--telemetry)
     metrics: WaveppMetrics | None = None    # instruments to feed (None: the process's, with --metrics-port)
     check_invariants: bool = False          # runtime.invariants after every wave and at the drain
+    # Keep every span of each run (RunRecord.spans / encoded: --save-run, --trace, a what-if's
+    # measurement); off, the figures are folded in as the spans end and a run's memory does not
+    # grow with its length by its spans.
+    keep_spans: bool = True
 
 
 @dataclass(slots=True)
 class RunRecord:
     figures: RunFigures
-    spans: Sequence[ReadableSpan]
-    encoded: list[dict[str, Any]]      # the same spans in compact form (figures, traces, saved runs)
+    spans: Sequence[ReadableSpan]      # empty unless BenchConfig.keep_spans
+    encoded: list[dict[str, Any]]      # the same spans in compact form (traces, saved runs, what-if)
     loop: LoopResult
     parts: EngineParts
 
@@ -132,7 +137,9 @@ def run_one(engine: Engine, cfg: BenchConfig, policy_name: str, concurrency: int
     meta = describe_run(engine, run, knobs, [h.capacity for h in parts.handles], cfg.model_name, cfg.hardware_name)
     meta["telemetry"] = telemetry
     tel_cfg: TelemetryConfig = current_config().with_flags(telemetry)
-    tel = engine.telemetry(run, config=tel_cfg, metrics=cfg.metrics)
+    acc = FigureAccumulator()
+    feed = SpanFeed(acc.add)
+    tel = engine.telemetry(run, keep=cfg.keep_spans, config=tel_cfg, metrics=cfg.metrics, feed=feed)
     if workload is None:
         workload = make_workload(cfg.workload, cfg.requests, cfg.prompt_tokens or engine.default_prompt_tokens(),
                                  engine.block_size, engine.vocab_size, cfg.seed)
@@ -170,10 +177,11 @@ def run_one(engine: Engine, cfg: BenchConfig, policy_name: str, concurrency: int
         raise
     spans = tel.finished_spans()
     encoded = [encode(s) for s in spans]
-    figures = compute_figures(encoded, engine.pp, meta, stalled)
+    feed.flush()
+    figures = acc.figures(engine.pp, meta, stalled=stalled)
     meta["working_set_tokens"] = workload.working_set_tokens()     # beside meta["capacities"]: the pressure
     tel.shutdown()
-    meta["spans"] = len(spans)
+    meta["spans"] = acc.num_spans
     meta["spans_dropped"] = tel.dropped()
     if tel.metrics is not None:
         tel.metrics.record_idle(policy_name, figures.idle_causes_s)

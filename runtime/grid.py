@@ -114,7 +114,7 @@ def run_setting(spec: GridSpec, setting: Setting) -> GridRow:
     spec_w = parse_workload(workload)
     requests = setting.requests or spec.requests or (None if spec_w.kind == "trace" else max(512, 4 * concurrency))
     cfg = BenchConfig(spec_w, [concurrency], spec.all_policies, requests, spec.seed, setting.prompt_tokens,
-                      knobs=engine.default_knobs(), model_name=model, hardware_name=spec.hardware)
+                      knobs=engine.default_knobs(), model_name=model, hardware_name=spec.hardware, keep_spans=False)
     row = GridRow(model, setting.label or workload, concurrency, subject=spec.policies[0], variants=list(spec.variants))
     for policy in spec.all_policies:
         f = run_one(engine, cfg, policy, concurrency).figures.as_dict()

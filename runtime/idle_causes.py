@@ -211,6 +211,20 @@ class IdleTracker:
             self._touch(t0)
         return self
 
+    def trim(self, cut: int) -> None:
+        """Forget the steps, plans and rounds that ended before ``cut`` (ns): a live view keeps the
+        recent part of a run. Gaps well after ``cut`` split as before; the first ones after it may
+        lose a cover that ended before it (a wave planned earlier, in flight across the cut)."""
+        for s, steps in self.executes.items():
+            self.executes[s] = [e for e in steps if e[1] >= cut]
+        self.prepare = {k: v for k, v in self.prepare.items() if v[1] >= cut}
+        self.sends = {k: v for k, v in self.sends.items() if v[1] >= cut}
+        for s, waits in self.waits.items():
+            self.waits[s] = [w for w in waits if w[1] >= cut]
+        self.plans = [p for p in self.plans if p[0] >= cut]
+        self.rounds = [r for r in self.rounds if r[1] >= cut]
+        self._split = {k: v for k, v in self._split.items() if k[2] >= cut}
+
     def intervals(self, num_stages: int, origin: int, end: int) -> list[IdleInterval]:
         """Every idle interval of every stage over ``[origin, end]`` (ns), stage by stage in time order."""
         if self._split_for != num_stages:

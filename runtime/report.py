@@ -136,12 +136,20 @@ def _cadence(rounds: Sequence[tuple[int, int]]) -> Cadence:
 
 
 class FigureAccumulator:
-    """The inputs of :func:`compute_figures`, gathered span by span (:meth:`add`), so a live view
-    can extend them with the spans that arrived instead of reading the whole run again;
-    :meth:`figures` gives exactly what ``compute_figures`` of all the spans added gives."""
+    """Every figure of :class:`RunFigures`, kept up to date as spans arrive (:meth:`add`): the one
+    aggregator behind the bench (and the idle seconds it hands the metrics) and the dashboard. An update costs the new
+    spans; what it holds is counters, sums and one number per request or admitting round (exact
+    percentiles need the values), never the spans themselves - the stage steps its idle split needs
+    are small tuples (:class:`IdleTracker`). :meth:`figures` gives exactly what ``compute_figures``
+    of all the spans added gives; a span that ended after the run's first source halt is ignored,
+    as the whole-run report ignores it (spans arrive in the order they end)."""
 
     def __init__(self) -> None:
-        self.requests: list[Span] = []
+        self.policy: str | None = None                      # the first request span's policy
+        self.num_spans = 0                                  # spans added (those after a halt too)
+        self.num_requests = 0
+        self.origin: int | None = None                      # first arrival (ns)
+        self.last_done: int | None = None                   # last request span's end (ns)
         self.admission_latency: list[float] = []            # seconds, of every admitted request
         self.latencies: list[float] = []                    # prefill latency of every completed request
         self.tokens = [0, 0, 0, 0]        # completed: input, reused from completed requests, reusable, in flight
@@ -149,36 +157,67 @@ class FigureAccumulator:
         self.busy: dict[int, float] = defaultdict(float)   # stage -> execute seconds (summed in span order)
         self.computed = 0                                   # tokens executed on stage 0
         self.evictions: dict[int, int] = defaultdict(int)
-        self.rounds: list[tuple[int, int]] = []             # (end ns, requests admitted)
+        self.rounds: list[tuple[int, int]] = []             # (end ns, requests admitted) of admitting rounds
         self.critical_s = 0.0                               # Σ durations of rounds the loop waited for
-        self.wave_tokens: list[int] = []                    # tokens of each wave planned (0: no wave)
+        self.num_waves = 0                                  # waves planned with tokens
+        self.wave_tokens = 0                                # their tokens
+        self.halt: tuple[int, str] | None = None            # the first source halt (ns, why)
         self.idle = IdleTracker()
         self.recompute = RecomputeTracker()
 
     def add(self, spans: Sequence[Span]) -> FigureAccumulator:
+        self.num_spans += len(spans)
+        halted = next((i for i, s in enumerate(spans) if s["n"] == N.REQUEST and _halt(s) is not None), None)
+        if halted is not None or self.halt is not None:
+            return self._add_halting(spans)
         for s in spans:
-            n = s["n"]
-            if n == N.REQUEST:
-                self._request(s)
-            elif n == N.EXECUTE:
-                stage = _int(s, N.STAGE)
-                self.busy[stage] += _dur(s)
-                if stage == 0:
-                    self.computed += _int(s, N.TOKENS)
-            elif n == N.MATERIALIZE:
-                self.evictions[_int(s, N.STAGE)] += _int(s, N.EVICTIONS)
-            elif n == N.ADMISSION_ROUND:
-                self.rounds.append((s["t1"], _int(s, N.NUM_ADMITTED)))
-                if s["a"].get(N.ADMISSION_CRITICAL):
-                    self.critical_s += _dur(s)
-            elif n == N.WAVE_PLAN:
-                self.wave_tokens.append(_int(s, N.TOKENS))
+            self._one(s)
         self.idle.add(spans)
         self.recompute.add(spans)
         return self
 
+    def _add_halting(self, spans: Sequence[Span]) -> FigureAccumulator:
+        """Span by span: from the first halt on, only spans that ended by it count."""
+        for s in spans:
+            halt = _halt(s) if s["n"] == N.REQUEST else None
+            if halt is not None and (self.halt is None or halt < self.halt):
+                self.halt = halt
+            if self.halt is not None and (s["t1"] or 0) > self.halt[0]:
+                continue
+            self._one(s)
+            self.idle.add((s,))
+            self.recompute.add((s,))
+        return self
+
+    def _one(self, s: Span) -> None:
+        n = s["n"]
+        if n == N.REQUEST:
+            self._request(s)
+        elif n == N.EXECUTE:
+            stage = _int(s, N.STAGE)
+            self.busy[stage] += _dur(s)
+            if stage == 0:
+                self.computed += _int(s, N.TOKENS)
+        elif n == N.MATERIALIZE:
+            self.evictions[_int(s, N.STAGE)] += _int(s, N.EVICTIONS)
+        elif n == N.ADMISSION_ROUND:
+            admitted = _int(s, N.NUM_ADMITTED)
+            if admitted > 0:
+                self.rounds.append((s["t1"], admitted))
+            if s["a"].get(N.ADMISSION_CRITICAL):
+                self.critical_s += _dur(s)
+        elif n == N.WAVE_PLAN:
+            tokens = _int(s, N.TOKENS)
+            if tokens > 0:
+                self.num_waves += 1
+                self.wave_tokens += tokens
+
     def _request(self, s: Span) -> None:
-        self.requests.append(s)
+        if self.policy is None:
+            self.policy = str(s["a"].get(N.POLICY, ""))
+        self.num_requests += 1
+        self.origin = s["t0"] if self.origin is None else min(self.origin, s["t0"])
+        self.last_done = s["t1"] if self.last_done is None else max(self.last_done, s["t1"])
         t = admitted_event(s)
         if t is not None:
             self.admission_latency.append((t - s["t0"]) / 1e9)
@@ -194,8 +233,8 @@ class FigureAccumulator:
 
     def window(self) -> tuple[int, int]:
         """The makespan's ends (ns): first arrival, last completion."""
-        origin = min((s["t0"] for s in self.requests), default=0)
-        return origin, max((s["t1"] for s in self.requests), default=origin)
+        origin = self.origin if self.origin is not None else 0
+        return origin, self.last_done if self.last_done is not None else origin
 
     def idle_intervals(self, num_stages: int) -> list[IdleInterval]:
         origin, end = self.window()
@@ -205,7 +244,7 @@ class FigureAccumulator:
                 intervals: Sequence[IdleInterval] | None = None, stalled: str | None = None) -> RunFigures:
         """``intervals``: this run's idle intervals when the caller already has them; ``stalled``: why the
         run ended early."""
-        requests, latencies = self.requests, self.latencies
+        latencies = self.latencies
         origin, end = self.window()
         makespan = max(end - origin, 0) / 1e9
         busy = [self.busy.get(stage, 0.0) for stage in range(num_stages)]
@@ -216,7 +255,6 @@ class FigureAccumulator:
         intervals_s = cadence.intervals_s
 
         input_tokens, reused, reusable, in_flight = self.tokens
-        wave_tokens = [t for t in self.wave_tokens if t > 0]
         # Admission on the loop's critical path: rounds the dispatcher ran itself (their spans say so).
         critical = self.critical_s
         if intervals is None:
@@ -230,7 +268,7 @@ class FigureAccumulator:
         return RunFigures(
             policy=meta["policy"], engine=meta["engine"], model=meta["model"], hardware=meta["hardware"],
             pp=num_stages, concurrency=meta["concurrency"], workload=meta["workload"],
-            requests=len(requests), completed=len(latencies), failed=len(requests) - len(latencies),
+            requests=self.num_requests, completed=len(latencies), failed=self.num_requests - len(latencies),
             input_tokens_per_s=rate(input_tokens), computed_tokens_per_s=rate(self.computed),
             makespan_s=makespan if measured else None,
             pipeline_efficiency=rate(max(busy, default=0.0)),
@@ -245,11 +283,12 @@ class FigureAccumulator:
             prefill_latency_p50_s=percentile(latencies, 50), prefill_latency_p95_s=percentile(latencies, 95),
             prefill_latency_p99_s=percentile(latencies, 99),
             good_hit_rate=reused / reusable if reusable else None,
-            fallbacks=self.fallbacks, waves=len(wave_tokens),
-            mean_wave_tokens=sum(wave_tokens) / len(wave_tokens) if wave_tokens else None,
+            fallbacks=self.fallbacks, waves=self.num_waves,
+            mean_wave_tokens=self.wave_tokens / self.num_waves if self.num_waves else None,
             admission_critical_path_s_per_request=critical / len(latencies) if latencies else None,
             idle_causes_s=sums(intervals, num_stages), evictions=evictions,
-            recompute_s=self.recompute.seconds(num_stages), stalled=stalled,
+            recompute_s=self.recompute.seconds(num_stages),
+            stalled=stalled or (self.halt[1] if self.halt is not None else None),
             sharing_in_flight=in_flight / input_tokens if input_tokens else None,
         )
 
@@ -273,8 +312,13 @@ def compute_figures(spans: Sequence[Span], num_stages: int, meta: dict[str, Any]
 
 def source_halt(spans: Sequence[Span]) -> tuple[int, str] | None:
     """The first point (ns) where the policy's source would have stopped the run, and why."""
-    halts = [(int(t), str(a.get(N.ERROR, "")))
-             for s in spans if s["n"] == N.REQUEST for name, t, a in s.get("ev", ()) if name == N.EVENT_HALT]
+    halts = [h for s in spans if s["n"] == N.REQUEST and (h := _halt(s)) is not None]
+    return min(halts) if halts else None
+
+
+def _halt(span: Span) -> tuple[int, str] | None:
+    """The first source halt a request span carries (ns, why), if any."""
+    halts = [(int(t), str(a.get(N.ERROR, ""))) for name, t, a in span.get("ev", ()) if name == N.EVENT_HALT]
     return min(halts) if halts else None
 
 

@@ -7,6 +7,7 @@ appends from its loop thread, the dashboard reads from its own.
 
 from __future__ import annotations
 
+import itertools
 import threading
 from collections import deque
 from typing import Any
@@ -35,7 +36,11 @@ class SpanRing(SpanProcessor):
     def read(self, after: int = 0) -> tuple[list[dict[str, Any]], int]:
         """Spans with sequence number > ``after`` still held, and the last sequence number."""
         with self._lock:
-            items = [s for seq, s in self._spans if seq > after] if after < self._seq else []
+            # Sequence numbers are consecutive and newest last: walk back from the end over the new
+            # spans only (a reader polling every second pays for that second, not the ring).
+            new = min(max(self._seq - after, 0), len(self._spans))
+            items = [s for _, s in itertools.islice(reversed(self._spans), new)]
+            items.reverse()
             return items, self._seq
 
     def shutdown(self) -> None:

@@ -7,7 +7,8 @@ mapped onto wall time at start.
 
 Where a run's spans go (``TelemetryConfig``: the ``OTEL_*`` environment and ``--telemetry``):
 
-- the run's own list (``keep``), always: every figure is computed from it;
+- the run's figures (``feed``): every recorded span, folded in as it ends;
+- the run's own list (``keep``), when the spans themselves are wanted (a saved run, a trace);
 - metrics (``telemetry.metrics``), when a metrics endpoint is asked for: exact, every span;
 - with ``--telemetry on|otlp``: the embedded dashboard's ring, the Redis span stream (Redis store),
   and OTLP over HTTP/protobuf or gRPC (sampled spans only) when an endpoint is configured.
@@ -141,11 +142,12 @@ class Telemetry:
                  enabled: bool = True, keep: bool = True, run_id: str = "", run_label: str = "",
                  policy: str = "", config: TelemetryConfig | None = None, stream: StoreUrl | None = None,
                  ring: SpanProcessor | None = None, metrics: WaveppMetrics | None = None,
-                 num_stages: int = 0) -> None:
+                 num_stages: int = 0, feed: SpanProcessor | None = None) -> None:
         """``keep``: hold every span for the figures (a long-running live runtime keeps only the
         bounded ``ring``); ``stream``: the Redis store whose span stream gets the spans; ``metrics``:
         the instruments to feed (default: the process's, once a metrics endpoint is configured or
-        anything asked for them)."""
+        anything asked for them); ``feed``: a processor that sees every recorded span as it ends
+        (the run's figures, folded in as the spans arrive)."""
         self.enabled = enabled              # False: spans are not recorded (micro-benchmarks of mechanisms)
         self.run_id = run_id
         self.run_label = run_label
@@ -159,6 +161,8 @@ class Telemetry:
         self._list = SpanList()
         if keep:
             self.provider.add_span_processor(self._list)
+        if feed is not None:
+            self.provider.add_span_processor(feed)
         if metrics is None:
             metrics = process_metrics() if cfg.metrics_port is not None else process_metrics_if_any()
         self.metrics = metrics

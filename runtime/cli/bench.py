@@ -236,7 +236,8 @@ def _bench(args: argparse.Namespace, spec: Any, engine: Any, sim: Any, knobs: An
     requests = args.requests if spec.kind == "trace" else args.requests or max(512, 4 * max(args.concurrency))
     cfg = BenchConfig(spec, args.concurrency, args.policy, requests, args.seed, args.prompt_tokens, knobs,
                       args.model, args.hardware, args.stall_timeout, args.store_deadline, args.telemetry,
-                      check_invariants=args.check_invariants)
+                      check_invariants=args.check_invariants,
+                      keep_spans=bool(args.save_run or args.trace))   # figures alone: folded in as spans end
     if args.engine == "sim":              # --quiet hides the progress bar only
         print(f"sim cost model: {engine.cost_model_name}")
     try:

@@ -61,6 +61,11 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
         except StoreError as exc:
             raise UsageError(str(exc)) from None
         source = f"store:{args.store}"
+        # The deployment's spans are folded into the view from now on, not from the first page load.
+        from wavepp.dashboard import follow
+        from wavepp.dashboard.sources import StoreSource
+        from wavepp.dashboard.view import ViewCache
+        follow.FOLLOWED = follow.Follower(StoreSource(args.store), ViewCache(), spec=source).start()
     else:
         source = "embedded"
         _start_embedded(args)
@@ -124,3 +129,8 @@ def _start_embedded(args: argparse.Namespace) -> None:
     embedded.CURRENT = remote
     if remote.error:
         raise UsageError(remote.error)
+    # Its spans are folded into the view from now on, not from the first page load.
+    from wavepp.dashboard import follow
+    from wavepp.dashboard.sources import EmbeddedSource
+    from wavepp.dashboard.view import ViewCache
+    follow.FOLLOWED = follow.Follower(EmbeddedSource(remote), ViewCache()).start()

@@ -62,6 +62,35 @@ def test_a_view_that_moved_by_new_spans_extends_its_tables(saved_run: Path) -> N
     derived = cache._entries[snap.run_id].derived
     grow(cache, src, snap, spans, [len(spans) // 2 + 10, len(spans)])
     assert cache._entries[snap.run_id].derived is derived and derived.builder.count == len(spans)
-    # Spans dropped from a bounded window: not an append, so the view is built afresh.
-    cache.view(src, dataclasses.replace(snap, spans=spans[5:], received=len(spans) + 5, position=("x", 1)))
+    # Another run under the same id (a restart: fewer spans received): built afresh.
+    cache.view(src, dataclasses.replace(snap, spans=spans[:5], received=5, position=("x", 1)))
     assert cache._entries[snap.run_id].derived is not derived
+
+
+def test_a_bounded_window_that_dropped_spans_is_still_extended(saved_run: Path) -> None:
+    """A live source's window drops old spans as new ones arrive: the view takes the new spans (by
+    how far the stream moved), its run figures count every span ever received, and its tables hold
+    a bounded recent part of the run."""
+    src = RunFileSource(str(saved_run))
+    snap = src.snapshot()
+    spans = snap.spans
+    window = len(spans) // 4
+    cache = ViewCache(steps_held=200)
+    derived = None
+    for k in range(window, len(spans) + 1, max(1, window // 7)):
+        view = cache.view(src, dataclasses.replace(snap, spans=spans[max(0, k - window):k], received=k,
+                                                   position=(snap.run_id, k)))
+        derived = derived or cache._entries[snap.run_id].derived
+        assert cache._entries[snap.run_id].derived is derived         # never rebuilt
+        assert len(view.frames.steps) <= 200
+    k = len(spans)
+    view = cache.view(src, dataclasses.replace(snap, spans=spans[k - window:], received=k, position=(snap.run_id, -1)))
+    whole = make_view(src, snap)
+    assert view.figures is not None and whole.figures is not None
+    assert view.figures.requests == whole.figures.requests
+    assert view.figures.bubble_fraction == pytest.approx(whole.figures.bubble_fraction, abs=1e-12)
+    assert view.figures.prefill_latency_p99_s == whole.figures.prefill_latency_p99_s
+    # The tables end where the run's do: the newest steps are all there.
+    tail = whole.frames.steps.sort_values("t1").tail(50)
+    assert set(zip(tail["t0"], tail["t1"], strict=True)) <= set(zip(view.frames.steps["t0"], view.frames.steps["t1"],
+                                                                     strict=True))

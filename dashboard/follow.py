@@ -1,0 +1,44 @@
+"""A live source's newest view, kept derived in the background.
+
+A page that opens on a live run would otherwise fold in every span the run produced since the
+last page looked - at the embedded sim demo's ~2,000 spans a second, tens of seconds of work
+before its first chart. The follower takes the new spans every ``every_s`` whether or not a page
+is open, so an update costs the spans of one interval and a page finds its view ready.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass, field
+
+from wavepp.dashboard.sources import Source
+from wavepp.dashboard.view import ViewCache
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Follower:
+    source: Source
+    views: ViewCache
+    every_s: float = 1.0
+    spec: str = ""                       # the dashboard's source spec (``store:URL``), when it matters
+    _stop: threading.Event = field(default_factory=threading.Event)
+
+    def start(self) -> Follower:
+        threading.Thread(target=self._run, name="wavepp-follow", daemon=True).start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.every_s):
+            try:
+                self.views.view(self.source, self.source.snapshot(None))
+            except Exception:            # noqa: BLE001 - a page shows the source's error; the follower goes on
+                log.exception("dashboard follower")
+
+
+FOLLOWED: Follower | None = None       # set by `wavepp dashboard` for its live source, before the server starts

@@ -1,0 +1,116 @@
+"""The figures computed as spans stream by equal the whole-run figures (DESIGN §7).
+
+``tests/data/runs/main-figures.json.gz`` holds sim runs (wavepp, trtllm-pp, inline admission,
+vllm-pp; reuse and documents under a small pool) saved with the figures the whole-run report
+computed from all their spans at once. Their spans are fed here to the streaming aggregator one
+span, a few spans, or everything at a time, in the order they ended, and every figure must come
+out the same - exactly, or to float rounding where a sum's order differs. A fresh sim bench
+without the span list (``BenchConfig.keep_spans`` off) must report what one that kept it reports.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from wavepp.runtime.bench import BenchConfig, run_one
+from wavepp.runtime.engines.sim.engine import SimEngine
+from wavepp.runtime.report import FigureAccumulator, compute_figures
+from wavepp.runtime.runfile import SavedRun, load_runs
+from wavepp.runtime.workloads import parse_workload
+from wavepp.telemetry import names as N
+
+SAVED = Path(__file__).parent / "data" / "runs" / "main-figures.json.gz"
+
+
+def same(got: Any, want: Any, where: str) -> None:
+    if isinstance(want, dict):
+        assert isinstance(got, dict) and set(got) >= set(want), where
+        for k, v in want.items():
+            same(got[k], v, f"{where}.{k}")
+    elif isinstance(want, list):
+        assert isinstance(got, list) and len(got) == len(want), (where, got, want)
+        for i, (g, w) in enumerate(zip(got, want, strict=True)):
+            same(g, w, f"{where}[{i}]")
+    elif isinstance(want, float) and isinstance(got, float):
+        assert math.isclose(got, want, rel_tol=1e-12, abs_tol=1e-12), (where, got, want)
+    else:
+        assert got == want, (where, got, want)
+
+
+def streamed(run: SavedRun, chunk: int) -> dict[str, Any]:
+    acc = FigureAccumulator()
+    for i in range(0, len(run.spans), chunk):
+        acc.add(run.spans[i:i + chunk])
+    meta = {k: run.meta.get(k, "") for k in ("policy", "engine", "model", "hardware", "workload")}
+    meta["concurrency"] = run.meta.get("concurrency", 0)
+    return acc.figures(int(run.meta["pp"]), meta, stalled=run.figures.get("stalled")).as_dict()
+
+
+@pytest.fixture(scope="module")
+def saved() -> list[SavedRun]:
+    return load_runs(SAVED)
+
+
+@pytest.mark.parametrize("chunk", [1, 7, 10**9])
+def test_streamed_figures_equal_the_saved_whole_run_figures(saved: list[SavedRun], chunk: int) -> None:
+    assert len(saved) >= 6
+    for run in saved:
+        same(streamed(run, chunk), run.figures, run.label)
+
+
+def test_the_aggregator_keeps_no_span(saved: list[SavedRun]) -> None:
+    """What it holds is numbers and small tuples, not the spans it was given: dropping them after
+    :meth:`add` changes nothing."""
+    run = saved[0]
+    acc = FigureAccumulator()
+    for s in run.spans:
+        acc.add([dict(s, a=dict(s["a"]))])
+    held = [v for v in vars_of(acc) if isinstance(v, dict) and "n" in v and "t0" in v]
+    assert held == []
+
+
+def vars_of(obj: Any) -> list[Any]:
+    out = []
+    for name in getattr(type(obj), "__slots__", ()) or ():
+        out.append(getattr(obj, name, None))
+    for v in getattr(obj, "__dict__", {}).values():
+        out.append(v)
+        if isinstance(v, list):
+            out += v[:50]
+    return out
+
+
+def test_a_halt_keeps_the_figures_of_the_spans_that_ended_by_it() -> None:
+    """A baseline's source would stop the run at the first halt: spans that end after it do not
+    count, as in the whole-run report."""
+    def req(rid: str, t0: int, t1: int, halt: int | None = None) -> dict[str, Any]:
+        ev = [[N.EVENT_ADMITTED, t0 + 1, {}]] + ([[N.EVENT_HALT, halt, {N.ERROR: "stop"}]] if halt else [])
+        return {"n": N.REQUEST, "t0": t0, "t1": t1, "a": {N.REQUEST_ID: rid, N.GEN_AI_INPUT_TOKENS: 10}, "ev": ev}
+
+    def ex(t0: int, t1: int) -> dict[str, Any]:
+        return {"n": N.EXECUTE, "t0": t0, "t1": t1, "a": {N.STAGE: 0, N.TOKENS: 10, N.WAVE_ID: 0}, "ev": []}
+    spans = [ex(0, 10), req("a", 0, 12), ex(12, 30), req("b", 5, 40, halt=40), ex(40, 60), req("c", 20, 70)]
+    meta = {"policy": "p", "engine": "sim", "model": "", "hardware": "", "concurrency": 1, "workload": ""}
+    whole = compute_figures(spans, 1, meta).as_dict()
+    acc = FigureAccumulator()
+    for s in spans:
+        acc.add([s])
+    same(acc.figures(1, meta).as_dict(), whole, "halted")
+    assert whole["stalled"] == "stop" and whole["requests"] == 2
+
+
+def test_a_bench_without_its_spans_reports_the_same_figures() -> None:
+    engine = SimEngine("llama-3-8b", "h200", 4, kv_blocks=[3000])
+    cfg = BenchConfig(parse_workload("reuse90"), [8], ["wavepp"], 40, prompt_tokens=4096)
+    kept = run_one(engine, cfg, "wavepp", 8)
+    cfg.keep_spans = False
+    lean = run_one(engine, cfg, "wavepp", 8)
+    assert kept.encoded and not lean.encoded and not lean.spans
+    want = kept.figures.as_dict()
+    got = lean.figures.as_dict()
+    same(got, want, "bench")
+    same(compute_figures(kept.encoded, 4, kept.meta).as_dict(), kept.figures.as_dict(), "whole run")
