@@ -28,7 +28,8 @@ class Frames:
     origin_ns: int
     num_stages: int
     steps: pd.DataFrame          # stage, kind, t0, t1, wave, tokens
-    requests: pd.DataFrame       # id, arrival, admitted, done, latency, input/reused/reusable tokens, fallbacks, failed
+    requests: pd.DataFrame       # id, arrival, admitted, done, latency, input/reused/reusable tokens, fallbacks,
+                                 # failed, follows (the producer a follower read its prefix from, or "")
     rounds: pd.DataFrame         # t, round_s, lookup_s, lease_s, escrow_s, requests, admitted
     plans: pd.DataFrame          # t, wave, budget, tokens, ready, in_flight
     fallbacks: pd.DataFrame      # t, request, stage (late ones have a stage)
@@ -68,7 +69,7 @@ STEP_COLUMNS = {"stage": "int64", "kind": "object", "t0": "float64", "t1": "floa
                 "tokens": "int64"}
 REQUEST_COLUMNS = {"id": "object", "arrival": "float64", "admitted": "float64", "done": "float64",
                    "latency": "float64", "input_tokens": "int64", "reused": "int64", "reusable": "int64",
-                   "fallbacks": "int64", "failed": "bool"}
+                   "fallbacks": "int64", "failed": "bool", "follows": "object"}
 ROUND_COLUMNS = {"t": "float64", "round_s": "float64", "lookup_s": "float64", "lease_s": "float64",
                  "escrow_s": "float64", "requests": "int64", "admitted": "int64"}
 PLAN_COLUMNS = {"t": "float64", "wave": "int64", "budget": "int64", "tokens": "int64", "ready": "float64",
@@ -162,7 +163,7 @@ class FrameBuilder:
                 self.requests.rows.append((
                     _a(s, N.REQUEST_ID, ""), t(s["t0"]), t(admitted) if admitted else None, t(s["t1"]),
                     (s["t1"] - s["t0"]) / 1e9, int(_a(s, N.GEN_AI_INPUT_TOKENS)), int(_a(s, N.REUSED_TOKENS)),
-                    int(_a(s, N.REUSABLE_TOKENS)), int(_a(s, N.FALLBACKS)), "err" in s))
+                    int(_a(s, N.REUSABLE_TOKENS)), int(_a(s, N.FALLBACKS)), "err" in s, _a(s, N.FOLLOWS, "")))
                 for ev in s.get("ev", ()):
                     if ev[0] == N.EVENT_FALLBACK:
                         self.fallbacks.rows.append((t(ev[1]), _a(s, N.REQUEST_ID, ""), ev[2].get(N.STAGE)))

@@ -72,6 +72,8 @@ def _drill_down(view: View) -> None:
     reuse = (f"reuse boundary: {int(req['reused']):,} of {int(req['input_tokens']):,} prompt tokens reused - "
              f"{cached:,} from the cache ({int(req['reusable']):,} reusable when it arrived), "
              f"{int(req['reused']) - cached:,} shared in flight")
+    if req["follows"]:                          # its lease reached through blocks the producer was computing
+        reuse += f", following {echo(str(req['follows']))}"
     lowered = f", lowered by {int(req['fallbacks'])} fallback(s)" if req["fallbacks"] else ""
     waves = rows[rows["row"].str.startswith("stage ")]["detail"].str.extract(r"wave (\d+)")[0].nunique()
     st.markdown(f"**{rid}**: {outcome}; {reuse}{lowered}; carried by {waves} wave(s).")

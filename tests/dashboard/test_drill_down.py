@@ -102,3 +102,21 @@ def test_compare_shows_the_windows_before_and_after_a_knob_change(knob_change_st
     # The run finished: its drain after each stage's last step is idle time, in the window after.
     drain = causes["data"][1]["y"][causes["data"][1]["x"].index(MEANING["drain"])]
     assert drain > 0
+
+
+def test_drill_down_names_the_producer_a_follower_read_its_prefix_from(
+        tmp_path: Path, dashboard_env: None) -> None:
+    """Clients on one document no stage holds: the drill-down of a follower says whom it followed."""
+    from wavepp.runtime.bench import BenchConfig, run_one
+    from wavepp.runtime.engines.sim.engine import SimEngine
+    from wavepp.runtime.runfile import save_runs
+    from wavepp.runtime.workloads import parse_workload
+    engine = SimEngine("llama-3-8b", "h200", 2)
+    cfg = BenchConfig(parse_workload("docs:1:suffix=256"), [3], ["wavepp"], 3, prompt_tokens=4096, keep_spans=True)
+    path = tmp_path / "docs.json.gz"
+    save_runs(path, [run_one(engine, cfg, "wavepp", 3).saved()])
+    follower = next(s for s in load_runs(path)[0].spans if s["n"] == N.REQUEST and N.FOLLOWS in s["a"])
+    at = run_page(f"run:{path}", "Throughput and latency")
+    at.text_input(key="drill_request").set_value(follower["a"][N.REQUEST_ID]).run()
+    line = next(m.value for m in at.markdown if m.value.startswith(f"**{follower['a'][N.REQUEST_ID]}**"))
+    assert f"following {follower['a'][N.FOLLOWS]!r}" in line, line
