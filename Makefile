@@ -106,10 +106,9 @@ bench-telemetry: $(STAMP)
 	$(PY) scripts/telemetry_cost.py --json out/telemetry-cost.json
 
 # Benchmark clients against `wavepp serve` (scripts/client_check.py, docs/serve.md): aiperf in a virtualenv of its
-# own (its dependencies are not the project's; genai-bench installed in one inside it when it installs, not yet
-# driven), the sim and torch servers
-# on loopback, a synthetic profile and a Mooncake trace replay, aiperf's figures beside the server's in
-# out/client-check.md; about 10 minutes on 2 cores. Not part of `make test`.
+# own (its dependencies are not the project's; genai-bench in one inside it, run when it installed), the sim and
+# torch servers on loopback, aiperf's synthetic profile and Mooncake trace replay and genai-bench's synthetic profile,
+# the clients' figures beside the server's in out/client-check.md; about 15 minutes on 2 cores. Not in `make test`.
 CLIENTS_VENV ?= .venv-clients
 $(CLIENTS_VENV)/bin/aiperf:
 	$(PYTHON) -m venv $(CLIENTS_VENV)
@@ -119,7 +118,8 @@ $(CLIENTS_VENV)/bin/aiperf:
 
 client-check: $(STAMP) $(CLIENTS_VENV)/bin/aiperf
 	@mkdir -p out
-	$(PY) scripts/client_check.py --aiperf $(CLIENTS_VENV)/bin/aiperf --out out/client-check
+	$(PY) scripts/client_check.py --aiperf $(CLIENTS_VENV)/bin/aiperf --out out/client-check \
+	    $$(test -x $(CLIENTS_VENV)/genai-bench/bin/genai-bench && echo --genai-bench $(CLIENTS_VENV)/genai-bench/bin/python)
 
 # Tests talk to a real Redis: the one on 127.0.0.1:6379 when it answers, else a private
 # redis-server they start themselves. Install the server from Debian when it is missing.
