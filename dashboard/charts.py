@@ -105,10 +105,11 @@ def idle_bars(shares: pd.DataFrame, num_stages: int, length: float) -> go.Figure
 HISTORY_BINS = 1500          # the whole-run chart's columns (about one per pixel)
 
 
-def history(fr: Frames) -> go.Figure:
+def history(fr: Frames, x_range: tuple[float, float] | None = None) -> go.Figure:
     """The whole run at once: each stage's busy share per 1/HISTORY_BINS of the run, as a strip
     (white: idle, blue: executing all the time) - an image the browser draws at once however many
-    steps the run has; the detail window shows every step."""
+    steps the run has; the detail window shows every step. ``x_range``: the time axis to draw it on
+    (several runs on one axis); the run's own span by default."""
     start, end = fr.start, max(fr.end, fr.start + 1e-9)
     bins = HISTORY_BINS
     busy = busy_bins(fr.steps, fr.num_stages, start, end, bins)
@@ -120,7 +121,7 @@ def history(fr: Frames) -> go.Figure:
         hovertemplate=f"%{{y}}<br>%{{x:.3f}} s ± {width / 2:.3g} s<br>busy %{{z:.0%}}<extra></extra>"))
     fig.update_layout(height=90 + 45 * fr.num_stages, margin=dict(l=10, r=10, t=30, b=30), xaxis_title="time (s)")
     fig.update_yaxes(categoryorder="array", categoryarray=[lane(s) for s in range(fr.num_stages)][::-1])
-    fig.update_xaxes(range=[start, end])
+    fig.update_xaxes(range=list(x_range) if x_range is not None else [start, end])
     return add_knob_marks(fig, fr.knob_marks)
 
 
