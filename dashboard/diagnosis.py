@@ -54,8 +54,10 @@ def _causes(shares: pd.DataFrame, stage: int, meaning: dict[str, str], k: int = 
                      for cause, share in zip(mine["cause"], mine["share"], strict=True))
 
 
-def diagnose(shares: pd.DataFrame, length: float, meaning: dict[str, str], num_stages: int) -> Diagnosis:
-    """The reading of a window of ``length`` seconds from its idle shares (:func:`frames.idle_shares`)."""
+def diagnose(shares: pd.DataFrame, length: float, meaning: dict[str, str], num_stages: int,
+             policy: str = "wavepp") -> Diagnosis:
+    """The reading of a window of ``length`` seconds from its idle shares (:func:`frames.idle_shares`).
+    ``policy``: the one running; a baseline's waves are sized by its static chunk, not the wave budget."""
     if num_stages < 1:
         return Diagnosis(f"No stage ran in the last {length:.3f} s.", None, None, None, None)
     idle = stage_idle(shares, num_stages)
@@ -76,6 +78,8 @@ def diagnose(shares: pd.DataFrame, length: float, meaning: dict[str, str], num_s
         why = _causes(shares, fed, meaning)
         starves = f"It starves stage {fed} (idle {idle[fed]:.1%}{': ' + why if why else ''})."
     knob, direction, reason = KNOB_FOR.get(cause, (None, None, None))
+    if knob == "max_wave_tokens" and not policy.startswith("wavepp"):
+        knob = "static_chunk_tokens"
     if knob is None:
         advice = "No knob addresses this cause."
     else:
@@ -100,7 +104,7 @@ def proposal(knob: str, direction: str, current: Knobs, num_stages: int, block: 
     if direction in ("plus", "up"):
         return {knob: min(hi, value + 1 if direction == "plus" else value * 2)}
     new = max(lo, value // 2)
-    if knob in ("max_wave_tokens", "min_wave_tokens"):
+    if knob in ("max_wave_tokens", "min_wave_tokens", "static_chunk_tokens"):
         new = max(block, new // block * block)
     out = {knob: new}
     if knob == "max_wave_tokens" and current.min_wave_tokens > new:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import streamlit as st
 
@@ -14,6 +15,7 @@ from wavepp.dashboard.screens.common import no_data
 from wavepp.dashboard.screens.knobs import current_knobs
 from wavepp.dashboard.view import View
 from wavepp.runtime.idle_causes import MEANING
+from wavepp.runtime.knobs import Knobs
 
 DETAIL_WAVES = 48       # the detail view opens on about this many recent waves (SVG bars stay quick)
 
@@ -56,10 +58,12 @@ def render_pipeline(view: View) -> None:
         value=min(default_window(fr), run), step=run / 1000, key="pipeline_window", format="%.4f"))
     idle = idle_window(view.idle, fr.origin_ns, max(0.0, end - window), end, live=view.running)
     shares = idle_shares(idle, fr.num_stages, window)
-    diagnosis = diagnose(shares, window, MEANING, fr.num_stages)
+    meta = view.source.run_meta(view.snap)
+    current, block = current_knobs(view, meta)
+    diagnosis = diagnose(shares, window, MEANING, fr.num_stages, current.policy)
     with top:
         st.markdown(f"**Why the bubbles:** {diagnosis.line}")
-        preview_button(view, diagnosis)
+        preview_button(view, diagnosis, meta, current, block)
     bubbles = stage_idle(shares, fr.num_stages)
     cols = st.columns(fr.num_stages + 1)
     cols[0].metric(f"efficiency (last {window:.3f} s)", f"{1 - min(bubbles, default=1.0):.3f}")
@@ -80,13 +84,11 @@ def render_pipeline(view: View) -> None:
                     key="busy")
 
 
-def preview_button(view: View, diagnosis: Diagnosis) -> None:
-    """One click: a Preview (the Knobs page's what-if) of the reading's knob moved in its direction;
-    its progress and result are drawn here, as on the Knobs page."""
+def preview_button(view: View, diagnosis: Diagnosis, meta: dict[str, Any], current: Knobs, block: int) -> None:
+    """One click: a Preview (the Knobs page's what-if) of the reading's knob moved in its direction,
+    from the ``current`` knobs; its progress and result are drawn here, as on the Knobs page."""
     if diagnosis.knob is None or diagnosis.direction is None:
         return
-    meta = view.source.run_meta(view.snap)
-    current, block = current_knobs(view, meta)
     changes = proposal(diagnosis.knob, diagnosis.direction, current, view.frames.num_stages, block)
     what = ", ".join(f"{k} {effective(k, current, view.frames.num_stages)} → {v}" for k, v in changes.items())
     if st.button(f"Preview {what}", key="pipeline_preview", disabled=whatif.running()):

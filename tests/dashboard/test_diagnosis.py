@@ -44,6 +44,13 @@ def test_a_bottleneck_that_hardly_idles_is_busy_computing() -> None:
     assert "its cause: busy computing (idle only 1.0%)" in got.line
 
 
+def test_a_baselines_waves_are_its_static_chunk() -> None:
+    got = diagnose(shares([(0, "fill", 0.3), (1, "previous_stage", 0.5)]), 1.0, MEANING, 2, "trtllm-pp")
+    assert (got.knob, got.direction) == ("static_chunk_tokens", "down") and "lower static_chunk_tokens" in got.line
+    assert proposal("static_chunk_tokens", "down", Knobs(static_chunk_tokens=8192 + 64), 2, 64) == {
+        "static_chunk_tokens": 4096}
+
+
 def test_a_preview_moves_the_knob_once_within_its_rules() -> None:
     assert proposal("ring", "up", Knobs(), 4) == {"ring": 16}                 # 0 is 2P = 8 for wavepp
     assert proposal("ring", "up", Knobs(ring=0, policy="trtllm-pp"), 4) == {"ring": 8}
