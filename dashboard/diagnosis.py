@@ -75,8 +75,16 @@ def diagnose(shares: pd.DataFrame, length: float, meaning: dict[str, str], num_s
     if fed == b:
         starves = "It feeds no other stage."
     else:
+        # What of the fed stage's idle time waits on the bottleneck: a later stage waits for its wave
+        # (or the wave crossing the link); stage 0 waits for a wave slot the last stage frees.
+        waits_on = ("previous_stage", "transfer") if fed > b else ("ring_full",)
+        mine = shares[(shares["stage"] == fed) & shares["cause"].isin(waits_on)] if not shares.empty else shares
+        waited = float(mine["share"].sum()) if not mine.empty else 0.0
         why = _causes(shares, fed, meaning)
-        starves = f"It starves stage {fed} (idle {idle[fed]:.1%}{': ' + why if why else ''})."
+        idle_of = f"idle {idle[fed]:.1%}{': ' + why if why else ''}"
+        starves = (f"It starves stage {fed}, which waits on it {waited:.1%} of the window ({idle_of})."
+                   if waited > 0 else f"It starves no stage: stage {fed}, which it feeds, never waits on it "
+                                      f"({idle_of}).")
     knob, direction, reason = KNOB_FOR.get(cause, (None, None, None))
     if knob == "max_wave_tokens" and not policy.startswith("wavepp"):
         knob = "static_chunk_tokens"

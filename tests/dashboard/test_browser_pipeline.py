@@ -84,7 +84,7 @@ def check_the_bottleneck_explained_by_its_own_cause(reading: str, bottleneck: in
     else:
         largest = max(causes, key=lambda c: causes[c])
         assert largest == f"idle: {own.group(1)}", (reading, causes)
-    fed = re.search(r"It starves stage (\d+)", reading)
+    fed = re.search(r"It starves (?:no stage: )?stage (\d+)", reading)
     assert fed is not None and int(fed.group(1)) != bottleneck, reading
     assert re.search(r"Knob: (raise|lower) [a-z_]+ - ", reading) or "No knob addresses this cause." in reading
 

@@ -24,7 +24,8 @@ def test_the_bottleneck_is_explained_by_its_own_cause_not_the_idlest_stage() -> 
     assert (got.bottleneck, got.cause, got.knob, got.direction) == (0, "ring_full", "ring", "up")
     assert got.line.startswith("In the last 2.000 s, stage 0 is the bottleneck (busy 93.4%); its own cause: "
                                "ring full (no wave slot) (idle 6.6%: 5.0% ring full"), got.line
-    assert "It starves stage 1 (idle 8.0%: 8.0% waiting for the previous stage)." in got.line
+    assert "It starves stage 1, which waits on it 8.0% of the window (idle 8.0%: 8.0% waiting for the previous " \
+           "stage)." in got.line, got.line
     assert "Knob: raise ring" in got.line
     assert "stage 3" not in got.line
 
@@ -33,9 +34,9 @@ def test_the_bottleneck_is_explained_by_its_own_cause_not_the_idlest_stage() -> 
     ("no_work", "max_leases", "up"), ("admission", "max_round_requests", "up"), ("fill", "max_wave_tokens", "down"),
     ("kv_capacity", "max_leases", "down"), ("previous_stage", "fill_factor", "plus")])
 def test_each_cause_names_the_knob_that_addresses_it(cause: str, knob: str, direction: str) -> None:
-    got = diagnose(shares([(1, cause, 0.2), (0, "previous_stage", 0.5)]), 1.0, MEANING, 2)
+    got = diagnose(shares([(1, cause, 0.2), (0, "ring_full", 0.4), (0, "no_work", 0.1)]), 1.0, MEANING, 2)
     assert (got.bottleneck, got.cause, got.knob, got.direction) == (1, cause, knob, direction)
-    assert "It starves stage 0 (idle 50.0%" in got.line         # the last stage frees stage 0's wave slots
+    assert "It starves stage 0, which waits on it 40.0% of the window (idle 50.0%" in got.line  # its wave slots
 
 
 def test_a_bottleneck_that_hardly_idles_is_busy_computing() -> None:
