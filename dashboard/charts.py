@@ -97,7 +97,7 @@ def idle_bars(shares: pd.DataFrame, num_stages: int, length: float) -> go.Figure
                              hovertemplate=f"{MEANING.get(cause, cause)}: %{{y:.1%}}<extra>%{{x}}</extra>"))
     fig.update_layout(barmode="stack", title=f"idle time by cause over the last {length:.3f} s (share of the window)",
                       height=320, margin=dict(l=10, r=10, t=40, b=30), yaxis_tickformat=".1%",
-                      yaxis_title="share of the window idle", legend_orientation="h",
+                      xaxis_title="stage", yaxis_title="share of the window idle", legend_orientation="h",
                       legend_y=-0.2)
     return fig
 
@@ -178,6 +178,6 @@ def causes_side_by_side(windows: Sequence[tuple[str, dict[str, float]]]) -> go.F
     for name, shares in windows:
         fig.add_trace(go.Bar(name=name, x=[MEANING.get(c, c) for c in causes], y=[shares.get(c, 0.0) for c in causes]))
     fig.update_layout(title="idle time by cause (share of stage time)", barmode="group", height=360,
-                      yaxis_tickformat=".0%", yaxis_title="share of stage time", margin=dict(l=10, r=10, t=70, b=30),
-                      legend_orientation="h", legend_y=1.12)
+                      yaxis_tickformat=".0%", xaxis_title="idle cause", yaxis_title="share of stage time",
+                      margin=dict(l=10, r=10, t=70, b=30), legend_orientation="h", legend_y=1.12)
     return fig

@@ -139,5 +139,6 @@ def _bubbles(ra: SavedRun, rb: SavedRun) -> go.Figure:
     for which, run in (("Run A", ra), ("Run B", rb)):
         fracs = run.figures.get("bubble_fraction") or []     # null: the run completed nothing
         fig.add_trace(go.Bar(x=[f"stage {i}" for i in range(len(fracs))], y=fracs, name=which))
-    fig.update_layout(title="bubble fraction per stage", barmode="group", height=300, yaxis_title="fraction")
+    fig.update_layout(title="bubble fraction per stage", barmode="group", height=300, xaxis_title="stage",
+                      yaxis_title="share of the run idle")
     return fig

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pytest
 
 from wavepp.dashboard.frames import min_samples
 from wavepp.dashboard.screens.throughput import latency_percentiles
@@ -59,13 +60,13 @@ def test_the_throughput_page_draws_what_its_legends_list(saved_run: Path, dashbo
         assert fig["layout"]["yaxis"]["title"]["text"] in ("TTFT (s)", "tokens/s")
 
 
-def test_every_value_axis_on_the_pipeline_page_names_its_unit(saved_run: Path, dashboard_env: None) -> None:
-    at = run_page(f"run:{saved_run}", "Pipeline")
+@pytest.mark.parametrize("page", ["Pipeline", "Throughput and latency", "Admission", "Cache", "Compare"])
+def test_every_value_axis_names_its_unit(page: str, saved_run: Path, dashboard_env: None) -> None:
+    at = run_page(f"run:{saved_run}", page)
     for fig in (json.loads(c.proto.spec) for c in at.get("plotly_chart")):
         layout = fig["layout"]
         categorical = layout.get("yaxis", {}).get("type") == "category" or any(
             t.get("type") == "heatmap" or t.get("orientation") == "h" for t in fig["data"])
         if not categorical:                                    # lanes are named by their ticks
             assert layout.get("yaxis", {}).get("title", {}).get("text"), layout.get("title")
-        x_title = layout.get("xaxis", {}).get("title", {}).get("text")
-        assert x_title or layout.get("barmode") == "stack", layout.get("title")    # stacked bars: one per lane
+        assert layout.get("xaxis", {}).get("title", {}).get("text"), layout.get("title")
