@@ -96,7 +96,8 @@ def idle_bars(shares: pd.DataFrame, num_stages: int, length: float) -> go.Figure
                              marker_color=cause_colour(cause),
                              hovertemplate=f"{MEANING.get(cause, cause)}: %{{y:.1%}}<extra>%{{x}}</extra>"))
     fig.update_layout(barmode="stack", title=f"idle time by cause over the last {length:.3f} s (share of the window)",
-                      height=320, margin=dict(l=10, r=10, t=40, b=30), yaxis_tickformat=".1%", legend_orientation="h",
+                      height=320, margin=dict(l=10, r=10, t=40, b=30), yaxis_tickformat=".1%",
+                      xaxis_title="stage", yaxis_title="share of the window idle", legend_orientation="h",
                       legend_y=-0.2)
     return fig
 
@@ -104,10 +105,11 @@ def idle_bars(shares: pd.DataFrame, num_stages: int, length: float) -> go.Figure
 HISTORY_BINS = 1500          # the whole-run chart's columns (about one per pixel)
 
 
-def history(fr: Frames) -> go.Figure:
+def history(fr: Frames, x_range: tuple[float, float] | None = None) -> go.Figure:
     """The whole run at once: each stage's busy share per 1/HISTORY_BINS of the run, as a strip
     (white: idle, blue: executing all the time) - an image the browser draws at once however many
-    steps the run has; the detail window shows every step."""
+    steps the run has; the detail window shows every step. ``x_range``: the time axis to draw it on
+    (several runs on one axis); the run's own span by default."""
     start, end = fr.start, max(fr.end, fr.start + 1e-9)
     bins = HISTORY_BINS
     busy = busy_bins(fr.steps, fr.num_stages, start, end, bins)
@@ -119,16 +121,28 @@ def history(fr: Frames) -> go.Figure:
         hovertemplate=f"%{{y}}<br>%{{x:.3f}} s ± {width / 2:.3g} s<br>busy %{{z:.0%}}<extra></extra>"))
     fig.update_layout(height=90 + 45 * fr.num_stages, margin=dict(l=10, r=10, t=30, b=30), xaxis_title="time (s)")
     fig.update_yaxes(categoryorder="array", categoryarray=[lane(s) for s in range(fr.num_stages)][::-1])
-    fig.update_xaxes(range=[start, end])
+    fig.update_xaxes(range=list(x_range) if x_range is not None else [start, end])
     return add_knob_marks(fig, fr.knob_marks)
 
 
 def lines(df: pd.DataFrame, x: str, y: str, color: str | None = None, title: str = "",
-          marks: Sequence[tuple[float, str]] = (), y_title: str = "") -> go.Figure:
+          marks: Sequence[tuple[float, str]] = (), y_title: str = "", means: bool = False,
+          markers: bool = False) -> go.Figure:
+    """One line per ``color`` group over time. ``means``: each group's mean over the chart as a dashed
+    line of its colour (a spiky rate read against its level); ``markers``: points too, so a group drawn
+    in a single bin still shows. A group with no value at all is left out (never a legend entry alone)."""
     fig = go.Figure()
     groups = df.groupby(color, sort=False) if color else [(y, df)]
-    for name, rows in groups:
-        fig.add_trace(go.Scatter(x=rows[x], y=rows[y], mode="lines", name=str(name)))
+    for i, (name, rows) in enumerate(groups):
+        if rows[y].isna().all():
+            continue
+        colour = PALETTE[i % len(PALETTE)]
+        fig.add_trace(go.Scatter(x=rows[x], y=rows[y], mode="lines+markers" if markers else "lines",
+                                 name=str(name), line_color=colour))
+        if means:
+            mean = float(rows[y].mean())
+            fig.add_trace(go.Scatter(x=[rows[x].min(), rows[x].max()], y=[mean, mean], mode="lines",
+                                     name=f"{name} mean ({mean:,.0f})", line=dict(color=colour, dash="dash")))
     # the legend below the x axis's title, not over it
     fig.update_layout(title=title, height=320, margin=dict(l=10, r=10, t=40, b=30), xaxis_title="time (s)",
                       yaxis_title=y_title, legend_orientation="h", legend_y=-0.3)
@@ -164,6 +178,6 @@ def causes_side_by_side(windows: Sequence[tuple[str, dict[str, float]]]) -> go.F
     for name, shares in windows:
         fig.add_trace(go.Bar(name=name, x=[MEANING.get(c, c) for c in causes], y=[shares.get(c, 0.0) for c in causes]))
     fig.update_layout(title="idle time by cause (share of stage time)", barmode="group", height=360,
-                      yaxis_tickformat=".0%", margin=dict(l=10, r=10, t=70, b=30), legend_orientation="h",
-                      legend_y=1.12)
+                      yaxis_tickformat=".0%", xaxis_title="idle cause", yaxis_title="share of stage time",
+                      margin=dict(l=10, r=10, t=70, b=30), legend_orientation="h", legend_y=1.12)
     return fig

@@ -234,25 +234,6 @@ def stage_idle(shares: pd.DataFrame, num_stages: int) -> list[float]:
     return [float(per_stage.get(s, 0.0)) for s in range(num_stages)]
 
 
-def reading(shares: pd.DataFrame, length: float, meaning: dict[str, str], num_stages: int | None = None,
-            k: int = 3) -> str:
-    """One line: the busiest stage of the window (the bottleneck: the pipeline runs at its pace),
-    then the idlest and its largest causes, e.g. "In the last 2.000 s, stage 0 is the bottleneck
-    (busy 98.0%); stage 3 was idle 6.1%: 4.2% waiting for the previous stage, 1.9% pipeline filling"."""
-    if shares.empty:
-        return f"No stage was idle in the last {length:.3f} s."
-    idle = stage_idle(shares, num_stages if num_stages is not None else int(shares["stage"].max()) + 1)
-    busiest = min(range(len(idle)), key=lambda s: (idle[s], s))
-    stage = max(range(len(idle)), key=lambda s: (idle[s], -s))
-    mine = shares[shares["stage"] == stage].sort_values("share", ascending=False).head(k)
-    causes = ", ".join(f"{share:.1%} {meaning.get(cause, cause)}" for cause, share in zip(mine["cause"], mine["share"],
-                                                                                            strict=True))
-    head = f"In the last {length:.3f} s, stage {busiest} is the bottleneck (busy {1 - idle[busiest]:.1%})"
-    if stage == busiest:
-        return f"{head} and was idle {idle[stage]:.1%}: {causes}"
-    return f"{head}; stage {stage} was idle {idle[stage]:.1%}: {causes}"
-
-
 def busy_bins(steps: pd.DataFrame, num_stages: int, start: float, end: float, bins: int) -> np.ndarray:
     """Per stage, the share of each of ``bins`` equal bins of ``[start, end]`` it spent executing:
     shape (num_stages, bins). The whole run at a chart's resolution - one value per pixel column

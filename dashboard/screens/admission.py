@@ -57,7 +57,8 @@ def render_admission(view: View) -> None:
                             "waves in flight": s.in_flight} for s in view.snap.status])
     if len(status):
         depth = status.melt("t", var_name="queue", value_name="depth")
-        right.plotly_chart(charts.lines(depth, "t", "depth", "queue", "queue depths", fr.knob_marks), key="depths")
+        right.plotly_chart(charts.lines(depth, "t", "depth", "queue", "queue depths", fr.knob_marks,
+                                        "requests / waves"), key="depths")
     else:
         right.info("No status snapshots (queue depths) in this source.")
     if len(fr.fallbacks):

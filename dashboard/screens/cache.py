@@ -37,9 +37,9 @@ def render_cache(view: View) -> None:
     st.plotly_chart(charts.lines(df, "t", "residency", "stage", "cached blocks / capacity", fr.knob_marks,
                                  "fraction of capacity"), key="residency")
     left, right = st.columns(2)
-    left.plotly_chart(charts.lines(df, "t", "leases", "stage", "leases held", fr.knob_marks), key="leases")
-    right.plotly_chart(charts.lines(df, "t", "escrowed blocks", "stage", "escrowed blocks", fr.knob_marks),
-                       key="escrows")
+    left.plotly_chart(charts.lines(df, "t", "leases", "stage", "leases held", fr.knob_marks, "leases"), key="leases")
+    right.plotly_chart(charts.lines(df, "t", "escrowed blocks", "stage", "escrowed blocks", fr.knob_marks,
+                                    "blocks"), key="escrows")
     evictions = charts.lines(df, "t", "evictions", "stage", "evictions (cumulative)", fr.knob_marks, "blocks")
     evictions.update_yaxes(rangemode="nonnegative")        # a count: never an axis from -1 to 1
     st.plotly_chart(evictions, key="evictions")

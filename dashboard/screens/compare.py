@@ -105,16 +105,27 @@ def _saved_runs(view: View) -> None:
     ra, rb = runs[a][0], runs[b][0]
     table = pd.DataFrame({"figure": [FIGURES[k].name + (f" ({FIGURES[k].unit})" if FIGURES[k].unit else "")
                                      for k in FIELDS],
-                          "Run A": [_value(ra, k) for k in FIELDS], "Run B": [_value(rb, k) for k in FIELDS]})
+                          "Run A": [_value(ra, k) for k in FIELDS], "Run B": [_value(rb, k) for k in FIELDS],
+                          "A / B": [_ratio(ra.figures.get(k), rb.figures.get(k)) for k in FIELDS]})
     st.dataframe(table, hide_index=True)
     ratio = (ra.figures["input_tokens_per_s"] / rb.figures["input_tokens_per_s"]
              if ra.figures.get("input_tokens_per_s") is not None and rb.figures.get("input_tokens_per_s")
              else float("nan"))
     st.metric("input throughput, Run A / Run B", f"{ratio:.3f}x")
     st.plotly_chart(_bubbles(ra, rb), key="compare_bubbles")
-    for col, run, key in ((left, ra, "a"), (right, rb, "b")):
-        col.caption(run.label)
-        col.plotly_chart(charts.history(build(run.spans, int(run.meta.get("pp", 0)) or None)), key=f"hist_{key}")
+    # Both runs on one time axis (seconds since each run's first span): a run twice as long draws twice as long.
+    frames = [build(run.spans, int(run.meta.get("pp", 0)) or None) for run in (ra, rb)]
+    end = max(fr.end for fr in frames)
+    for which, run, fr, key in (("Run A", ra, frames[0], "a"), ("Run B", rb, frames[1], "b")):
+        st.caption(f"{which}: {run.label} ({fr.end - fr.start:.3f} s)")
+        st.plotly_chart(charts.history(fr, x_range=(0.0, end)), key=f"hist_{key}")
+
+
+def _ratio(a: object, b: object) -> str:
+    """``a / b`` of two numbers as "1.234x"; "-" where either is missing (or not a number) or b is 0."""
+    if isinstance(a, bool) or isinstance(b, bool) or not isinstance(a, int | float) or not isinstance(b, int | float):
+        return "-"
+    return f"{a / b:.3f}x" if b else "-"
 
 
 def _value(run: SavedRun, key: str) -> str:
@@ -128,5 +139,6 @@ def _bubbles(ra: SavedRun, rb: SavedRun) -> go.Figure:
     for which, run in (("Run A", ra), ("Run B", rb)):
         fracs = run.figures.get("bubble_fraction") or []     # null: the run completed nothing
         fig.add_trace(go.Bar(x=[f"stage {i}" for i in range(len(fracs))], y=fracs, name=which))
-    fig.update_layout(title="bubble fraction per stage", barmode="group", height=300, yaxis_title="fraction")
+    fig.update_layout(title="bubble fraction per stage", barmode="group", height=300, xaxis_title="stage",
+                      yaxis_title="share of the run idle")
     return fig

@@ -63,6 +63,19 @@ def render_knobs(view: View) -> None:
     _help_table()
 
 
+def current_knobs(view: View, meta: dict[str, Any]) -> tuple[Knobs, int]:
+    """The knobs the shown run runs with now (a saved run: those it ended with) and its KV block size."""
+    record = view.snap.knobs
+    if record is not None:
+        block = record.deployment.block_size if record.deployment else int(meta.get("block_size") or 64)
+        return stored(record.values), block
+    try:
+        current = saved_knobs(meta)
+    except WhatIfError:
+        current = Knobs()
+    return current, int(meta.get("block_size") or 64)
+
+
 def knob_label(name: str) -> str:
     """A form field's label in words, with the knob's symbol and unit: "ring (R) · waves in flight"
     (the schema name stays the field's key and the hover help's first word)."""

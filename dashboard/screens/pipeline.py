@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+import dataclasses
+from typing import Any
+
 import streamlit as st
 
 from wavepp.dashboard import charts
-from wavepp.dashboard.frames import Frames, busy_over_time, idle_shares, idle_window, reading, stage_idle
+from wavepp.dashboard.diagnosis import Diagnosis, diagnose, effective, proposal
+from wavepp.dashboard.frames import Frames, busy_over_time, idle_shares, idle_window, stage_idle
+from wavepp.dashboard.screens import whatif
 from wavepp.dashboard.screens.common import no_data
+from wavepp.dashboard.screens.knobs import current_knobs
 from wavepp.dashboard.view import View
 from wavepp.runtime.idle_causes import MEANING
+from wavepp.runtime.knobs import Knobs
 
 DETAIL_WAVES = 48       # the detail view opens on about this many recent waves (SVG bars stay quick)
 
@@ -51,7 +58,12 @@ def render_pipeline(view: View) -> None:
         value=min(default_window(fr), run), step=run / 1000, key="pipeline_window", format="%.4f"))
     idle = idle_window(view.idle, fr.origin_ns, max(0.0, end - window), end, live=view.running)
     shares = idle_shares(idle, fr.num_stages, window)
-    top.markdown(f"**Why the bubbles:** {reading(shares, window, MEANING, fr.num_stages)}")
+    meta = view.source.run_meta(view.snap)
+    current, block = current_knobs(view, meta)
+    diagnosis = diagnose(shares, window, MEANING, fr.num_stages, current.policy)
+    with top:
+        st.markdown(f"**Why the bubbles:** {diagnosis.line}")
+        preview_button(view, diagnosis, meta, current, block)
     bubbles = stage_idle(shares, fr.num_stages)
     cols = st.columns(fr.num_stages + 1)
     cols[0].metric(f"efficiency (last {window:.3f} s)", f"{1 - min(bubbles, default=1.0):.3f}")
@@ -70,3 +82,15 @@ def render_pipeline(view: View) -> None:
     over = busy_over_time(fr.steps, fr.num_stages, window, end=end)
     st.plotly_chart(charts.lines(over, "t", "busy", "stage", marks=fr.knob_marks, y_title="busy fraction"),
                     key="busy")
+
+
+def preview_button(view: View, diagnosis: Diagnosis, meta: dict[str, Any], current: Knobs, block: int) -> None:
+    """One click: a Preview (the Knobs page's what-if) of the reading's knob moved in its direction,
+    from the ``current`` knobs; its progress and result are drawn here, as on the Knobs page."""
+    if diagnosis.knob is None or diagnosis.direction is None:
+        return
+    changes = proposal(diagnosis.knob, diagnosis.direction, current, view.frames.num_stages, block)
+    what = ", ".join(f"{k} {effective(k, current, view.frames.num_stages)} → {v}" for k, v in changes.items())
+    if st.button(f"Preview {what}", key="pipeline_preview", disabled=whatif.running()):
+        whatif.start_preview(view, meta, whatif.default_settings(), current, dataclasses.replace(current, **changes))
+    whatif.results(view)

@@ -38,17 +38,36 @@ def render_throughput(view: View) -> None:
         "input tok/s": np.histogram(done["done"], edges, weights=done["input_tokens"])[0] / width,
         "computed tok/s": np.histogram(ex0["t1"], edges, weights=ex0["tokens"])[0] / width,
     }).melt("t", var_name="series", value_name="tokens/s")
-    st.plotly_chart(charts.lines(rate, "t", "tokens/s", "series", "throughput", fr.knob_marks), key="rate")
-    # Fewer, wider bins than the throughput chart: a percentile needs samples (min_samples) to stand on.
-    bins = max(1, min(BINS, len(done) // min_samples(95)))
-    lat = percentiles_by_bin(done["done"], done["latency"], np.linspace(0, end, bins + 1).tolist())
+    st.plotly_chart(charts.lines(rate, "t", "tokens/s", "series", "throughput (dashed: the mean over the run)",
+                                 fr.knob_marks, "tokens/s", means=True), key="rate")
+    st.caption(f"{BINS} bins of {width:.3f} s: input tok/s counts a request's prompt when it completes, computed "
+               "tok/s the tokens stage 0 executed")
+    lat, bins = latency_percentiles(done, end)
+    drawn = sorted(set(lat.dropna()["percentile"]), key=lambda p: float(p[1:]))
     st.plotly_chart(charts.lines(lat, "t", "value", "percentile",
-                                 "prefill latency (TTFT) p50 / p95 / p99 over time (by completion time)",
-                                 fr.knob_marks, "s"), key="latency")
-    st.caption(f"{bins} bins of {end / bins:.3f} s; a percentile is drawn only where its bin holds enough "
-               f"completions (p50 {min_samples(50)}, p95 {min_samples(95)}, p99 {min_samples(99)}); lines break "
-               "where a bin holds fewer")
+                                 f"prefill latency (TTFT) {' / '.join(drawn) or 'percentiles'} over time "
+                                 "(by completion time)", fr.knob_marks, "TTFT (s)", markers=True), key="latency")
+    st.caption("; ".join(f"p{q:g}: {n} bins of {end / n:.3f} s" if n else
+                         f"p{q:g} not drawn: {len(done)} completions, a bin needs {min_samples(q)}"
+                         for q, n in bins.items())
+               + " - each percentile in the widest bins that hold enough completions for it; lines break where "
+                 "a bin holds fewer")
     _drill_down(view)
+
+
+def latency_percentiles(done: pd.DataFrame, end: float, qs: tuple[float, ...] = (50, 95, 99)
+                        ) -> tuple[pd.DataFrame, dict[float, int]]:
+    """TTFT percentiles over completion time, each in as many bins (up to BINS) as hold
+    ``min_samples(q)`` completions on average: p99 in fewer, wider bins than p50, but drawn wherever
+    the run has the completions for it. Returns the curves and each percentile's bin count (0: none)."""
+    frames, bins = [], {}
+    for q in qs:
+        n = min(BINS, len(done) // min_samples(q))
+        bins[q] = n
+        if n:
+            frames.append(percentiles_by_bin(done["done"], done["latency"], np.linspace(0, end, n + 1).tolist(), (q,)))
+    lat = pd.concat(frames) if frames else pd.DataFrame(columns=["t", "percentile", "value"])
+    return lat, bins
 
 
 def _drill_down(view: View) -> None:

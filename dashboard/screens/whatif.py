@@ -67,6 +67,15 @@ def settings(view: View, meta: dict[str, Any]) -> dict[str, Any]:
     return {"window": float(window), "limit": float(limit), "profile": profile}
 
 
+def default_settings() -> dict[str, Any]:
+    """The settings the Knobs page's expander holds (its defaults where it has not been drawn): a
+    preview started from another page replays what one started from the Knobs page would."""
+    state = st.session_state
+    return {"window": float(state.get("whatif_window", DEFAULT_WINDOW_S)),
+            "limit": float(state.get("whatif_limit", DEFAULT_TIME_LIMIT_S)),
+            "profile": str(state.get("whatif_profile", os.environ.get(PROFILE_ENV, ""))).strip()}
+
+
 def _inputs(view: View, meta: dict[str, Any], opts: dict[str, Any]) -> Inputs | None:
     waiting = calibration.pending() if meta.get("engine") == "torch" else None
     if waiting is not None and opts["profile"] == os.environ.get(PROFILE_ENV, ""):

@@ -164,8 +164,11 @@ def test_pipeline_page_colours_every_bubble_by_its_cause(saved_run: Path, dashbo
     assert all("waited for %{customdata[1]}" in t["hovertemplate"] for t in bubbles)
     assert any(str(w).startswith("wave ") for t in bubbles for _, w in t["customdata"])
     line = next(m.value for m in at.markdown if m.value.startswith("**Why the bubbles:**"))
-    idlest = max(range(len(causes)), key=lambda s: sum(causes[s].values()))
-    assert f"stage {idlest} was idle {sum(causes[idlest].values()) / makespan:.1%}" in line, line
+    busiest = min(range(len(causes)), key=lambda s: (sum(causes[s].values()), s))
+    assert f"stage {busiest} is the bottleneck (busy {1 - sum(causes[busiest].values()) / makespan:.1%})" in line
+    own = max(causes[busiest], key=lambda c: causes[busiest][c])            # its own largest idle cause
+    assert f"its own cause: {MEANING[own]}" in line or "its cause: busy computing" in line, line
+    assert "Knob: " in line or "No knob addresses" in line, line
 
 
 def test_the_cache_page_names_its_units_and_counts_from_zero(saved_run: Path, dashboard_env: None) -> None:

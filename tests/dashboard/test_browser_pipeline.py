@@ -19,9 +19,12 @@ IDLE_BY_STAGE = """() => {
   const plot = [...document.querySelectorAll('.js-plotly-plot')]
     .find(p => String(p.layout?.title?.text ?? p.layout?.title ?? '').includes('idle time by cause'));
   if (!plot || !plot.data) return null;
-  const out = {};
-  for (const trace of plot.data) trace.x.forEach((lane, i) => { out[lane] = (out[lane] || 0) + trace.y[i]; });
-  return {title: String(plot.layout.title.text ?? plot.layout.title), idle: out};
+  const out = {}, causes = {};
+  for (const trace of plot.data) trace.x.forEach((lane, i) => {
+    out[lane] = (out[lane] || 0) + trace.y[i];
+    (causes[lane] = causes[lane] || {})[trace.name] = trace.y[i];
+  });
+  return {title: String(plot.layout.title.text ?? plot.layout.title), idle: out, causes: causes};
 }"""
 
 
@@ -69,9 +72,21 @@ def check_one_window_one_idle(got: dict[str, object], num_stages: int) -> None:
     assert busy == pytest.approx(1 - bubble[bottleneck], abs=6e-4)
     eff = windowed[next(k for k in windowed if k.startswith("efficiency"))]
     assert eff == pytest.approx(busy, abs=6e-4)
-    idlest = re.search(r"stage (\d+) was idle ([0-9.]+)%", reading)
-    assert idlest is not None, reading
-    assert float(idlest.group(2)) / 100 == pytest.approx(max(bubble), abs=6e-4)
+    check_the_bottleneck_explained_by_its_own_cause(reading, bottleneck, chart["causes"].get(f"stage {bottleneck}", {}))
+
+
+def check_the_bottleneck_explained_by_its_own_cause(reading: str, bottleneck: int, causes: dict[str, float]) -> None:
+    """The reading explains the bottleneck by the largest of its own bars in the cause chart (or, when
+    it hardly idles, as busy computing), names the stage it starves and the knob for that cause."""
+    own = re.search(r"its own cause: (.+?) \(idle ([0-9.]+)%", reading)
+    if own is None:
+        assert "its cause: busy computing" in reading, reading
+    else:
+        largest = max(causes, key=lambda c: causes[c])
+        assert largest == f"idle: {own.group(1)}", (reading, causes)
+    fed = re.search(r"It starves (?:no stage: )?stage (\d+)", reading)
+    assert fed is not None and int(fed.group(1)) != bottleneck, reading
+    assert re.search(r"Knob: (raise|lower) [a-z_]+ - ", reading) or "No knob addresses this cause." in reading
 
 
 def test_a_saved_run_says_one_window_and_one_idle(page: Page, saved_run: Path) -> None:
@@ -108,6 +123,25 @@ def test_a_live_run_says_one_window_and_one_idle(page: Page) -> None:
             seen.add(got["slider"])
             time.sleep(2.0)
         assert len(seen) >= 2, seen      # the window moved as the run grew, and stayed one window
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def test_the_reading_names_a_knob_and_previews_it_in_one_click(page: Page, saved_run: Path) -> None:
+    """The reading names the bottleneck's own cause and a knob; its Preview button replays the run with
+    that knob moved and shows the prediction on the Pipeline page."""
+    proc, url = serve("--run", str(saved_run))
+    try:
+        page.goto(url)
+        lanes_with_data(page, 4)
+        got = page_figures(page)
+        reading = str(got["reading"])
+        knob = re.search(r"Knob: (raise|lower) ([a-z_]+) - ", reading)
+        assert knob is not None, reading
+        button = page.get_by_role("button", name=re.compile(rf"^Preview {knob.group(2)} \d+ → \d+"))
+        button.click()
+        page.get_by_text(re.compile(rf"^{knob.group(2)}=\d+.*: replayed ")).first.wait_for(timeout=120_000)
     finally:
         proc.terminate()
         proc.wait(10)

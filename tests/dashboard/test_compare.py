@@ -56,3 +56,29 @@ def test_compare_uses_the_pages_names_units_and_precision(saved_run: Path, dashb
     admission = run_page(f"run:{saved_run}", "Admission")
     tile = next(m.value for m in admission.metric if m.label == "admission latency p99")
     assert tile == table["admission latency p99 (ms)"][0] + " ms"             # the first run, as on its page
+
+
+def test_two_runs_on_one_time_axis_with_a_ratio_for_every_figure(saved_run: Path, other_file: Path,
+                                                                 dashboard_env: None) -> None:
+    """A 41 s and a 90 s run were drawn as strips of equal length, with a ratio for one figure only."""
+    import json
+
+    at = run_page(f"run:{saved_run}", "Compare")
+    at.text_input(key="compare_file").input(str(other_file)).run()
+    at.selectbox(key="compare_b").set_value(2).run()
+    first, other = load_runs(saved_run)[0], load_runs(other_file)[0]
+    df = at.dataframe[0].value
+    ratios = dict(zip(df["figure"], df["A / B"], strict=True))
+    for key, name in (("input_tokens_per_s", "input tok/s"), ("makespan_s", "makespan (s)")):
+        a, b = first.figures[key], other.figures[key]
+        assert ratios[next(f for f in ratios if f.startswith(name.split(" (")[0]))] == f"{a / b:.3f}x", (key, ratios)
+    numeric = [k for k in ("input_tokens_per_s", "computed_tokens_per_s", "pipeline_efficiency", "makespan_s",
+                           "waves") if first.figures.get(k) and other.figures.get(k)]
+    assert sum(r != "-" for r in ratios.values()) >= len(numeric)
+    strips = [json.loads(c.proto.spec) for c in at.get("plotly_chart")
+              if any(t.get("type") == "heatmap" for t in json.loads(c.proto.spec)["data"])]
+    assert len(strips) == 2
+    ranges = [tuple(s["layout"]["xaxis"]["range"]) for s in strips]
+    assert ranges[0] == ranges[1] and ranges[0][0] == 0.0                 # one time axis for both runs
+    longest = max(r.figures["makespan_s"] for r in (first, other))
+    assert ranges[0][1] >= longest * 0.99

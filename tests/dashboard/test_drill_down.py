@@ -77,7 +77,8 @@ def test_ttft_percentiles_over_time(saved_run: Path, dashboard_env: None) -> Non
     at = run_page(f"run:{saved_run}", "Throughput and latency")
     specs = [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
     ttft = next(s for s in specs if "TTFT" in str(s["layout"].get("title")))
-    assert [t["name"] for t in ttft["data"]] == ["p50", "p95", "p99"]
+    names = [t["name"] for t in ttft["data"]]
+    assert names[:2] == ["p50", "p95"] and set(names) <= {"p50", "p95", "p99"}   # p99 only where it is drawn
 
 
 def test_compare_shows_the_windows_before_and_after_a_knob_change(knob_change_store: str,

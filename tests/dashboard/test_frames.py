@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from wavepp.dashboard.frames import build, busy_over_time, idle_shares, idle_window, reading, stage_idle
+from wavepp.dashboard.diagnosis import diagnose
+from wavepp.dashboard.frames import build, busy_over_time, idle_shares, idle_window, stage_idle
 from wavepp.runtime.idle_causes import MEANING, idle_intervals
 from wavepp.telemetry import names as N
 
@@ -53,9 +54,12 @@ def test_bubbles_are_the_idle_intervals_of_the_one_split_clipped_to_the_window()
     assert window["t0"].min() == pytest.approx(1.1)
     shares = idle_shares(window, 2, 1.4)
     assert shares[shares["stage"] == 0]["share"].sum() == pytest.approx(0.4 / 1.4)
-    line = reading(shares, 1.4, MEANING, 2)
-    assert line.startswith("In the last 1.400 s, stage 0 is the bottleneck (busy 71.4%); "
-                           "stage 1 was idle 35.7%: 35.7% pipeline draining"), line
+    line = diagnose(shares, 1.4, MEANING, 2).line
+    assert line.startswith("In the last 1.400 s, stage 0 is the bottleneck (busy 71.4%); its own cause: "
+                           "unexplained (event-loop turns) (idle 28.6%: 14.3% unexplained"), line
+    assert "It starves no stage: stage 1, which it feeds, never waits on it (idle 35.7%: 35.7% pipeline " \
+           "draining)." in line, line
+    assert line.endswith("No knob addresses this cause."), line
     assert stage_idle(shares, 2) == pytest.approx([0.4 / 1.4, 0.5 / 1.4])
 
 
