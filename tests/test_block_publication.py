@@ -85,7 +85,9 @@ def test_a_baseline_reuses_the_retired_chunks_of_a_document_still_computed() -> 
     assert computed("trtllm-pp+publish=completion") <= before      # looked up later, at worst the same
 
 
-def test_a_follower_reads_the_producers_blocks_and_caches_them_if_it_completes_first() -> None:
+def producer_and_follower() -> tuple[StageCache, list[int], list[int], array[int]]:
+    """Producer a computing an 8-block document no stage holds (its first 8 blocks prepared here), follower b
+    leased through them; answers the cache, a's and b's hashes and b's tokens."""
     cache = StageCache(0, 64, B)
     a_hashes, a = prompt(8, 10, 1)
     b_hashes, b = prompt(8, 20, 2)
@@ -94,6 +96,11 @@ def test_a_follower_reads_the_producers_blocks_and_caches_them_if_it_completes_f
     assert cache.lease("b", b_hashes, 0, len(b), follow=("a", 8)) == 8      # nothing cached: all followed
     cache.escrow("b", 1)
     cache.materialize("a", 0, 8 * B, 0)
+    return cache, a_hashes, b_hashes, b
+
+
+def test_a_follower_reads_the_producers_blocks_and_caches_them_if_it_completes_first() -> None:
+    cache, a_hashes, b_hashes, b = producer_and_follower()
     table = cache.materialize("b", 8 * B, len(b) - 8 * B, 8)
     assert table[:8] == cache.tables["a"][:8]                                # the producer's own blocks
     cache.complete("b", b_hashes)                                            # b first: a's blocks cached by b
@@ -105,14 +112,7 @@ def test_a_follower_reads_the_producers_blocks_and_caches_them_if_it_completes_f
 
 
 def test_a_producer_that_fails_leaves_its_followers_blocks_until_they_let_go() -> None:
-    cache = StageCache(0, 64, B)
-    a_hashes, a = prompt(8, 10, 1)
-    b_hashes, b = prompt(8, 20, 2)
-    cache.lease("a", a_hashes, 0, len(a))
-    cache.escrow("a", 9)
-    cache.lease("b", b_hashes, 0, len(b), follow=("a", 8))
-    cache.escrow("b", 1)
-    cache.materialize("a", 0, 8 * B, 0)
+    cache, _, _, _ = producer_and_follower()
     cache.materialize("b", 8 * B, 20, 8)
     cache.release("a")
     assert cache.pool.num_free < 64 - 1                                      # b still holds a's eight blocks
