@@ -10,15 +10,13 @@ import logging
 import time
 from collections.abc import Callable
 
-import httpx
 import pytest
 import redis
 
+from tests.api_client import api_on
 from wavepp.runtime.control_plane import KNOB_POLL_S, KnobWatcher
 from wavepp.runtime.engines.sim.engine import SimEngine
 from wavepp.runtime.knobs import Deployment, KnobError, Knobs, validated_values
-from wavepp.runtime.serve.app import create_app
-from wavepp.runtime.serve.runtime import ServerRuntime
 from wavepp.store.redis_store import RedisStore
 
 OWN = Deployment(64, 2)
@@ -101,26 +99,20 @@ def test_a_server_whose_deployment_record_is_overwritten_rewrites_it_and_validat
         return time.monotonic() - start
 
     async def body() -> None:
-        rt = ServerRuntime(engine, engine.default_knobs(), max_queue=16)
-        await rt.start()
-        try:
-            api = httpx.AsyncClient(transport=httpx.ASGITransport(app=create_app(rt, "sim")), base_url="http://t")
-            async with api:
-                client.set(key, json.dumps(FOREIGN[0]))
-                put = await api.put("/v1/knobs", json={"changes": {"ring": 2}})
-                assert put.status_code == 200, put.text          # was 422: "not a multiple of the block size 7"
-                assert put.json()["deployment"] == OWN.as_dict()
-                await rewritten()
-                # A corrupt record beside values another client wrote unvalidated: a PUT that keeps
-                # them is refused against the server's block size (it passed, checked against nothing).
-                client.set(key, json.dumps(FOREIGN[1]))
-                prefix = key.removesuffix(":deployment")
-                values = {**json.loads(client.hget(f"{prefix}:knobs", "values")), "max_wave_tokens": 8200}  # type: ignore[arg-type]
-                client.hset(f"{prefix}:knobs", mapping={"version": 99, "values": json.dumps(values)})
-                put = await api.put("/v1/knobs", json={"changes": {"ring": 3}})
-                assert put.status_code == 422, put.text
-                assert "max_wave_tokens: 8200 is not a multiple of the block size 64" in put.json()["error"]["message"]
-                await rewritten()
-        finally:
-            await rt.stop()
+        async with api_on(engine) as (api, rt):
+            client.set(key, json.dumps(FOREIGN[0]))
+            put = await api.put("/v1/knobs", json={"changes": {"ring": 2}})
+            assert put.status_code == 200, put.text          # was 422: "not a multiple of the block size 7"
+            assert put.json()["deployment"] == OWN.as_dict()
+            await rewritten()
+            # A corrupt record beside values another client wrote unvalidated: a PUT that keeps
+            # them is refused against the server's block size (it passed, checked against nothing).
+            client.set(key, json.dumps(FOREIGN[1]))
+            prefix = key.removesuffix(":deployment")
+            values = {**json.loads(client.hget(f"{prefix}:knobs", "values")), "max_wave_tokens": 8200}  # type: ignore[arg-type]
+            client.hset(f"{prefix}:knobs", mapping={"version": 99, "values": json.dumps(values)})
+            put = await api.put("/v1/knobs", json={"changes": {"ring": 3}})
+            assert put.status_code == 422, put.text
+            assert "max_wave_tokens: 8200 is not a multiple of the block size 64" in put.json()["error"]["message"]
+            await rewritten()
     asyncio.run(body())

@@ -9,14 +9,12 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
-import httpx
 import pytest
 
+from tests.api_client import api_on
 from wavepp.runtime.cli import main
 from wavepp.runtime.engines.sim.engine import SimEngine
 from wavepp.runtime.knobs import RETIRED
-from wavepp.runtime.serve.app import create_app
-from wavepp.runtime.serve.runtime import ServerRuntime
 
 # (what the CLI's --set says, the same knob as JSON)
 SAME_VALUE = [("planner=mpu", {"planner": "mpu"}),
@@ -43,16 +41,10 @@ def test_the_api_and_the_cli_refuse_a_knob_with_the_same_message(url: str,
     answers: list[tuple[int, dict[str, Any]]] = []
 
     async def body() -> None:
-        rt = ServerRuntime(engine, engine.default_knobs(), max_queue=16)
-        await rt.start()
-        try:
-            api = httpx.AsyncClient(transport=httpx.ASGITransport(app=create_app(rt, "sim")), base_url="http://t")
-            async with api:
-                for _, changes in SAME_VALUE:
-                    r = await api.put("/v1/knobs", json={"changes": changes})
-                    answers.append((r.status_code, r.json()["error"]))
-        finally:
-            await rt.stop()
+        async with api_on(engine) as (api, rt):
+            for _, changes in SAME_VALUE:
+                r = await api.put("/v1/knobs", json={"changes": changes})
+                answers.append((r.status_code, r.json()["error"]))
     asyncio.run(body())
     for (change, changes), (status, error) in zip(SAME_VALUE, answers, strict=True):
         name = next(iter(changes))
@@ -70,19 +62,13 @@ def test_a_null_or_empty_change_is_refused_and_writes_nothing(url: str, changes:
     seen: dict[str, Any] = {}
 
     async def body() -> None:
-        rt = ServerRuntime(engine, engine.default_knobs(), max_queue=16)
-        await rt.start()
-        try:
-            api = httpx.AsyncClient(transport=httpx.ASGITransport(app=create_app(rt, "sim")), base_url="http://t")
-            async with api:
-                before = (await api.get("/v1/knobs")).json()
-                seen["put"] = await api.put("/v1/knobs", json={"changes": changes,
-                                                               "expected_version": before["version"]})
-                seen["after"] = (await api.get("/v1/knobs")).json()
-                seen["history"] = await rt.store.knobs_history(10) if rt.store else None
-                seen["before"] = before
-        finally:
-            await rt.stop()
+        async with api_on(engine) as (api, rt):
+            before = (await api.get("/v1/knobs")).json()
+            seen["put"] = await api.put("/v1/knobs", json={"changes": changes,
+                                                           "expected_version": before["version"]})
+            seen["after"] = (await api.get("/v1/knobs")).json()
+            seen["history"] = await rt.store.knobs_history(10) if rt.store else None
+            seen["before"] = before
     asyncio.run(body())
     put = seen["put"]
     assert put.status_code == 422, put.text
