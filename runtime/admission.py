@@ -28,6 +28,7 @@ from wavepp.runtime.mechanisms.reserve import Reserve, SuffixBlocks
 from wavepp.runtime.mechanisms.reuse_lookup import ReuseLookup
 from wavepp.runtime.mechanisms.sharing import ComputeAgain, Follow, ShareDecision, Sharing, Wait
 from wavepp.runtime.mechanisms.token_charge import SuffixOnly, TokenCharge
+from wavepp.runtime.planner import Room
 from wavepp.runtime.request import AdmittedRequest, Request, RequestState
 from wavepp.runtime.run_state import RunState
 from wavepp.store.base import Store
@@ -77,7 +78,7 @@ class Admission:
         return cap if r.max_reuse_blocks is None else min(cap, r.max_reuse_blocks)
 
     async def round(self, requests: Sequence[Request], critical_path: bool = False,
-                    computing: Container[int] = (), room: int | None = None,
+                    computing: Container[int] = (), room: Room | None = None,
                     producers: Mapping[int, AdmittedRequest] | None = None) -> RoundResult:
         """``critical_path``: the loop waits for this round (the span says so; see the idle causes);
         ``computing``: block hashes admitted requests are computing now, ``producers`` which one computes
@@ -101,18 +102,23 @@ class Admission:
         taken = {a.id for a in admitted}
         return RoundResult(admitted, [r for r in requests[:scheduled] if r.id not in taken], list(requests[scheduled:]))
 
-    def _within(self, room: int | None, requests: Sequence[Request], hints: Sequence[int],
+    def _within(self, room: Room | None, requests: Sequence[Request], hints: Sequence[int],
                 decisions: Sequence[ShareDecision]) -> int:
         """How many of ``requests`` (a prefix) join the next wave: all without a room; else while some of
-        the room is left, each taking what its first chunk is charged (a request that waits takes none)."""
+        the room is left, each taking what its first chunk is charged (a request that waits takes none); a
+        ``whole`` room only while the request's whole charge fits."""
         if room is None:
             return len(requests)
+        left = room.tokens
         for i, (r, k, d) in enumerate(zip(requests, hints, decisions, strict=True)):
-            if room <= 0:
+            if left <= 0:
                 return i
             if not isinstance(d, Wait):
                 reused = d.to_blocks if isinstance(d, Follow) else k
-                room -= self.charge.first_charge(r.num_tokens, reused * self.block_size)
+                charge = self.charge.first_charge(r.num_tokens, reused * self.block_size)
+                if room.whole and charge > left:
+                    return i
+                left -= charge
         return len(requests)
 
     async def _hint(self, requests: Sequence[Request], limits: Sequence[int]) -> list[int]:
@@ -187,14 +193,14 @@ class AdmissionQueue:
     boundary (new knobs, or a new policy)."""
 
     def __init__(self, run: RunState, admission: Admission, knobs: Knobs, registry: LeaseRegistry,
-                 tel: Telemetry, spans: dict[str, Any], room: Callable[[], int | None] = lambda: None) -> None:
+                 tel: Telemetry, spans: dict[str, Any], room: Callable[[], Room | None] = lambda: None) -> None:
         self.run = run
         self.registry = registry
         self.tel = tel
         self.spans = spans
         self.configure(admission, knobs, room)
 
-    def configure(self, admission: Admission, knobs: Knobs, room: Callable[[], int | None] = lambda: None) -> None:
+    def configure(self, admission: Admission, knobs: Knobs, room: Callable[[], Room | None] = lambda: None) -> None:
         """``room``: tokens the next wave leaves for new requests, asked before each round (None: no limit)."""
         self.admission = admission
         self.knobs = knobs
@@ -207,8 +213,8 @@ class AdmissionQueue:
     async def admit_once(self, critical_path: bool = False) -> list[AdmittedRequest]:
         """One round over the head of the line; answers what it admitted (empty: nothing fit).
         ``critical_path``: the loop waits for the round (an inline admission drive)."""
-        tokens = self.room()
-        if tokens is not None and tokens <= 0:
+        room = self.room()
+        if room is not None and room.tokens <= 0:
             return []
         batch = self.run.take(min(self.knobs.max_round_requests, self.knobs.max_leases - self.run.num_active))
         if not batch:
@@ -216,7 +222,7 @@ class AdmissionQueue:
         self.run.admitting = len(batch)
         started = self.tel.now_ns()
         try:
-            result = await self.admission.round(batch, critical_path, self.run.computing, tokens, self.run.producers)
+            result = await self.admission.round(batch, critical_path, self.run.computing, room, self.run.producers)
         finally:
             self.run.admitting = 0
         ended = self.tel.now_ns()

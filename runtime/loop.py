@@ -34,17 +34,19 @@ from typing import Any
 
 from wavepp.runtime import invariants
 from wavepp.runtime.admission import Admission, AdmissionQueue
+from wavepp.runtime.arrival_limits import refusal
 from wavepp.runtime.arrivals import ArrivalPort, ArrivalSource
 from wavepp.runtime.completion import LoopResult, RequestEnds
 from wavepp.runtime.control_plane import KnobWatcher, LeaseRegistry, StoreWriter
 from wavepp.runtime.engines.base import StageExecutor, StageHandle, now
 from wavepp.runtime.index_publisher import IndexPublisher
 from wavepp.runtime.knobs import Deployment, Knobs, check_block_size
+from wavepp.runtime.planner import Room
 from wavepp.runtime.policies import get_policy
 from wavepp.runtime.policies.base import Policy
 from wavepp.runtime.prefix_ledger import PrefixLedger
 from wavepp.runtime.publications import Publication, Publications
-from wavepp.runtime.request import Completion, Request, Wave, cdiv
+from wavepp.runtime.request import Completion, Request, Wave
 from wavepp.runtime.run_state import RunState
 from wavepp.runtime.stage_status import stage_statuses
 from wavepp.runtime.stage_tasks import StageWorker, run_link
@@ -136,7 +138,7 @@ class PipelineLoop:
                                    (p := self.policy).lookup, p.reserve, p.name, p.share, p.charge)
         self.planner = p.make_planner(knobs, self.num_stages, self.block_size, self.step_times, self.run_state.waiting)
         planner, active = self.planner, self.run_state.active      # a request joins a wave where its policy says
-        self.room: Callable[[], int | None] = lambda: p.lookup_at.room(planner, active())
+        self.room: Callable[[], Room | None] = lambda: p.lookup_at.room(planner, active())
         self.ring = self.policy.ring_size(knobs, self.num_stages)
 
     # ---- public -------------------------------------------------------------------------------
@@ -267,13 +269,9 @@ class PipelineLoop:
             N.REQUEST_ID: req.id, N.POLICY: self.policy.name, N.GEN_AI_INPUT_TOKENS: req.num_tokens,
             **self.prefixes.arrive(req)}, root=True)
         self.executor.register(req)
-        if req.num_tokens > self.executor.max_context:
-            self.ends.fail_unadmitted(req, f"prompt of {req.num_tokens} tokens is longer than the model's context "
-                                     f"({self.executor.max_context})")
-            return
-        if cdiv(req.num_tokens, self.block_size) > self.min_capacity:
-            self.ends.fail_unadmitted(req, f"prompt of {req.num_tokens} tokens needs more KV blocks than a stage "
-                                     f"has ({self.min_capacity} x {self.block_size} tokens)")
+        refused = refusal(req.num_tokens, self.executor.max_context, self.min_capacity, self.block_size, self.planner)
+        if refused is not None:
+            self.ends.fail_unadmitted(req, refused)
             return
         self.run_state.arrive(req)
 

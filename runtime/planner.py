@@ -42,6 +42,16 @@ def scheduled(a: AdmittedRequest) -> int:
 
 
 @dataclass(frozen=True, slots=True)
+class Room:
+    """Tokens of the next wave left for requests not admitted yet. A chunking scheduler lets a request join
+    while any is left, its first chunk cut to it; one without chunked prefill (``whole``) takes a request
+    only when its whole first charge fits, and the first that does not closes the batch - no later,
+    smaller request jumps it."""
+    tokens: int
+    whole: bool = False
+
+
+@dataclass(frozen=True, slots=True)
 class WavePlan:
     chunks: list[Chunk]
     budget: int
@@ -157,10 +167,10 @@ def pack_static(admitted: Sequence[AdmittedRequest], budget: int, block_size: in
 
 
 def static_room(admitted: Sequence[AdmittedRequest], budget: int, block_size: int,
-                position: Position = scheduled) -> int:
+                position: Position = scheduled) -> Room:
     """The budget :func:`pack_static` leaves uncharged after ``admitted``: what a scheduler that
     looks a waiting request up only when it joins a batch still has for new requests."""
-    return max(0, _pack(admitted, budget, 1, block_size, position)[1])
+    return Room(max(0, _pack(admitted, budget, 1, block_size, position)[1]))
 
 
 class Planner:
@@ -169,9 +179,13 @@ class Planner:
     def plan(self, admitted: Sequence[AdmittedRequest]) -> WavePlan | None:
         raise NotImplementedError
 
-    def room(self, admitted: Sequence[AdmittedRequest]) -> int | None:
-        """Tokens the next wave would leave for requests not admitted yet, without planning it
+    def room(self, admitted: Sequence[AdmittedRequest]) -> Room | None:
+        """What the next wave would leave for requests not admitted yet, without planning it
         (no state changes); None where the budget adapts to the admitted work (MPU, cost)."""
+        return None
+
+    def refusal(self, num_tokens: int) -> str | None:
+        """Why a prompt of ``num_tokens`` can never be scheduled by this planner (None: it can)."""
         return None
 
 
@@ -208,5 +222,30 @@ class StaticPlanner(Planner):
         chunks = pack_static(admitted, self.tokens, self.block_size, self.position)
         return WavePlan(chunks, self.tokens, sum(remaining) / self.tokens) if chunks else None
 
-    def room(self, admitted: Sequence[AdmittedRequest]) -> int | None:
+    def room(self, admitted: Sequence[AdmittedRequest]) -> Room | None:
         return static_room(admitted, self.tokens, self.block_size, self.position)
+
+
+class WholePlanner(StaticPlanner):
+    """A fixed budget per wave without chunked prefill (TensorRT-LLM's default, C++
+    ``MicroBatchScheduler`` without a chunk config): FCFS, each request scheduled with its whole uncached
+    suffix, charged as the policy's token charge says; the batch closes at the first request that does not
+    fit what is left. A prompt longer than the budget is refused: TensorRT-LLM's ``_check_arguments``
+    (``llmapi/llm.py``) rejects it at the API whatever its cached prefix."""
+
+    def plan(self, admitted: Sequence[AdmittedRequest]) -> WavePlan | None:
+        remaining = [a.remaining for a in admitted if a.remaining > 0]
+        if not remaining:
+            return None
+        chunks = _pack(admitted, self.tokens, self.tokens + 1, self.block_size, self.position)[0]
+        return WavePlan(chunks, self.tokens, sum(remaining) / self.tokens) if chunks else None
+
+    def room(self, admitted: Sequence[AdmittedRequest]) -> Room | None:
+        return Room(max(0, _pack(admitted, self.tokens, self.tokens + 1, self.block_size, self.position)[1]),
+                    whole=True)
+
+    def refusal(self, num_tokens: int) -> str | None:
+        if num_tokens <= self.tokens:
+            return None
+        return (f"prompt of {num_tokens} tokens is longer than the batch's {self.tokens} tokens "
+                "(max_num_tokens without chunked prefill)")

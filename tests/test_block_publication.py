@@ -12,7 +12,7 @@ from wavepp.runtime.hashing import block_hashes
 from wavepp.runtime.knobs import Knobs
 from wavepp.runtime.kvcache.stage_cache import StageCache
 from wavepp.runtime.mechanisms.lookup_moment import OnAdmission, OnFirstScheduling
-from wavepp.runtime.planner import StaticPlanner
+from wavepp.runtime.planner import Room, StaticPlanner
 from wavepp.runtime.request import AdmittedRequest, Request
 from wavepp.runtime.workloads import parse_workload
 from wavepp.telemetry import names as N
@@ -63,9 +63,9 @@ def test_first_scheduling_admits_only_into_the_next_waves_room() -> None:
     doc = Request("a", array("I", range(32768)), 0.0, [], "t")
     running = AdmittedRequest(doc, 0, 0.0, B)
     assert OnAdmission().room(planner, [running]) is None
-    assert OnFirstScheduling().room(planner, [running]) == 0          # the document fills the wave
+    assert OnFirstScheduling().room(planner, [running]) == Room(0)         # the document fills the wave
     running.scheduled = 32768 - 1000
-    assert OnFirstScheduling().room(planner, [running]) == 8192 - 1000
+    assert OnFirstScheduling().room(planner, [running]) == Room(8192 - 1000)
 
 
 def computed(policy: str) -> int:

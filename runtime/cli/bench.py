@@ -70,6 +70,9 @@ def register(sub: Any) -> dict[str, Handler]:
     b.add_argument("--max-wave-tokens", type=positive_int, default=None, help="MPU's M")
     b.add_argument("--min-wave-tokens", type=positive_int, default=None, help="MPU's b_min")
     b.add_argument("--ring", type=positive_int, default=None, help="waves in flight R (default 2P, baselines P)")
+    b.add_argument("--static-chunk-tokens", type=positive_int, default=None, metavar="TOKENS",
+                   help="the TensorRT-LLM presets' tokens per wave (max_num_tokens, default 8192); trtllm-pp-default "
+                        "refuses a longer prompt")
     b.add_argument("--store", default="memory",
                    help="memory (default) or redis://host:port/db[?cluster=name]: index, plans, knobs, span stream")
     b.add_argument("--reset-store", action="store_true",
@@ -140,7 +143,8 @@ def refuse_flags_of_other_engine(args: argparse.Namespace) -> None:
 def knob_flags(args: argparse.Namespace) -> dict[str, Any]:
     """The knobs given as flags (the others: the engine's defaults, or the knobs a store kept)."""
     return {k: v for k, v in (("max_wave_tokens", args.max_wave_tokens), ("min_wave_tokens", args.min_wave_tokens),
-                              ("ring", args.ring), ("snapshot_interval", args.snapshot_interval)) if v is not None}
+                              ("ring", args.ring), ("snapshot_interval", args.snapshot_interval),
+                              ("static_chunk_tokens", args.static_chunk_tokens)) if v is not None}
 
 
 def cmd_bench(args: argparse.Namespace) -> int:

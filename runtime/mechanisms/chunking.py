@@ -13,8 +13,10 @@ from wavepp.runtime.planner import (
     MpuPlanner,
     Planner,
     Position,
+    Room,
     StaticPlanner,
     WavePlan,
+    WholePlanner,
     align_down,
     pack_static,
     static_room,
@@ -76,6 +78,21 @@ class Static:
 # ``long_prefill_token_threshold`` 0), SGLang's ``chunked_prefill_size`` 16384 (``arg_groups/memory_hook.py``):
 # the same packing.
 STATIC_16K = CHUNKING.register(Static("static-16384", 16384))
+
+
+@CHUNKING.register
+@dataclass(frozen=True, slots=True)
+class Whole:
+    """No chunked prefill (TensorRT-LLM's LLM API default, ``enable_chunked_prefill=False``): a fixed budget
+    per wave, ``static_chunk_tokens`` (``max_num_tokens``, default 8192) or ``tokens``, each request's whole
+    uncached suffix in one wave, FCFS up to the first that does not fit; a longer prompt is refused at
+    arrival (:class:`~runtime.planner.WholePlanner`)."""
+
+    name: str = "whole"
+    tokens: int = 0
+
+    def planner(self, inputs: PlanInputs) -> Planner:
+        return WholePlanner(self.tokens or inputs.knobs.static_chunk_tokens, inputs.block_size, inputs.position)
 
 
 @CHUNKING.register
@@ -162,7 +179,7 @@ class DynamicPlanner(Planner):
         """The wave's budget: the head request's continuing chunk resized, a first chunk ``base``."""
         return self.chunk_tokens(head.scheduled) if head.scheduled > head.reused_tokens else self.base
 
-    def room(self, admitted: Sequence[AdmittedRequest]) -> int | None:
+    def room(self, admitted: Sequence[AdmittedRequest]) -> Room | None:
         waiting = [a for a in admitted if a.remaining > 0]
         budget = self._budget(waiting[0]) if waiting else self.base
         return static_room(admitted, budget, self.block_size, self.position)

@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from wavepp.runtime.planner import Planner
+from wavepp.runtime.planner import Planner, Room
 from wavepp.runtime.registry import Registry
 from wavepp.runtime.request import AdmittedRequest
 
@@ -35,8 +35,8 @@ class LookupMoment(Protocol):
     @property
     def name(self) -> str: ...
 
-    def room(self, planner: Planner, admitted: Sequence[AdmittedRequest]) -> int | None:
-        """Tokens of the next wave a round may admit new requests into; None: no such limit."""
+    def room(self, planner: Planner, admitted: Sequence[AdmittedRequest]) -> Room | None:
+        """What of the next wave a round may admit new requests into; None: no such limit."""
         ...
 
 
@@ -50,7 +50,7 @@ class OnAdmission:
 
     name: str = "admission"
 
-    def room(self, planner: Planner, admitted: Sequence[AdmittedRequest]) -> int | None:
+    def room(self, planner: Planner, admitted: Sequence[AdmittedRequest]) -> Room | None:
         return None
 
 
@@ -63,5 +63,5 @@ class OnFirstScheduling:
 
     name: str = "first-scheduling"
 
-    def room(self, planner: Planner, admitted: Sequence[AdmittedRequest]) -> int | None:
+    def room(self, planner: Planner, admitted: Sequence[AdmittedRequest]) -> Room | None:
         return planner.room(admitted)

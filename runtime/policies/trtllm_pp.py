@@ -39,7 +39,7 @@ import dataclasses
 from wavepp.runtime.kvcache.pools import SmallestEverywhere
 from wavepp.runtime.mechanisms.admission_drive import InlineRounds
 from wavepp.runtime.mechanisms.block_publication import AtCompletion, AtRetire
-from wavepp.runtime.mechanisms.chunking import Static
+from wavepp.runtime.mechanisms.chunking import Static, Whole
 from wavepp.runtime.mechanisms.host_work import Lockstep
 from wavepp.runtime.mechanisms.iteration import NoFill, RelayRequests, Ring, SampleStateRing
 from wavepp.runtime.mechanisms.lookup_moment import OnFirstScheduling
@@ -61,3 +61,11 @@ TRTLLM_PP = Policy("trtllm-pp", admission=InlineRounds(), lookup=FirstStageTree(
 #: (Aug 2025), which stores a context's blocks for each executed micro-batch, not at completion.
 TRTLLM_PP_LEGACY = dataclasses.replace(TRTLLM_PP, name="trtllm-pp-legacy", charge=FromPositionZero(),
                                        reserve=WholePrompt(), publish=AtCompletion())
+
+#: The LLM API's defaults (``llmapi/llm_args.py`` at NVIDIA/TensorRT-LLM 0004396720054fd8e205cbf616f21f0b57c6b412;
+#: the 1.4.0rc4 API reference shows the same): ``enable_chunked_prefill=False``, so each context request runs
+#: whole in one micro-batch of at most ``max_num_tokens`` (8192; the knob ``static_chunk_tokens``), FCFS up to
+#: the first that does not fit (C++ ``MicroBatchScheduler`` without a chunk config), and a prompt longer than
+#: ``max_num_tokens`` is refused at the API (``llmapi/llm.py`` ``_check_arguments``, PR #6259). A deployment
+#: that keeps chunking off raises ``max_num_tokens`` to its longest prompt: the knob. docs/trtllm-defaults.md.
+TRTLLM_PP_DEFAULT = dataclasses.replace(TRTLLM_PP, name="trtllm-pp-default", chunking=Whole())
