@@ -24,7 +24,7 @@ from wavepp.dashboard.screens import PAGES
 from wavepp.dashboard.screens.common import runtime_banner, span_age
 from wavepp.dashboard.screens.knobs import refusal_banner
 from wavepp.dashboard.sources import EmbeddedSource, RunFileSource, Snapshot, StoreSource
-from wavepp.dashboard.view import View, ViewCache
+from wavepp.dashboard.view import READ_NOW, View, ViewCache
 from wavepp.store.urls import redact
 
 REFRESH_S = 1.0
@@ -56,23 +56,26 @@ def get_source(spec: str) -> Any:
 
 
 @st.cache_resource(show_spinner=False)
-def _views(spec: str) -> ViewCache:
+def _views(spec: str) -> tuple[ViewCache, follow.Follower | None]:
     """One cache per source, shared by every session that views it; a live source's newest run is
-    kept derived in the background (:mod:`dashboard.follow`)."""
+    kept derived in the background by its follower (:mod:`dashboard.follow`)."""
     source = get_source(spec)
     followed = follow.FOLLOWED
     if followed is not None and followed.source is source:
-        return followed.views
+        return followed.views, followed
     views = ViewCache()
-    if source.live:
-        follow.Follower(source, views, REFRESH_S).start()
-    return views
+    return views, (follow.Follower(source, views, REFRESH_S).start() if source.live else None)
 
 
 def load(spec: str, run_id: str | None) -> View:
-    """The run's view; tables and figures are recomputed only when the snapshot's position moved."""
+    """The run's view: a live source's newest run as its follower last derived it (the page reads
+    nothing itself); another run's recomputed only when the snapshot's position moved."""
+    views, follower = _views(spec)
+    if follower is not None and not run_id:
+        fresh = st.session_state.pop(READ_NOW, False)
+        return follower.update() if fresh or follower.newest is None else follower.newest
     source = get_source(spec)
-    return _views(spec).view(source, source.snapshot(run_id or None))
+    return views.view(source, source.snapshot(run_id or None))
 
 
 def _due(drawn: tuple[Any, ...]) -> bool:

@@ -31,6 +31,10 @@ class View:
         return self.snap.live and (not self.snap.status or self.snap.status[-1].state == "running")
 
 
+# A session-state flag: the next draw reads its source now, not the follower's last view (a page that just
+# wrote knobs shows their version at once).
+READ_NOW = "view_read_now"
+
 # A live view holds the tables of at most this many stage steps (about 3 minutes of the embedded
 # sim demo); past it, the older half is dropped - the run's figures (tiles) still count every span.
 LIVE_STEPS_HELD = 40_000

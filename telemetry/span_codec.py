@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import orjson
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import StatusCode
 
@@ -66,9 +67,12 @@ def loads(raw: bytes | str) -> dict[str, Any] | None:
     if len(raw) > MAX_SPAN_BYTES:
         return None
     try:
-        span = json.loads(raw)
-    except (ValueError, RecursionError):       # JSONDecodeError and UnicodeDecodeError are ValueErrors
-        return None
+        span = orjson.loads(raw)
+    except orjson.JSONDecodeError:             # what orjson does not take (NaN, integers past 64 bits): json's verdict
+        try:
+            span = json.loads(raw)
+        except (ValueError, RecursionError):   # JSONDecodeError and UnicodeDecodeError are ValueErrors
+            return None
     if not isinstance(span, dict):
         return None
     for name, kind in _REQUIRED.items():

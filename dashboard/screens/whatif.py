@@ -16,7 +16,7 @@ import streamlit as st
 
 from wavepp.dashboard import admin, calibration
 from wavepp.dashboard.calibration import PROFILE_ENV
-from wavepp.dashboard.view import View
+from wavepp.dashboard.view import READ_NOW, View
 from wavepp.dashboard.whatif_jobs import Inputs, Job, change_time_ns, inputs
 from wavepp.runtime.knobs import KnobError, Knobs
 from wavepp.runtime.report import fmt
@@ -249,6 +249,7 @@ def wrote(view: View, version: int, changes: dict[str, Any]) -> None:
     what = ", ".join(f"{k}={v}" for k, v in changes.items())
     st.session_state[WROTE] = (f"Wrote version {version} for the next run on this store (this one has stopped): "
                                f"{what}" if next_run_only(view) else f"Wrote version {version}: {what}")
+    st.session_state[READ_NOW] = True
     st.rerun()
 
 
