@@ -17,6 +17,7 @@ from typing import Any, Protocol
 
 import redis
 
+from wavepp.dashboard.span_window import SpanWindow
 from wavepp.runtime.knobs import validated_values
 from wavepp.runtime.runfile import SavedRun, load_runs
 from wavepp.store.base import KnobsRecord, StoreError
@@ -34,7 +35,7 @@ LIVE_RUNS_KEPT = 8            # a live store source keeps the most recent runs
 class Snapshot:
     run_id: str                                            # the run shown ("" before any run)
     label: str
-    spans: list[dict[str, Any]]
+    spans: Sequence[dict[str, Any]]                       # a live source's decode as they are read
     num_stages: int = 0
     capacities: list[int] = field(default_factory=list)
     knobs: KnobsRecord | None = None
@@ -70,7 +71,7 @@ class Source(Protocol):
         ...
 
 
-def stages_from(spans: list[dict[str, Any]], status: Sequence[StatusSnapshot]) -> tuple[int, list[int]]:
+def stages_from(spans: Sequence[dict[str, Any]], status: Sequence[StatusSnapshot]) -> tuple[int, list[int]]:
     if status and status[-1].stages:
         caps = [s.capacity for s in status[-1].stages]
         return len(caps), caps
@@ -124,7 +125,7 @@ class _RunLog:
     """What a live source holds of one run: its latest spans and status records."""
 
     def __init__(self) -> None:
-        self.spans: deque[dict[str, Any]] = deque(maxlen=LIVE_SPANS_KEPT)
+        self.spans = SpanWindow(LIVE_SPANS_KEPT)
         self.status: deque[StatusSnapshot] = deque(maxlen=LIVE_STATUS_KEPT)
         self.received = 0                                  # spans ever received: the stream position
         self.num_stages = 0                                # stages the spans named (1 + the highest stage)
@@ -132,7 +133,7 @@ class _RunLog:
     def add_spans(self, spans: Sequence[dict[str, Any]]) -> None:
         self.spans.extend(spans)
         self.received += len(spans)
-        named = stages_from(list(spans), ())[0]            # the new spans only, not the whole window
+        named = stages_from(spans, ())[0]                  # the new spans only, not the whole window
         self.num_stages = max(self.num_stages, named)
 
     def add_status(self, status: StatusSnapshot) -> None:
@@ -212,7 +213,7 @@ class StoreSource:
                     for r, log in self._runs.items() if log.spans}
             chosen = run_id if run_id in runs else (next(reversed(runs)) if runs else "")
             log = self._runs.get(chosen, _RunLog())
-            spans, status, received = list(log.spans), list(log.status), log.received
+            spans, status, received = log.spans.spans(), list(log.status), log.received
         stages, caps = stages_from([], status) if status and status[-1].stages else (log.num_stages, [])
         return Snapshot(chosen, runs.get(chosen, "(no run yet)"), spans, stages, caps, knobs, history, status,
                         True, error, runs, _position(chosen, received, status, knobs, history), received)
@@ -257,7 +258,8 @@ class EmbeddedSource:
 
     def __init__(self, runtime: Any) -> None:
         self.runtime = runtime               # dashboard.embedded.RemoteRuntime
-        self._spans: deque[dict[str, Any]] = deque(maxlen=LIVE_SPANS_KEPT)
+        self._spans = SpanWindow(LIVE_SPANS_KEPT)
+        self._stages = 0                     # stages the spans named (1 + the highest stage)
         self._after = 0
         self._status: list[StatusSnapshot] = []          # the last status records read (kept when it stops answering)
         self._lock = threading.Lock()
@@ -268,6 +270,7 @@ class EmbeddedSource:
         with self._lock:
             self.runtime.restart()
             self._spans.clear()
+            self._stages = 0
             self._status = []
             self._after = 0
             self.stopped = False
@@ -284,14 +287,15 @@ class EmbeddedSource:
             try:
                 spans, self._after = rt.read(self._after)
                 self._spans.extend(spans)
+                self._stages = max(self._stages, stages_from(spans, ())[0])
                 knobs, history, self._status = rt.knobs(), rt.knob_history(), rt.status()
                 error = rt.error
                 self.stopped = error is not None
             except Exception as exc:          # its process died, or a call failed there: a banner
                 error = f"the embedded runtime is not answering: {type(exc).__name__}: {exc}"
                 self.stopped = True
-            mine, status = list(self._spans), list(self._status)
-        stages, caps = stages_from(mine, status)
+            mine, status, named = self._spans.spans(), list(self._status), self._stages
+        stages, caps = stages_from((), status) if status and status[-1].stages else (named, [])
         return Snapshot(rt.run_id, rt.label, mine, stages, caps, knobs, history, status, True, error,
                         {rt.run_id: rt.label}, _position(rt.run_id, self._after, status, knobs, history), self._after)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -63,10 +64,11 @@ class _Derived:
 
     @classmethod
     def of(cls, snap: Snapshot) -> _Derived:
-        origin = min((s["t0"] for s in snap.spans), default=0)
-        return cls(FrameBuilder(origin, snap.num_stages or None), FigureAccumulator()).add(snap.spans)
+        spans = list(snap.spans)             # a live source's window decodes as it is read: once
+        origin = min((s["t0"] for s in spans), default=0)
+        return cls(FrameBuilder(origin, snap.num_stages or None), FigureAccumulator()).add(spans)
 
-    def add(self, spans: list[dict[str, Any]]) -> _Derived:
+    def add(self, spans: Sequence[dict[str, Any]]) -> _Derived:
         self.builder.add(spans)
         self.acc.add(spans)
         return self

@@ -82,7 +82,7 @@ def _inputs(view: View, meta: dict[str, Any], opts: dict[str, Any]) -> Inputs | 
         st.info(waiting)
         return None
     try:
-        return inputs(view.snap.spans, meta, opts["window"], opts["profile"])
+        return inputs(list(view.snap.spans), meta, opts["window"], opts["profile"])   # decoded once
     except WhatIfError as exc:
         st.error(f"Cannot preview: {exc}")
         return None
@@ -211,7 +211,7 @@ def _versus(base: float | None, value: float | None, s: Suggestion) -> str:
 def _check(view: View, job: Job, current: Prediction) -> None:
     """The replay of the current knobs next to what the run did over the same arrivals."""
     if job.replay is not None:
-        st.caption(replay_check(current, observed_over(view.snap.spans, job.replay, view.snap.num_stages)))
+        st.caption(replay_check(current, observed_over(list(view.snap.spans), job.replay, view.snap.num_stages)))
 
 
 def _apply_button(view: View, changes: dict[str, Any], predicted: Prediction, label: str, key: str) -> None:
@@ -276,17 +276,18 @@ def _after_apply(view: View) -> None:
         return
     st.subheader("After Apply: predicted vs observed")
     snap = view.source.snapshot(view.snap.run_id or None)
-    since = change_time_ns(snap.spans, info["changes"], info["after_ns"])
+    spans = list(snap.spans)             # a live source's window decodes as it is read: once here
+    since = change_time_ns(spans, info["changes"], info["after_ns"])
     change = ", ".join(f"{k}={v}" for k, v in info["changes"].items())
     if since is None:
         st.info(f"Waiting for the runtime to apply version {info['version']} ({change}) at its next wave boundary.")
         return
-    observed = observed_since(snap.spans, since, snap.num_stages)
+    observed = observed_since(spans, since, snap.num_stages)
     if observed.completed < MIN_ARRIVALS:
         st.info(f"{observed.completed} requests finished since the runtime applied {change}; the comparison "
                 f"needs {MIN_ARRIVALS}.")
         return
-    st.caption(f"{change}, applied {(snap.spans[-1]['t1'] - since) / 1e9:.0f} s ago: "
+    st.caption(f"{change}, applied {(spans[-1]['t1'] - since) / 1e9:.0f} s ago: "
                f"the {observed.completed} requests that arrived since")
     rows = compare_rows(info["predicted"].figures, observed)
     _table(rows, ("figure", "predicted", "observed", "observed vs predicted"))

@@ -50,16 +50,26 @@ def goto(at: AppTest, page: str) -> None:
     assert not at.exception, [e.value for e in at.exception]
 
 
+def redrawn_until(at: AppTest, shown: str, within_s: float = 10.0) -> None:
+    """Redraw the page until the sidebar shows run ``shown``: a page on the newest run draws what the
+    source's follower last read, once a second."""
+    deadline = time.monotonic() + within_s
+    while shown not in shown_run(at) and time.monotonic() < deadline:
+        time.sleep(0.3)
+        at.run()
+    assert shown in shown_run(at)
+
+
 def test_a_live_view_stays_on_the_live_run_until_the_operator_picks_another(url: str) -> None:
     """Today: a second run appears, a page switch brings up a "Run" box set to the finished first run.
     Now the view follows the newest run; a run the operator picked stays picked."""
     first = bench_run(url, "trtllm-pp")
     at = open_page(url, "Pipeline")
-    assert first.run.id in shown_run(at)
+    redrawn_until(at, first.run.id)
     second = bench_run(url, "wavepp")
     goto(at, "Admission")
     goto(at, "Pipeline")
-    assert second.run.id in shown_run(at)
+    redrawn_until(at, second.run.id)
     box = at.sidebar.selectbox[0]
     assert box.value == "" and second.run.label in box.format_func("")       # "newest run (…)"
 
