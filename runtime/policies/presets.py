@@ -11,5 +11,6 @@ from wavepp.runtime.policies.wavepp import WAVEPP
 from wavepp.runtime.registry import Registry
 
 POLICIES = Registry[Policy]("policy", doc="a preset composition of mechanisms")
-for preset in (WAVEPP, TRTLLM_PP, TRTLLM_PP_LEGACY, TRTLLM_PP_DEFAULT, SGLANG_PP, VLLM_PP, TRTLLM_TEP, SGLANG_TEP, VLLM_TEP):
+for preset in (WAVEPP, TRTLLM_PP, TRTLLM_PP_LEGACY, TRTLLM_PP_DEFAULT, SGLANG_PP, VLLM_PP,
+               TRTLLM_TEP, SGLANG_TEP, VLLM_TEP):
     POLICIES.register(preset)
