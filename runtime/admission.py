@@ -79,15 +79,24 @@ class Admission:
 
     async def round(self, requests: Sequence[Request], critical_path: bool = False,
                     computing: Container[int] = (), room: Room | None = None,
-                    producers: Mapping[int, AdmittedRequest] | None = None) -> RoundResult:
+                    producers: Mapping[int, AdmittedRequest] | None = None,
+                    settles: Callable[[], int] = lambda: 0) -> RoundResult:
         """``critical_path``: the loop waits for this round (the span says so; see the idle causes);
         ``computing``: block hashes admitted requests are computing now, ``producers`` which one computes
         each (``mechanisms.sharing``); ``room``: tokens of the next wave open to new requests (None: no
-        limit) - the requests past it stay unscheduled, in order."""
+        limit) - the requests past it stay unscheduled, in order; ``settles``: how many index flushes
+        have taken ended requests' blocks out of ``computing`` so far."""
         attributes = {N.NUM_REQUESTS: len(requests), N.ADMISSION_CRITICAL: critical_path}
         with self.tel.span(N.ADMISSION_ROUND, attributes, cpu=True) as round_span:
             limits = [self._max_blocks(r) for r in requests]
-            hints = await self._hint(requests, limits)
+            # A flush that settles while the hint is read takes blocks out of ``computing`` that the hint
+            # may not show yet: judged together, a request waiting for them would go ahead from below them
+            # and compute them again. Such a hint is read again.
+            while True:
+                seen = settles()
+                hints = await self._hint(requests, limits)
+                if settles() == seen:
+                    break
             decisions = self.share.decide(requests, hints, limits, computing, producers or {}, self.resume_step == 1)
             scheduled = self._within(room, requests, hints, decisions)
             chosen = [(r, k, d) for r, k, d in zip(requests[:scheduled], hints, decisions, strict=False)
@@ -222,7 +231,8 @@ class AdmissionQueue:
         self.run.admitting = len(batch)
         started = self.tel.now_ns()
         try:
-            result = await self.admission.round(batch, critical_path, self.run.computing, room, self.run.producers)
+            result = await self.admission.round(batch, critical_path, self.run.computing, room, self.run.producers,
+                                                lambda: self.run.num_settles)
         finally:
             self.run.admitting = 0
         ended = self.tel.now_ns()

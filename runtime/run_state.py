@@ -42,6 +42,7 @@ class RunState:
         # Ended requests' blocks stay in ``computing`` until the hint index has them (``settled``): a
         # round in between would read a stale hint and compute them again.
         self._settling: deque[tuple[list[int], int]] = deque()
+        self.num_settles = 0         # index flushes that settled ended requests' blocks (see ``settled``)
         self.admitting = 0           # requests inside an admission round right now
         self.executing = 0           # stages inside a step right now
         self.num_admitted = 0
@@ -238,6 +239,7 @@ class RunState:
                 else:
                     del computing[h]
         if mark:
+            self.num_settles += 1
             self.capacity.notify()
 
     def withdraw(self, rid: str) -> Request | None:

@@ -114,3 +114,32 @@ def test_without_the_hint_index_stage_zero_alone_decides_reuse() -> None:
         assert "r" not in handles[1].cache.leases and "r" not in handles[2].cache.leases
 
     asyncio.run(main())
+
+
+def test_a_hint_read_while_an_index_flush_settles_is_read_again() -> None:
+    """A producer's blocks land in the index and leave ``computing`` while a round's hint is out: judged with
+    the stale hint, the request would go ahead from block 0 and compute the whole document again."""
+    async def main() -> None:
+        handles, _, tel = setup([64] * 2)
+        doc = make_request("doc", 1, 8)
+        computing, settles = set(doc.block_hashes), [0]
+
+        class FlushDuringLookup(MemoryStore):
+            calls = 0
+
+            async def hint_lookup(self, prompts, stages):  # type: ignore[no-untyped-def]
+                stale = await super().hint_lookup(prompts, stages)
+                FlushDuringLookup.calls += 1
+                if FlushDuringLookup.calls == 1:        # the producer completes; the flush settles its blocks
+                    await warm(handles, self, doc)
+                    computing.clear()
+                    settles[0] += 1
+                return stale
+
+        adm = Admission(handles, range(2), FlushDuringLookup(), B, tel, HintIndex())
+        req = make_request("r", 1, 8)                   # the same document
+        [a] = (await adm.round([req], computing=computing, settles=lambda: settles[0])).admitted
+        assert FlushDuringLookup.calls == 2
+        assert a.reuse_blocks == 7                      # all but the block that gives the first token
+
+    asyncio.run(main())
