@@ -31,6 +31,7 @@ from typing import Any
 from wavepp.runtime.idle_causes import IdleInterval, IdleTracker, sums
 from wavepp.runtime.recomputation import RecomputeTracker
 from wavepp.telemetry import names as N
+from wavepp.telemetry.reuse_split import token_split
 
 
 def percentile(values: Sequence[float], q: float) -> float | None:
@@ -224,11 +225,8 @@ class FigureAccumulator:
         self.fallbacks += _int(s, N.FALLBACKS) > 0
         if "err" not in s:
             self.latencies.append(_dur(s))
-            # both are prefixes: the reused part a completed request had computed is the smaller one,
-            # the rest came from a request computing it at the same time (runtime.prefix_ledger)
-            reused, reusable = _int(s, N.REUSED_TOKENS), _int(s, N.REUSABLE_TOKENS)
-            good = min(reused, reusable)
-            for i, n in enumerate((_int(s, N.GEN_AI_INPUT_TOKENS), good, reusable, reused - good)):
+            split = token_split(_int(s, N.GEN_AI_INPUT_TOKENS), _int(s, N.REUSED_TOKENS), _int(s, N.REUSABLE_TOKENS))
+            for i, n in enumerate(split):
                 self.tokens[i] += n
 
     def window(self) -> tuple[int, int]:

@@ -35,6 +35,7 @@ from prometheus_client.exposition import MetricsHandler
 
 from wavepp.store.records import StatusSnapshot
 from wavepp.telemetry import names as N
+from wavepp.telemetry.reuse_split import token_split
 
 # Bucket boundaries (seconds) per histogram, from what each measures on the sim and on a CPU torch run.
 INTERVAL_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0)
@@ -97,6 +98,11 @@ class WaveppMetrics:
         self.reused_tokens = counter(N.M_REUSED_TOKENS, "{token}", "Prompt tokens served from the KV cache")
         self.shared_in_flight = counter(N.M_SHARED_IN_FLIGHT_TOKENS, "{token}",
                                         "Of the reused tokens, those a request still computing them gave")
+        self.reused_from_cache = counter(N.M_REUSED_FROM_CACHE_TOKENS, "{token}",
+                                         "Of the reused tokens, those a completed request had computed before "
+                                         "(good-hit rate = this / reusable)")
+        self.reusable_tokens = counter(N.M_REUSABLE_TOKENS, "{token}", "Prompt tokens a completed request had "
+                                       "computed before the request arrived (good-hit's denominator)")
         self.requests = counter(N.M_REQUESTS, "{request}", "Requests finished by outcome")
         self.fallbacks = counter(N.M_FALLBACKS, "{fallback}", "Reuse boundaries lowered after admission")
         self.evictions = counter(N.M_EVICTIONS, "{block}", "Cached KV blocks evicted to prepare waves")
@@ -266,9 +272,15 @@ class MetricsSpanProcessor(SpanProcessor):
             return
         m.requests.add(1, {"policy": self.policy, "outcome": "completed"})
         m.prefill_latency.record(seconds, labels)
-        m.input_tokens.add(int(attrs.get(N.GEN_AI_INPUT_TOKENS, 0)), labels)
-        m.reused_tokens.add(int(attrs.get(N.REUSED_TOKENS, 0)), labels)
-        m.shared_in_flight.add(int(attrs.get(N.SHARED_IN_FLIGHT_TOKENS, 0)), labels)
+        reused = int(attrs.get(N.REUSED_TOKENS, 0))
+        # the figures' own split, so good-hit and sharing in flight read the same
+        inputs, good, reusable, in_flight = token_split(int(attrs.get(N.GEN_AI_INPUT_TOKENS, 0)), reused,
+                                                        int(attrs.get(N.REUSABLE_TOKENS, 0)))
+        m.input_tokens.add(inputs, labels)
+        m.reused_tokens.add(reused, labels)
+        m.reused_from_cache.add(good, labels)
+        m.reusable_tokens.add(reusable, labels)
+        m.shared_in_flight.add(in_flight, labels)
 
     def shutdown(self) -> None:
         return None

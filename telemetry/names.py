@@ -103,6 +103,8 @@ M_INPUT_TOKENS = "wavepp_input_tokens"                       # counter: prompt t
 M_COMPUTED_TOKENS = "wavepp_computed_tokens"                 # counter: tokens run through stage 0
 M_REUSED_TOKENS = "wavepp_reused_tokens"                     # counter: tokens served from cache
 M_SHARED_IN_FLIGHT_TOKENS = "wavepp_shared_in_flight_tokens"  # counter: reused tokens a request still computing gave
+M_REUSABLE_TOKENS = "wavepp_reusable_tokens"                 # counter: good-hit's denominator
+M_REUSED_FROM_CACHE_TOKENS = "wavepp_reused_from_cache_tokens"  # counter: good-hit's numerator
 M_REQUESTS = "wavepp_requests"                               # counter {outcome=completed|failed}
 M_FALLBACKS = "wavepp_fallbacks"                             # counter: reuse boundary lowered
 M_EVICTIONS = "wavepp_kv_evictions"                          # counter {stage}: cached blocks evicted

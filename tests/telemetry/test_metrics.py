@@ -58,6 +58,11 @@ def test_scraped_metrics_match_the_figures(metrics: WaveppMetrics, ratio: float)
     shared = value(m["wavepp_shared_in_flight_tokens_total"], **pol)         # sharing in flight, apart
     assert shared == pytest.approx((f.sharing_in_flight or 0.0) * f.input_tokens_per_s * f.makespan_s)
     assert shared <= value(m["wavepp_reused_tokens_total"], **pol)
+    reusable = value(m["wavepp_reusable_tokens_total"], **pol)                # good-hit, from the counters alone
+    assert reusable > 0 and value(m["wavepp_reused_from_cache_tokens_total"], **pol) / reusable == \
+        pytest.approx(f.good_hit_rate)
+    assert value(m["wavepp_reused_from_cache_tokens_total"], **pol) + shared == \
+        value(m["wavepp_reused_tokens_total"], **pol)
     for stage, bubble in enumerate(f.bubble_fraction):
         busy = value(m["wavepp_stage_busy_seconds_total"], stage=str(stage), **pol)
         assert busy == pytest.approx((1 - bubble) * f.makespan_s)
