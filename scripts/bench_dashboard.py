@@ -48,14 +48,23 @@ def proc_cpu_rss(pid: int) -> tuple[float, int]:
     return cpu, rss
 
 
+def demo_prompt_tokens() -> int:
+    """The demo's prompt length (``wavepp dashboard --engine sim``'s own rule: the largest up to 8192 whose
+    longest reuse90 prompt fits llama-3-8b's context)."""
+    from wavepp.runtime.engines.sim.engine import SimEngine
+    from wavepp.runtime.workloads import fit_prompt_tokens, parse_workload
+    engine = SimEngine("llama-3-8b", "h200", 4)
+    return fit_prompt_tokens(parse_workload("reuse90"), None, 8192, engine.max_context, engine.block_size)
+
+
 def demo_rate(seconds: float = 20.0) -> float:
     """Spans a second the embedded sim demo's runtime emits (read as the dashboard reads them)."""
     from wavepp.dashboard import embedded
     from wavepp.dashboard.sources import EmbeddedSource
     args = {"kind": "sim", "model": "llama-3-8b", "hardware": "h200", "pp": 4, "realtime": True, "time_scale": 1.0}
     knobs = embedded.make_engine(args).default_knobs()
-    remote, proc = embedded.start_child(args, {"workload": "reuse90", "concurrency": 64, "prompt_tokens": 8192,
-                                               "knobs": knobs})
+    remote, proc = embedded.start_child(args, {"workload": "reuse90", "concurrency": 64,
+                                               "prompt_tokens": demo_prompt_tokens(), "knobs": knobs})
     try:
         src = EmbeddedSource(remote)
         src.snapshot()
@@ -72,7 +81,7 @@ def recorded_spans() -> list[dict[str, Any]]:
     from wavepp.runtime.bench import BenchConfig, run_one
     from wavepp.runtime.engines.sim.engine import SimEngine
     from wavepp.runtime.workloads import parse_workload
-    cfg = BenchConfig(parse_workload("reuse90"), [64], ["wavepp"], 1500, prompt_tokens=8192)
+    cfg = BenchConfig(parse_workload("reuse90"), [64], ["wavepp"], 1500, prompt_tokens=demo_prompt_tokens())
     return run_one(SimEngine("llama-3-8b", "h200", 4), cfg, "wavepp", 64).encoded
 
 

@@ -30,7 +30,8 @@ def register(sub: Any) -> dict[str, Handler]:
     d.add_argument("--concurrency", type=positive_int, default=None,
                    help="embedded runtime: closed-loop concurrency (torch 16, sim 64)")
     d.add_argument("--prompt-tokens", type=positive_int, default=None,
-                   help="embedded runtime: prompt length (torch 1024, sim 8192)")
+                   help="embedded runtime: prompt length (default: the largest up to torch 1024, sim 8192 whose "
+                        "longest prompt fits the model's context)")
     d.add_argument("--policy", default="wavepp", help="embedded runtime: starting policy (a knob)")
     d.add_argument("--time-scale", type=positive_float, default=1.0, help="embedded sim: stretch modelled step times")
     d.add_argument("--cost-profile", default=None,
@@ -102,7 +103,7 @@ def _start_embedded(args: argparse.Namespace) -> None:
     """The runtime (torch engine, or the sim slowed to real time) in a child process serving the dashboard."""
     from wavepp.dashboard import embedded
     from wavepp.runtime.knobs import KnobError
-    from wavepp.runtime.workloads import parse_workload
+    from wavepp.runtime.workloads import fit_prompt_tokens, parse_workload
     torch_engine = args.engine == "torch"
     if torch_engine:
         engine_args = {"kind": "torch", "model": args.model or "tiny-llama", "pp": args.pp or 2}
@@ -110,12 +111,15 @@ def _start_embedded(args: argparse.Namespace) -> None:
         engine_args = {"kind": "sim", "model": args.model or "llama-3-8b", "hardware": args.hardware,
                        "pp": args.pp or 4, "realtime": True, "time_scale": args.time_scale}
     try:
-        parse_workload(args.workload)
+        spec = parse_workload(args.workload)
         engine = embedded.make_engine(engine_args)            # validate here: one line, exit 2
         knobs = engine.default_knobs().replace(policy=args.policy)
+        # every prompt within the model's context (a longer one fails on arrival): the bench's own rule
+        prompt = args.prompt_tokens if spec.kind == "trace" else fit_prompt_tokens(
+            spec, args.prompt_tokens, engine.default_prompt_tokens() if torch_engine else 8192, engine.max_context,
+            engine.block_size)
     except (ValueError, KnobError) as exc:
         raise UsageError(str(exc)) from None
-    prompt = args.prompt_tokens or (engine.default_prompt_tokens() if torch_engine else 8192)
     runtime_args = {"workload": args.workload, "concurrency": args.concurrency or (16 if torch_engine else 64),
                     "prompt_tokens": prompt, "knobs": knobs}
     if torch_engine and not os.environ.get("WAVEPP_COST_PROFILE") and os.environ.get(CALIBRATE_ENV) != "off":
