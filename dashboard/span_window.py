@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
-from itertools import islice
 from typing import Any, overload
 
 import orjson
@@ -79,11 +78,6 @@ class SpanWindow:
 
     def __bool__(self) -> bool:
         return bool(self._raw)
-
-    def last(self, n: int) -> list[Span]:
-        """The newest ``n`` spans, oldest first."""
-        start = max(0, len(self._raw) - n)
-        return [decode(r) for r in islice(self._raw, start, None)]
 
     def spans(self) -> Spans:
         return Spans(tuple(self._raw))

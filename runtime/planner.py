@@ -210,6 +210,8 @@ class MpuPlanner(Planner):
 class StaticPlanner(Planner):
     """A fixed token budget per wave (TensorRT-LLM's ``max_num_tokens``) packed by :func:`pack_static`."""
 
+    whole = False              # True: a request's uncached suffix is never cut (no chunked prefill)
+
     def __init__(self, tokens: int, block_size: int, position: Position = scheduled) -> None:
         self.tokens = tokens
         self.block_size = block_size
@@ -219,11 +221,15 @@ class StaticPlanner(Planner):
         remaining = [a.remaining for a in admitted if a.remaining > 0]
         if not remaining:
             return None
-        chunks = pack_static(admitted, self.tokens, self.block_size, self.position)
+        chunks = _pack(admitted, self.tokens, self._min_fragment(), self.block_size, self.position)[0]
         return WavePlan(chunks, self.tokens, sum(remaining) / self.tokens) if chunks else None
 
     def room(self, admitted: Sequence[AdmittedRequest]) -> Room | None:
-        return static_room(admitted, self.tokens, self.block_size, self.position)
+        left = _pack(admitted, self.tokens, self._min_fragment(), self.block_size, self.position)[1]
+        return Room(max(0, left), whole=self.whole)
+
+    def _min_fragment(self) -> int:
+        return self.tokens + 1 if self.whole else 1     # whole: no cut fits, the first misfit closes the wave
 
 
 class WholePlanner(StaticPlanner):
@@ -233,16 +239,7 @@ class WholePlanner(StaticPlanner):
     fit what is left. A prompt longer than the budget is refused: TensorRT-LLM's ``_check_arguments``
     (``llmapi/llm.py``) rejects it at the API whatever its cached prefix."""
 
-    def plan(self, admitted: Sequence[AdmittedRequest]) -> WavePlan | None:
-        remaining = [a.remaining for a in admitted if a.remaining > 0]
-        if not remaining:
-            return None
-        chunks = _pack(admitted, self.tokens, self.tokens + 1, self.block_size, self.position)[0]
-        return WavePlan(chunks, self.tokens, sum(remaining) / self.tokens) if chunks else None
-
-    def room(self, admitted: Sequence[AdmittedRequest]) -> Room | None:
-        return Room(max(0, _pack(admitted, self.tokens, self.tokens + 1, self.block_size, self.position)[1]),
-                    whole=True)
+    whole = True
 
     def refusal(self, num_tokens: int) -> str | None:
         if num_tokens <= self.tokens:
