@@ -27,7 +27,10 @@ from wavepp.telemetry.setup import Telemetry
 if TYPE_CHECKING:
     from wavepp.runtime.policies.base import Policy
 
-COMPLETIONS_KEPT = 100_000     # a long-running (live) loop keeps the most recent ones
+# The most recent completions, block tables included (~17 KB each at 16K tokens on 4 stages), kept for
+# inspection; whoever needs every one takes it as it ends (``RequestEnds.on_outcome``: the server does), so a
+# long run's memory does not grow with the requests it finished.
+COMPLETIONS_KEPT = 1024
 STATUS_HISTORY = 20_000
 
 
