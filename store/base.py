@@ -210,10 +210,21 @@ class Store(Protocol):
         none (an older runtime), it was trimmed, or the entry is corrupt (reported once)."""
         ...
 
+    # ---- the autopilot's settings -----------------------------------------------------------
+    async def autopilot_put(self, record: dict[str, Any]) -> None:
+        """Write the autopilot's settings (``runtime.autopilot.settings``, JSON values) whole: the
+        operator's mode, bounds and freeze, and the runtime's own freeze on an operator's knob write."""
+        ...
+
+    async def autopilot_get(self) -> dict[str, Any] | None:
+        """The autopilot's settings as last written; None when none were or the entry is not a JSON
+        object (the reader validates the fields)."""
+        ...
+
     async def clear_all(self, keep_knobs: bool = False) -> int:
         """Delete everything this store holds for the deployment (tests, fresh benchmark runs); with
-        ``keep_knobs`` the knobs and their history stay (a bench on a live deployment's store must
-        not reset the operator's knobs). Run descriptions stay too: like the span stream, each
+        ``keep_knobs`` the knobs, their history and the autopilot's settings stay (a bench on a live
+        deployment's store must not reset the operator's knobs). Run descriptions stay too: like the span stream, each
         carries its run's id and describes runs a viewer may still show. Returns how many records
         were deleted."""
         ...

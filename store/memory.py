@@ -18,6 +18,7 @@ from wavepp.store.base import RUN_META_CAP, HintResult, KnobsRecord, KnobValidat
 from wavepp.store.deployment import Deployment
 from wavepp.store.probe import longest_prefix_in
 from wavepp.store.records import StatusSnapshot, WavePlanRecord
+from wavepp.store.redis_records import decode_autopilot
 
 PLAN_LOG_CAP = 10_000
 KNOB_HISTORY_CAP = 1_000
@@ -42,6 +43,7 @@ class MemoryStore:
         self._knobs = KnobsRecord(0, {})
         self._knob_history: deque[dict[str, Any]] = deque(maxlen=KNOB_HISTORY_CAP)
         self._status: StatusSnapshot | None = None
+        self._autopilot: str | None = None                   # the autopilot's settings as JSON (Redis's shape)
         self._run_meta: dict[str, str] = {}                  # run id -> its description as JSON (Redis's shape)
 
     def _stage(self, stage: int) -> dict[int, int]:
@@ -167,15 +169,22 @@ class MemoryStore:
         text = self._run_meta.get(run_id)
         return json.loads(text) if text is not None else None
 
+    # ---- the autopilot's settings -----------------------------------------------------------
+    async def autopilot_put(self, record: dict[str, Any]) -> None:
+        self._autopilot = json.dumps(record, separators=(",", ":"))
+
+    async def autopilot_get(self) -> dict[str, Any] | None:
+        return decode_autopilot(self._autopilot)
+
     async def clear_all(self, keep_knobs: bool = False) -> int:
         """Forget everything but the run descriptions, the knobs too unless ``keep_knobs`` (the Redis
         store deletes its keys)."""
         n = len(self._counts) + len(self._entries) + len(self._plans)
-        knobs, history, described = self._knobs, self._knob_history, self._run_meta
+        knobs, history, described, pilot = self._knobs, self._knob_history, self._run_meta, self._autopilot
         self.__init__()  # type: ignore[misc]
         self._run_meta = described
         if keep_knobs:
-            self._knobs, self._knob_history = knobs, history
+            self._knobs, self._knob_history, self._autopilot = knobs, history, pilot
         return n
 
     async def close(self) -> None:

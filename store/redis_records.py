@@ -142,6 +142,21 @@ def decode_run_meta(run_id: str, raw: bytes | str | None) -> dict[str, Any] | No
     return meta
 
 
+def decode_autopilot(raw: bytes | str | None) -> dict[str, Any] | None:
+    """The autopilot's settings from their JSON; one that is not a JSON object is absent (reported once)."""
+    if raw is None:
+        return None
+    try:
+        record = load_json(raw)
+    except ValueError as exc:
+        report_once("the autopilot's settings", f"{exc}: ignored")
+        return None
+    if not isinstance(record, dict):
+        report_once("the autopilot's settings", "are not a JSON object: ignored")
+        return None
+    return record
+
+
 def decode_status(raw: bytes | str | None) -> StatusSnapshot | None:
     """A status snapshot from its JSON (:meth:`StatusSnapshot.from_json`); one that is not a runtime's
     status record (another client wrote it), or is longer than :data:`MAX_RECORD_BYTES`, is absent."""

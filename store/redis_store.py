@@ -39,6 +39,7 @@ from wavepp.store.redis_knobs import HISTORY_REPLACED, KNOB_HISTORY_CAP, decode_
 from wavepp.store.redis_records import RUN_META as RUN_META  # a key name bench's reset deletes
 from wavepp.store.redis_records import (
     as_text,
+    decode_autopilot,
     decode_entries,
     decode_plans,
     decode_run_meta,
@@ -338,6 +339,17 @@ class RedisStore:
         self.round_trips += 1
         return decode_run_meta(run_id, await self.client.hget(self.key(RUN_META), run_id))
 
+    # ---- the autopilot's settings -----------------------------------------------------------
+    @_translate
+    async def autopilot_put(self, record: dict[str, Any]) -> None:
+        self.round_trips += 1
+        await self.client.set(self.key("autopilot"), json.dumps(record, separators=(",", ":")))
+
+    @_translate
+    async def autopilot_get(self) -> dict[str, Any] | None:
+        self.round_trips += 1
+        return decode_autopilot(await self.client.get(self.key("autopilot")))
+
     # ---- housekeeping ----------------------------------------------------------------------
     async def heal(self) -> bool:
         """Delete this deployment's keys that hold the wrong Redis type (another client wrote them),
@@ -365,7 +377,7 @@ class RedisStore:
         with ``keep_knobs`` the knobs and their history stay too."""
         kept = {self.key("spans"), self.key("runs"), self.key(RUN_META)}
         if keep_knobs:
-            kept |= {self.key("knobs"), self.key("knobs", "history")}
+            kept |= {self.key("knobs"), self.key("knobs", "history"), self.key("autopilot")}
         keys = [k async for k in self.client.scan_iter(match=f"{self.prefix}:*", count=1000)
                 if k.decode(errors="replace") not in kept]          # another client's key name need not be UTF-8
         if keys:

@@ -107,6 +107,12 @@ class StoreWrapper(Store):
     async def run_meta_get(self, run_id: str) -> dict[str, Any] | None:
         return await self._call("run_meta_get", lambda: self.inner.run_meta_get(run_id))
 
+    async def autopilot_put(self, record: dict[str, Any]) -> None:
+        return await self._call("autopilot_put", lambda: self.inner.autopilot_put(record))
+
+    async def autopilot_get(self) -> dict[str, Any] | None:
+        return await self._call("autopilot_get", lambda: self.inner.autopilot_get())
+
     async def clear_all(self, keep_knobs: bool = False) -> int:
         return await self._call("clear_all", lambda: self.inner.clear_all(keep_knobs))
 

@@ -527,6 +527,24 @@ def test_run_descriptions_survive_clear_all(store_factory: Any, keep_knobs: bool
     store_factory.run(body)
 
 
+# ---- the autopilot's settings -------------------------------------------------------------------
+
+@pytest.mark.parametrize("keep_knobs", [False, True])
+def test_the_autopilot_settings_read_back_whole_and_stay_with_the_knobs(store_factory: Any, keep_knobs: bool) -> None:
+    """Written whole, read back as JSON wrote them; clear_all keeps them exactly when it keeps the knobs
+    (they are the operator's, like the knobs)."""
+    async def body() -> None:
+        store = await store_factory()
+        assert await store.autopilot_get() is None
+        record = {"mode": "on", "bounds": {"ring": (4, 16)}, "frozen": False}
+        await store.autopilot_put(record)
+        await store.autopilot_put(record | {"frozen": True})
+        assert await store.autopilot_get() == {"mode": "on", "bounds": {"ring": [4, 16]}, "frozen": True}
+        await store.clear_all(keep_knobs=keep_knobs)
+        assert (await store.autopilot_get() is not None) == keep_knobs
+    store_factory.run(body)
+
+
 # ---- clear_all --------------------------------------------------------------------------------
 
 def test_clear_all_forgets_everything(store_factory: Any) -> None:

@@ -33,7 +33,7 @@ class Recording(StoreWrapper):
 
 
 def test_every_protocol_method_is_written_out_and_the_wrappers_only_override() -> None:
-    assert len(PROTOCOL) == 24                       # the protocol as the script below calls it
+    assert len(PROTOCOL) == 26                       # the protocol as the script below calls it
     assert [n for n in PROTOCOL if n not in vars(StoreWrapper)] == []        # none inherits the protocol's `...`
     for cls in (ResilientStore, ThreadedStore, CostedStore, CountingStore):
         assert issubclass(cls, StoreWrapper) and "__getattr__" not in vars(cls), cls
@@ -65,6 +65,8 @@ async def _script(store: Store) -> list[Any]:
         await store.status_get(),
         await store.run_meta_put("run-1", {"pp": 2}),
         await store.run_meta_get("run-1"),
+        await store.autopilot_put({"mode": "advise"}),
+        await store.autopilot_get(),
         await store.hint_clear(),
         await store.clear_all(keep_knobs=True),
         await store.close(),
