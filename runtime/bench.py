@@ -52,6 +52,8 @@ class Engine(Protocol):
     async def open_store(self, deadline_s: float | None = None) -> Store: ...
     def telemetry(self, run: RunInfo | None = None, keep: bool = True, **options: Any) -> Telemetry: ...
     def run(self, main: Any) -> Any: ...
+    @property
+    def virtual(self) -> bool: ...
 
     def close(self, orderly: bool = True) -> None: ...
 
@@ -97,6 +99,8 @@ class BenchConfig:
     # measurement); off, the figures are folded in as the spans end and a run's memory does not
     # grow with its length by its spans.
     keep_spans: bool = True
+    # What runs beside each run's loop (the autopilot: runtime.autopilot.runner.companion)
+    companions: Sequence[CompanionFactory] = ()
 
 
 @dataclass(slots=True)
@@ -126,6 +130,20 @@ class RunRecord:
 Progress = Callable[[str, int, int], None]    # (run label, finished requests, total)
 
 
+class RunCompanion(Protocol):
+    """Something that runs beside a run's loop (the autopilot): fed the run's spans as they end, its
+    task started with the loop and cancelled when the loop ends, what it reports kept in the run's meta."""
+    name: str
+
+    def feed(self, spans: Sequence[dict[str, Any]]) -> None: ...
+    async def run(self) -> None: ...
+    def report(self) -> Any: ...
+
+
+# (the loop, the run's meta, a call that hands over the spans the feed still batches, the clock is virtual)
+CompanionFactory = Callable[[PipelineLoop, dict[str, Any], Callable[[], None], bool], RunCompanion]
+
+
 def run_one(engine: Engine, cfg: BenchConfig, policy_name: str, concurrency: int,
             progress: Progress | None = None, telemetry: str = "on",
             workload: Workload | TraceWorkload | None = None) -> RunRecord:
@@ -138,7 +156,8 @@ def run_one(engine: Engine, cfg: BenchConfig, policy_name: str, concurrency: int
     meta["telemetry"] = telemetry
     tel_cfg: TelemetryConfig = current_config().with_flags(telemetry)
     acc = FigureAccumulator()
-    feed = SpanFeed(acc.add)
+    consumers: list[Callable[[list[dict[str, Any]]], Any]] = [acc.add]
+    feed = SpanFeed(lambda spans: [consume(spans) for consume in consumers])
     tel = engine.telemetry(run, keep=cfg.keep_spans, config=tel_cfg, metrics=cfg.metrics, feed=feed)
     if workload is None:
         workload = make_workload(cfg.workload, cfg.requests, cfg.prompt_tokens or engine.default_prompt_tokens(),
@@ -146,6 +165,7 @@ def run_one(engine: Engine, cfg: BenchConfig, policy_name: str, concurrency: int
     label = f"{policy_name} {load_label(concurrency)}"
 
     loops: list[PipelineLoop] = []
+    companions: list[RunCompanion] = []
 
     async def main() -> LoopResult:
         parts.store = await engine.open_store(cfg.store_deadline_s)
@@ -157,9 +177,14 @@ def run_one(engine: Engine, cfg: BenchConfig, policy_name: str, concurrency: int
         loops.append(loop)
         if progress is not None:
             loop.progress = lambda done, total: progress(label, done, total)
+        companions.extend(start(loop, meta, feed.flush, engine.virtual) for start in cfg.companions)
+        consumers.extend(c.feed for c in companions)
+        beside = [asyncio.create_task(c.run(), name=c.name) for c in companions]
         try:
             result = await loop.run()
         finally:
+            for task in beside:
+                task.cancel()
             await parts.store.close()
         for h in parts.handles:
             await h.check()
@@ -182,6 +207,8 @@ def run_one(engine: Engine, cfg: BenchConfig, policy_name: str, concurrency: int
     meta["working_set_tokens"] = workload.working_set_tokens()     # beside meta["capacities"]: the pressure
     tel.shutdown()
     meta["spans"] = acc.num_spans
+    for c in companions:
+        meta[c.name] = c.report()
     meta["spans_dropped"] = tel.dropped()
     if tel.metrics is not None:
         tel.metrics.record_idle(policy_name, figures.idle_causes_s)

@@ -46,6 +46,7 @@ PREFILL_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 25.0,
 # vLLM's buckets of vllm:time_to_first_token_seconds, so the two servers' histograms compare bucket by bucket.
 TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0,
                 40.0, 80.0, 160.0, 640.0, 2560.0)
+GAIN_ERROR_BUCKETS = (-1.0, -0.5, -0.2, -0.1, -0.05, -0.02, 0.0, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0)
 TOKEN_BUCKETS = (64, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536)
 
 BUSY_WINDOW_S = 10.0                       # the sliding window of the busy-fraction gauge (run clock)
@@ -110,6 +111,13 @@ class WaveppMetrics:
         self.spans_dropped = counter(N.M_SPANS_DROPPED, "{span}", "Spans an exporter dropped")
         self.store_failures = counter(N.M_STORE_FAILURES, "{call}", "Store calls that failed, by call and reason "
                                       "(unavailable, refused, error); an unavailable or refused call is retried")
+        self.autopilot_decisions = counter(N.M_AUTOPILOT_DECISIONS, "{decision}", "Autopilot decisions, one a "
+                                           "window, by action (hold, keep, advise, apply, rollback, ...)")
+        self.autopilot_applies = counter(N.M_AUTOPILOT_APPLIES, "{apply}", "Knob settings the autopilot wrote")
+        self.autopilot_rollbacks = counter(N.M_AUTOPILOT_ROLLBACKS, "{rollback}", "Autopilot applies taken back")
+        self.autopilot_error = hist(N.M_AUTOPILOT_PREDICTION_ERROR, "1", "Observed minus predicted throughput gain "
+                                    "of an autopilot apply, judged on the window after it",
+                                    explicit_bucket_boundaries_advisory=GAIN_ERROR_BUCKETS)
         self.store_up = gauge(N.M_STORE_UP, "1", "1 while the store takes calls, 0 while they fail and are retried")
         self.busy_window_ns = int(busy_window_s * 1e9)
         self._busy: dict[tuple[str, int], deque[tuple[int, int]]] = {}
@@ -250,6 +258,16 @@ class MetricsSpanProcessor(SpanProcessor):
                 m.wave_ring.set(int(attrs.get(N.RING, 0)), labels)                  # type: ignore[arg-type]
         elif name == N.REQUEST:
             self._request(span, attrs, seconds)
+        elif name == N.AUTOPILOT_DECISION:
+            action = str(attrs.get(N.AUTOPILOT_ACTION, ""))
+            m.autopilot_decisions.add(1, {"action": action})
+            if action == "apply" and N.AUTOPILOT_VERSION in attrs:
+                m.autopilot_applies.add(1)
+            elif action == "rollback" and N.AUTOPILOT_VERSION in attrs:
+                m.autopilot_rollbacks.add(1)
+            observed, predicted = attrs.get(N.AUTOPILOT_OBSERVED_GAIN), attrs.get(N.AUTOPILOT_PREDICTED_GAIN)
+            if isinstance(observed, float) and isinstance(predicted, float):
+                m.autopilot_error.record(observed - predicted)
         elif name == N.HTTP_REQUEST and N.TTFT in attrs:
             m.ttft.record(float(attrs[N.TTFT]), {"policy": self.policy,           # type: ignore[arg-type]
                                                  "route": str(attrs.get(N.HTTP_ROUTE, ""))})

@@ -14,6 +14,7 @@ SEND = "wavepp.stage.send"
 COMPLETE = "wavepp.stage.complete"              # a stage attaches the blocks of the requests a wave finished
 STAGE_WAIT = "wavepp.stage.wait"                 # a stage blocked on capacity (baseline retry)
 HTTP_REQUEST = "wavepp.http.request"             # root: a server accepted an HTTP prefill -> answered it
+AUTOPILOT_DECISION = "wavepp.autopilot.decision"  # root: the autopilot's decision on one window (runtime/autopilot)
 
 # ---- events on spans ---------------------------------------------------------------------------
 EVENT_ADMITTED = "wavepp.admitted"               # on the request span, at admission time
@@ -112,3 +113,21 @@ M_WAVES = "wavepp_waves"                                     # counter: waves pl
 M_SPANS_DROPPED = "wavepp_spans_dropped"                     # counter {exporter}
 M_STORE_FAILURES = "wavepp_store_failures"                   # counter {call, reason}: failed store attempts
 M_STORE_UP = "wavepp_store_up"                               # gauge: 1 while the store takes calls, 0 in an outage
+M_AUTOPILOT_DECISIONS = "wavepp_autopilot_decisions"         # counter {action}: one per window decided
+M_AUTOPILOT_APPLIES = "wavepp_autopilot_applies"             # counter: knob settings the autopilot wrote
+M_AUTOPILOT_ROLLBACKS = "wavepp_autopilot_rollbacks"         # counter: applies it took back
+M_AUTOPILOT_PREDICTION_ERROR = "wavepp_autopilot_prediction_error"   # histogram: observed - predicted gain
+
+# ---- the autopilot's decision span (runtime/autopilot/pilot.py) --------------------------------
+AUTOPILOT_ACTION = "wavepp.autopilot.action"          # hold keep advise apply rollback drain cooldown frozen paused
+AUTOPILOT_WHY = "wavepp.autopilot.why"                # the decision in words
+AUTOPILOT_WINDOW = "wavepp.autopilot.window"          # JSON: the window's figures and workload statistics
+AUTOPILOT_SHIFT = "wavepp.autopilot.shift"            # the statistics that moved past their thresholds
+AUTOPILOT_CHOSEN = "wavepp.autopilot.chosen"          # JSON: the knob changes applied, advised or rolled back
+AUTOPILOT_CANDIDATES = "wavepp.autopilot.candidates"  # JSON: the settings tried, each with its corrected gain
+AUTOPILOT_PREDICTED_GAIN = "wavepp.autopilot.predicted_gain"   # relative input tok/s over the current knobs
+AUTOPILOT_ERROR = "wavepp.autopilot.error"            # the replay's own measured error (relative)
+AUTOPILOT_BAND = "wavepp.autopilot.noise_band"        # window-to-window throughput noise (relative)
+AUTOPILOT_VERDICT = "wavepp.autopilot.verdict"        # on the last apply: kept, rolled back, inconclusive
+AUTOPILOT_OBSERVED_GAIN = "wavepp.autopilot.observed_gain"     # the window after an apply against the one before
+AUTOPILOT_VERSION = "wavepp.autopilot.knobs_version"  # the knob version the decision wrote

@@ -136,5 +136,10 @@ class TorchEngine:
     def telemetry(self, run: RunInfo | None = None, keep: bool = True, **options: Any) -> Telemetry:
         return run_telemetry(self.store_url, False, run, keep, num_stages=self.pp, **options)
 
+    @property
+    def virtual(self) -> bool:
+        """Always the wall clock."""
+        return False
+
     def run(self, main: Coroutine[Any, Any, T]) -> T:
         return asyncio.run(main)

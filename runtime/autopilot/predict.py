@@ -1,0 +1,38 @@
+"""The autopilot's predictor: Suggest's search (:func:`runtime.whatif_suggest.suggest`) on the replay of
+the window's own arrivals, in the simulator built like the engine that ran, under the operator's time
+limit; every setting it tried becomes a candidate with its predicted input throughput."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from wavepp.runtime.autopilot.pilot import Candidate, Predictor, Search
+from wavepp.runtime.autopilot.settings import AutopilotSettings
+from wavepp.runtime.autopilot.window import Span, WindowFigures
+from wavepp.runtime.knobs import KnobError, Knobs, from_changes
+from wavepp.runtime.whatif import WhatIfError, replay_of, sim_spec
+from wavepp.runtime.whatif_suggest import Goal, suggest
+
+
+def suggest_predictor(meta: Mapping[str, Any], spans: Callable[[], Sequence[Span]]) -> Predictor:
+    """``meta``: the run's description (what the simulator is built like); ``spans``: the spans the
+    runner holds (the window's and the one before)."""
+
+    def predict(w: WindowFigures, knobs: Knobs, settings: AutopilotSettings) -> Search:
+        held = [s for s in spans() if (s["t1"] or 0) < w.t1_ns]
+        try:
+            replay = replay_of(held, meta, w.seconds)
+            found = suggest(replay, sim_spec(meta), knobs, Goal("throughput"), time_limit_s=settings.search_s)
+        except WhatIfError as exc:
+            return Search(0.0, 0.0, (), note=str(exc))
+        candidates = []
+        for p in found.tried[1:]:
+            try:
+                candidates.append(Candidate(from_changes(p.knobs, {}), p.figures.input_tokens_per_s or 0.0))
+            except KnobError:
+                continue
+        return Search(found.current.figures.input_tokens_per_s or 0.0, found.error.noise, candidates,
+                      len(found.tried), found.planned, found.replay_note)
+
+    return predict
