@@ -47,7 +47,8 @@ class AutopilotRunner:
     def __init__(self, loop: PipelineLoop, settings: AutopilotSettings, predictor: Predictor | None = None,
                  *, virtual: bool, flush: Callable[[], None] = lambda: None,
                  meta: dict[str, Any] | None = None) -> None:
-        """``settings``: what the runner publishes when the store has none (a store's own record wins);
+        """``settings``: what the runner publishes when it starts (from then on the store's record wins:
+        the operator's changes while it runs);
         ``predictor``: default Suggest's search on the window (:mod:`.predict`); ``flush``: hands over
         the spans the feed still batches; ``virtual``: the loop runs in virtual time."""
         self.loop = loop
@@ -61,6 +62,7 @@ class AutopilotRunner:
         self._mine: set[int] = set()                 # knob versions the autopilot wrote
         self._seen: int | None = None                # the knob version at the last window
         self._paused = False
+        self._published = False
 
     def report(self) -> list[dict[str, Any]]:
         """Every decision's span attributes, in order (a bench run's meta["autopilot"])."""
@@ -119,10 +121,11 @@ class AutopilotRunner:
         """The settings (the store's, else this runner's published) and the knobs in the store, freezing on
         an operator's write."""
         store = self.loop.store
-        raw = await asyncio.wait_for(store.autopilot_get(), STORE_TIMEOUT_S)
         settings = self.settings
+        raw = None if not self._published else await asyncio.wait_for(store.autopilot_get(), STORE_TIMEOUT_S)
         if raw is None:
             await asyncio.wait_for(store.autopilot_put(settings.as_dict()), STORE_TIMEOUT_S)
+            self._published = True
         else:
             try:
                 settings = from_dict(raw)

@@ -93,6 +93,20 @@ def _bounds(raw: Any, problems: dict[str, str]) -> dict[str, tuple[int, int]]:
     return out
 
 
+def parse_bounds(text: str) -> dict[str, list[int]]:
+    """``ring=4:16,max_wave_tokens=4096:65536`` as a bounds mapping (checked by :func:`from_dict`);
+    ValueError names the part it cannot read."""
+    out: dict[str, list[int]] = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        name, _, span = part.partition("=")
+        lo, _, hi = span.partition(":")
+        try:
+            out[name.strip()] = [int(lo), int(hi)]
+        except ValueError:
+            raise ValueError(f"autopilot bounds: {part[:60]!r} is not KNOB=LOWEST:HIGHEST") from None
+    return out
+
+
 def from_dict(raw: Mapping[str, Any], base: AutopilotSettings | None = None) -> AutopilotSettings:
     """``raw`` over ``base`` (default: the defaults); SettingsError names every bad field at once."""
     base = base or AutopilotSettings()

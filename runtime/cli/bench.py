@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from wavepp.runtime.cli import bench_telemetry
+from wavepp.runtime.cli import autopilot_args, bench_telemetry
 from wavepp.runtime.cli.args import (
     Handler,
     Parser,
@@ -109,6 +109,7 @@ def register(sub: Any) -> dict[str, Handler]:
                    help="drive a running `wavepp serve` at this URL over HTTP instead of an in-process engine")
     b.add_argument("--rate", type=positive_float, default=None,
                    help="with --url: open loop, Poisson arrivals at this many requests/s (default: closed loop)")
+    autopilot_args.add_flags(b, "30 s")
     return {"bench": cmd_bench}
 
 
@@ -179,6 +180,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
             if found := field_problems(changes, args.block_size):     # each on its own, before an engine loads
                 raise KnobError(found)
             bench_telemetry.apply(args)
+            pilot = autopilot_args.settings(args, 30.0)
             # Imported after the checks above: the sim's cost models load torch (~1 s), which a bad
             # --policy or --workload need not wait for.
             from wavepp.runtime.engines.sim.engine import SimEngine
@@ -219,7 +221,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
                                                        engine.max_context, args.block_size)
         except (ValueError, KnobError, StoreError) as exc:
             raise UsageError(str(exc)) from None
-        return _bench(args, spec, engine, sim, knobs)
+        return _bench(args, spec, engine, sim, knobs, pilot)
     except KeyboardInterrupt:
         if engine is not None:
             engine.close(orderly=False)
@@ -229,7 +231,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
             engine.close()
 
 
-def _bench(args: argparse.Namespace, spec: Any, engine: Any, sim: Any, knobs: Any) -> int:
+def _bench(args: argparse.Namespace, spec: Any, engine: Any, sim: Any, knobs: Any, pilot: Any) -> int:
     """Run every (concurrency, policy) pair; the outputs of the runs that finished are written even
     when a later one fails, then the failure is raised."""
     from wavepp.runtime.bench import BenchConfig, RunRecord, iter_bench, prepare_store, run_bench, starting_knobs
@@ -242,6 +244,9 @@ def _bench(args: argparse.Namespace, spec: Any, engine: Any, sim: Any, knobs: An
                       args.model, args.hardware, args.stall_timeout, args.store_deadline, args.telemetry,
                       check_invariants=args.check_invariants,
                       keep_spans=bool(args.save_run or args.trace))   # figures alone: folded in as spans end
+    if pilot is not None:
+        from wavepp.runtime.autopilot.runner import companion
+        cfg.companions = [companion(pilot)]
     if args.engine == "sim":              # --quiet hides the progress bar only
         print(f"sim cost model: {engine.cost_model_name}")
     try:
@@ -271,6 +276,7 @@ def _bench(args: argparse.Namespace, spec: Any, engine: Any, sim: Any, knobs: An
     if records:
         print_table([r.figures for r in records])
         print_pressure(records)
+        print_autopilot(records)
         bench_telemetry.print_cost(records)
     if sim is not None and failure is None:
         for r, s_ in zip(records, run_bench(sim, cfg), strict=True):
@@ -315,6 +321,20 @@ def print_pressure(records: Sequence[Any]) -> None:
             print(line)
 
 
+def print_autopilot(records: Sequence[Any]) -> None:
+    """Per run with the autopilot: its windows, applies, rollbacks and what it left the knobs at."""
+    for r in records:
+        made = r.meta.get("autopilot")
+        if made is None:
+            continue
+        from wavepp.telemetry import names as N
+        actions = [d[N.AUTOPILOT_ACTION] for d in made]
+        changes = [c for _, c in r.loop.knob_changes]
+        print(f"autopilot [{r.label}]: {len(made)} windows, {actions.count('apply')} applied, "
+              f"{actions.count('advise')} advised, {actions.count('rollback')} rolled back; knob changes: "
+              f"{', '.join(json.dumps(c) for c in changes) or 'none'}")
+
+
 def _write_outputs(args: argparse.Namespace, records: Sequence[Any]) -> None:
     """``--json``, ``--save-run`` and ``--trace`` of the runs that finished."""
     if not records:
@@ -325,7 +345,8 @@ def _write_outputs(args: argparse.Namespace, records: Sequence[Any]) -> None:
              "working_set_tokens": r.meta.get("working_set_tokens"),
              "capacity_tokens": [n * r.meta["block_size"] for n in r.meta["capacities"]],
              "telemetry": r.meta["telemetry"],
-             "knobs": r.meta["knobs"], "knob_changes": [c for _, c in r.loop.knob_changes]} for r in records]
+             "knobs": r.meta["knobs"], "knob_changes": [c for _, c in r.loop.knob_changes],
+             **({"autopilot": r.meta["autopilot"]} if "autopilot" in r.meta else {})} for r in records]
     # Each output on its own: one that cannot be written (a full disk) does not cost the others.
     write_outputs([
         (args.json_path, lambda p: Path(p).write_text(json.dumps({"runs": runs}, indent=1)), f"wrote {args.json_path}"),

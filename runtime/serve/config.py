@@ -116,6 +116,12 @@ OPTIONS: tuple[Option, ...] = (
                                                "(slow: for tests and diagnosis; the flag alone means on)"),
     Option("span_ring", _positive_int, SPAN_RING, "finished spans kept for GET /v1/spans (about 0.7 KB each; "
                                                 "the ring's memory grows until it is full)"),
+    Option("autopilot", _choice("off", "advise", "on"), "off", "tune the scheduling knobs every window "
+                                                               "(runtime/autopilot): advise says what it would "
+                                                               "change, on applies it within the bounds"),
+    Option("autopilot_window", _positive_float, 30.0, "the autopilot's window in seconds"),
+    Option("autopilot_bounds", str, None, "the knobs the autopilot may set, KNOB=LO:HI,... (default: "
+                                          "max_wave_tokens, min_wave_tokens, ring over their ranges)"),
     Option("admin_token", _token, None, "PUT /v1/knobs needs Authorization: Bearer TOKEN (default: open); the "
                                         "dashboard reads the same variable. Prefer the variable: a flag shows in ps"),
 )

@@ -210,6 +210,17 @@ class CutGuard:
             # else the response is half sent: returning leaves uvicorn to close the connection
 
 
+def autopilot_settings(settings: dict[str, Any]) -> Any:
+    """The autopilot the settings ask for (None: off); ValueError names what is wrong."""
+    from wavepp.runtime.autopilot.settings import from_dict, parse_bounds
+    if settings["autopilot"] == "off":
+        return None
+    raw: dict[str, Any] = {"mode": settings["autopilot"], "window_s": settings["autopilot_window"]}
+    if settings["autopilot_bounds"] is not None:
+        raw["bounds"] = parse_bounds(settings["autopilot_bounds"])
+    return from_dict(raw)
+
+
 def run_server(settings: dict[str, Any], announce: Any = print) -> int:
     """Build everything from ``settings`` (ValueError: bad input), serve until drained; 0 when clean."""
     from wavepp.runtime.knobs import KnobError
@@ -224,7 +235,8 @@ def run_server(settings: dict[str, Any], announce: Any = print) -> int:
             raise ValueError(str(exc)) from None
         tokenizer = load_tokenizer(settings["tokenizer"], engine.vocab_size)
         rt = ServerRuntime(engine, knobs, settings["max_queue"], settings["max_prompt_tokens"],
-                           settings["store_deadline"], settings["check_invariants"], settings["span_ring"])
+                           settings["store_deadline"], settings["check_invariants"], settings["span_ring"],
+                           autopilot_settings(settings))
         served = settings["served_model_name"] or settings["model"] or ("tiny-llama" if engine.name == "torch"
                                                                          else "llama-3-8b")
         app = Accepted(CutGuard(AdmissionGate(BodyLimit(create_app(rt, served, tokenizer, settings["admin_token"]),

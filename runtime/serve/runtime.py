@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from wavepp.runtime.autopilot.runner import AutopilotRunner
+from wavepp.runtime.autopilot.settings import AutopilotSettings
 from wavepp.runtime.engines.base import EngineParts, now
 from wavepp.runtime.engines.common import store_source
 from wavepp.runtime.hashing import block_hashes
@@ -102,8 +104,9 @@ class ServerRuntime:
 
     def __init__(self, engine: Any, knobs: Knobs, max_queue: int, max_prompt_tokens: int | None = None,
                  store_deadline_s: float | None = None, check_invariants: bool = False,
-                 span_ring: int = SPAN_RING) -> None:
-        """``check_invariants``: :mod:`runtime.invariants` after every wave and when the loop drained."""
+                 span_ring: int = SPAN_RING, autopilot: AutopilotSettings | None = None) -> None:
+        """``check_invariants``: :mod:`runtime.invariants` after every wave and when the loop drained;
+        ``autopilot``: run it beside the loop (:mod:`runtime.autopilot`), fed from the span ring."""
         self.engine = engine
         self.check_invariants = check_invariants
         self.knobs = check_block_size(knobs, engine.block_size)
@@ -127,6 +130,10 @@ class ServerRuntime:
         self.cut_short = False                    # a second signal: stopping at once, see cut()
         self.stopped_at_deadline = False          # the loop was cancelled at the drain's end, see stop()
         self._task: asyncio.Task[Any] | None = None
+        self.autopilot_settings = autopilot
+        self.autopilot: AutopilotRunner | None = None
+        self._pilot_task: asyncio.Task[Any] | None = None
+        self._pilot_seen = 0
         self._ids = itertools.count()
         self.started_at = time.time()
         self.answered = DrainRate()             # answers per busy second: a 429's Retry-After
@@ -153,10 +160,20 @@ class ServerRuntime:
                                  check_invariants=self.check_invariants)
         self._task = asyncio.create_task(self.loop.run(), name="pipeline-loop")
         self._task.add_done_callback(self._stopped)
+        if self.autopilot_settings is not None and self.autopilot_settings.mode != "off":
+            self.autopilot = AutopilotRunner(self.loop, self.autopilot_settings, virtual=False,
+                                             flush=self._feed_autopilot, meta=meta)
+            self._pilot_task = asyncio.create_task(self.autopilot.run(), name="autopilot")
         while not self.source.ready and not self._task.done():
             await asyncio.sleep(0.01)
         if self._task.done():
             self._task.result()          # raises the loop's failure
+
+    def _feed_autopilot(self) -> None:
+        """The spans the ring took since the autopilot's last window."""
+        if self.autopilot is not None:
+            spans, self._pilot_seen = self.ring.read(self._pilot_seen)
+            self.autopilot.feed(spans)
 
     def _stopped(self, task: asyncio.Task[Any]) -> None:
         if not task.cancelled() and task.exception() is not None:
@@ -203,6 +220,8 @@ class ServerRuntime:
         """End the loop, check that no lease or escrow is left, close the store and the telemetry.
         With a ``deadline`` (``time.monotonic()``: the drain's end), a loop still ending its waves in
         flight then is cancelled, and its leases go unchecked, as after a cut."""
+        if self._pilot_task is not None:
+            self._pilot_task.cancel()
         if self._task is not None and self.loop is not None:
             if not self._task.done():
                 self.loop.done.set()

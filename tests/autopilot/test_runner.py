@@ -122,6 +122,11 @@ class Outage(MemoryStore):
             raise StoreError("redis at 127.0.0.1:1 is unreachable")
         return await super().autopilot_get()
 
+    async def autopilot_put(self, record: dict[str, Any]) -> None:
+        if self.down:
+            raise StoreError("redis at 127.0.0.1:1 is unreachable")
+        await super().autopilot_put(record)
+
 
 def test_a_store_outage_pauses_it_with_one_line_and_it_resumes(caplog: pytest.LogCaptureFixture) -> None:
     async def body() -> None:
