@@ -140,7 +140,7 @@ class Pilot:
              predict: Predictor) -> Decision:
         last, self.last = self.last, w
         self.changed = {i for i in self.changed if i >= w.index}
-        shift = w.stats.shift_from(last.stats) if last is not None else None
+        shift = w.stats.shift_from(last.stats, rate=w.index not in self.changed) if last is not None else None
         if shift:
             self.banned.clear()                      # a setting that lost on another workload may win here
         verdict = self._verdict(w, knobs, shift, settings)
@@ -185,6 +185,7 @@ class Pilot:
                             f"{band:.1%}; predicted {p.predicted_gain:+.1%}): back to the knobs before",
                             shift, knobs=p.previous, chosen=changes(knobs, p.previous), verdict="rolled back",
                             observed_gain=observed, predicted_gain=p.predicted_gain, band=band)
+        self.tuned_for = w.stats                     # what the workload looks like under the setting kept
         return Decision(w, "keep", f"observed {observed:+.1%} (predicted {p.predicted_gain:+.1%}, noise band "
                         f"{band:.1%}): the setting stays", shift, verdict="kept", observed_gain=observed,
                         predicted_gain=p.predicted_gain, band=band)

@@ -76,6 +76,10 @@ class AutopilotRunner:
         tel = self.loop.tel
         start = tel.now_ns()
         index = 0
+        try:                  # publish the settings now: a reader of the store sees them from the start
+            await self._read()
+        except (StoreError, TimeoutError) as exc:
+            log.warning("autopilot: cannot publish its settings yet (%s): at the end of its first window", exc)
         while True:
             await asyncio.sleep(self.settings.window_s)
             end = tel.now_ns()

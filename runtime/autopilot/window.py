@@ -38,14 +38,16 @@ class WorkloadStats:
     arrival_rate: float          # requests/s
     open_loop: bool = True       # the arrivals do not wait for completions (their rate is the workload's)
 
-    def shift_from(self, before: WorkloadStats) -> str | None:
-        """Which statistic moved past its threshold since ``before``, in words; None: none did."""
+    def shift_from(self, before: WorkloadStats, rate: bool = True) -> str | None:
+        """Which statistic moved past its threshold since ``before``, in words; None: none did.
+        ``rate=False``: not the arrival rate (the window right after a knob change: where a concurrency
+        cap binds, arrivals follow completions, and the change moved them)."""
         if not self.arrived or not before.arrived:
             return None
         moved = []
         for label, a, b in (("prompt mean", before.mean_prompt_tokens, self.mean_prompt_tokens),
                             ("arrival rate", before.arrival_rate, self.arrival_rate)):
-            if label == "arrival rate" and not (self.open_loop and before.open_loop):
+            if label == "arrival rate" and not (rate and self.open_loop and before.open_loop):
                 continue
             if a > 0 and abs(b - a) / a > SHIFT_RELATIVE:
                 moved.append(f"{label} {a:,.4g} -> {b:,.4g}")

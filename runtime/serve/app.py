@@ -26,6 +26,7 @@ from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.responses import HTMLResponse
 from fastapi.staticfiles import StaticFiles
 
+from wavepp.runtime.serve.autopilot_routes import add_autopilot_routes
 from wavepp.runtime.serve.chat_routes import add_chat_routes
 from wavepp.runtime.serve.errors import add_exception_handlers
 from wavepp.runtime.serve.knob_routes import add_knob_routes
@@ -49,6 +50,7 @@ def create_app(rt: ServerRuntime, served_model: str, tokenizer: Any = None, admi
     add_chat_routes(app, rt, served_model, tokenizer)
     add_status_routes(app, rt, served_model, tokenizer)
     add_knob_routes(app, rt, models.knobs_update)
+    add_autopilot_routes(app, rt)
     app.add_middleware(AdminGate, token=admin_token)
     return app
 

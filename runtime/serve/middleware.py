@@ -11,7 +11,7 @@ from wavepp.runtime.serve.errors import error_body, queue_full_message
 from wavepp.runtime.serve.runtime import ServerRuntime
 
 PREFILL_PATHS = ("/v1/prefill", "/v1/completions", "/v1/chat/completions")
-ADMIN_ROUTES = {("PUT", "/v1/knobs")}      # the routes that change the server: they need the admin token
+ADMIN_ROUTES = {("PUT", "/v1/knobs"), ("PUT", "/v1/autopilot")}   # routes that change the server: the admin token
 
 
 class AdmissionGate:
