@@ -22,6 +22,8 @@ from collections.abc import Coroutine
 from multiprocessing.managers import BaseManager
 from typing import Any
 
+from wavepp.runtime.autopilot.runner import AutopilotRunner
+from wavepp.runtime.autopilot.settings import AutopilotSettings, changed
 from wavepp.runtime.engines.sim.engine import SimEngine
 from wavepp.runtime.knobs import Knobs, validated_values
 from wavepp.runtime.loop import PipelineLoop
@@ -41,7 +43,8 @@ FOREVER = 10**12        # requests: a live runtime runs until it is stopped
 class EmbeddedRuntime:
     def __init__(self, engine: Any, workload: str = "reuse90", concurrency: int = 32,
                  prompt_tokens: int | None = None, knobs: Knobs | None = None, seed: int = 0,
-                 requests: int = FOREVER) -> None:
+                 requests: int = FOREVER, autopilot: AutopilotSettings | None = None) -> None:
+        """``autopilot``: run it beside the loop (:mod:`runtime.autopilot`), fed from the span ring."""
         self.engine = engine
         self.spec = parse_workload(workload)
         self.concurrency = concurrency
@@ -49,6 +52,8 @@ class EmbeddedRuntime:
         self.knobs = knobs or Knobs()
         self.seed = seed
         self.requests = requests
+        self.autopilot = autopilot
+        self._pilot_seen = 0
         self.run = RunInfo.new(self.knobs.policy, self.spec.name, concurrency, engine.name, "embedded")
         self.ring = SpanRing()
         self.store = MemoryStore()
@@ -102,12 +107,21 @@ class EmbeddedRuntime:
         self.loop = PipelineLoop(parts.handles, parts.executor, self.store, self.knobs, workload,
                                  self.concurrency, tel, self.engine.block_size, meta=meta)
         run = asyncio.create_task(self.loop.run())
+        if self.autopilot is not None and self.autopilot.mode != "off":
+            runner = AutopilotRunner(self.loop, self.autopilot, virtual=False, meta=meta)
+            runner.flush = lambda: self._feed(runner)
+            pilot = asyncio.create_task(runner.run(), name="autopilot")
+            run.add_done_callback(lambda _: pilot.cancel())
         published = asyncio.create_task(self.loop.published.wait())
         await asyncio.wait([run, published], return_when=asyncio.FIRST_COMPLETED)   # started, or failed to
         published.cancel()
         self.ready = True
         self._started.set()
         await run
+
+    def _feed(self, runner: AutopilotRunner) -> None:
+        spans, self._pilot_seen = self.ring.read(self._pilot_seen)
+        runner.feed(spans)
 
 
 # ---- the runtime in a child process ---------------------------------------------------------
@@ -171,6 +185,17 @@ class _Facade:
                              "restart it before changing knobs")
         record = self.rt.call(self.rt.store.knobs_set(changes, validate=validated_values))
         return record.version, record.values
+
+    def autopilot(self) -> dict[str, Any] | None:
+        """The autopilot's record in the runtime's store (None: the runtime runs none and none was written)."""
+        record: dict[str, Any] | None = self.rt.call(self.rt.store.autopilot_get())
+        return record
+
+    def set_autopilot(self, changes: dict[str, Any]) -> dict[str, Any]:
+        """``changes`` over the record, checked (SettingsError: nothing written); the new record."""
+        settings = changed(self.autopilot(), changes)
+        self.rt.call(self.rt.store.autopilot_put(settings.as_dict()))
+        return settings.as_dict()
 
 
 class _Manager(BaseManager):
@@ -247,6 +272,12 @@ class RemoteRuntime:
     def set_knobs(self, changes: dict[str, Any]) -> KnobsRecord:
         version, values = self._rt.set_knobs(changes)
         return KnobsRecord(version, values)
+
+    def autopilot(self) -> dict[str, Any] | None:
+        return self._rt.autopilot()  # type: ignore[no-any-return]
+
+    def set_autopilot(self, changes: dict[str, Any]) -> dict[str, Any]:
+        return self._rt.set_autopilot(changes)  # type: ignore[no-any-return]
 
     def restart(self) -> None:
         if self.proc.is_alive():

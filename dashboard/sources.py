@@ -9,6 +9,7 @@ A source never raises to the page: a store that cannot be reached is reported in
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 from collections import deque
 from collections.abc import Sequence
@@ -65,6 +66,14 @@ class Source(Protocol):
         """Saved runs this source can offer to the Compare page."""
         ...
 
+    def autopilot(self) -> dict[str, Any] | None:
+        """The autopilot's record (runtime.autopilot.settings) in the source's store; None: no store."""
+        ...
+
+    def write_autopilot(self, changes: dict[str, Any]) -> dict[str, Any]:
+        """``changes`` over the autopilot's record, checked; raises SettingsError (nothing written) or StoreError."""
+        ...
+
     def run_meta(self, snap: Snapshot) -> dict[str, Any]:
         """What a what-if replay needs to know of the run shown (:func:`runtime.whatif.sim_spec`):
         engine, model, hardware, pp, block size, capacities, concurrency, workload - what the source knows."""
@@ -111,6 +120,12 @@ class RunFileSource:
 
     def write_knobs(self, changes: dict[str, Any]) -> KnobsRecord:
         raise StoreError("a saved run is read-only: start the dashboard on a live store to change knobs")
+
+    def autopilot(self) -> dict[str, Any] | None:
+        return None
+
+    def write_autopilot(self, changes: dict[str, Any]) -> dict[str, Any]:
+        raise StoreError("a saved run is read-only: start the dashboard on a live store to steer its autopilot")
 
     def run_meta(self, snap: Snapshot) -> dict[str, Any]:
         run = next((r for r in self._runs if r.id == snap.run_id), None)
@@ -249,6 +264,22 @@ class StoreSource:
                 await store.close()
         return asyncio.run(write())
 
+    def autopilot(self) -> dict[str, Any] | None:
+        from wavepp.store.redis_records import decode_autopilot
+        try:
+            return decode_autopilot(self.client.get(f"{self.prefix}:autopilot"))
+        except redis.RedisError:
+            return None                      # unreachable: the snapshot's banner says so
+
+    def write_autopilot(self, changes: dict[str, Any]) -> dict[str, Any]:
+        from wavepp.runtime.autopilot.settings import changed
+        settings = changed(self.autopilot(), changes)
+        try:
+            self.client.set(f"{self.prefix}:autopilot", json.dumps(settings.as_dict(), separators=(",", ":")))
+        except redis.RedisError as exc:
+            raise StoreError(f"store unreachable at {self.url.where}: {exc}") from None
+        return settings.as_dict()
+
 
 class EmbeddedSource:
     """The runtime started by ``wavepp dashboard`` (no store): spans, knobs and status over a local socket."""
@@ -301,6 +332,17 @@ class EmbeddedSource:
 
     def write_knobs(self, changes: dict[str, Any]) -> KnobsRecord:
         record: KnobsRecord = self.runtime.set_knobs(changes)
+        return record
+
+    def autopilot(self) -> dict[str, Any] | None:
+        try:
+            record: dict[str, Any] | None = self.runtime.autopilot()
+        except Exception:                    # noqa: BLE001 - a runtime not answering: its banner says so
+            return None
+        return record
+
+    def write_autopilot(self, changes: dict[str, Any]) -> dict[str, Any]:
+        record: dict[str, Any] = self.runtime.set_autopilot(changes)
         return record
 
     def run_meta(self, snap: Snapshot) -> dict[str, Any]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -11,6 +12,7 @@ from wavepp.dashboard.frames import FrameBuilder, Frames
 from wavepp.dashboard.sources import Snapshot, Source
 from wavepp.runtime.idle_causes import IdleInterval
 from wavepp.runtime.report import FigureAccumulator, RunFigures
+from wavepp.telemetry import names as N
 
 
 @dataclass(slots=True)
@@ -20,6 +22,7 @@ class View:
     figures: RunFigures | None
     source: Source
     idle: list[IdleInterval] = field(default_factory=list)   # every stage's idle intervals with their cause
+    decisions: list[dict[str, Any]] = field(default_factory=list)   # the autopilot's decision spans, in order
 
     @property
     def empty(self) -> bool:
@@ -39,6 +42,8 @@ READ_NOW = "view_read_now"
 # A live view holds the tables of at most this many stage steps (about 3 minutes of the embedded
 # sim demo); past it, the older half is dropped - the run's figures (tiles) still count every span.
 LIVE_STEPS_HELD = 40_000
+# The autopilot's decisions a view holds (one a window: 30 s windows make 2,000 about 17 hours).
+DECISIONS_HELD = 2_000
 # Below this many spans derived, a span starting before the view's origin rebuilds the view (the
 # same tables as one built at once); above it, the span is appended at a negative time instead.
 REBUILD_BELOW = 20_000
@@ -50,6 +55,7 @@ class _Derived:
     builder: FrameBuilder
     acc: FigureAccumulator
     trimmed: bool = False            # the tables hold the recent part of the run only
+    decisions: deque[dict[str, Any]] = field(default_factory=lambda: deque(maxlen=DECISIONS_HELD))
 
     def bound(self, steps_held: int) -> None:
         """Keep the tables to ``steps_held`` stage steps: past it, forget what ended before the
@@ -71,12 +77,14 @@ class _Derived:
     def add(self, spans: Sequence[dict[str, Any]]) -> _Derived:
         self.builder.add(spans)
         self.acc.add(spans)
+        self.decisions.extend(s for s in spans if s["n"] == N.AUTOPILOT_DECISION)
         return self
 
     def view(self, source: Source, snap: Snapshot) -> View:
         fr = self.builder.frames()
+        decisions = list(self.decisions)
         if not len(fr.requests) or not fr.num_stages:
-            return View(snap, fr, None, source)
+            return View(snap, fr, None, source, decisions=decisions)
         policy = self.acc.policy or ""
         meta = {"policy": policy, "engine": source.kind, "model": "", "hardware": "", "concurrency": 0,
                 "workload": ""}
@@ -84,7 +92,7 @@ class _Derived:
         if self.trimmed:             # the idle split starts where the tables do
             origin = max(origin, self.builder.origin_ns + int(fr.start * 1e9))
         idle = self.acc.idle.intervals(fr.num_stages, origin, end)
-        return View(snap, fr, self.acc.figures(fr.num_stages, meta, idle), source, idle)
+        return View(snap, fr, self.acc.figures(fr.num_stages, meta, idle), source, idle, decisions)
 
 
 def make_view(source: Source, snap: Snapshot) -> View:

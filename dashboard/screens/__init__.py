@@ -4,6 +4,7 @@
 """
 
 from wavepp.dashboard.screens.admission import render_admission
+from wavepp.dashboard.screens.autopilot import render_autopilot
 from wavepp.dashboard.screens.cache import render_cache
 from wavepp.dashboard.screens.compare import render_compare
 from wavepp.dashboard.screens.knobs import render_knobs
@@ -16,6 +17,7 @@ PAGES = {
     "Cache": render_cache,
     "Throughput and latency": render_throughput,
     "Knobs": render_knobs,
+    "Autopilot": render_autopilot,
     "Compare": render_compare,
 }
 

@@ -7,6 +7,7 @@ import argparse
 import os
 from typing import Any
 
+from wavepp.runtime.cli import autopilot_args
 from wavepp.runtime.cli.args import Handler, UsageError, positive_float, positive_int
 from wavepp.runtime.engines.model_names import sim_models, torch_models
 
@@ -36,11 +37,15 @@ def register(sub: Any) -> dict[str, Handler]:
     d.add_argument("--time-scale", type=positive_float, default=1.0, help="embedded sim: stretch modelled step times")
     d.add_argument("--cost-profile", default=None,
                    help="the `wavepp calibrate` profile the Knobs page's Preview and Suggest replay a torch run with")
+    autopilot_args.add_flags(d, "30 s; embedded runtime only")
     return {"dashboard": cmd_dashboard}
 
 
 def cmd_dashboard(args: argparse.Namespace) -> int:
     from wavepp.store.base import StoreError
+    if (args.run or args.store) and args.autopilot != "off":
+        raise UsageError("--autopilot: only with the embedded runtime (a deployment runs its own: "
+                         "wavepp serve --autopilot; the Autopilot page shows it)")
     if args.cost_profile:
         from wavepp.runtime.engines.calibrate import load_profile
         try:
@@ -118,10 +123,11 @@ def _start_embedded(args: argparse.Namespace) -> None:
         prompt = args.prompt_tokens if spec.kind == "trace" else fit_prompt_tokens(
             spec, args.prompt_tokens, engine.default_prompt_tokens() if torch_engine else 8192, engine.max_context,
             engine.block_size)
+        pilot = autopilot_args.settings(args, 30.0)
     except (ValueError, KnobError) as exc:
         raise UsageError(str(exc)) from None
     runtime_args = {"workload": args.workload, "concurrency": args.concurrency or (16 if torch_engine else 64),
-                    "prompt_tokens": prompt, "knobs": knobs}
+                    "prompt_tokens": prompt, "knobs": knobs, "autopilot": pilot}
     if torch_engine and not os.environ.get("WAVEPP_COST_PROFILE") and os.environ.get(CALIBRATE_ENV) != "off":
         # Preview and Suggest out of the box: this machine's profile, cached or made in the background
         from wavepp.dashboard import calibration
