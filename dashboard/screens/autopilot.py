@@ -13,6 +13,7 @@ import streamlit as st
 
 from wavepp.dashboard import admin
 from wavepp.dashboard.charts import PALETTE
+from wavepp.dashboard.screens.common import no_data
 from wavepp.dashboard.view import READ_NOW, View
 from wavepp.runtime.autopilot.settings import MODES, SettingsError, parse_bounds
 from wavepp.store.base import StoreError
@@ -70,14 +71,20 @@ def _pct(x: Any) -> str:
 
 def render_autopilot(view: View) -> None:
     st.header("Autopilot")
+    if no_data(view):
+        return
     record = view.source.autopilot()
     if record is not None:
         _settings(view, record)
-    elif view.snap.live:
-        st.info("No autopilot runs on this deployment (start it with `wavepp serve --autopilot on` or "
-                "`wavepp dashboard --autopilot on`): nothing is tuned automatically.")
     if not view.decisions:
-        st.caption("No decision yet: the autopilot decides at the end of each window.")
+        if record is not None and record.get("mode") != "off":
+            st.caption("No decision yet: the autopilot decides at the end of each window.")
+        elif view.snap.live:
+            st.info("No autopilot runs on this deployment (start it with `wavepp serve --autopilot on` or "
+                    "`wavepp dashboard --autopilot on`): nothing is tuned automatically.")
+        else:
+            st.info("This run had no autopilot (`wavepp bench --autopilot on --save-run FILE` records its "
+                    "decisions with the run).")
         return
     rows = decision_rows(view.decisions, view.frames.origin_ns)     # the other pages' time axis
     counts = rows["action"].value_counts()

@@ -32,7 +32,9 @@ def test_pages_on_recorded_data(page: str, saved_run: Path, dashboard_env: None)
     at = run_page(f"run:{saved_run}", page)
     assert [h.value for h in at.header] == [page]
     charts = at.get("plotly_chart")
-    if page != "Knobs":
+    if page == "Autopilot":                                         # a run without the autopilot: said so
+        assert at.info and "had no autopilot" in at.info[0].value
+    elif page != "Knobs":
         assert charts, f"{page} drew no chart"
     if page == "Knobs":
         assert at.info and "saved run" in at.info[0].value          # read-only source: Preview, no Apply
