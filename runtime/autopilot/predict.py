@@ -1,5 +1,5 @@
 """The autopilot's predictor: Suggest's search (:func:`runtime.whatif_suggest.suggest`) on the replay of
-the window's own arrivals, in the simulator built like the engine that ran, under the operator's time
+the arrivals of the window and the one before, in the simulator built like the engine that ran, under the operator's time
 limit; every setting it tried becomes a candidate with its predicted input throughput."""
 
 from __future__ import annotations
@@ -20,9 +20,12 @@ def suggest_predictor(meta: Mapping[str, Any], spans: Callable[[], Sequence[Span
     runner holds (the window's and the one before)."""
 
     def predict(w: WindowFigures, knobs: Knobs, settings: AutopilotSettings) -> Search:
+        # Every request the runner holds (this window's and the one before, the same workload: a search
+        # runs on a settled one), the most recent MAX_ARRIVALS: where a prefill outlasts the window, the
+        # window's own arrivals that ended in it are too few to replay.
         held = [s for s in spans() if (s["t1"] or 0) < w.t1_ns]
         try:
-            replay = replay_of(held, meta, w.seconds)
+            replay = replay_of(held, meta, None)
             found = suggest(replay, sim_spec(meta), knobs, Goal("throughput"), time_limit_s=settings.search_s)
         except WhatIfError as exc:
             return Search(0.0, 0.0, (), note=str(exc))

@@ -93,6 +93,16 @@ def _bounds(raw: Any, problems: dict[str, str]) -> dict[str, tuple[int, int]]:
     return out
 
 
+def changed(stored: Mapping[str, Any] | None, changes: Mapping[str, Any]) -> AutopilotSettings:
+    """``changes`` over a stored record (one that does not parse, another client's: over the defaults);
+    SettingsError names every bad field of the changes."""
+    try:
+        base = from_dict(stored) if stored else None
+    except SettingsError:
+        base = None
+    return from_dict(changes, base)
+
+
 def parse_bounds(text: str) -> dict[str, list[int]]:
     """``ring=4:16,max_wave_tokens=4096:65536`` as a bounds mapping (checked by :func:`from_dict`);
     ValueError names the part it cannot read."""

@@ -4,9 +4,11 @@ workload statistics it detects a shift with.
 * input tok/s      = prompt tokens of the requests completed in the window / the window's length
 * efficiency       = the busiest stage's execute time inside the window / the window's length
 * TTFT p50 / p99   = prefill latency (arrival -> last chunk) of the requests completed in the window
-* prompt mean      = mean prompt tokens of the requests that *arrived* in the window (and ended by its end)
+* prompt mean      = mean prompt tokens of the requests that ended in the window (a request's span ends
+                     when it does: one that arrived in the window and is still running says nothing yet,
+                     and where a prefill outlasts the window none would)
 * reuse share      = their reusable tokens (a completed request had computed them) / their prompt tokens
-* arrival rate     = requests that arrived in the window / its length
+* arrival rate     = requests that arrived and ended in the window / its length
 
 A shift (:meth:`WorkloadStats.shift_from`): the prompt mean or - in an open loop - the arrival rate
 moved by more than :data:`SHIFT_RELATIVE` of the earlier value, or the reuse share by more than
@@ -32,7 +34,7 @@ SHIFT_REUSE = 0.15
 
 @dataclass(frozen=True, slots=True)
 class WorkloadStats:
-    arrived: int                 # requests that arrived in the window (and ended by its end)
+    ended: int                   # requests that ended in the window (the statistics' sample)
     mean_prompt_tokens: float
     reuse_share: float
     arrival_rate: float          # requests/s
@@ -42,7 +44,7 @@ class WorkloadStats:
         """Which statistic moved past its threshold since ``before``, in words; None: none did.
         ``rate=False``: not the arrival rate (the window right after a knob change: where a concurrency
         cap binds, arrivals follow completions, and the change moved them)."""
-        if not self.arrived or not before.arrived:
+        if not self.ended or not before.ended:
             return None
         moved = []
         for label, a, b in (("prompt mean", before.mean_prompt_tokens, self.mean_prompt_tokens),
@@ -56,7 +58,7 @@ class WorkloadStats:
         return "; ".join(moved) or None
 
     def as_dict(self) -> dict[str, float]:
-        return {"arrived": self.arrived, "prompt_mean": round(self.mean_prompt_tokens, 1),
+        return {"ended": self.ended, "prompt_mean": round(self.mean_prompt_tokens, 1),
                 "reuse_share": round(self.reuse_share, 4), "arrival_rate": round(self.arrival_rate, 4)}
 
 
@@ -90,7 +92,7 @@ def measure(spans: Sequence[Span], index: int, t0_ns: int, t1_ns: int, num_stage
     seconds = max(t1_ns - t0_ns, 1) / 1e9
     busy = [0] * max(num_stages, 1)
     done_tokens, latencies, failed = 0, [], 0
-    arrived = prompt = reusable = 0
+    ended = arrived = prompt = reusable = 0
     for s in spans:
         t1 = s["t1"] or 0
         if s["n"] == N.EXECUTE:
@@ -104,11 +106,11 @@ def measure(spans: Sequence[Span], index: int, t0_ns: int, t1_ns: int, num_stage
             else:
                 done_tokens += tokens
                 latencies.append((t1 - s["t0"]) / 1e9)
-            if s["t0"] >= t0_ns:
-                arrived += 1
-                prompt += tokens
-                reusable += int(s["a"].get(N.REUSABLE_TOKENS, 0))
-    stats = WorkloadStats(arrived, prompt / arrived if arrived else 0.0, reusable / prompt if prompt else 0.0,
+            ended += 1
+            prompt += tokens
+            reusable += int(s["a"].get(N.REUSABLE_TOKENS, 0))
+            arrived += s["t0"] >= t0_ns
+    stats = WorkloadStats(ended, prompt / ended if ended else 0.0, reusable / prompt if prompt else 0.0,
                           arrived / seconds, open_loop)
     return WindowFigures(index, t0_ns, t1_ns, done_tokens / seconds, max(busy) / 1e9 / seconds,
                          percentile(latencies, 50), percentile(latencies, 99), len(latencies), failed, stats)
