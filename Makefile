@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-dev
 
-.PHONY: bench-dashboard demo test oracle test-reliability faults soak lint audit bench bench-torch bench-telemetry grid grid-pressure grid-kimi ablation ablation-kimi clean services stack client-check
+.PHONY: bench-autopilot bench-dashboard demo test oracle test-reliability faults soak lint audit bench bench-torch bench-telemetry grid grid-pressure grid-kimi ablation ablation-kimi clean services stack client-check
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -91,6 +91,16 @@ oracle: $(ORACLE_STAMP)
 # wavepp vs trtllm-pp on four workloads; about 25 minutes on a 2-core CPU.
 bench-torch: $(STAMP)
 	scripts/torch_figures.sh
+
+# The autopilot on a phased trace (shared system prompts, long documents, long cold prompts), the sim in virtual
+# time, from the default knobs and from M=32768/b_min=16384: per phase against the same knobs fixed and the
+# hindsight-best fixed setting of Suggest's grid (docs/autopilot.md); about 10 minutes each on 2 cores.
+bench-autopilot: $(STAMP)
+	@mkdir -p out
+	$(PY) scripts/bench_autopilot.py --trace out/phased-trace.jsonl --json out/bench-autopilot.json \
+		--markdown out/bench-autopilot.md
+	$(PY) scripts/bench_autopilot.py --start max_wave_tokens=32768,min_wave_tokens=16384 \
+		--trace out/phased-trace.jsonl --json out/bench-autopilot-wide.json --markdown out/bench-autopilot-wide.md
 
 # The live view under load: headless chromium on the embedded sim demo and on a synthetic span stream
 # (Redis, db 13) at 1x, 2.5x and 5x the demo's span rate; 10 minutes a target (--duration).

@@ -1,9 +1,10 @@
 """The autopilot's predictor: Suggest's search (:func:`runtime.whatif_suggest.suggest`) on the replay of
-the arrivals of the window and the one before, in the simulator built like the engine that ran, under the operator's time
-limit; every setting it tried becomes a candidate with its predicted input throughput."""
+the arrivals of the window and the one before, in the simulator built like the engine that ran, under the
+operator's time limit; every setting it tried becomes a candidate with its predicted input throughput."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -11,7 +12,7 @@ from wavepp.runtime.autopilot.pilot import Candidate, Predictor, Search
 from wavepp.runtime.autopilot.settings import AutopilotSettings
 from wavepp.runtime.autopilot.window import Span, WindowFigures
 from wavepp.runtime.knobs import KnobError, Knobs, from_changes
-from wavepp.runtime.whatif import WhatIfError, replay_of, sim_spec
+from wavepp.runtime.whatif import WhatIfError, max_outstanding, replay_of, sim_spec
 from wavepp.runtime.whatif_suggest import Goal, suggest
 
 
@@ -26,6 +27,11 @@ def suggest_predictor(meta: Mapping[str, Any], spans: Callable[[], Sequence[Span
         held = [s for s in spans() if (s["t1"] or 0) < w.t1_ns]
         try:
             replay = replay_of(held, meta, None)
+            if replay.open_loop and replay.concurrency and max_outstanding(replay.arrivals) >= replay.concurrency:
+                # The concurrency cap bound: the requests arrived as others completed, at the current knobs'
+                # pace, and replayed at those times every setting would look alike. Replayed as the closed
+                # loop they were instead (the next one as one finishes), as a closed-loop run's are.
+                replay = dataclasses.replace(replay, open_loop=False)
             found = suggest(replay, sim_spec(meta), knobs, Goal("throughput"), time_limit_s=settings.search_s)
         except WhatIfError as exc:
             return Search(0.0, 0.0, (), note=str(exc))
