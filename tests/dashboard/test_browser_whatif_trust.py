@@ -85,8 +85,9 @@ def test_preview_of_the_unchanged_knobs_reproduces_the_saved_run(browser_page: P
 
 def test_a_suggest_cut_by_its_time_limit_is_shown_as_partial(browser_page: Page, tmp_path: Path) -> None:
     path = saved(tmp_path / "small.json", "--model", "llama-3-8b", "--hardware", "h200", "--workload", "reuse90",
-                 "--prompt-tokens", "4096", "--concurrency", "16", "--requests", "48", "--kv-blocks", "3000")
-    # one replay: about half a second here
+                 "--prompt-tokens", "4096", "--concurrency", "16", "--requests", "240", "--kv-blocks", "3000")
+    # One replay of its 240 requests: about 0.7 s on a quiet machine, so 19 settings take 13 s or more (48
+    # requests, 0.15 s a replay, once fit all 19 in the 3 s limit on a quiet CI machine).
     page = browser_page
     proc, url = serve("--run", str(path))
     try:
