@@ -53,7 +53,6 @@ class EmbeddedRuntime:
         self.seed = seed
         self.requests = requests
         self.autopilot = autopilot
-        self._pilot_seen = 0
         self.run = RunInfo.new(self.knobs.policy, self.spec.name, concurrency, engine.name, "embedded")
         self.ring = SpanRing()
         self.store = MemoryStore()
@@ -109,7 +108,7 @@ class EmbeddedRuntime:
         run = asyncio.create_task(self.loop.run())
         if self.autopilot is not None and self.autopilot.mode != "off":
             runner = AutopilotRunner(self.loop, self.autopilot, virtual=False, meta=meta)
-            runner.flush = lambda: self._feed(runner)
+            runner.feed_from(self.ring)
             pilot = asyncio.create_task(runner.run(), name="autopilot")
             run.add_done_callback(lambda _: pilot.cancel())
         published = asyncio.create_task(self.loop.published.wait())
@@ -118,10 +117,6 @@ class EmbeddedRuntime:
         self.ready = True
         self._started.set()
         await run
-
-    def _feed(self, runner: AutopilotRunner) -> None:
-        spans, self._pilot_seen = self.ring.read(self._pilot_seen)
-        runner.feed(spans)
 
 
 # ---- the runtime in a child process ---------------------------------------------------------

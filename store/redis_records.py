@@ -128,31 +128,25 @@ def decode_plans(raw: Iterable[bytes | str | None]) -> list[WavePlanRecord]:
 def decode_run_meta(run_id: str, raw: bytes | str | None) -> dict[str, Any] | None:
     """A run description from its JSON; one that is not a JSON object (another client wrote it), or
     is longer than :data:`MAX_RECORD_BYTES`, is absent."""
-    if raw is None:
-        return None
-    what = f"the description of run {echo(run_id)}"
-    try:
-        meta = load_json(raw)
-    except ValueError as exc:
-        report_once(what, f"{exc}: ignored")
-        return None
-    if not isinstance(meta, dict):
-        report_once(what, "is not a JSON object: ignored")
-        return None
-    return meta
+    return _json_object(f"the description of run {echo(run_id)}", raw)
 
 
 def decode_autopilot(raw: bytes | str | None) -> dict[str, Any] | None:
     """The autopilot's settings from their JSON; one that is not a JSON object is absent (reported once)."""
+    return _json_object("the autopilot's settings record", raw)
+
+
+def _json_object(what: str, raw: bytes | str | None) -> dict[str, Any] | None:
+    """``raw`` as a JSON object; None when absent, malformed or not an object (``what`` reported once)."""
     if raw is None:
         return None
     try:
         record = load_json(raw)
     except ValueError as exc:
-        report_once("the autopilot's settings", f"{exc}: ignored")
+        report_once(what, f"{exc}: ignored")
         return None
     if not isinstance(record, dict):
-        report_once("the autopilot's settings", "are not a JSON object: ignored")
+        report_once(what, "is not a JSON object: ignored")
         return None
     return record
 

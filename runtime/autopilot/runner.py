@@ -28,6 +28,7 @@ from wavepp.telemetry import names as N
 
 if TYPE_CHECKING:
     from wavepp.runtime.loop import PipelineLoop
+    from wavepp.telemetry.ring import SpanRing
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -72,6 +73,17 @@ class AutopilotRunner:
         """The run's spans as they end (a ``telemetry.feed.SpanFeed`` consumer)."""
         self._spans.extend(spans)
 
+    def feed_from(self, ring: SpanRing) -> None:
+        """Take the run's spans from a span ring (a server's, the embedded runtime's): what it took since
+        the last window, at the end of each."""
+        seen = 0
+
+        def pull() -> None:
+            nonlocal seen
+            spans, seen = ring.read(seen)
+            self.feed(spans)
+        self.flush = pull
+
     async def run(self) -> None:
         tel = self.loop.tel
         start = tel.now_ns()
@@ -111,8 +123,8 @@ class AutopilotRunner:
         if decision.knobs is not None and settings.mode == "on":
             try:
                 record = await asyncio.wait_for(self.loop.store.knobs_set(
-                    {k: v for k, v in decision.knobs.as_dict().items() if knobs.as_dict()[k] != v},
-                    deployment=self.loop.knob_watcher.deployment, validate=validated_values), STORE_TIMEOUT_S)
+                    decision.chosen, deployment=self.loop.knob_watcher.deployment, validate=validated_values),
+                    STORE_TIMEOUT_S)
             except (StoreError, TimeoutError, KnobError) as exc:
                 decision.action, decision.why = "paused", f"could not write the knobs ({exc}): {decision.why}"
                 self.pilot.pending = None

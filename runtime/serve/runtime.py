@@ -133,7 +133,6 @@ class ServerRuntime:
         self.autopilot_settings = autopilot
         self.autopilot: AutopilotRunner | None = None
         self._pilot_task: asyncio.Task[Any] | None = None
-        self._pilot_seen = 0
         self._ids = itertools.count()
         self.started_at = time.time()
         self.answered = DrainRate()             # answers per busy second: a 429's Retry-After
@@ -161,19 +160,13 @@ class ServerRuntime:
         self._task = asyncio.create_task(self.loop.run(), name="pipeline-loop")
         self._task.add_done_callback(self._stopped)
         if self.autopilot_settings is not None and self.autopilot_settings.mode != "off":
-            self.autopilot = AutopilotRunner(self.loop, self.autopilot_settings, virtual=False,
-                                             flush=self._feed_autopilot, meta=meta)
+            self.autopilot = AutopilotRunner(self.loop, self.autopilot_settings, virtual=False, meta=meta)
+            self.autopilot.feed_from(self.ring)
             self._pilot_task = asyncio.create_task(self.autopilot.run(), name="autopilot")
         while not self.source.ready and not self._task.done():
             await asyncio.sleep(0.01)
         if self._task.done():
             self._task.result()          # raises the loop's failure
-
-    def _feed_autopilot(self) -> None:
-        """The spans the ring took since the autopilot's last window."""
-        if self.autopilot is not None:
-            spans, self._pilot_seen = self.ring.read(self._pilot_seen)
-            self.autopilot.feed(spans)
 
     def _stopped(self, task: asyncio.Task[Any]) -> None:
         if not task.cancelled() and task.exception() is not None:
