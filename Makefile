@@ -36,12 +36,12 @@ grid: $(STAMP)
 	@mkdir -p out
 	$(VENV)/bin/wavepp grid --jobs 2 --json out/grid.json --markdown out/grid.md
 
-# The pressure grid: many distinct long contexts and traces that do not fit the pools (runtime/grid_pressure.py).
+# The pressure grid: many distinct long contexts and traces that do not fit the pools (runtime/bench/grid_pressure.py).
 grid-pressure: $(STAMP)
 	@mkdir -p out
 	$(VENV)/bin/wavepp grid --grid pressure --jobs 2 --json out/grid-pressure.json --markdown out/grid-pressure.md
 
-# Kimi-K3 on one B300 node: WavePP against the PP loops and TP/EP deployments of three engines (runtime/grid_kimi.py).
+# Kimi-K3 on one B300 node: WavePP against the PP loops and TP/EP deployments of three engines (runtime/bench/grid_kimi.py).
 grid-kimi: $(STAMP)
 	@mkdir -p out
 	$(VENV)/bin/wavepp grid --grid kimi-k3 --jobs 2 --json out/grid-kimi.json --markdown out/grid-kimi.md
@@ -161,9 +161,9 @@ faults: $(STAMP) services
 soak: $(STAMP) services
 	$(PY) scripts/soak.py --report out/soak.json
 
-# runtime/engines/torch/dist is named: ruff's default excludes skip any directory called dist.
+# runtime/engines/torch/processes is named: ruff's default excludes skip any directory called dist.
 lint: $(STAMP)
-	$(VENV)/bin/ruff check runtime runtime/engines/torch/dist store telemetry dashboard tests scripts wavepp
+	$(VENV)/bin/ruff check runtime runtime/engines/torch/processes store telemetry dashboard tests scripts wavepp
 	$(VENV)/bin/mypy
 
 # Known vulnerabilities of the installed packages (pip-audit against PyPI's advisory data; SERVICE=osv

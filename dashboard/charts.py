@@ -9,7 +9,7 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from wavepp.dashboard.frames import Frames, busy_bins, shown_ids
-from wavepp.runtime.idle_causes import CAUSES, MEANING
+from wavepp.runtime.figures.idle_causes import CAUSES, MEANING
 
 PALETTE = ["#4C78A8", "#F58518", "#54A24B", "#B279A2", "#72B7B2", "#EECA3B", "#9D755D", "#FF9DA6"]   # waves
 KIND_WIDTH = {"execute": 0.62, "materialize": 0.22, "send": 0.12, "wait": 0.62}

@@ -3,7 +3,7 @@ knob that addresses that cause, with the change a one-click Preview tries. No St
 
 The bottleneck is the busiest stage of the window: the pipeline runs at its pace, so every idle
 instant on it is throughput lost. Its cause is therefore its own largest idle cause
-(:mod:`runtime.idle_causes`) when it idles a noticeable share of the window, and "busy computing"
+(:mod:`runtime.figures.idle_causes`) when it idles a noticeable share of the window, and "busy computing"
 when it hardly idles at all (then only a cheaper wave helps it). The stage it starves is the one it
 feeds: the next stage, or, for the last stage, stage 0, whose wave slots it frees when it retires a wave.
 """
@@ -16,7 +16,7 @@ from typing import Any
 import pandas as pd
 
 from wavepp.dashboard.frames import stage_idle
-from wavepp.runtime.knobs import Knobs, int_range
+from wavepp.runtime.control.knobs import Knobs, int_range
 
 BUSY = "busy"                # the bottleneck's cause when it idles less than IDLE_NOTICED of the window
 IDLE_NOTICED = 0.02
@@ -43,7 +43,7 @@ KNOB_FOR: dict[str, tuple[str, str, str]] = {
 class Diagnosis:
     line: str                   # the reading, one paragraph
     bottleneck: int | None
-    cause: str | None           # BUSY or one of runtime.idle_causes.CAUSES
+    cause: str | None           # BUSY or one of runtime.figures.idle_causes.CAUSES
     knob: str | None            # the knob that addresses the cause (None: no knob does)
     direction: str | None       # "up" | "down" | "plus"
 

@@ -24,12 +24,12 @@ from typing import Any
 
 from wavepp.runtime.autopilot.runner import AutopilotRunner
 from wavepp.runtime.autopilot.settings import AutopilotSettings, changed
+from wavepp.runtime.control.knobs import Knobs, validated_values
 from wavepp.runtime.engines.sim.engine import SimEngine
-from wavepp.runtime.knobs import Knobs, validated_values
 from wavepp.runtime.loop import PipelineLoop
-from wavepp.runtime.run_meta import describe_run
-from wavepp.runtime.runfile import RunInfo
-from wavepp.runtime.workloads import Workload, parse_workload
+from wavepp.runtime.runs.meta import describe_run
+from wavepp.runtime.runs.runfile import RunInfo
+from wavepp.runtime.sources.workloads import Workload, parse_workload
 from wavepp.store.base import KnobsRecord, StoreError
 from wavepp.store.memory import MemoryStore
 from wavepp.store.records import StatusSnapshot
@@ -100,7 +100,7 @@ class EmbeddedRuntime:
         tel = self.engine.telemetry(self.run, keep=False, ring=self.ring)   # spans go to the bounded ring only
         workload = Workload(self.spec, self.requests, self.prompt_tokens, self.engine.block_size,
                             self.engine.vocab_size, self.seed)
-        # What this run is (engine, model, stages, workload, knobs: runtime.run_meta), published by the
+        # What this run is (engine, model, stages, workload, knobs: runtime.runs.meta), published by the
         # loop as `wavepp bench` and `wavepp serve` publish it: the dashboard's Preview replays the run from it.
         meta = describe_run(self.engine, self.run, self.knobs, [h.capacity for h in parts.handles])
         self.loop = PipelineLoop(parts.handles, parts.executor, self.store, self.knobs, workload,

@@ -14,8 +14,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from wavepp.runtime.idle_causes import IdleInterval
-from wavepp.runtime.report import admitted_event
+from wavepp.runtime.figures.idle_causes import IdleInterval
+from wavepp.runtime.figures.report import admitted_event
 from wavepp.telemetry import names as N
 
 Span = dict[str, Any]
@@ -207,7 +207,7 @@ def build(spans: Sequence[Span], num_stages: int | None = None, origin_ns: int |
 
 def idle_window(intervals: Sequence[IdleInterval], origin_ns: int, start: float, end: float,
                 live: bool = False) -> pd.DataFrame:
-    """The run's idle intervals (:mod:`runtime.idle_causes`, the one split) inside ``[start, end]``
+    """The run's idle intervals (:mod:`runtime.figures.idle_causes`, the one split) inside ``[start, end]``
     (seconds since ``origin_ns``), clipped to it. Columns: stage, t0, t1, cause, wave.
 
     ``live``: after a stage's last *finished* step the stage may well be computing - its span has

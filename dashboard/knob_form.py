@@ -1,7 +1,7 @@
 """The Knobs page's form logic, outside Streamlit so tests can drive the same code path.
 
 Raw form values (strings from text inputs, bools from checkboxes, choices from select boxes) are
-parsed and validated with the runtime's own schema (:mod:`runtime.knobs`, the one the CLI uses):
+parsed and validated with the runtime's own schema (:mod:`runtime.control.knobs`, the one the CLI uses):
 every field with a problem gets its message at once, with a bounded echo of what was typed, and
 nothing is written unless all fields are valid.
 """
@@ -12,7 +12,7 @@ import dataclasses
 from dataclasses import fields
 from typing import Any
 
-from wavepp.runtime.knobs import Deployment, Knobs, kind, parse_texts, problems
+from wavepp.runtime.control.knobs import Deployment, Knobs, kind, parse_texts, problems
 
 
 def field_types() -> dict[str, str]:

@@ -118,11 +118,11 @@ def halve() -> None:
     import asyncio
 
     from wavepp.dashboard.frames import build
+    from wavepp.runtime.control.knobs import Knobs
     from wavepp.runtime.engines.sim.clock import run_virtual
     from wavepp.runtime.engines.sim.engine import SimEngine
-    from wavepp.runtime.knobs import Knobs
     from wavepp.runtime.loop import PipelineLoop
-    from wavepp.runtime.workloads import Workload, parse_workload
+    from wavepp.runtime.sources.workloads import Workload, parse_workload
     from wavepp.telemetry.span_codec import encode
 
     engine = SimEngine("llama-3-8b", "h200", 4)

@@ -19,8 +19,8 @@ from typing import Any, Protocol
 import redis
 
 from wavepp.dashboard.span_window import SpanWindow
-from wavepp.runtime.knobs import validated_values
-from wavepp.runtime.runfile import SavedRun, load_runs
+from wavepp.runtime.control.knobs import validated_values
+from wavepp.runtime.runs.runfile import SavedRun, load_runs
 from wavepp.store.base import KnobsRecord, StoreError
 from wavepp.store.records import StatusSnapshot
 from wavepp.store.redis_records import decode_status
@@ -75,7 +75,7 @@ class Source(Protocol):
         ...
 
     def run_meta(self, snap: Snapshot) -> dict[str, Any]:
-        """What a what-if replay needs to know of the run shown (:func:`runtime.whatif.sim_spec`):
+        """What a what-if replay needs to know of the run shown (:func:`runtime.whatif.preview.sim_spec`):
         engine, model, hardware, pp, block size, capacities, concurrency, workload - what the source knows."""
         ...
 
@@ -346,7 +346,7 @@ class EmbeddedSource:
         return record
 
     def run_meta(self, snap: Snapshot) -> dict[str, Any]:
-        """The description the runtime published when its run started (``runtime.run_meta``, as a
+        """The description the runtime published when its run started (``runtime.runs.meta``, as a
         bench or a server publishes it to its store); empty while it has not (the preview says so)."""
         try:
             meta = self.runtime.run_meta()

@@ -10,8 +10,8 @@ from typing import Any
 
 from wavepp.dashboard.frames import FrameBuilder, Frames
 from wavepp.dashboard.sources import Snapshot, Source
-from wavepp.runtime.idle_causes import IdleInterval
-from wavepp.runtime.report import FigureAccumulator, RunFigures
+from wavepp.runtime.figures.idle_causes import IdleInterval
+from wavepp.runtime.figures.report import FigureAccumulator, RunFigures
 from wavepp.telemetry import names as N
 
 

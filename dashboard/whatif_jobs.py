@@ -1,4 +1,4 @@
-"""Preview and Suggest off the render path: a job runs the what-if replays (:mod:`runtime.whatif`) in a
+"""Preview and Suggest off the render path: a job runs the what-if replays (:mod:`runtime.whatif.preview`) in a
 thread while the page shows its progress; the page only reads the job. No Streamlit here.
 
 The replays run in the dashboard's process, never in the runtime's: the embedded runtime has a
@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from wavepp.runtime.whatif import Replay, SimSpec, WhatIfError, knobs_at_end, replay_of, sim_spec
+from wavepp.runtime.whatif.preview import Replay, SimSpec, WhatIfError, knobs_at_end, replay_of, sim_spec
 from wavepp.telemetry import names as N
 
 Span = dict[str, Any]

@@ -21,14 +21,15 @@ from collections.abc import Callable, Container, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from wavepp.runtime.control_plane import LeaseRegistry
-from wavepp.runtime.engines.base import LeaseItem, StageHandle, now, on_stages
-from wavepp.runtime.knobs import Knobs
+from wavepp.runtime.clock import now
+from wavepp.runtime.control.knobs import Knobs
+from wavepp.runtime.control.plane import LeaseRegistry
+from wavepp.runtime.kvcache.handle import LeaseItem, StageHandle, on_stages
 from wavepp.runtime.mechanisms.reserve import Reserve, SuffixBlocks
 from wavepp.runtime.mechanisms.reuse_lookup import ReuseLookup
 from wavepp.runtime.mechanisms.sharing import ComputeAgain, Follow, ShareDecision, Sharing, Wait
 from wavepp.runtime.mechanisms.token_charge import SuffixOnly, TokenCharge
-from wavepp.runtime.planner import Room
+from wavepp.runtime.planning.planner import Room
 from wavepp.runtime.request import AdmittedRequest, Request, RequestState
 from wavepp.runtime.run_state import RunState
 from wavepp.store.base import Store

@@ -3,7 +3,7 @@ schedule would otherwise wait forever at the head of the line."""
 
 from __future__ import annotations
 
-from wavepp.runtime.planner import Planner
+from wavepp.runtime.planning.planner import Planner
 from wavepp.runtime.request import cdiv
 
 

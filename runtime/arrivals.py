@@ -1,8 +1,8 @@
 """Arrivals: where a run's requests come from, behind one protocol.
 
-A source is a synthetic workload (:class:`runtime.workloads.Workload`: closed loop at a
-concurrency), a trace (:class:`runtime.traces.TraceWorkload`: open loop at its timestamps, or
-closed), or a server's clients (:class:`runtime.server_source.ServerSource`). The loop runs the
+A source is a synthetic workload (:class:`runtime.sources.workloads.Workload`: closed loop at a
+concurrency), a trace (:class:`runtime.sources.traces.TraceWorkload`: open loop at its timestamps, or
+closed), or a server's clients (:class:`runtime.sources.server.ServerSource`). The loop runs the
 source's :meth:`ArrivalSource.arrivals` as one of its tasks and calls :meth:`ArrivalSource.ended`
 when a request ends; it never asks which kind of source it holds.
 """
@@ -15,8 +15,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
+from wavepp.runtime.clock import now
 from wavepp.runtime.completion import RequestEnds
-from wavepp.runtime.engines.base import now
 from wavepp.runtime.request import Request
 from wavepp.runtime.run_state import RunState
 

@@ -14,10 +14,12 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from wavepp.runtime.control_plane import LeaseRegistry
-from wavepp.runtime.engines.base import StageExecutor, StageHandle, now
+from wavepp.runtime.clock import now
+from wavepp.runtime.control.plane import LeaseRegistry
+from wavepp.runtime.engines.base import StageExecutor
+from wavepp.runtime.figures.prefix_ledger import split_reuse
+from wavepp.runtime.kvcache.handle import StageHandle
 from wavepp.runtime.policies import get_policy
-from wavepp.runtime.prefix_ledger import split_reuse
 from wavepp.runtime.request import AdmittedRequest, Chunk, Completion, Request, RequestState, Wave
 from wavepp.runtime.run_state import RunState
 from wavepp.store.records import StatusSnapshot
@@ -71,7 +73,7 @@ class RequestEnds:
         # Warm-up requests (the loop's warm_up): each one's end resolves its future and counts in no
         # result, no progress and no closed loop.
         self.warming: dict[str, asyncio.Future[Completion | str]] = {}
-        # ``--check-invariants``: awaited after every retired wave (runtime.invariants.check_running).
+        # ``--check-invariants``: awaited after every retired wave (runtime.guards.invariants.check_running).
         self.after_retire: Callable[[], Awaitable[None]] | None = None
 
     async def retire(self, wave: Wave, live: list[Chunk]) -> None:

@@ -3,7 +3,7 @@
 A request's path, module by module::
 
     arrival (here) ─► waiting ─► admission rounds (runtime.admission) ─► admitted
-      ─► wave plan (here, runtime.planner) ─► stages (runtime.stage_tasks) ─► retire (runtime.completion)
+      ─► wave plan (here, runtime.planning.planner) ─► stages (runtime.stage_tasks) ─► retire (runtime.completion)
 
 The run's requests and waves live in one :class:`runtime.run_state.RunState`; the stage tasks,
 completion and the policy's mechanisms see that state and their own ports, never this object.
@@ -32,26 +32,28 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from wavepp.runtime import invariants
 from wavepp.runtime.admission import Admission, AdmissionQueue
 from wavepp.runtime.arrival_limits import refusal
 from wavepp.runtime.arrivals import ArrivalPort, ArrivalSource
+from wavepp.runtime.clock import now
 from wavepp.runtime.completion import LoopResult, RequestEnds
-from wavepp.runtime.control_plane import KnobWatcher, LeaseRegistry, StoreWriter
-from wavepp.runtime.engines.base import StageExecutor, StageHandle, now
-from wavepp.runtime.index_publisher import IndexPublisher
-from wavepp.runtime.knobs import Deployment, Knobs, check_block_size
-from wavepp.runtime.planner import Room
+from wavepp.runtime.control.index_publisher import IndexPublisher
+from wavepp.runtime.control.knobs import Deployment, Knobs, check_block_size
+from wavepp.runtime.control.plane import KnobWatcher, LeaseRegistry, StoreWriter
+from wavepp.runtime.control.publications import Publication, Publications
+from wavepp.runtime.control.stage_status import stage_statuses
+from wavepp.runtime.engines.base import StageExecutor
+from wavepp.runtime.figures.prefix_ledger import PrefixLedger
+from wavepp.runtime.guards import invariants
+from wavepp.runtime.guards.watchdog import DEFAULT_STALL_TIMEOUT_S, watch
+from wavepp.runtime.kvcache.handle import StageHandle
+from wavepp.runtime.planning.planner import Room
+from wavepp.runtime.planning.step_times import StepTimes
 from wavepp.runtime.policies import get_policy
 from wavepp.runtime.policies.base import Policy
-from wavepp.runtime.prefix_ledger import PrefixLedger
-from wavepp.runtime.publications import Publication, Publications
 from wavepp.runtime.request import Completion, Request, Wave
 from wavepp.runtime.run_state import RunState
-from wavepp.runtime.stage_status import stage_statuses
 from wavepp.runtime.stage_tasks import StageWorker, run_link
-from wavepp.runtime.step_times import StepTimes
-from wavepp.runtime.watchdog import DEFAULT_STALL_TIMEOUT_S, watch
 from wavepp.store.base import Store
 from wavepp.store.records import PlannedChunk, StatusSnapshot, WavePlanRecord
 from wavepp.store.resilient import ResilientStore
@@ -73,10 +75,10 @@ class PipelineLoop:
                  telemetry: Telemetry, block_size: int, publish_plans: bool = True,
                  stall_timeout_s: float = DEFAULT_STALL_TIMEOUT_S, meta: dict[str, Any] | None = None,
                  check_invariants: bool = False) -> None:
-        """``stall_timeout_s``: end the run with :class:`runtime.watchdog.Stalled` when nothing
+        """``stall_timeout_s``: end the run with :class:`runtime.guards.watchdog.Stalled` when nothing
         happens that long while work waits (the deadlock guard). ``meta``: what the run is
-        (:func:`runtime.run_meta.describe_run`), published under the run's id for viewers of the store.
-        ``check_invariants``: check :mod:`runtime.invariants` after every retired wave and once the
+        (:func:`runtime.runs.meta.describe_run`), published under the run's id for viewers of the store.
+        ``check_invariants``: check :mod:`runtime.guards.invariants` after every retired wave and once the
         run drained (slow: every stage's whole pool each time; for tests and diagnosis)."""
         if concurrency < (0 if workload.open_loop else 1):     # 0: an open loop without a cap
             raise ValueError(f"concurrency must be >= 1, got {concurrency}")

@@ -18,8 +18,8 @@ import contextlib
 from collections import Counter, deque
 from collections.abc import Iterable, Sequence
 
+from wavepp.runtime.clock import Wakeup
 from wavepp.runtime.request import AdmittedRequest, Chunk, Request, Wave
-from wavepp.runtime.wakeup import Wakeup
 
 STOP_RETIRE_S = 10.0      # a loop stopped with no request left: how long its waves in flight get to retire
 

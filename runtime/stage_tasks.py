@@ -19,14 +19,16 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
+from wavepp.runtime.clock import now
 from wavepp.runtime.completion import RequestEnds
-from wavepp.runtime.engines.base import MaterializeItem, StageExecutor, StageHandle, now
+from wavepp.runtime.engines.base import StageExecutor
+from wavepp.runtime.kvcache.handle import MaterializeItem, StageHandle
 from wavepp.runtime.kvcache.stage_cache import Mismatch
 from wavepp.runtime.mechanisms.stage_admission import Fail, FallBack, Halt, Readmit
+from wavepp.runtime.planning.step_times import StepTimes
 from wavepp.runtime.policies import get_policy
 from wavepp.runtime.request import Chunk, Wave
 from wavepp.runtime.run_state import RunState
-from wavepp.runtime.step_times import StepTimes
 from wavepp.telemetry import names as N
 from wavepp.telemetry.setup import Telemetry
 

@@ -1,4 +1,4 @@
-"""The autopilot's benchmark (``make bench-autopilot``): a phased trace (runtime/phased_trace.py: shared
+"""The autopilot's benchmark (``make bench-autopilot``): a phased trace (runtime/sources/phased_trace.py: shared
 system prompts, then long documents, then long cold prompts, the arrival rate stepping) on the simulated
 GLM-5.2 / B300, PP4, in virtual time, at most ``--concurrency`` requests outstanding:
 
@@ -24,12 +24,12 @@ from typing import Any
 
 from wavepp.runtime.autopilot.runner import companion
 from wavepp.runtime.autopilot.settings import AutopilotSettings
-from wavepp.runtime.bench import BenchConfig, RunRecord, run_one
+from wavepp.runtime.bench.runs import BenchConfig, RunRecord, run_one
+from wavepp.runtime.control.knobs import Knobs
 from wavepp.runtime.engines.sim.engine import SimEngine
-from wavepp.runtime.knobs import Knobs
-from wavepp.runtime.phased_trace import DEFAULT_PHASES, PhaseFigures, phase_figures, write
-from wavepp.runtime.whatif_suggest import suggest_grid
-from wavepp.runtime.workloads import parse_workload
+from wavepp.runtime.sources.phased_trace import DEFAULT_PHASES, PhaseFigures, phase_figures, write
+from wavepp.runtime.sources.workloads import parse_workload
+from wavepp.runtime.whatif.suggest import suggest_grid
 from wavepp.telemetry import names as N
 
 MODEL, HARDWARE, PP, BLOCK = "glm-5.2", "b300", 4, 64

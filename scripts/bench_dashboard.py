@@ -52,7 +52,7 @@ def demo_prompt_tokens() -> int:
     """The demo's prompt length (``wavepp dashboard --engine sim``'s own rule: the largest up to 8192 whose
     longest reuse90 prompt fits llama-3-8b's context)."""
     from wavepp.runtime.engines.sim.engine import SimEngine
-    from wavepp.runtime.workloads import fit_prompt_tokens, parse_workload
+    from wavepp.runtime.sources.workloads import fit_prompt_tokens, parse_workload
     engine = SimEngine("llama-3-8b", "h200", 4)
     return fit_prompt_tokens(parse_workload("reuse90"), None, 8192, engine.max_context, engine.block_size)
 
@@ -78,9 +78,9 @@ def demo_rate(seconds: float = 20.0) -> float:
 
 def recorded_spans() -> list[dict[str, Any]]:
     """A virtual-time sim run like the demo's (llama-3-8b, H200, PP4, reuse90, c = 64)."""
-    from wavepp.runtime.bench import BenchConfig, run_one
+    from wavepp.runtime.bench.runs import BenchConfig, run_one
     from wavepp.runtime.engines.sim.engine import SimEngine
-    from wavepp.runtime.workloads import parse_workload
+    from wavepp.runtime.sources.workloads import parse_workload
     cfg = BenchConfig(parse_workload("reuse90"), [64], ["wavepp"], 1500, prompt_tokens=demo_prompt_tokens())
     return run_one(SimEngine("llama-3-8b", "h200", 4), cfg, "wavepp", 64).encoded
 

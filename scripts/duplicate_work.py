@@ -15,9 +15,9 @@ import argparse
 import collections
 import time
 
-from wavepp.runtime.bench import BenchConfig, run_one
+from wavepp.runtime.bench.runs import BenchConfig, run_one
 from wavepp.runtime.engines.sim.engine import SimEngine
-from wavepp.runtime.workloads import parse_workload
+from wavepp.runtime.sources.workloads import parse_workload
 from wavepp.telemetry import names as N
 
 

@@ -2,7 +2,7 @@
 
 Starts the embedded runtime (the real-time sim, or the torch engine with a calibration profile) in a
 child process, as ``wavepp dashboard`` does, and for each knob change in turn: previews it on the
-arrivals of the last ``--window`` seconds (``runtime.whatif``, the code the Knobs page runs), applies
+arrivals of the last ``--window`` seconds (``runtime.whatif.preview``, the code the Knobs page runs), applies
 it through the runtime's store, waits until the runtime applied it and ``--window`` more seconds, and
 compares the prediction with the figures of the requests that arrived in that window.
 
@@ -22,9 +22,9 @@ from typing import Any
 
 from wavepp.dashboard.embedded import start_child
 from wavepp.dashboard.whatif_jobs import change_time_ns
-from wavepp.runtime.knobs import CPU_KNOBS, Knobs, from_changes
-from wavepp.runtime.report import fmt
-from wavepp.runtime.whatif import gain, observed_over, observed_since, preview, replay_of, sim_spec
+from wavepp.runtime.control.knobs import CPU_KNOBS, Knobs, from_changes
+from wavepp.runtime.figures.report import fmt
+from wavepp.runtime.whatif.preview import gain, observed_over, observed_since, preview, replay_of, sim_spec
 
 SIM_CHANGES = ["ring=2", "ring=8", "max_wave_tokens=4096,min_wave_tokens=1024"]
 TORCH_CHANGES = ["ring=1", "ring=4", "max_wave_tokens=512,min_wave_tokens=256"]
@@ -80,7 +80,7 @@ def main() -> None:
         time.sleep(window + 5)                      # warm-up: a full window of arrivals under the start knobs
         for text in args.change or (TORCH_CHANGES if torch_engine else SIM_CHANGES):
             pull()
-            meta = remote.run_meta() or {}        # what the runtime published when it started (runtime.run_meta)
+            meta = remote.run_meta() or {}        # what the runtime published when it started (runtime.runs.meta)
             spec = sim_spec(meta, args.cost_profile)
             replay = replay_of(spans, meta, window)
             current = from_changes(remote.knobs().values, {})

@@ -23,8 +23,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from wavepp.runtime import whatif as W
-from wavepp.runtime.runfile import load_runs
+from wavepp.runtime.runs.runfile import load_runs
+from wavepp.runtime.whatif import preview as W
 
 
 def main() -> None:

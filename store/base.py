@@ -34,7 +34,7 @@ from wavepp.store.deployment import Deployment
 from wavepp.store.records import StatusSnapshot, WavePlanRecord
 
 # Run descriptions kept (the newest runs by id, which starts with the run's UTC start time:
-# runtime.runfile.RunInfo); a viewer shows a handful of recent runs.
+# runtime.runs.runfile.RunInfo); a viewer shows a handful of recent runs.
 RUN_META_CAP = 64
 
 # The largest knobs version a write stores: 2**53 - 1, the last integer a double counts exactly (Redis
@@ -85,7 +85,7 @@ class KnobsRecord:
 
 
 class KnobValidator(Protocol):
-    """How a writer checks a knob write before the store keeps it (``runtime.knobs.validated_values``).
+    """How a writer checks a knob write before the store keeps it (``runtime.control.knobs.validated_values``).
 
     Called with the stored values (empty when none are stored), the writer's changes and the
     deployment to check against (None: none published); returns the full values to store. Raises
@@ -176,7 +176,7 @@ class Store(Protocol):
         runtime writing back a record the store lost keeps the version its clients saw, so a version
         never moves backwards for them and a stale ``expected_version`` is still refused.
 
-        Raises whatever ``validate`` raises (``runtime.knobs.KnobError``: nothing written), and
+        Raises whatever ``validate`` raises (``runtime.control.knobs.KnobError``: nothing written), and
         ``StoreError`` when ``expected_version`` is given and no longer current, or when the record
         changed under every one of a bounded number of compare-and-set attempts (it never spins).
         """

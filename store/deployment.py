@@ -2,7 +2,7 @@
 
 The runtime publishes it at start (``Store.deployment_put``); a knob write that does not bring
 its own is validated against it. It is the store's record, so it lives here, below the runtime;
-:mod:`runtime.knobs` re-exports it.
+:mod:`runtime.control.knobs` re-exports it.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """A bounded ``repr`` for messages about values someone else wrote (a knob, a stored record).
 
 It lives in the store layer because the store quotes what it found in a corrupt record, and the
-store may not import the runtime; :mod:`runtime.knobs` re-exports it for its own messages.
+store may not import the runtime; :mod:`runtime.control.knobs` re-exports it for its own messages.
 """
 
 from __future__ import annotations

@@ -166,7 +166,7 @@ class StatusSnapshot:
     finished: int = 0            # requests that finished or failed
     failed: int = 0
     knobs_version: int | None = None           # the knobs version the runtime runs with
-    # The last knobs record it refused: {"version", "reason", "running"} (runtime.control_plane.KnobWatcher).
+    # The last knobs record it refused: {"version", "reason", "running"} (runtime.control.plane.KnobWatcher).
     knobs_refused: dict[str, Any] | None = None
     stages: tuple[StageStatus, ...] = ()
 

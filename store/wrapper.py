@@ -3,7 +3,7 @@ through one hook, :meth:`StoreWrapper._call`.
 
 A wrapper - retries through outages (:mod:`store.resilient`), a blocking bridge for virtual time
 (:mod:`store.threaded`), modelled round trips (``runtime.engines.coordination.CostedStore``), a
-call counter (``runtime.admission_bench``) - overrides the hook, and a method of its own only where
+call counter (``runtime.bench.admission``) - overrides the hook, and a method of its own only where
 its treatment depends on the arguments. Every call stays typed: no ``__getattr__`` proxy, so a
 method missing from a wrapper, or a caller reaching for an attribute the protocol does not have, is
 a type error rather than a surprise at run time.

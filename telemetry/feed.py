@@ -1,6 +1,6 @@
 """A span processor that hands every recorded span, in compact form, to a consumer as it ends.
 
-The run's figures are computed this way (``runtime.report.FigureAccumulator``): each span is
+The run's figures are computed this way (``runtime.figures.report.FigureAccumulator``): each span is
 folded into counters and dropped, so a run keeps its spans only when something asked for them
 (a saved run, a trace). Thread-safe: the runtime may end spans from more than one thread.
 """

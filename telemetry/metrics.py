@@ -9,8 +9,8 @@ Public API (framework-free; ``wavepp serve`` mounts :meth:`WaveppMetrics.render`
 Exact, whatever the span sampler decides: every *recorded* span of a run reaches
 :class:`MetricsSpanProcessor` as it ends (the sampler only decides what is exported), so each step,
 admission round and request is counted once, on the runtime's own clock (virtual time on the sim).
-Idle seconds by cause come from ``runtime/idle_causes.py``: when a bench's run ends (``record_idle``),
-and on a server at every scrape as they settle (``runtime.idle_causes.LiveIdle``); queue
+Idle seconds by cause come from ``runtime/figures/idle_causes.py``: when a bench's run ends (``record_idle``),
+and on a server at every scrape as they settle (``runtime.figures.idle_causes.LiveIdle``); queue
 depths and KV blocks from the loop's status snapshots (``observe_status``).
 """
 

@@ -210,7 +210,7 @@ class Telemetry:
         """A child of ``parent`` (default: the current span), timed on the runtime clock; exceptions
         mark it as an error. ``cpu``: also record the CPU time this thread spent inside it
         (``wavepp.loop.cpu_s``: on a span of pure loop work, its time over this says how much of a
-        core the loop had - what a what-if replay charges, :mod:`runtime.whatif_calibrate`)."""
+        core the loop had - what a what-if replay charges, :mod:`runtime.whatif.calibrate`)."""
         if not self.enabled:
             return _NOT_RECORDING
         return self._span(name, attributes, links, parent, cpu)

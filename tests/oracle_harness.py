@@ -19,12 +19,12 @@ from types import ModuleType
 from typing import Any
 
 from wavepp.runtime.arrivals import ArrivalPort
-from wavepp.runtime.bench import BenchConfig, run_one
+from wavepp.runtime.bench.runs import BenchConfig, run_one
+from wavepp.runtime.control.knobs import Knobs
 from wavepp.runtime.engines.sim.engine import SimEngine
-from wavepp.runtime.hashing import block_hashes
-from wavepp.runtime.knobs import Knobs
+from wavepp.runtime.kvcache.hashing import block_hashes
 from wavepp.runtime.request import Request
-from wavepp.runtime.workloads import parse_workload
+from wavepp.runtime.sources.workloads import parse_workload
 from wavepp.telemetry import names as N
 
 ROOT = Path(__file__).resolve().parents[1]

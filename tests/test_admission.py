@@ -6,9 +6,9 @@ import asyncio
 import random
 
 from wavepp.runtime.admission import Admission
-from wavepp.runtime.engines.base import StageHandle
-from wavepp.runtime.hashing import block_hashes, token_array
-from wavepp.runtime.index_publisher import IndexPublisher
+from wavepp.runtime.control.index_publisher import IndexPublisher
+from wavepp.runtime.kvcache.handle import StageHandle
+from wavepp.runtime.kvcache.hashing import block_hashes, token_array
 from wavepp.runtime.kvcache.priming import prime
 from wavepp.runtime.kvcache.stage_cache import StageCache
 from wavepp.runtime.mechanisms.reuse_lookup import FirstStageTree, HintIndex

@@ -6,15 +6,15 @@ from __future__ import annotations
 
 from array import array
 
-from wavepp.runtime.bench import BenchConfig, run_one
+from wavepp.runtime.bench.runs import BenchConfig, run_one
+from wavepp.runtime.control.knobs import Knobs
 from wavepp.runtime.engines.sim.engine import SimEngine
-from wavepp.runtime.hashing import block_hashes
-from wavepp.runtime.knobs import Knobs
+from wavepp.runtime.kvcache.hashing import block_hashes
 from wavepp.runtime.kvcache.stage_cache import StageCache
 from wavepp.runtime.mechanisms.lookup_moment import OnAdmission, OnFirstScheduling
-from wavepp.runtime.planner import Room, StaticPlanner
+from wavepp.runtime.planning.planner import Room, StaticPlanner
 from wavepp.runtime.request import AdmittedRequest, Request
-from wavepp.runtime.workloads import parse_workload
+from wavepp.runtime.sources.workloads import parse_workload
 from wavepp.telemetry import names as N
 
 B = 64

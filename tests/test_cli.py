@@ -276,7 +276,7 @@ def test_every_flag_has_help_and_shows_its_default() -> None:
     text = next(a for a in parser._subparsers._group_actions[0].choices["grid"]._actions  # type: ignore[union-attr]
                 if a.dest == "grid").help
     assert "paper (default)" in text and "40 settings" in text
-    from wavepp.runtime.workloads import FORMS
+    from wavepp.runtime.sources.workloads import FORMS
     bench = parser._subparsers._group_actions[0].choices["bench"]  # type: ignore[union-attr]
     assert FORMS in " ".join(next(a for a in bench._actions if a.dest == "workload").help.split())
 

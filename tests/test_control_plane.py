@@ -14,9 +14,9 @@ import pytest
 import redis
 
 from tests.api_client import api_on
-from wavepp.runtime.control_plane import KNOB_POLL_S, KnobWatcher
+from wavepp.runtime.control.knobs import Deployment, KnobError, Knobs, validated_values
+from wavepp.runtime.control.plane import KNOB_POLL_S, KnobWatcher
 from wavepp.runtime.engines.sim.engine import SimEngine
-from wavepp.runtime.knobs import Deployment, KnobError, Knobs, validated_values
 from wavepp.store.redis_store import RedisStore
 
 OWN = Deployment(64, 2)

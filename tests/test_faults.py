@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from tests.processes import alive, stage_processes
-from wavepp.runtime import bench
+from wavepp.runtime.bench import runs as bench
 from wavepp.runtime.cli import main
 
 WAVEPP = Path(sys.executable).parent / "wavepp"

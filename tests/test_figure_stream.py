@@ -16,11 +16,11 @@ from typing import Any
 
 import pytest
 
-from wavepp.runtime.bench import BenchConfig, run_one
+from wavepp.runtime.bench.runs import BenchConfig, run_one
 from wavepp.runtime.engines.sim.engine import SimEngine
-from wavepp.runtime.report import FigureAccumulator, compute_figures
-from wavepp.runtime.runfile import SavedRun, load_runs
-from wavepp.runtime.workloads import parse_workload
+from wavepp.runtime.figures.report import FigureAccumulator, compute_figures
+from wavepp.runtime.runs.runfile import SavedRun, load_runs
+from wavepp.runtime.sources.workloads import parse_workload
 from wavepp.telemetry import names as N
 
 SAVED = Path(__file__).parent / "data" / "runs" / "main-figures.json.gz"

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from wavepp.runtime.bench.grid import GridRow, GridSpec, run_grid, summary, to_markdown
 from wavepp.runtime.cli import main
-from wavepp.runtime.grid import GridRow, GridSpec, run_grid, summary, to_markdown
 
 SPEC = GridSpec(models=("llama-3-8b",), hardware="h200", pp=2, workloads=("reuse90", "suffix:256"),
                 concurrencies=(4,), policies=("wavepp", "trtllm-pp", "trtllm-pp-legacy"), requests=12)
@@ -68,9 +68,9 @@ def test_every_grid_takes_the_policy_list(grid: str, capsys: pytest.CaptureFixtu
 def test_the_pressure_grid_sizes_its_working_sets_on_the_smallest_pool(tmp_path: Path) -> None:
     """docs: N documents of mean m make 0.5x and 3x the smallest stage's pool; a trace's pools hold a
     third of its distinct blocks; a model whose context cannot hold a mean skips it."""
+    from wavepp.runtime.bench.grid_pressure import TRACE_FIT, pressure_settings
     from wavepp.runtime.engines.sim.engine import SimEngine
-    from wavepp.runtime.grid_pressure import TRACE_FIT, pressure_settings
-    from wavepp.runtime.workloads import parse_workload
+    from wavepp.runtime.sources.workloads import parse_workload
     trace = tmp_path / "t.jsonl"
     trace.write_text("\n".join(json.dumps({"timestamp": i, "input_length": 1024, "hash_ids": [0, i + 1]})
                                for i in range(30)))
@@ -93,10 +93,10 @@ def test_the_pressure_grid_sizes_its_working_sets_on_the_smallest_pool(tmp_path:
 
 
 def test_the_kimi_grid_is_28_settings_of_seven_policies_16_at_c_8_or_more() -> None:
+    from wavepp.runtime.bench.grid_kimi import POLICIES, kimi_spec
     from wavepp.runtime.engines.sim.engine import SimEngine
-    from wavepp.runtime.grid_kimi import POLICIES, kimi_spec
     from wavepp.runtime.policies import get_policy
-    from wavepp.runtime.workloads import parse_workload
+    from wavepp.runtime.sources.workloads import parse_workload
     spec = kimi_spec()
     settings = spec.settings()
     assert len(settings) == 28 and sum(s.concurrency >= 8 for s in settings) == 16

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from wavepp.runtime.hashing import ROOT_HASH, block_hashes, random_tokens
+from wavepp.runtime.kvcache.hashing import ROOT_HASH, block_hashes, random_tokens
 
 B = 16
 
@@ -27,7 +27,7 @@ def test_stable_across_processes() -> None:
     """A fresh interpreter (own hash() salt) computes the very same hashes."""
     tokens = _tokens(5 * B + 3)
     code = (
-        "import json, sys; from runtime.hashing import block_hashes; "
+        "import json, sys; from runtime.kvcache.hashing import block_hashes; "
         "t = json.loads(sys.argv[1]); "
         "print(json.dumps([block_hashes(t, 16), block_hashes(t, 16, extra=b'rev1')]))"
     )

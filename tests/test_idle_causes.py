@@ -7,10 +7,10 @@ from typing import Any
 
 import pytest
 
-from wavepp.runtime.bench import BenchConfig, run_one
+from wavepp.runtime.bench.runs import BenchConfig, run_one
 from wavepp.runtime.engines.sim.engine import SimEngine
-from wavepp.runtime.idle_causes import CAUSES, idle_causes, idle_intervals, sums, top_causes
-from wavepp.runtime.workloads import parse_workload
+from wavepp.runtime.figures.idle_causes import CAUSES, idle_causes, idle_intervals, sums, top_causes
+from wavepp.runtime.sources.workloads import parse_workload
 from wavepp.telemetry import names as N
 
 MS = 1_000_000
@@ -97,10 +97,10 @@ def test_intervals_tile_each_stages_idle_time_and_sum_to_the_causes() -> None:
 
 
 def test_a_live_split_settles_exactly_the_idle_time_before_its_horizon() -> None:
-    """A server's idle counters (runtime.idle_causes.LiveIdle): spans fed in pieces, settled after
+    """A server's idle counters (runtime.figures.idle_causes.LiveIdle): spans fed in pieces, settled after
     each; what settled is, per stage, exactly the time up to the last horizon that the stage was
     not executing (no drain), and a settle with nothing new gives nothing."""
-    from wavepp.runtime.idle_causes import LiveIdle
+    from wavepp.runtime.figures.idle_causes import LiveIdle
     from wavepp.telemetry.span_codec import encode
     engine = SimEngine("llama-3-8b", "h200", 4, block_size=64, kv_blocks=[1000, 200, 1000, 1000])
     cfg = BenchConfig(parse_workload("reuse90"), [8], ["trtllm-pp"], 48, 0, prompt_tokens=2048)

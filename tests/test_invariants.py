@@ -1,4 +1,4 @@
-"""The invariant checker (``runtime/invariants.py``, ``--check-invariants``): every registered policy
+"""The invariant checker (``runtime/guards/invariants.py``, ``--check-invariants``): every registered policy
 runs clean under it on tight, uneven pools, and each check names what it finds broken."""
 
 from __future__ import annotations
@@ -9,15 +9,15 @@ from types import SimpleNamespace
 
 import pytest
 
-from wavepp.runtime import invariants
-from wavepp.runtime.bench import BenchConfig, run_one
-from wavepp.runtime.engines.base import StageHandle
+from wavepp.runtime.bench.runs import BenchConfig, run_one
 from wavepp.runtime.engines.sim.engine import SimEngine
-from wavepp.runtime.hashing import block_hashes
+from wavepp.runtime.guards import invariants
+from wavepp.runtime.kvcache.handle import StageHandle
+from wavepp.runtime.kvcache.hashing import block_hashes
 from wavepp.runtime.kvcache.priming import prime
 from wavepp.runtime.kvcache.stage_cache import StageCache
 from wavepp.runtime.policies import POLICIES
-from wavepp.runtime.workloads import parse_workload
+from wavepp.runtime.sources.workloads import parse_workload
 
 
 @pytest.mark.parametrize("policy", sorted(p.name for p in POLICIES))

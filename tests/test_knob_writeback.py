@@ -11,8 +11,8 @@ from collections.abc import Callable
 import pytest
 import redis
 
-from wavepp.runtime.control_plane import KnobWatcher
-from wavepp.runtime.knobs import Deployment, Knobs, validated_values
+from wavepp.runtime.control.knobs import Deployment, Knobs, validated_values
+from wavepp.runtime.control.plane import KnobWatcher
 from wavepp.store.base import StoreError
 from wavepp.store.redis_store import RedisStore
 

@@ -15,13 +15,13 @@ from typing import TypeVar
 
 import pytest
 
-from wavepp.runtime.bench import BenchConfig, RunRecord, run_one
-from wavepp.runtime.engines.base import Escrowed, StageHandle
+from wavepp.runtime.bench.runs import BenchConfig, RunRecord, run_one
 from wavepp.runtime.engines.sim.engine import SimEngine
-from wavepp.runtime.hashing import block_hashes, token_array
+from wavepp.runtime.kvcache.handle import Escrowed, StageHandle
+from wavepp.runtime.kvcache.hashing import block_hashes, token_array
 from wavepp.runtime.kvcache.priming import prime
 from wavepp.runtime.kvcache.stage_cache import StageCache
-from wavepp.runtime.workloads import parse_workload
+from wavepp.runtime.sources.workloads import parse_workload
 
 POLICIES = ["wavepp", "trtllm-pp"]
 T = TypeVar("T")
@@ -153,7 +153,7 @@ def test_a_stalled_run_is_reported_with_its_figures_and_the_bench_goes_on(monkey
     requests stalls the first policy's run; the second policy's run still runs and is reported."""
     import json
 
-    import wavepp.runtime.bench as bench
+    import wavepp.runtime.bench.runs as bench
     from wavepp.runtime.cli import main
     state = {"policy": "", "calls": 0}
     real_escrow, real_run_one = StageHandle.escrow, bench.run_one

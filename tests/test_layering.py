@@ -1,10 +1,11 @@
-"""The import graph, checked (issue 25): no circle among the project's modules - counting imports under
+"""The import graph, checked: no circle among the project's modules - counting imports under
 ``TYPE_CHECKING`` and inside functions too - and no arrow from a lower floor to a higher one:
 
 * ``wavepp.store`` and ``wavepp.telemetry`` import nothing of ``wavepp.runtime`` or ``wavepp.dashboard``;
 * nothing below the dashboard imports ``wavepp.dashboard``;
-* a mechanism (``wavepp.runtime.mechanisms``) or a policy imports none of the loop's modules: it sees
-  ports (``mechanisms/ports.py``), types and the registry.
+* a mechanism (``wavepp.runtime.mechanisms``) or a policy imports only what lies below it: the stages' caches
+  and their handles (``kvcache``), the planners (``planning``), the request's objects, the clock, the registry,
+  the store and the telemetry's names - never the loop, an engine or anything above them.
 """
 
 from __future__ import annotations
@@ -15,8 +16,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 FOLDERS = ("runtime", "store", "telemetry", "dashboard")
-LOOP_MODULES = ("admission", "arrivals", "bench", "completion", "control_plane", "index_publisher", "loop",
-                "run_state", "stage_tasks", "watchdog", "serve", "cli", "whatif", "grid")
+# What a mechanism may import of the runtime (a policy, the mechanisms too): the floors below it.
+BELOW_MECHANISMS = ("kvcache", "planning", "request", "clock", "registry")
 
 
 def modules() -> dict[str, Path]:
@@ -113,16 +114,36 @@ def test_no_import_runs_from_a_lower_floor_to_a_higher_one() -> None:
     assert wrong == []
 
 
-def test_mechanisms_and_policies_see_ports_not_the_loop() -> None:
+def above_mechanisms(edges: dict[str, set[str]]) -> list[str]:
+    """Every arrow from a mechanism or a policy to a part of the runtime that is not below it."""
     wrong = []
-    for name, targets in graph().items():
-        if not name.startswith(("wavepp.runtime.mechanisms", "wavepp.runtime.policies")):
+    for name, targets in edges.items():
+        parts = name.split(".")
+        if parts[:2] != ["wavepp", "runtime"] or len(parts) < 3 or parts[2] not in ("mechanisms", "policies"):
             continue
+        allowed = (*BELOW_MECHANISMS, "mechanisms") + (("policies",) if parts[2] == "policies" else ())
         for t in targets:
-            parts = t.split(".")
-            if parts[1] == "runtime" and len(parts) > 2 and parts[2] in LOOP_MODULES:
+            up = t.split(".")
+            if up[1] == "runtime" and (len(up) < 3 or up[2] not in allowed):
                 wrong.append(f"{name} -> {t}")
-    assert wrong == []
+    return wrong
+
+
+def test_mechanisms_and_policies_see_only_what_lies_below_them() -> None:
+    assert above_mechanisms(graph()) == []
+
+
+def test_an_injected_upward_import_fails_the_check() -> None:
+    """The check above is not vacuous: one arrow from a mechanism to an engine (the one moved away) or to the
+    loop, added to the real graph, is reported - and a policy's arrow to a mechanism is not."""
+    edges = graph()
+    assert "wavepp.runtime.mechanisms.ports" in edges and "wavepp.runtime.engines.base" in edges
+    for target in ("wavepp.runtime.engines.base", "wavepp.runtime.loop", "wavepp.runtime.control.knobs"):
+        injected = {**edges, "wavepp.runtime.mechanisms.ports": edges["wavepp.runtime.mechanisms.ports"] | {target}}
+        assert above_mechanisms(injected) == [f"wavepp.runtime.mechanisms.ports -> {target}"]
+    allowed = {**edges, "wavepp.runtime.policies.base": edges["wavepp.runtime.policies.base"]
+               | {"wavepp.runtime.mechanisms.ports", "wavepp.runtime.kvcache.handle"}}
+    assert above_mechanisms(allowed) == []
 
 
 def test_the_checker_sees_every_kind_of_import(tmp_path: Path) -> None:

@@ -7,9 +7,9 @@ import itertools
 
 import pytest
 
-from wavepp.runtime.bench import BenchConfig, RunRecord, run_one
+from wavepp.runtime.bench.runs import BenchConfig, RunRecord, run_one
 from wavepp.runtime.engines.sim.engine import SimEngine
-from wavepp.runtime.workloads import parse_workload
+from wavepp.runtime.sources.workloads import parse_workload
 from wavepp.telemetry import names as N
 
 POLICIES = ["wavepp", "trtllm-pp"]
@@ -88,7 +88,7 @@ def test_uneven_capacities_diverge_and_only_the_baseline_falls_back_late() -> No
     # A late fallback costs the baseline recomputation; wavepp's boundaries are lowered at lease time.
     assert recomputed_tokens(base) > 64
     assert abs(recomputed_tokens(wave)) < 1
-    # The same loss as busy time per stage (runtime/recomputation.py): the baseline's, none for wavepp.
+    # The same loss as busy time per stage (runtime/figures/recomputation.py): the baseline's, none for wavepp.
     assert wave.figures.recompute_s == [0.0] * 4
     assert base.figures.recompute_s[0] > 0        # stage 0 runs every discarded chunk
     assert max(base.figures.recompute_s) < base.figures.makespan_s
@@ -172,7 +172,7 @@ def test_a_knob_change_reaches_the_next_wave() -> None:
     """set_knobs mid-run: the next wave-plan span names the change and plans with the new budget."""
     from wavepp.runtime.engines.sim.clock import run_virtual
     from wavepp.runtime.loop import PipelineLoop
-    from wavepp.runtime.workloads import Workload
+    from wavepp.runtime.sources.workloads import Workload
 
     engine = small_engine()
     parts = engine.build()
@@ -241,7 +241,7 @@ def test_a_stage_prepares_the_next_wave_while_it_executes_one_ahead_at_most(poli
 
 
 def test_a_wave_completes_its_finished_requests_in_one_message_per_stage(monkeypatch: pytest.MonkeyPatch) -> None:
-    from wavepp.runtime.engines.base import StageHandle
+    from wavepp.runtime.kvcache.handle import StageHandle
     calls: list[tuple[int, int]] = []
     real = StageHandle.complete_many
 

@@ -5,7 +5,7 @@ switches to any registered preset or single-mechanism ablation, and evictions fo
 (memory pressure from outside the run: residency diverges from the hint index) and stages that die
 (the sim's ``fail_stage``) - and the run plays the schedule on
 the sim, in virtual time, on uneven pools that diverge across stages, with the invariant checker
-(``runtime/invariants.py``) after every wave and at the drain.
+(``runtime/guards/invariants.py``) after every wave and at the drain.
 
 Whatever the interleaving, every request ends exactly once, completed or cancelled by its client
 (failed only with a stage's death); the loop stops only when a stage died; at the drain no stage
@@ -29,7 +29,7 @@ from tests.test_request_endings import EVERY_POLICY, Served, request
 from wavepp.runtime.engines.sim.clock import run_virtual
 from wavepp.runtime.engines.sim.executor import StageFailed
 from wavepp.runtime.mechanisms.stage_admission import SOURCE_STOPS
-from wavepp.runtime.server_source import CANCELLED
+from wavepp.runtime.sources.server import CANCELLED
 
 # Per example one virtual-time run of up to STEPS events: about 0.1-0.5 s of wall time each.
 LONG = os.environ.get("WAVEPP_HYPOTHESIS_PROFILE") == "reliability"

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from tests.oracle_harness import FIXTURES, Decisions, first_difference, load_fixture, oracle_decisions, run_sim
-from wavepp.runtime.knobs import Knobs
+from wavepp.runtime.control.knobs import Knobs
 
 # What vllm-pp does that vLLM 0.34.0 does not, as read from both (vllm/v1/core/kv_cache_manager.py,
 # vllm/v1/core/sched/scheduler.py; runtime/policies/vllm_pp.py).

@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from wavepp.runtime.knobs import KnobError, Knobs, check_block_size
-from wavepp.runtime.planner import (
+from wavepp.runtime.control.knobs import KnobError, Knobs, check_block_size
+from wavepp.runtime.planning.planner import (
     MpuBudget,
     MpuPlanner,
     budget_candidates,

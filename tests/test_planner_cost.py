@@ -1,4 +1,4 @@
-"""The cost-aware wave budget (runtime/planner_cost.py): the pipeline model's choices, by hand."""
+"""The cost-aware wave budget (runtime/planning/cost.py): the pipeline model's choices, by hand."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ from collections.abc import Sequence
 
 import pytest
 
-from wavepp.runtime.planner import MpuBudget, MpuPlanner, pack_fcfs
-from wavepp.runtime.planner_cost import CostPlanner, fcfs_waves, occupancy
+from wavepp.runtime.planning.cost import CostPlanner, fcfs_waves, occupancy
+from wavepp.runtime.planning.planner import MpuBudget, MpuPlanner, pack_fcfs
+from wavepp.runtime.planning.step_times import Shape, StageFit, StepTimes
 from wavepp.runtime.request import AdmittedRequest, Request
-from wavepp.runtime.step_times import Shape, StageFit, StepTimes
 
 B = 64
 P = 4
@@ -132,9 +132,9 @@ def test_predict_asks_the_engines_model_for_the_slowest_stage() -> None:
 def test_on_the_sim_a_light_load_keeps_the_pipeline_busy_where_mpu_sends_one_wave_at_a_time() -> None:
     """Kimi-K3, PP4, 16 clients of 8K-token prompts 90% cached: MPU's b_min of 8192 holds the ~13K new
     tokens in the system in two waves (half the stages idle); the cost budget circulates about four."""
-    from wavepp.runtime.bench import BenchConfig, run_one
+    from wavepp.runtime.bench.runs import BenchConfig, run_one
     from wavepp.runtime.engines.sim.engine import SimEngine
-    from wavepp.runtime.workloads import parse_workload
+    from wavepp.runtime.sources.workloads import parse_workload
 
     engine = SimEngine("kimi-k3", "b300", 4)
     cfg = BenchConfig(parse_workload("reuse90"), [16], [], 64, prompt_tokens=8192)

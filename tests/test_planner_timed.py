@@ -1,12 +1,13 @@
-"""Time-equalized packing: the timed chunking's planner (runtime/planner_timed.py)."""
+"""Time-equalized packing: the timed chunking's planner (runtime/planning/timed.py)."""
 
 from __future__ import annotations
 
 import pytest
 
 from tests.test_planner import B, adm
-from wavepp.runtime.planner import MpuBudget, MpuPlanner, scheduled
-from wavepp.runtime.planner_timed import (
+from wavepp.runtime.planning.planner import MpuBudget, MpuPlanner, scheduled
+from wavepp.runtime.planning.step_times import StageFit, StepTimes, features, fit
+from wavepp.runtime.planning.timed import (
     TimedPlanner,
     bottleneck,
     pack_timed,
@@ -16,7 +17,6 @@ from wavepp.runtime.planner_timed import (
     token_waves,
 )
 from wavepp.runtime.request import AdmittedRequest, Chunk, Request
-from wavepp.runtime.step_times import StageFit, StepTimes, features, fit
 
 # ---- time-equalized packing (the timed chunking) --------------------------------------------------
 

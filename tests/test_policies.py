@@ -12,15 +12,15 @@ import pytest
 
 from wavepp.dashboard.sources import Snapshot
 from wavepp.dashboard.view import make_view
-from wavepp.runtime.bench import BenchConfig, run_one
+from wavepp.runtime.bench.runs import BenchConfig, run_one
+from wavepp.runtime.control.knobs import POLICY_NAMES, KnobError, Knobs
 from wavepp.runtime.engines.sim.engine import SimEngine
-from wavepp.runtime.knobs import POLICY_NAMES, KnobError, Knobs
 from wavepp.runtime.kvcache.priming import prime
 from wavepp.runtime.mechanisms.token_charge import FromPositionZero, SuffixOnly
-from wavepp.runtime.planner import pack_static
+from wavepp.runtime.planning.planner import pack_static
 from wavepp.runtime.policies import KINDS, POLICIES, get_policy
 from wavepp.runtime.request import AdmittedRequest, Chunk, Request
-from wavepp.runtime.workloads import parse_workload
+from wavepp.runtime.sources.workloads import parse_workload
 from wavepp.telemetry import names as N
 from wavepp.telemetry.span_codec import encode
 
@@ -194,7 +194,7 @@ def test_the_whole_prompt_reserve_counts_again_only_the_prefix_others_hold() -> 
     double-counts only reused blocks running requests hold. A lease that pins cached blocks itself
     takes them from the room already; counting them again refused a prompt reusing more than the
     spare room forever (trtllm-pp-legacy stalled on a 40-block stage)."""
-    from wavepp.runtime.hashing import block_hashes, token_array
+    from wavepp.runtime.kvcache.hashing import block_hashes, token_array
     from wavepp.runtime.kvcache.stage_cache import StageCache
     tokens = list(range(30 * B + 10))
     hashes = block_hashes(token_array(tokens), B)                    # 30 full blocks
@@ -224,8 +224,8 @@ def test_lockstep_host_work_walks_pending_prompts_on_the_stage_tree() -> None:
     """A radix walk per pending prompt, block by block until the first miss (PR #13095)."""
     import asyncio
 
-    from wavepp.runtime.engines.base import StageHandle
-    from wavepp.runtime.hashing import block_hashes, token_array
+    from wavepp.runtime.kvcache.handle import StageHandle
+    from wavepp.runtime.kvcache.hashing import block_hashes, token_array
     from wavepp.runtime.kvcache.stage_cache import StageCache
     cache = StageCache(0, 64, B)
     cached = block_hashes(token_array(list(range(640))), B)          # 10 blocks
@@ -265,8 +265,8 @@ def test_the_ring_return_path_adds_one_stage_message_before_a_slot_reopens() -> 
 def test_the_policys_pool_sizes_the_caches_and_a_policy_switched_to_runs_on_them() -> None:
 
     from wavepp.runtime.loop import PipelineLoop
-    from wavepp.runtime.runfile import RunInfo
-    from wavepp.runtime.workloads import Workload
+    from wavepp.runtime.runs.runfile import RunInfo
+    from wavepp.runtime.sources.workloads import Workload
     engine = SimEngine("llama-3-8b", "h200", 3, block_size=B, kv_blocks=[900, 500, 700])
     assert [h.capacity for h in engine.build(get_policy("wavepp").pool).handles] == [900, 500, 700]
     parts = engine.build(get_policy("trtllm-pp").pool)

@@ -8,10 +8,10 @@ from array import array
 
 from tests.test_report import META, Run
 from tests.test_whatif_fidelity import docs_run
-from wavepp.runtime import whatif as W
-from wavepp.runtime.prefix_ledger import PrefixLedger, split_reuse
-from wavepp.runtime.report import compute_figures
+from wavepp.runtime.figures.prefix_ledger import PrefixLedger, split_reuse
+from wavepp.runtime.figures.report import compute_figures
 from wavepp.runtime.request import Request
+from wavepp.runtime.whatif import preview as W
 from wavepp.telemetry import names as N
 
 

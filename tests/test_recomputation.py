@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from wavepp.runtime.recomputation import RecomputeTracker, recomputation_s
+from wavepp.runtime.figures.recomputation import RecomputeTracker, recomputation_s
 from wavepp.telemetry import names as N
 
 MS = 1_000_000

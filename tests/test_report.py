@@ -12,7 +12,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import Status, StatusCode, Tracer
 
-from wavepp.runtime.report import compute_figures, percentile
+from wavepp.runtime.figures.report import compute_figures, percentile
 from wavepp.telemetry import names as N
 from wavepp.telemetry.setup import SIM_EPOCH_NS
 from wavepp.telemetry.span_codec import encode

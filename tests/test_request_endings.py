@@ -1,7 +1,7 @@
 """Every request ends exactly once, whatever races it: a client that gives up at any point of its
 request's life, and the ``policy`` knob changed under load, never stop the loop, never fail an
 unrelated request and never leave a lease, escrow or reference behind (issue 23, items 1-2) - with
-the runtime's invariant checker after every wave and at the drain (``runtime/invariants.py``).
+the runtime's invariant checker after every wave and at the drain (``runtime/guards/invariants.py``).
 
 The servers' open-loop source on the shared loop, on the sim engine in virtual time: deterministic
 for a seed, hundreds of clients in a couple of seconds.
@@ -18,12 +18,12 @@ from typing import Any
 
 from wavepp.runtime.engines.sim.clock import run_virtual
 from wavepp.runtime.engines.sim.engine import SimEngine
-from wavepp.runtime.hashing import block_hashes
+from wavepp.runtime.kvcache.hashing import block_hashes
 from wavepp.runtime.loop import PipelineLoop
 from wavepp.runtime.policies import KINDS, POLICIES
 from wavepp.runtime.request import Request
-from wavepp.runtime.runfile import RunInfo
-from wavepp.runtime.server_source import CANCELLED, Outcome, ServerSource
+from wavepp.runtime.runs.runfile import RunInfo
+from wavepp.runtime.sources.server import CANCELLED, Outcome, ServerSource
 
 BLOCK = 64
 # Every registered preset and every single-mechanism ablation of each.
@@ -64,7 +64,7 @@ class Served:
         tel = engine.telemetry(RunInfo.new(policy, "serve", 0, "sim", "memory"))
         knobs = engine.default_knobs().replace(max_wave_tokens=2048, min_wave_tokens=1024, policy=policy)
         source = ServerSource(max_queue=10_000)
-        # Every wave boundary and the drain checked (runtime/invariants.py): a violation fails the run.
+        # Every wave boundary and the drain checked (runtime/guards/invariants.py): a violation fails the run.
         loop = PipelineLoop(parts.handles, parts.executor, store, knobs, source, 1, tel, BLOCK, check_invariants=True)
         task = asyncio.create_task(loop.run())
         await until(lambda: source.ready)

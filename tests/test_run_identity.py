@@ -14,10 +14,10 @@ from pathlib import Path
 import redis
 
 from wavepp.dashboard.sources import StoreSource
-from wavepp.runtime.bench import BenchConfig, run_one
+from wavepp.runtime.bench.runs import BenchConfig, run_one
+from wavepp.runtime.control.knobs import validated_values
 from wavepp.runtime.engines.sim.engine import SimEngine
-from wavepp.runtime.knobs import validated_values
-from wavepp.runtime.workloads import parse_workload
+from wavepp.runtime.sources.workloads import parse_workload
 from wavepp.store.redis_store import RedisStore
 
 WAVEPP = Path(sys.executable).parent / "wavepp"
@@ -122,7 +122,7 @@ def test_a_run_describes_itself_in_the_store_from_its_start_and_the_store_source
 
 def test_a_server_describes_its_run_in_the_store_when_it_starts() -> None:
     """`wavepp serve` publishes the same description: an open-loop run of the engine it serves."""
-    from wavepp.runtime.knobs import Knobs
+    from wavepp.runtime.control.knobs import Knobs
     from wavepp.runtime.serve.runtime import ServerRuntime
 
     url = fresh_url()
@@ -234,8 +234,8 @@ def test_a_run_that_fails_says_so_in_its_last_status_record() -> None:
     """A viewer tells a crashed runtime from a finished one by the last status record's state."""
     from wavepp.runtime.engines.sim.clock import run_virtual
     from wavepp.runtime.loop import PipelineLoop
-    from wavepp.runtime.runfile import RunInfo
-    from wavepp.runtime.workloads import Workload
+    from wavepp.runtime.runs.runfile import RunInfo
+    from wavepp.runtime.sources.workloads import Workload
 
     engine = SimEngine("llama-3-8b", "h200", 2, kv_blocks=[2000])
     parts = engine.build()
@@ -270,7 +270,7 @@ def test_a_run_that_fails_says_so_in_its_last_status_record() -> None:
 
 
 def test_a_server_run_is_labelled_open_loop_not_c0() -> None:
-    from wavepp.runtime.runfile import RunInfo
+    from wavepp.runtime.runs.runfile import RunInfo
     label = RunInfo.new("wavepp", "serve", 0, "torch", "memory").label
     assert label.startswith("wavepp serve open loop · torch · memory · ") and "c=0" not in label
     assert " c=16 · " in RunInfo.new("wavepp", "reuse90", 16, "sim", "memory").label

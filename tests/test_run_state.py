@@ -137,5 +137,5 @@ def test_stage_completion_and_mechanism_code_never_see_the_loop_object() -> None
         assert "wavepp.runtime.loop" not in imported, f"{f.name} imports wavepp.runtime.loop"
         assert "PipelineLoop" not in f.read_text(), f"{f.name} names PipelineLoop"
     # A request source (wavepp serve's) gets a LoopPort, not the loop.
-    source = ast.parse((root / "server_source.py").read_text())
+    source = ast.parse((root / "sources" / "server.py").read_text())
     assert "wavepp.runtime.loop" not in {n.module for n in ast.walk(source) if isinstance(n, ast.ImportFrom)}

@@ -10,11 +10,11 @@ from array import array
 import pytest
 
 from wavepp.runtime.engines.sim.engine import SimEngine
-from wavepp.runtime.hashing import block_hashes
+from wavepp.runtime.kvcache.hashing import block_hashes
 from wavepp.runtime.loop import PipelineLoop
 from wavepp.runtime.request import Request
-from wavepp.runtime.runfile import RunInfo
-from wavepp.runtime.server_source import CANCELLED, QueueFull, ServerSource
+from wavepp.runtime.runs.runfile import RunInfo
+from wavepp.runtime.sources.server import CANCELLED, QueueFull, ServerSource
 
 BLOCK = 64
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from array import array
 
-from wavepp.runtime.bench import BenchConfig, run_one
+from wavepp.runtime.bench.runs import BenchConfig, run_one
 from wavepp.runtime.engines.sim.engine import SimEngine
-from wavepp.runtime.hashing import block_hashes
+from wavepp.runtime.kvcache.hashing import block_hashes
 from wavepp.runtime.mechanisms.sharing import (
     GO,
     WAIT,
@@ -20,7 +20,7 @@ from wavepp.runtime.mechanisms.sharing import (
 )
 from wavepp.runtime.request import AdmittedRequest, Request
 from wavepp.runtime.run_state import RunState
-from wavepp.runtime.workloads import parse_workload
+from wavepp.runtime.sources.workloads import parse_workload
 from wavepp.telemetry import names as N
 
 BLOCK = 64

@@ -12,12 +12,12 @@ import pytest
 import redis
 
 from tests.private_redis import PrivateRedis
-from wavepp.runtime.bench import BenchConfig, run_one
+from wavepp.runtime.bench.runs import BenchConfig, run_one
+from wavepp.runtime.control.knobs import validated_values
 from wavepp.runtime.engines.sim.clock import run_virtual
 from wavepp.runtime.engines.sim.engine import SimEngine
-from wavepp.runtime.knobs import validated_values
 from wavepp.runtime.loop import PipelineLoop
-from wavepp.runtime.workloads import Workload, parse_workload
+from wavepp.runtime.sources.workloads import Workload, parse_workload
 from wavepp.store.records import StatusSnapshot, WavePlanRecord
 from wavepp.store.redis_store import RedisStore
 from wavepp.telemetry import names as N
@@ -232,7 +232,7 @@ def test_a_server_republishes_what_it_published_at_start_after_the_store_restart
     """Issue 23 item 9: Redis restarts empty under an idle server. Its run description and label
     (what the dashboard lists and replays the run from) come back within a few seconds, with the
     knobs and the deployment; today only the knobs and the deployment did."""
-    from wavepp.runtime.knobs import Knobs
+    from wavepp.runtime.control.knobs import Knobs
     from wavepp.runtime.serve.runtime import ServerRuntime
 
     server = PrivateRedis(tmp_path)

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from wavepp.runtime.bench import BenchConfig, run_one
+from wavepp.runtime.bench.runs import BenchConfig, run_one
 from wavepp.runtime.cli import main
 from wavepp.runtime.engines.sim.engine import SimEngine
-from wavepp.runtime.traces import TraceError, TraceWorkload, load_trace
-from wavepp.runtime.workloads import parse_workload
+from wavepp.runtime.sources.traces import TraceError, TraceWorkload, load_trace
+from wavepp.runtime.sources.workloads import parse_workload
 from wavepp.telemetry import names as N
 
 DATA = Path(__file__).parent / "data" / "traces"
@@ -32,7 +32,7 @@ def test_equal_hash_ids_give_equal_tokens_and_block_hashes() -> None:
 def test_remembered_prefix_hashes_are_the_prompts_own() -> None:
     """A shared prefix is hashed once (remembered per parent and hash id); every request's hashes are
     still exactly those of its tokens, for any block size dividing the trace's blocks."""
-    from wavepp.runtime.hashing import block_hashes
+    from wavepp.runtime.kvcache.hashing import block_hashes
     for block in (64, 128, 512):
         w = TraceWorkload(load_trace(GOOD), block, 32000, extra=b"m")
         for _ in range(w.num_requests):

@@ -9,13 +9,13 @@ from collections import Counter
 
 import pytest
 
-from wavepp.runtime.bench import BenchConfig, run_one
+from wavepp.runtime.bench.runs import BenchConfig, run_one
+from wavepp.runtime.control.knobs import Knobs
 from wavepp.runtime.engines.sim.engine import SimEngine
-from wavepp.runtime.knobs import Knobs
-from wavepp.runtime.planner import Room, WholePlanner
+from wavepp.runtime.planning.planner import Room, WholePlanner
 from wavepp.runtime.policies import get_policy
 from wavepp.runtime.request import AdmittedRequest, Request
-from wavepp.runtime.workloads import parse_workload
+from wavepp.runtime.sources.workloads import parse_workload
 from wavepp.telemetry import names as N
 
 B = 64

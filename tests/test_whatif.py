@@ -8,17 +8,17 @@ from pathlib import Path
 
 import pytest
 
-from wavepp.runtime import whatif as W
-from wavepp.runtime import whatif_suggest as S
-from wavepp.runtime.bench import BenchConfig, RunRecord, run_one
+from wavepp.runtime.bench.runs import BenchConfig, RunRecord, run_one
 from wavepp.runtime.cli import main
+from wavepp.runtime.control.knobs import Knobs
 from wavepp.runtime.engines.calibrate import FORMAT
 from wavepp.runtime.engines.coordination import DEFAULT_COSTS
 from wavepp.runtime.engines.sim.engine import SimEngine
-from wavepp.runtime.knobs import Knobs
-from wavepp.runtime.runfile import save_runs
-from wavepp.runtime.whatif_report import spread_line
-from wavepp.runtime.workloads import parse_workload
+from wavepp.runtime.runs.runfile import save_runs
+from wavepp.runtime.sources.workloads import parse_workload
+from wavepp.runtime.whatif import preview as W
+from wavepp.runtime.whatif import suggest as S
+from wavepp.runtime.whatif.report import spread_line
 
 KNOBS = Knobs(max_wave_tokens=8192, min_wave_tokens=4096)
 

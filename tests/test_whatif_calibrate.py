@@ -10,16 +10,16 @@ from typing import Any
 
 import pytest
 
-from wavepp.runtime import whatif as W
-from wavepp.runtime.bench import BenchConfig, run_one
+from wavepp.runtime.bench.runs import BenchConfig, run_one
+from wavepp.runtime.control.knobs import Knobs
 from wavepp.runtime.engines.sim.clock import CpuClockLoop, measure_wake, run_virtual
 from wavepp.runtime.engines.sim.costmodel import ChunkShape
 from wavepp.runtime.engines.sim.engine import SimEngine
-from wavepp.runtime.knobs import Knobs
-from wavepp.runtime.report import compute_figures
-from wavepp.runtime.whatif_calibrate import describe, fit_cpu_scale, fit_steps
-from wavepp.runtime.whatif_report import replay_check, spread_line
-from wavepp.runtime.workloads import parse_workload
+from wavepp.runtime.figures.report import compute_figures
+from wavepp.runtime.sources.workloads import parse_workload
+from wavepp.runtime.whatif import preview as W
+from wavepp.runtime.whatif.calibrate import describe, fit_cpu_scale, fit_steps
+from wavepp.runtime.whatif.report import replay_check, spread_line
 from wavepp.telemetry import names as N
 
 KNOBS = Knobs(max_wave_tokens=8192, min_wave_tokens=4096)
@@ -232,7 +232,7 @@ def test_a_suggestion_that_won_the_screening_by_luck_is_dropped_when_replayed_ag
         monkeypatch: pytest.MonkeyPatch) -> None:
     """Suggest screens with one replay per setting; the winner is replayed again beside the current
     knobs, and proposed only if it still wins."""
-    from wavepp.runtime import whatif_suggest as S
+    from wavepp.runtime.whatif import suggest as S
     current = Knobs(max_wave_tokens=8192, min_wave_tokens=4096, ring=8)
     lucky = current.replace(ring=16)
 

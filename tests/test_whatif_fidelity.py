@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import pytest
 
-from wavepp.runtime import whatif as W
-from wavepp.runtime.bench import BenchConfig, RunRecord, run_one
+from wavepp.runtime.bench.runs import BenchConfig, RunRecord, run_one
+from wavepp.runtime.control.knobs import Knobs
 from wavepp.runtime.engines.sim.engine import SimEngine
-from wavepp.runtime.knobs import Knobs
-from wavepp.runtime.workloads import parse_workload
+from wavepp.runtime.sources.workloads import parse_workload
+from wavepp.runtime.whatif import preview as W
 from wavepp.telemetry import names as N
 
 

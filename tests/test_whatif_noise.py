@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 
 from tests.test_whatif import KNOBS, sim_run
-from wavepp.runtime import whatif as W
-from wavepp.runtime import whatif_suggest as S
-from wavepp.runtime.bench import RunRecord
+from wavepp.runtime.bench.runs import RunRecord
 from wavepp.runtime.cli import main
-from wavepp.runtime.runfile import save_runs
-from wavepp.runtime.whatif_report import WITHIN_NOISE, compare_rows, suggestion_line
+from wavepp.runtime.runs.runfile import save_runs
+from wavepp.runtime.whatif import preview as W
+from wavepp.runtime.whatif import suggest as S
+from wavepp.runtime.whatif.report import WITHIN_NOISE, compare_rows, suggestion_line
 
 
 @pytest.fixture(scope="module")

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from wavepp.runtime.hashing import block_hashes
+from wavepp.runtime.kvcache.hashing import block_hashes
 from wavepp.runtime.request import Request
-from wavepp.runtime.workloads import Workload, WorkloadSpec, fit_prompt_tokens, longest_prompt, parse_workload
+from wavepp.runtime.sources.workloads import Workload, WorkloadSpec, fit_prompt_tokens, longest_prompt, parse_workload
 
 B = 64
 VOCAB = 1000
@@ -203,7 +203,7 @@ def test_a_session_turn_extends_the_previous_prompt_of_its_conversation() -> Non
 
 
 def test_sessions_outgrow_uneven_pools_and_the_stages_evict_differently() -> None:
-    from wavepp.runtime.bench import BenchConfig, run_one
+    from wavepp.runtime.bench.runs import BenchConfig, run_one
     from wavepp.runtime.engines.sim.engine import SimEngine
     engine = SimEngine("llama-3-8b", "h200", 2, block_size=64, kv_blocks=[300, 200])
     cfg = BenchConfig(parse_workload("sessions:12"), [4], ["wavepp"], 120, 0, prompt_tokens=2048)

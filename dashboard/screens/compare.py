@@ -11,7 +11,7 @@ from wavepp.dashboard import charts
 from wavepp.dashboard.frames import build, idle_window, warmed_up, window_figures
 from wavepp.dashboard.screens.common import FIGURES
 from wavepp.dashboard.view import View
-from wavepp.runtime.runfile import SavedRun, load_runs
+from wavepp.runtime.runs.runfile import SavedRun, load_runs
 
 FIELDS = ["input_tokens_per_s", "computed_tokens_per_s", "pipeline_efficiency", "makespan_s",
           "admission_interval_p50_s", "admission_interval_p99_s", "requests_per_round_mean",

@@ -15,8 +15,8 @@ from wavepp.dashboard.knob_form import field_types, parse, stored
 from wavepp.dashboard.screens import whatif
 from wavepp.dashboard.view import View
 from wavepp.dashboard.whatif_jobs import saved_knobs
-from wavepp.runtime.knobs import HELP, Deployment, KnobError, Knobs, choices, describe
-from wavepp.runtime.whatif import WhatIfError
+from wavepp.runtime.control.knobs import HELP, Deployment, KnobError, Knobs, choices, describe
+from wavepp.runtime.whatif.preview import WhatIfError
 from wavepp.store.base import StoreError
 
 

@@ -14,8 +14,8 @@ from wavepp.dashboard.screens import whatif
 from wavepp.dashboard.screens.common import no_data
 from wavepp.dashboard.screens.knobs import current_knobs
 from wavepp.dashboard.view import View
-from wavepp.runtime.idle_causes import MEANING
-from wavepp.runtime.knobs import Knobs
+from wavepp.runtime.control.knobs import Knobs
+from wavepp.runtime.figures.idle_causes import MEANING
 
 DETAIL_WAVES = 48       # the detail view opens on about this many recent waves (SVG bars stay quick)
 

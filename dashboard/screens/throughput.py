@@ -10,7 +10,7 @@ from wavepp.dashboard import charts
 from wavepp.dashboard.frames import min_samples, percentiles_by_bin, request_waterfall
 from wavepp.dashboard.screens.common import metric, no_data
 from wavepp.dashboard.view import View
-from wavepp.runtime.knobs import echo
+from wavepp.runtime.control.knobs import echo
 
 BINS = 60
 

@@ -18,9 +18,10 @@ from wavepp.dashboard import admin, calibration
 from wavepp.dashboard.calibration import PROFILE_ENV
 from wavepp.dashboard.view import READ_NOW, View
 from wavepp.dashboard.whatif_jobs import Inputs, Job, change_time_ns, inputs
-from wavepp.runtime.knobs import KnobError, Knobs
-from wavepp.runtime.report import fmt
-from wavepp.runtime.whatif import (
+from wavepp.runtime.control.knobs import KnobError, Knobs
+from wavepp.runtime.figures.report import fmt
+from wavepp.runtime.whatif.noise import gain
+from wavepp.runtime.whatif.preview import (
     DEFAULT_TIME_LIMIT_S,
     DEFAULT_WINDOW_S,
     MIN_ARRIVALS,
@@ -31,8 +32,7 @@ from wavepp.runtime.whatif import (
     observed_since,
     preview,
 )
-from wavepp.runtime.whatif_noise import gain
-from wavepp.runtime.whatif_report import (
+from wavepp.runtime.whatif.report import (
     WITHIN_NOISE,
     Row,
     compare_rows,
@@ -40,7 +40,7 @@ from wavepp.runtime.whatif_report import (
     spread_line,
     suggestion_line,
 )
-from wavepp.runtime.whatif_suggest import Goal, Suggestion, suggest
+from wavepp.runtime.whatif.suggest import Goal, Suggestion, suggest
 from wavepp.store.base import StoreError
 
 JOB, APPLIED = "whatif_job", "whatif_applied"

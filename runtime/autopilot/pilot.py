@@ -29,7 +29,7 @@ from typing import Any
 
 from wavepp.runtime.autopilot.settings import TUNED, AutopilotSettings
 from wavepp.runtime.autopilot.window import WindowFigures, WorkloadStats
-from wavepp.runtime.knobs import Knobs
+from wavepp.runtime.control.knobs import Knobs
 
 NOISE_SAMPLES = 8
 DEFAULT_BAND = 0.05
@@ -46,7 +46,7 @@ class Candidate:
 class Search:
     """What a predictor returns: the replay of the current knobs, the candidates', and the replay's error."""
     current_tps: float
-    error: float                  # relative: a predicted gain within it is noise (runtime.whatif_noise)
+    error: float                  # relative: a predicted gain within it is noise (runtime.whatif.noise)
     candidates: Sequence[Candidate]
     tried: int = 0
     planned: int = 0

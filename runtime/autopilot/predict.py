@@ -1,4 +1,4 @@
-"""The autopilot's predictor: Suggest's search (:func:`runtime.whatif_suggest.suggest`) on the replay of
+"""The autopilot's predictor: Suggest's search (:func:`runtime.whatif.suggest.suggest`) on the replay of
 the arrivals of the window and the one before, in the simulator built like the engine that ran, under the
 operator's time limit; every setting it tried becomes a candidate with its predicted input throughput."""
 
@@ -11,9 +11,9 @@ from typing import Any
 from wavepp.runtime.autopilot.pilot import Candidate, Predictor, Search
 from wavepp.runtime.autopilot.settings import AutopilotSettings
 from wavepp.runtime.autopilot.window import Span, WindowFigures
-from wavepp.runtime.knobs import KnobError, Knobs, from_changes
-from wavepp.runtime.whatif import WhatIfError, max_outstanding, replay_of, sim_spec
-from wavepp.runtime.whatif_suggest import Goal, suggest
+from wavepp.runtime.control.knobs import KnobError, Knobs, from_changes
+from wavepp.runtime.whatif.preview import WhatIfError, max_outstanding, replay_of, sim_spec
+from wavepp.runtime.whatif.suggest import Goal, suggest
 
 
 def suggest_predictor(meta: Mapping[str, Any], spans: Callable[[], Sequence[Span]]) -> Predictor:

@@ -22,7 +22,7 @@ from wavepp.runtime.autopilot.pilot import Decision, Pilot, Predictor
 from wavepp.runtime.autopilot.predict import suggest_predictor
 from wavepp.runtime.autopilot.settings import AutopilotSettings, SettingsError, from_dict
 from wavepp.runtime.autopilot.window import Span, measure
-from wavepp.runtime.knobs import KnobError, Knobs, from_changes, validated_values
+from wavepp.runtime.control.knobs import KnobError, Knobs, from_changes, validated_values
 from wavepp.store.base import StoreError
 from wavepp.telemetry import names as N
 
@@ -36,7 +36,7 @@ STORE_TIMEOUT_S = 5.0
 
 
 def companion(settings: AutopilotSettings, predictor: Predictor | None = None) -> Callable[..., AutopilotRunner]:
-    """The autopilot as something to run beside a bench run's loop (``runtime.bench.CompanionFactory``)."""
+    """The autopilot as something to run beside a bench run's loop (``runtime.bench.runs.CompanionFactory``)."""
     def start(loop: PipelineLoop, meta: dict[str, Any], flush: Callable[[], None], virtual: bool) -> AutopilotRunner:
         return AutopilotRunner(loop, settings, predictor, virtual=virtual, flush=flush, meta=meta)
     return start

@@ -14,10 +14,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from wavepp.runtime.knobs import Knobs, int_range, kind
+from wavepp.runtime.control.knobs import Knobs, int_range, kind
 
 MODES = ("off", "advise", "on")
-#: the knobs Suggest's search moves (runtime.whatif_suggest.suggest_grid): the autopilot's default bounds
+#: the knobs Suggest's search moves (runtime.whatif.suggest.suggest_grid): the autopilot's default bounds
 TUNED = ("max_wave_tokens", "min_wave_tokens", "ring")
 DEFAULT_WINDOW_S = 30.0
 DEFAULT_MARGIN = 0.02          # a predicted gain must clear the prediction's error by this much

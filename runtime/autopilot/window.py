@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from wavepp.runtime.report import percentile
+from wavepp.runtime.figures.report import percentile
 from wavepp.telemetry import names as N
 
 Span = dict[str, Any]

@@ -169,7 +169,7 @@ class _Interrupts:
 
 def serve_if_worker() -> bool:
     """Under torchrun every rank runs this command: ranks 1..P-1 serve their stage until rank 0 ends."""
-    from wavepp.runtime.engines.torch.dist.launch import torchrun_rank
+    from wavepp.runtime.engines.torch.processes.launch import torchrun_rank
     ranks = torchrun_rank()
     if ranks is None:
         raise UsageError("--launcher torchrun: start the command with torchrun (RANK/WORLD_SIZE are not set)")
@@ -178,6 +178,6 @@ def serve_if_worker() -> bool:
         return False
     import torch
 
-    from wavepp.runtime.engines.torch.dist.stage_server import serve_stage
+    from wavepp.runtime.engines.torch.processes.stage_server import serve_stage
     serve_stage(rank, size, "env://", torch.cuda.is_available())
     return True

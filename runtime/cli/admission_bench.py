@@ -24,7 +24,7 @@ def register(sub: Any) -> dict[str, Handler]:
 def cmd_admission_bench(args: argparse.Namespace) -> int:
     import asyncio
 
-    from wavepp.runtime.admission_bench import admission_bench
+    from wavepp.runtime.bench.admission import admission_bench
     from wavepp.store.base import StoreError
     if args.prompt_tokens < 2 * args.block_size:
         raise UsageError(f"--prompt-tokens must be at least 2 blocks ({2 * args.block_size})")

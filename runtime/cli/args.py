@@ -167,7 +167,7 @@ def add_set_flag(parser: argparse.ArgumentParser, help: str) -> None:
 
 def set_texts(items: Sequence[str]) -> dict[str, str]:
     """The ``--set`` items as {knob name: value text} (a later one wins), each value still text: the
-    knob's own type parses it (``runtime.knobs.parse_texts``). Called by the handler, not by argparse,
+    knob's own type parses it (``runtime.control.knobs.parse_texts``). Called by the handler, not by argparse,
     so the message is the command's own (``--set takes NAME=VALUE, got 'ring'``) and comes where the
     handler checks it (after the run file, for ``preview``)."""
     raw = {}

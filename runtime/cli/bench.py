@@ -100,7 +100,7 @@ def register(sub: Any) -> dict[str, Handler]:
     b.add_argument("--stall-timeout", type=positive_float, default=60.0,
                    help="end a run that makes no progress this many seconds (of its clock) while work waits")
     b.add_argument("--check-invariants", action="store_true",
-                   help="check the runtime's invariants (runtime/invariants.py) after every wave and when a run "
+                   help="check the runtime's invariants (runtime/guards/invariants.py) after every wave and when a run "
                         "drained; a violation ends the run with its name (slow: for tests and diagnosis)")
     b.add_argument("--quiet", action="store_true", help="no progress bar")
     b.add_argument("--launcher", choices=LAUNCHERS, default=None, help=LAUNCHER_HELP)
@@ -153,11 +153,11 @@ def cmd_bench(args: argparse.Namespace) -> int:
         return cmd_bench_url(args, defaults())
     if args.rate is not None:
         raise UsageError("--rate: only with --url (an in-process bench is closed loop, or a trace's own arrivals)")
-    from wavepp.runtime.bench import run_concurrencies
-    from wavepp.runtime.knobs import KnobError, check_block_size, field_problems
+    from wavepp.runtime.bench.runs import run_concurrencies
+    from wavepp.runtime.control.knobs import KnobError, check_block_size, field_problems
     from wavepp.runtime.policies import get_policy
-    from wavepp.runtime.traces import load_trace
-    from wavepp.runtime.workloads import fit_prompt_tokens, parse_workload
+    from wavepp.runtime.sources.traces import load_trace
+    from wavepp.runtime.sources.workloads import fit_prompt_tokens, parse_workload
     from wavepp.store.base import StoreError
 
     engine: Any = None
@@ -210,7 +210,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
                 sim = SimEngine(args.model, args.hardware, args.pp, args.block_size, args.kv_blocks,
                                 cost_profile=args.sim_profile)
             if args.engine == "torch":          # a TP/EP layout is the sim's alone: refused before any run
-                from wavepp.runtime.bench import laid_out
+                from wavepp.runtime.bench.runs import laid_out
                 for p in args.policy:
                     laid_out(engine, get_policy(p).topology)
             knobs = check_block_size(engine.default_knobs().replace(**changes), args.block_size)
@@ -234,10 +234,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
 def _bench(args: argparse.Namespace, spec: Any, engine: Any, sim: Any, knobs: Any, pilot: Any) -> int:
     """Run every (concurrency, policy) pair; the outputs of the runs that finished are written even
     when a later one fails, then the failure is raised."""
-    from wavepp.runtime.bench import BenchConfig, RunRecord, iter_bench, prepare_store, run_bench, starting_knobs
+    from wavepp.runtime.bench.progress import BenchProgress, print_table
+    from wavepp.runtime.bench.runs import BenchConfig, RunRecord, iter_bench, prepare_store, run_bench, starting_knobs
+    from wavepp.runtime.figures.report import fmt
     from wavepp.runtime.mechanisms.stage_admission import SOURCE_STOPS
-    from wavepp.runtime.progress import BenchProgress, print_table
-    from wavepp.runtime.report import fmt
     from wavepp.store.base import StoreError
     requests = args.requests if spec.kind == "trace" else args.requests or max(512, 4 * max(args.concurrency))
     cfg = BenchConfig(spec, args.concurrency, args.policy, requests, args.seed, args.prompt_tokens, knobs,
@@ -254,7 +254,7 @@ def _bench(args: argparse.Namespace, spec: Any, engine: Any, sim: Any, knobs: An
     except StoreError as exc:
         raise UsageError(str(exc)) from None
     if prepared is not None and prepared.knobs is not None:
-        from wavepp.runtime.knobs import Deployment
+        from wavepp.runtime.control.knobs import Deployment
         cfg.knobs, started = starting_knobs(prepared.knobs, knob_flags(args), knobs,
                                             Deployment(args.block_size, engine.pp))
         print(f"{prepared.line}; {started}")
@@ -339,7 +339,7 @@ def _write_outputs(args: argparse.Namespace, records: Sequence[Any]) -> None:
     """``--json``, ``--save-run`` and ``--trace`` of the runs that finished."""
     if not records:
         return
-    from wavepp.runtime.runfile import save_runs
+    from wavepp.runtime.runs.runfile import save_runs
     from wavepp.telemetry.chrome_trace import write_trace
     runs = [{**r.figures.as_dict(), **{k: v for k, v in r.meta.items() if k.startswith(("sim_", "spans"))},
              "working_set_tokens": r.meta.get("working_set_tokens"),

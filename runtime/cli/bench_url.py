@@ -20,13 +20,13 @@ def cmd_bench_url(args: argparse.Namespace, defaults: argparse.Namespace) -> int
     :data:`URL_FLAGS` that differs from it was given, and is refused)."""
     import asyncio
 
-    from wavepp.runtime.bench import run_concurrencies
-    from wavepp.runtime.progress import BenchProgress, print_table
-    from wavepp.runtime.report import fmt
-    from wavepp.runtime.runfile import load_label
+    from wavepp.runtime.bench.progress import BenchProgress, print_table
+    from wavepp.runtime.bench.runs import run_concurrencies
+    from wavepp.runtime.figures.report import fmt
+    from wavepp.runtime.runs.runfile import load_label
     from wavepp.runtime.serve.loadgen import LoadError, LoadGenerator, UrlRun
-    from wavepp.runtime.traces import TraceError, load_trace
-    from wavepp.runtime.workloads import parse_workload
+    from wavepp.runtime.sources.traces import TraceError, load_trace
+    from wavepp.runtime.sources.workloads import parse_workload
 
     given = sorted(f"--{k.replace('_', '-')}" for k, v in vars(args).items()
                    if k not in URL_FLAGS and getattr(defaults, k, v) != v)

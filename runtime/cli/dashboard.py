@@ -54,7 +54,7 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
             raise UsageError(str(exc)) from None
         os.environ["WAVEPP_COST_PROFILE"] = os.path.abspath(args.cost_profile)   # dashboard.screens.whatif
     if args.run:
-        from wavepp.runtime.runfile import load_runs
+        from wavepp.runtime.runs.runfile import load_runs
         try:
             load_runs(args.run)
         except ValueError as exc:
@@ -107,8 +107,8 @@ async def _check_store(url: str) -> None:
 def _start_embedded(args: argparse.Namespace) -> None:
     """The runtime (torch engine, or the sim slowed to real time) in a child process serving the dashboard."""
     from wavepp.dashboard import embedded
-    from wavepp.runtime.knobs import KnobError
-    from wavepp.runtime.workloads import fit_prompt_tokens, parse_workload
+    from wavepp.runtime.control.knobs import KnobError
+    from wavepp.runtime.sources.workloads import fit_prompt_tokens, parse_workload
     torch_engine = args.engine == "torch"
     if torch_engine:
         engine_args = {"kind": "torch", "model": args.model or "tiny-llama", "pp": args.pp or 2}

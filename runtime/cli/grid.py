@@ -16,9 +16,9 @@ def register(sub: Any) -> dict[str, Handler]:
     g.add_argument("--grid", choices=["paper", "pressure", "kimi-k3"], default="paper",
                    help="paper (default): models x workloads x concurrency, the published study's 40 settings; "
                         "pressure: many distinct long contexts and traces whose working set does not fit the pools "
-                        "(runtime/grid_pressure.py); kimi-k3: Kimi-K3 on one B300 node, PP and TP/EP deployments of "
-                        "four engines, 4 workloads x c = 1-64 (runtime/grid_kimi.py); --models, --workloads and "
-                        "--concurrency apply to paper only")
+                        "(runtime/bench/grid_pressure.py); kimi-k3: Kimi-K3 on one B300 node, PP and TP/EP "
+                        "deployments of four engines, 4 workloads x c = 1-64 (runtime/bench/grid_kimi.py); "
+                        "--models, --workloads and --concurrency apply to paper only")
     g.add_argument("--models", type=name_list, default=["glm-5.2", "minimax-m2.7"],
                    help=f"paper: sim models, a list of {sim_models()}")
     g.add_argument("--hardware", default="b300", help="hardware profile")
@@ -43,15 +43,15 @@ def register(sub: Any) -> dict[str, Handler]:
 
 
 def cmd_grid(args: argparse.Namespace) -> int:
+    from wavepp.runtime.bench.grid import DEFAULT_POLICIES, GridSpec, run_grid, summary, to_markdown
+    from wavepp.runtime.bench.progress import BenchProgress
     from wavepp.runtime.engines.sim.engine import SimEngine
-    from wavepp.runtime.grid import DEFAULT_POLICIES, GridSpec, run_grid, summary, to_markdown
     from wavepp.runtime.policies import get_policy
-    from wavepp.runtime.progress import BenchProgress
-    from wavepp.runtime.workloads import parse_workload
+    from wavepp.runtime.sources.workloads import parse_workload
 
     if args.grid == "pressure":
+        from wavepp.runtime.bench.grid_pressure import POLICIES, pressure_spec
         from wavepp.runtime.engines.sim.perf_tables import default_perf_dir
-        from wavepp.runtime.grid_pressure import POLICIES, pressure_spec
         traces = sorted((default_perf_dir().parent / "traces").glob("*.jsonl"))   # ../shared/data/traces
         try:
             spec = pressure_spec(args.hardware, args.pp, args.models, [Path(t) for t in traces],
@@ -60,8 +60,8 @@ def cmd_grid(args: argparse.Namespace) -> int:
         except ValueError as exc:
             raise UsageError(str(exc)) from None
     elif args.grid == "kimi-k3":
-        from wavepp.runtime.grid_kimi import POLICIES as KIMI_POLICIES
-        from wavepp.runtime.grid_kimi import kimi_spec
+        from wavepp.runtime.bench.grid_kimi import POLICIES as KIMI_POLICIES
+        from wavepp.runtime.bench.grid_kimi import kimi_spec
         try:
             spec = kimi_spec(args.hardware, args.pp, tuple(args.policy or KIMI_POLICIES), seed=args.seed,
                              perf_dir=args.perf_dir, host_scale=args.host_scale)

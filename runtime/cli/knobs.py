@@ -21,7 +21,7 @@ def register(sub: Any) -> dict[str, Handler]:
 def cmd_knobs(args: argparse.Namespace) -> int:
     import asyncio
 
-    from wavepp.runtime.knobs import KnobError, Knobs, parse_texts, validated_values
+    from wavepp.runtime.control.knobs import KnobError, Knobs, parse_texts, validated_values
     from wavepp.store.base import KnobsRecord, StoreError
     from wavepp.store.open import open_store
     from wavepp.store.urls import parse_store_url

@@ -17,7 +17,7 @@ def register(sub: Any) -> dict[str, Handler]:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    from wavepp.runtime.knobs import KnobError
+    from wavepp.runtime.control.knobs import KnobError
     from wavepp.runtime.serve.config import resolve
     from wavepp.runtime.serve.main import run_server
     from wavepp.store.base import StoreError

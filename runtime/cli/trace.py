@@ -28,7 +28,7 @@ def cmd_trace(args: argparse.Namespace) -> int:
 
 
 def _export(args: argparse.Namespace) -> int:
-    from wavepp.runtime.runfile import load_runs
+    from wavepp.runtime.runs.runfile import load_runs
     from wavepp.telemetry.chrome_trace import write_trace
     from wavepp.telemetry.otlp_json import dumps_otlp_json
 

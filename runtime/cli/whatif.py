@@ -1,6 +1,6 @@
 """``wavepp preview`` and ``wavepp suggest``: a saved run's arrivals replayed in the sim under its
-knobs and changed ones (:mod:`runtime.whatif`), or a small grid of them searched for a goal
-(:mod:`runtime.whatif_suggest`); nothing is applied."""
+knobs and changed ones (:mod:`runtime.whatif.preview`), or a small grid of them searched for a goal
+(:mod:`runtime.whatif.suggest`); nothing is applied."""
 
 from __future__ import annotations
 
@@ -49,15 +49,15 @@ def register(sub: Any) -> dict[str, Handler]:
 
 
 def cmd_preview(args: argparse.Namespace) -> int:
-    from wavepp.runtime.knobs import Deployment, KnobError, from_changes, parse_texts
+    from wavepp.runtime.control.knobs import Deployment, KnobError, from_changes, parse_texts
     raw = set_texts(args.changes)
     if not raw:
         raise UsageError("give the proposed knobs with --set NAME=VALUE (e.g. --set ring=8)")
     changes, problems = parse_texts(raw)
     if problems:                          # said before the run file is read and a simulator built
         raise UsageError(str(KnobError(problems)))
-    from wavepp.runtime import whatif
-    from wavepp.runtime.whatif_report import compare_rows, preview_dict, replay_check, spread_line
+    from wavepp.runtime.whatif import preview as whatif
+    from wavepp.runtime.whatif.report import compare_rows, preview_dict, replay_check, spread_line
     replay, spec, current, observed = _whatif_inputs(args)
     try:
         proposed = from_changes(current.as_dict(), changes, Deployment(spec.block_size, spec.pp))
@@ -75,8 +75,8 @@ def cmd_preview(args: argparse.Namespace) -> int:
 
 
 def cmd_suggest(args: argparse.Namespace) -> int:
-    from wavepp.runtime.whatif_report import compare_rows, replay_check, suggestion_dict, suggestion_line
-    from wavepp.runtime.whatif_suggest import Goal, suggest
+    from wavepp.runtime.whatif.report import compare_rows, replay_check, suggestion_dict, suggestion_line
+    from wavepp.runtime.whatif.suggest import Goal, suggest
     replay, spec, current, observed = _whatif_inputs(args)
     result = _run_whatif(lambda progress: suggest(replay, spec, current, Goal(args.goal, args.floor),
                                                   args.time_limit, progress))
@@ -96,8 +96,8 @@ def cmd_suggest(args: argparse.Namespace) -> int:
 def _whatif_inputs(args: argparse.Namespace) -> tuple[Any, Any, Any, Any]:
     """(replay, sim, current knobs, the run's own figures over the replayed arrivals) of the saved run
     ``args`` names; UsageError says what is wrong."""
-    from wavepp.runtime import whatif
-    from wavepp.runtime.runfile import load_runs
+    from wavepp.runtime.runs.runfile import load_runs
+    from wavepp.runtime.whatif import preview as whatif
     try:
         runs = load_runs(args.runfile)
         run = next((r for r in runs if r.id == args.run_id), None) if args.run_id else (runs[0] if runs else None)
@@ -115,7 +115,7 @@ def _whatif_inputs(args: argparse.Namespace) -> tuple[Any, Any, Any, Any]:
 def _run_whatif(replays: Callable[[Any], T]) -> T:
     """Run ``replays(progress)`` with a progress line on a terminal (rewritten in place, ended
     here); past its time limit the command fails (exit 1), a replay that cannot run is bad input."""
-    from wavepp.runtime import whatif
+    from wavepp.runtime.whatif import preview as whatif
     progress = None
     if sys.stderr.isatty():
         progress = lambda fraction, label: print(f"\r{fraction:5.0%} {label:24s}", end="",  # noqa: E731
@@ -133,7 +133,7 @@ def _run_whatif(replays: Callable[[Any], T]) -> T:
 
 def _print_whatif(rows: Any, proposed: str, replay_line: str, json_path: str | None, data: Any) -> None:
     """The side-by-side table, the replay check line, and the JSON when asked for."""
-    from wavepp.runtime.whatif_report import table
+    from wavepp.runtime.whatif.report import table
     print(table(rows, ("figure", "current", proposed, "change")))
     print(replay_line)
     if json_path:

@@ -1,6 +1,6 @@
 """Teach the simulator the torch engine's costs: measure, fit ``t(L, x)`` per stage, save a profile.
 
-The wave model and its fit are :mod:`runtime.step_times`' (six non-negative coefficients per
+The wave model and its fit are :mod:`runtime.planning.step_times`' (six non-negative coefficients per
 stage: per wave, per chunk - building its gather and mask, one attention call per layer - per
 context token, per new token, and two attention terms; this engine's masked CPU attention scores
 the whole ``x × (L + x)`` rectangle, ``∝ L·x + x²``, and the fit finds it).
@@ -28,8 +28,8 @@ from typing import Any, cast
 
 from wavepp.runtime.engines.coordination import CoordinationCosts, measure
 from wavepp.runtime.engines.sim.costmodel import ChunkShape
+from wavepp.runtime.planning.step_times import StageFit, fit_waves
 from wavepp.runtime.request import cdiv
-from wavepp.runtime.step_times import StageFit, fit_waves
 
 GRID_L = (0, 256, 512, 1024, 1536, 2048, 3072)
 GRID_X = (16, 64, 128, 256, 512, 1024)
@@ -40,7 +40,7 @@ Wave = tuple[int, int, int]                  # n chunks, each x new tokens after
 
 
 def fit(samples: Sequence[tuple[int, int, int, float]]) -> StageFit:
-    """The wave model over (L, x, n, seconds) samples (:func:`runtime.step_times.fit_waves`:
+    """The wave model over (L, x, n, seconds) samples (:func:`runtime.planning.step_times.fit_waves`:
     non-negative least squares on relative residuals)."""
     return fit_waves(samples)
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from wavepp.runtime.engines.base import now
+from wavepp.runtime.clock import now
 from wavepp.runtime.engines.coordination import CoordinationCosts, CostedStore
-from wavepp.runtime.runfile import RunInfo
+from wavepp.runtime.runs.runfile import RunInfo
 from wavepp.store.base import Store
 from wavepp.store.memory import MemoryStore
 from wavepp.store.redis_store import RedisStore

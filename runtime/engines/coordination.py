@@ -17,7 +17,7 @@ from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass, fields
 from typing import Any, TypeVar
 
-from wavepp.runtime.hashing import block_hashes
+from wavepp.runtime.kvcache.hashing import block_hashes
 from wavepp.runtime.kvcache.stage_cache import StageCache
 from wavepp.store.base import HintResult, Store
 from wavepp.store.memory import MemoryStore
@@ -260,7 +260,7 @@ def _measure_host(tokens: list[int], block_size: int, num_active: int = 128) -> 
     ``num_active`` admitted requests, per request) and a prompt copy (per token)."""
     from array import array
 
-    from wavepp.runtime.planner import StaticPlanner
+    from wavepp.runtime.planning.planner import StaticPlanner
     from wavepp.runtime.request import AdmittedRequest, Request
 
     prompt = array("i", tokens)

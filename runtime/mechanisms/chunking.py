@@ -8,7 +8,8 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from wavepp.runtime.mechanisms.ports import PlanInputs
-from wavepp.runtime.planner import (
+from wavepp.runtime.planning.cost import CostPlanner
+from wavepp.runtime.planning.planner import (
     MpuBudget,
     MpuPlanner,
     Planner,
@@ -21,11 +22,10 @@ from wavepp.runtime.planner import (
     pack_static,
     static_room,
 )
-from wavepp.runtime.planner_cost import CostPlanner
-from wavepp.runtime.planner_timed import TimedPlanner
+from wavepp.runtime.planning.step_times import StepTimes
+from wavepp.runtime.planning.timed import TimedPlanner
 from wavepp.runtime.registry import Registry
 from wavepp.runtime.request import AdmittedRequest
-from wavepp.runtime.step_times import StepTimes
 
 
 class Chunking(Protocol):
@@ -86,7 +86,7 @@ class Whole:
     """No chunked prefill (TensorRT-LLM's LLM API default, ``enable_chunked_prefill=False``): a fixed budget
     per wave, ``static_chunk_tokens`` (``max_num_tokens``, default 8192) or ``tokens``, each request's whole
     uncached suffix in one wave, FCFS up to the first that does not fit; a longer prompt is refused at
-    arrival (:class:`~runtime.planner.WholePlanner`)."""
+    arrival (:class:`~runtime.planning.planner.WholePlanner`)."""
 
     name: str = "whole"
     tokens: int = 0
@@ -101,9 +101,9 @@ class Timed:
     """MPU's budget and fill target, spent in time (beyond the paper, whose wave budget counts
     tokens - its stated limit on long reused contexts): each wave takes on the slowest stage what
     ``b`` tokens of the admitted work take on average, by each stage's fitted ``t(L, x)``, refit
-    online from the steps it ran (:func:`~runtime.planner_timed.bottleneck`,
-    :func:`~runtime.planner_timed.pack_timed`) - where that shortens the busy period
-    (:func:`~runtime.planner_timed.time_pays`: near a drain; a long stream is packed in MPU's tokens,
+    online from the steps it ran (:func:`~runtime.planning.timed.bottleneck`,
+    :func:`~runtime.planning.timed.pack_timed`) - where that shortens the busy period
+    (:func:`~runtime.planning.timed.time_pays`: near a drain; a long stream is packed in MPU's tokens,
     which do the same work in fewer, larger chunks).
     SGLang's dynamic chunking solves a like equation for one request with a fitted quadratic, its
     target a fresh chunk's time (``scheduler_pp_mixin.py``, PR #15372); this packs a whole wave to
@@ -121,7 +121,7 @@ class Timed:
 class Cost:
     """The budget under which the pipeline is predicted to compute most (beyond the paper): each candidate of
     MPU's ladder, down to one block, priced by the stages' step times (the engine's own model, else the fits
-    refit online) and by how busy the work in the system keeps the stages (:mod:`runtime.planner_cost`);
+    refit online) and by how busy the work in the system keeps the stages (:mod:`runtime.planning.cost`);
     MPU's hysteresis and its rule against small fragments. Small waves where little work would leave
     stages idle, large ones where the stages stay busy anyway."""
 

@@ -13,7 +13,7 @@ in lockstep, each iteration (TensorRT-LLM ``_executor_loop_pp``):
 * a full copy of each scheduled context request's prompt when preparing inputs
   (``_prepare_tp_inputs``).
 
-Each is real work on the stage (:meth:`runtime.engines.base.StageHandle.host_iteration`): the
+Each is real work on the stage (:meth:`runtime.kvcache.handle.StageHandle.host_iteration`): the
 walk runs over the stage's own tree; the sim charges the measured per-unit costs
 (:mod:`runtime.engines.coordination`), scaled by ``host_work_scale`` for sensitivity studies.
 It runs in the stage's preparation of the wave (one wave ahead of its execution), so it costs

@@ -17,7 +17,7 @@ left. A request that waits for room meanwhile finds whatever its predecessors pu
   ``KVCacheManager.add_sequence`` (``loadOrAllocateBlocks``) on a request's first chunk (``prepare_resources``).
 
 The room is what the policy's planner leaves in the next wave after the admitted requests
-(:meth:`runtime.planner.Planner.room`), charged as the policy's token charge charges a first chunk.
+(:meth:`runtime.planning.planner.Planner.room`), charged as the policy's token charge charges a first chunk.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from wavepp.runtime.planner import Planner, Room
+from wavepp.runtime.planning.planner import Planner, Room
 from wavepp.runtime.registry import Registry
 from wavepp.runtime.request import AdmittedRequest
 

@@ -12,15 +12,15 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from wavepp.runtime.engines.base import StageHandle
-from wavepp.runtime.planner import Position, Waiting, nothing_waiting
+from wavepp.runtime.clock import Wakeup
+from wavepp.runtime.kvcache.handle import StageHandle
+from wavepp.runtime.planning.planner import Position, Waiting, nothing_waiting
+from wavepp.runtime.planning.step_times import StepTimes
 from wavepp.runtime.request import AdmittedRequest, Wave
-from wavepp.runtime.step_times import StepTimes
-from wavepp.runtime.wakeup import Wakeup
 
 
 class WaveSettings(Protocol):
-    """The scheduling knobs a chunking or a ring reads (``runtime.knobs.Knobs`` is one)."""
+    """The scheduling knobs a chunking or a ring reads (``runtime.control.knobs.Knobs`` is one)."""
 
     @property
     def max_wave_tokens(self) -> int: ...

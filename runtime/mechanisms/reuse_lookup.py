@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from wavepp.runtime.engines.base import StageHandle
+from wavepp.runtime.kvcache.handle import StageHandle
 from wavepp.runtime.registry import Registry
 from wavepp.store.base import Store
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-from wavepp.runtime.engines.base import LeaseItem
+from wavepp.runtime.kvcache.handle import LeaseItem
 from wavepp.runtime.mechanisms.ports import StagePort
 from wavepp.runtime.mechanisms.reserve import Reserve
 from wavepp.runtime.registry import Registry
@@ -51,7 +51,7 @@ class Fail:
 @dataclass(frozen=True, slots=True)
 class Halt:
     """The policy's source would stop the whole run here (``reason``): the request fails, and the
-    run's figures are its figures up to this point (:func:`runtime.report.compute_figures`). The
+    run's figures are its figures up to this point (:func:`runtime.figures.report.compute_figures`). The
     runtime itself goes on (a server keeps serving the others)."""
 
     reason: str

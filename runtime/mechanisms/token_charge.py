@@ -2,7 +2,7 @@
 
 A chunk computes tokens ``[start, start + length)`` after the reused prefix. What it *costs*
 against the budget (``max_num_tokens``) depends on where the scheduler believes the request
-stands when it sizes the chunk - its "position". The packer (:func:`runtime.planner.pack_fcfs`)
+stands when it sizes the chunk - its "position". The packer (:func:`runtime.planning.planner.pack_fcfs`)
 charges from that position and computes from the real one.
 """
 

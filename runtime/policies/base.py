@@ -37,9 +37,9 @@ from wavepp.runtime.mechanisms.sharing import SHARING, ComputeAgain, Sharing
 from wavepp.runtime.mechanisms.stage_admission import STAGE_ADMISSION, StageAdmission
 from wavepp.runtime.mechanisms.token_charge import CHARGE, TokenCharge
 from wavepp.runtime.mechanisms.topology import TOPOLOGY, Pipeline, Topology
-from wavepp.runtime.planner import Planner, Waiting, nothing_waiting
+from wavepp.runtime.planning.planner import Planner, Waiting, nothing_waiting
+from wavepp.runtime.planning.step_times import StepTimes
 from wavepp.runtime.registry import Registry
-from wavepp.runtime.step_times import StepTimes
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,7 +11,7 @@ from wavepp.runtime.policies.base import Policy
 
 #: Async admission rounds beside the loop; hint index over all stages; lease + escrow on every
 #: stage; a cost-aware wave budget - MPU's ladder, each candidate priced by the stages' step times and by
-#: how busy the work in the system keeps them (runtime.planner_cost) - with MPU's hysteresis, charged only for
+#: how busy the work in the system keeps them (runtime.planning.cost) - with MPU's hysteresis, charged only for
 #: uncached tokens (``wavepp+chunking=mpu`` is the paper's MPU); a ring of R = 2P
 #: waves in flight; a wave smaller than b_min waits for more work while P waves keep the stages busy;
 #: a request whose next block another admitted request is computing follows it - reads its blocks as they are

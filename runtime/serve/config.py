@@ -111,9 +111,9 @@ OPTIONS: tuple[Option, ...] = (
                                              "finishing (new ones get 503)"),
     Option("store_deadline", _positive_float, None, "a store unreachable this many seconds fails the server "
                                                     "(default: wait it out)"),
-    Option("check_invariants", _switch, False, "check the runtime's invariants (runtime/invariants.py) after every "
-                                               "wave and when the loop drained; a violation stops the server "
-                                               "(slow: for tests and diagnosis; the flag alone means on)"),
+    Option("check_invariants", _switch, False, "check the runtime's invariants (runtime/guards/invariants.py) "
+                                               "after every wave and when the loop drained; a violation stops the "
+                                               "server (slow: for tests and diagnosis; the flag alone means on)"),
     Option("span_ring", _positive_int, SPAN_RING, "finished spans kept for GET /v1/spans (about 0.7 KB each; "
                                                 "the ring's memory grows until it is full)"),
     Option("autopilot", _choice("off", "advise", "on"), "off", "tune the scheduling knobs every window "

@@ -11,7 +11,7 @@ from typing import Any
 
 from fastapi import FastAPI
 
-from wavepp.runtime.knobs import KnobError, Knobs, validated_values
+from wavepp.runtime.control.knobs import KnobError, Knobs, validated_values
 from wavepp.runtime.serve.errors import ERRORS, ApiError, ErrorResponse
 from wavepp.runtime.serve.runtime import ServerRuntime
 from wavepp.store.base import StoreError

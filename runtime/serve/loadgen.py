@@ -12,7 +12,7 @@ same requests. Arrivals:
 
 The server's figures (throughput, pipeline efficiency, latencies, admission cadence) are computed
 from the spans it finished during the measured window (``GET /v1/spans``), by the same code as the
-in-process bench (:func:`runtime.report.compute_figures`); the client adds its own latencies (send
+in-process bench (:func:`runtime.figures.report.compute_figures`); the client adds its own latencies (send
 to answer), its throughput, and the requests the server refused (429) or failed. The run's policy
 is what those waves ran (their plan spans' ``wavepp.policy``), not the server's policy when the
 bench started: a knob change waits for the loop's next wave.
@@ -29,10 +29,10 @@ from typing import Any
 
 import httpx
 
-from wavepp.runtime.report import RunFigures, compute_figures, percentile
+from wavepp.runtime.figures.report import RunFigures, compute_figures, percentile
 from wavepp.runtime.request import Request
-from wavepp.runtime.traces import TraceWorkload
-from wavepp.runtime.workloads import Workload, WorkloadSpec, make_workload
+from wavepp.runtime.sources.traces import TraceWorkload
+from wavepp.runtime.sources.workloads import Workload, WorkloadSpec, make_workload
 from wavepp.telemetry import names as N
 
 Progress = Callable[[str, int, int], None]
@@ -124,7 +124,7 @@ class LoadGenerator:
         return dict(r.json())
 
     def workload(self, info: dict[str, Any]) -> Workload | TraceWorkload:
-        from wavepp.runtime.workloads import fit_prompt_tokens
+        from wavepp.runtime.sources.workloads import fit_prompt_tokens
         tokens = self.prompt_tokens
         if self.spec.kind != "trace":
             tokens = fit_prompt_tokens(self.spec, tokens, info["default_prompt_tokens"], info["max_prompt_tokens"],

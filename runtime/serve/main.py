@@ -223,7 +223,7 @@ def autopilot_settings(settings: dict[str, Any]) -> Any:
 
 def run_server(settings: dict[str, Any], announce: Any = print) -> int:
     """Build everything from ``settings`` (ValueError: bad input), serve until drained; 0 when clean."""
-    from wavepp.runtime.knobs import KnobError
+    from wavepp.runtime.control.knobs import KnobError
     from wavepp.telemetry.config import TelemetryConfig
     from wavepp.telemetry.setup import configure
     configure(TelemetryConfig.from_env())          # OTEL_*: OTLP export, sampling (a bad value: one line)

@@ -9,9 +9,9 @@ from typing import Annotated, Any, NamedTuple
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictBool, WithJsonSchema
 
-from wavepp.runtime.knobs import Knobs, in_blocks, int_range
-from wavepp.runtime.knobs import choices as knob_choices
-from wavepp.runtime.knobs import kind as knob_kind
+from wavepp.runtime.control.knobs import Knobs, in_blocks, int_range
+from wavepp.runtime.control.knobs import choices as knob_choices
+from wavepp.runtime.control.knobs import kind as knob_kind
 
 MAX_PROMPTS = 64          # prompts in one completions request
 # A prefill server answers one token at most (a decode server, given the KV handle, makes the rest): a
@@ -115,8 +115,8 @@ def json_int(**constraints: Any) -> Any:
 
 def knob_changes_schema(block_size: int) -> dict[str, Any]:
     """The JSON Schema of ``PUT /v1/knobs``'s ``changes``: each knob with its type and range
-    (``runtime.knobs``), for the API's description. It validates nothing: the write is checked by
-    the same code as ``wavepp knobs --set`` (``runtime.knobs.validated_values``), so both name a
+    (``runtime.control.knobs``), for the API's description. It validates nothing: the write is checked by
+    the same code as ``wavepp knobs --set`` (``runtime.control.knobs.validated_values``), so both name a
     bad knob with the same message - and pairs (b_min <= M) and the policy grammar need it anyway."""
     properties: dict[str, Any] = {}
     for f in dataclasses.fields(Knobs):

@@ -27,7 +27,7 @@ from wavepp.runtime.serve.models import (
     token_ids_problem,
 )
 from wavepp.runtime.serve.runtime import NotServing, PrefillResult, RequestFailed, ServerRuntime
-from wavepp.runtime.server_source import QueueFull
+from wavepp.runtime.sources.server import QueueFull
 
 
 def add_prefill_routes(app: FastAPI, rt: ServerRuntime, models: RequestModels, served_model: str,

@@ -2,7 +2,7 @@
 
 :class:`ServerRuntime` builds what ``wavepp bench`` builds for one run - the engine's stages, the
 store, the telemetry (the span stream on a Redis store, OTLP when ``OTEL_*`` says so) - but runs
-the loop with a :class:`runtime.server_source.ServerSource`, on the HTTP server's own event loop,
+the loop with a :class:`runtime.sources.server.ServerSource`, on the HTTP server's own event loop,
 until it is stopped. Requests go in through :meth:`ServerRuntime.prefill`.
 """
 
@@ -22,20 +22,21 @@ from typing import Any
 
 from wavepp.runtime.autopilot.runner import AutopilotRunner
 from wavepp.runtime.autopilot.settings import AutopilotSettings
-from wavepp.runtime.engines.base import EngineParts, now
+from wavepp.runtime.clock import now
+from wavepp.runtime.control.knobs import Deployment, Knobs, check_block_size
+from wavepp.runtime.engines.base import EngineParts
 from wavepp.runtime.engines.common import store_source
-from wavepp.runtime.hashing import block_hashes
-from wavepp.runtime.idle_causes import LiveIdle
-from wavepp.runtime.knobs import Deployment, Knobs, check_block_size
+from wavepp.runtime.figures.idle_causes import LiveIdle
+from wavepp.runtime.kvcache.hashing import block_hashes
 from wavepp.runtime.loop import PipelineLoop
 from wavepp.runtime.policies import get_policy
 from wavepp.runtime.policies.base import Policy
 from wavepp.runtime.request import Request
-from wavepp.runtime.run_meta import describe_run
-from wavepp.runtime.runfile import RunInfo
+from wavepp.runtime.runs.meta import describe_run
+from wavepp.runtime.runs.runfile import RunInfo
 from wavepp.runtime.serve.config import SPAN_RING
 from wavepp.runtime.serve.drain_rate import DrainRate
-from wavepp.runtime.server_source import Outcome, ServerSource
+from wavepp.runtime.sources.server import Outcome, ServerSource
 from wavepp.store.base import Store
 from wavepp.store.resilient import ResilientStore
 from wavepp.telemetry.metrics import process_metrics
@@ -105,7 +106,7 @@ class ServerRuntime:
     def __init__(self, engine: Any, knobs: Knobs, max_queue: int, max_prompt_tokens: int | None = None,
                  store_deadline_s: float | None = None, check_invariants: bool = False,
                  span_ring: int = SPAN_RING, autopilot: AutopilotSettings | None = None) -> None:
-        """``check_invariants``: :mod:`runtime.invariants` after every wave and when the loop drained;
+        """``check_invariants``: :mod:`runtime.guards.invariants` after every wave and when the loop drained;
         ``autopilot``: run it beside the loop (:mod:`runtime.autopilot`), fed from the span ring."""
         self.engine = engine
         self.check_invariants = check_invariants

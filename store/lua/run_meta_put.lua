@@ -1,6 +1,6 @@
 -- Publish a run's description and keep the newest ARGV[3] of them.  KEYS[1]: run descriptions hash
 -- (run id -> JSON).  ARGV: run id, JSON, cap.  Run ids start with their UTC start time
--- (runtime.runfile.RunInfo), so the smallest ids are the oldest runs.  Returns how many were trimmed.
+-- (runtime.runs.runfile.RunInfo), so the smallest ids are the oldest runs.  Returns how many were trimmed.
 redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
 local cap = tonumber(ARGV[3])
 local n = redis.call('HLEN', KEYS[1])

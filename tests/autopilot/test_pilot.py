@@ -5,7 +5,7 @@ from __future__ import annotations
 from wavepp.runtime.autopilot.pilot import Candidate, Pilot, Search, setting_key
 from wavepp.runtime.autopilot.settings import AutopilotSettings
 from wavepp.runtime.autopilot.window import WindowFigures, WorkloadStats
-from wavepp.runtime.knobs import Knobs
+from wavepp.runtime.control.knobs import Knobs
 
 ON = AutopilotSettings(mode="on", cooldown=2)
 START = Knobs(ring=8)

@@ -9,7 +9,7 @@ import pytest
 import wavepp.runtime.autopilot.predict as predict
 from wavepp.runtime.autopilot.settings import AutopilotSettings
 from wavepp.runtime.autopilot.window import WindowFigures, WorkloadStats
-from wavepp.runtime.knobs import Knobs
+from wavepp.runtime.control.knobs import Knobs
 from wavepp.telemetry import names as N
 
 

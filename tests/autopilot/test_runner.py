@@ -15,10 +15,10 @@ from wavepp.runtime.autopilot.pilot import Candidate, Search
 from wavepp.runtime.autopilot.runner import AutopilotRunner, companion
 from wavepp.runtime.autopilot.settings import AutopilotSettings
 from wavepp.runtime.autopilot.window import WindowFigures
-from wavepp.runtime.bench import BenchConfig, RunRecord, run_one
+from wavepp.runtime.bench.runs import BenchConfig, RunRecord, run_one
+from wavepp.runtime.control.knobs import Knobs, validated_values
 from wavepp.runtime.engines.sim.engine import SimEngine
-from wavepp.runtime.knobs import Knobs, validated_values
-from wavepp.runtime.workloads import parse_workload
+from wavepp.runtime.sources.workloads import parse_workload
 from wavepp.store.base import StoreError
 from wavepp.store.deployment import Deployment
 from wavepp.store.memory import MemoryStore

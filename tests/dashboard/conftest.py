@@ -14,10 +14,10 @@ from typing import Any
 import pytest
 
 from wavepp.dashboard.sources import Snapshot, StoreSource
-from wavepp.runtime.bench import BenchConfig, run_one
+from wavepp.runtime.bench.runs import BenchConfig, run_one
 from wavepp.runtime.engines.sim.engine import SimEngine
-from wavepp.runtime.runfile import save_runs
-from wavepp.runtime.workloads import parse_workload
+from wavepp.runtime.runs.runfile import save_runs
+from wavepp.runtime.sources.workloads import parse_workload
 from wavepp.telemetry import names as N
 
 APP = str(Path(__file__).resolve().parents[2] / "dashboard" / "app.py")
@@ -94,7 +94,7 @@ def knob_change_store() -> Iterator[str]:
     """A store holding a finished real-time sim run whose wave budget was halved midway through the
     dashboard's own write path (the Knobs page's): before/after windows to compare."""
     from wavepp.dashboard.knob_form import parse
-    from wavepp.runtime.knobs import Knobs
+    from wavepp.runtime.control.knobs import Knobs
 
     with redis_cluster("knobchange") as url:
         thread, _, source, snap = live_run(url, 40)

@@ -11,7 +11,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from wavepp.dashboard.screens import PAGES
-from wavepp.runtime.runfile import load_runs
+from wavepp.runtime.runs.runfile import load_runs
 
 from .conftest import APP  # type: ignore[import-not-found]
 
@@ -95,10 +95,10 @@ def test_pipeline_page_shows_recomputation_only_where_late_fallbacks_happened(
     """Stage 1 holds a fifth of the others' pool: the baseline finds missing prefixes late and runs
     discarded chunks again; its whole-run recomputation tiles are the bench's recompute_s. wavepp
     lowers boundaries at lease time and shows no such tiles."""
-    from wavepp.runtime.bench import BenchConfig, run_one
+    from wavepp.runtime.bench.runs import BenchConfig, run_one
     from wavepp.runtime.engines.sim.engine import SimEngine
-    from wavepp.runtime.runfile import save_runs
-    from wavepp.runtime.workloads import parse_workload
+    from wavepp.runtime.runs.runfile import save_runs
+    from wavepp.runtime.sources.workloads import parse_workload
 
     engine = SimEngine("llama-3-8b", "h200", 4, block_size=64, kv_blocks=[1000, 200, 1000, 1000])
     cfg = BenchConfig(parse_workload("reuse90"), [8], ["trtllm-pp", "wavepp"], 64, prompt_tokens=2048)
@@ -119,10 +119,10 @@ def test_pipeline_page_shows_recomputation_only_where_late_fallbacks_happened(
 
 def test_a_one_request_run_says_it_has_no_cadence(tmp_path: Path, dashboard_env: None) -> None:
     """Today: "0.00 ms" for p50 and p99 and two blank charts with no note."""
-    from wavepp.runtime.bench import BenchConfig, run_one
+    from wavepp.runtime.bench.runs import BenchConfig, run_one
     from wavepp.runtime.engines.sim.engine import SimEngine
-    from wavepp.runtime.runfile import save_runs
-    from wavepp.runtime.workloads import parse_workload
+    from wavepp.runtime.runs.runfile import save_runs
+    from wavepp.runtime.sources.workloads import parse_workload
 
     engine = SimEngine("llama-3-8b", "h200", 2, kv_blocks=[2000])
     cfg = BenchConfig(parse_workload("reuse90"), [1], ["wavepp"], 1, prompt_tokens=2048)
@@ -142,7 +142,7 @@ def test_pipeline_page_colours_every_bubble_by_its_cause(saved_run: Path, dashbo
     import json
 
     from wavepp.dashboard.charts import PALETTE, cause_name
-    from wavepp.runtime.idle_causes import MEANING
+    from wavepp.runtime.figures.idle_causes import MEANING
 
     run = load_runs(saved_run)[0]
     at = run_page(f"run:{saved_run}", "Pipeline")

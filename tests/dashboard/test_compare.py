@@ -8,10 +8,10 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from wavepp.dashboard.screens.common import FIGURES
-from wavepp.runtime.bench import BenchConfig, run_one
+from wavepp.runtime.bench.runs import BenchConfig, run_one
 from wavepp.runtime.engines.sim.engine import SimEngine
-from wavepp.runtime.runfile import load_runs, save_runs
-from wavepp.runtime.workloads import parse_workload
+from wavepp.runtime.runs.runfile import load_runs, save_runs
+from wavepp.runtime.sources.workloads import parse_workload
 
 from .test_app import run_page  # type: ignore[import-not-found]
 

@@ -7,8 +7,8 @@ import pandas as pd
 import pytest
 
 from wavepp.dashboard.diagnosis import BUSY, diagnose, proposal
-from wavepp.runtime.idle_causes import MEANING
-from wavepp.runtime.knobs import Knobs
+from wavepp.runtime.control.knobs import Knobs
+from wavepp.runtime.figures.idle_causes import MEANING
 
 
 def shares(rows: list[tuple[int, str, float]]) -> pd.DataFrame:

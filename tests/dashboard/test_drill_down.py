@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from wavepp.runtime.idle_causes import MEANING
-from wavepp.runtime.runfile import load_runs
+from wavepp.runtime.figures.idle_causes import MEANING
+from wavepp.runtime.runs.runfile import load_runs
 from wavepp.telemetry import names as N
 
 from .conftest import APP  # type: ignore[import-not-found]
@@ -108,10 +108,10 @@ def test_compare_shows_the_windows_before_and_after_a_knob_change(knob_change_st
 def test_drill_down_names_the_producer_a_follower_read_its_prefix_from(
         tmp_path: Path, dashboard_env: None) -> None:
     """Clients on one document no stage holds: the drill-down of a follower says whom it followed."""
-    from wavepp.runtime.bench import BenchConfig, run_one
+    from wavepp.runtime.bench.runs import BenchConfig, run_one
     from wavepp.runtime.engines.sim.engine import SimEngine
-    from wavepp.runtime.runfile import save_runs
-    from wavepp.runtime.workloads import parse_workload
+    from wavepp.runtime.runs.runfile import save_runs
+    from wavepp.runtime.sources.workloads import parse_workload
     engine = SimEngine("llama-3-8b", "h200", 2)
     cfg = BenchConfig(parse_workload("docs:1:suffix=256"), [3], ["wavepp"], 3, prompt_tokens=4096, keep_spans=True)
     path = tmp_path / "docs.json.gz"

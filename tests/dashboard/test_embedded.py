@@ -16,7 +16,7 @@ from streamlit.testing.v1 import AppTest
 
 from wavepp.dashboard import embedded
 from wavepp.dashboard.screens import PAGES
-from wavepp.runtime.knobs import Knobs
+from wavepp.runtime.control.knobs import Knobs
 
 from .conftest import APP  # type: ignore[import-not-found]
 
@@ -105,14 +105,14 @@ def test_a_killed_runtime_process_is_a_banner_and_restart_starts_a_new_one(child
 
 def test_the_runtime_publishes_what_it_runs_and_a_restart_publishes_again(child: Any) -> None:
     """The Preview replays the embedded run from the description the runtime published when it started
-    (engine, stages, workload, knobs: runtime.run_meta), as a bench or a server does, and a restarted
+    (engine, stages, workload, knobs: runtime.runs.meta), as a bench or a server does, and a restarted
     runtime (a new run in a fresh store) publishes its own."""
     remote = child(requests=8, knobs=Knobs(max_wave_tokens=4096, min_wave_tokens=2048))
     meta = remote.run_meta()
     assert meta is not None and meta["run"]["id"] == remote.run_id
     assert (meta["engine"], meta["pp"], meta["concurrency"], meta["workload"]) == ("sim", 2, 4, "suffix:1024")
     assert len(meta["capacities"]) == 2 and meta["knobs"]["max_wave_tokens"] == 4096
-    assert meta["sim"]["clock"] == "wall"                   # replayed on the CPU clock (runtime.whatif)
+    assert meta["sim"]["clock"] == "wall"                   # replayed on the CPU clock (runtime.whatif.preview)
     _wait_stopped(remote)
     first = remote.run_id
     remote.restart()

@@ -6,7 +6,7 @@ import pytest
 
 from wavepp.dashboard.diagnosis import diagnose
 from wavepp.dashboard.frames import build, busy_over_time, idle_shares, idle_window, stage_idle
-from wavepp.runtime.idle_causes import MEANING, idle_intervals
+from wavepp.runtime.figures.idle_causes import MEANING, idle_intervals
 from wavepp.telemetry import names as N
 
 S = 1_000_000_000   # ns per second

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from wavepp.runtime.knobs import Deployment
+from wavepp.runtime.control.knobs import Deployment
 from wavepp.store.records import StatusSnapshot
 from wavepp.store.redis_store import RedisStore
 

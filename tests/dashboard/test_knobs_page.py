@@ -12,7 +12,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from wavepp.dashboard.knob_form import parse
-from wavepp.runtime.knobs import Knobs
+from wavepp.runtime.control.knobs import Knobs
 from wavepp.store.redis_store import RedisStore
 from wavepp.telemetry import names as N
 
@@ -99,7 +99,7 @@ def test_every_knob_carries_its_help_from_the_schema(dashboard_env: None) -> Non
     """Issue 13: the form listed raw names with no unit, meaning or range."""
     from dataclasses import fields
 
-    from wavepp.runtime.knobs import _RANGES, HELP, describe
+    from wavepp.runtime.control.knobs import _RANGES, HELP, describe
     names = [f.name for f in fields(Knobs)]
     assert set(HELP) == set(names)                             # a knob added without help fails here
     text = describe("max_wave_tokens")

@@ -13,9 +13,9 @@ import pytest
 import redis
 from streamlit.testing.v1 import AppTest
 
-from wavepp.runtime.bench import BenchConfig, RunRecord, run_one
+from wavepp.runtime.bench.runs import BenchConfig, RunRecord, run_one
 from wavepp.runtime.engines.sim.engine import SimEngine
-from wavepp.runtime.workloads import parse_workload
+from wavepp.runtime.sources.workloads import parse_workload
 
 from .conftest import APP, redis_cluster  # type: ignore[import-not-found]
 

@@ -13,14 +13,14 @@ import pytest
 import redis
 from streamlit.testing.v1 import AppTest
 
-from wavepp.runtime.bench import BenchConfig, run_one
+from wavepp.runtime.bench.runs import BenchConfig, run_one
+from wavepp.runtime.control.knobs import Knobs
 from wavepp.runtime.engines.calibrate import FORMAT
 from wavepp.runtime.engines.coordination import DEFAULT_COSTS
 from wavepp.runtime.engines.sim.engine import SimEngine
-from wavepp.runtime.knobs import Knobs
-from wavepp.runtime.runfile import save_runs
-from wavepp.runtime.whatif import MIN_ARRIVALS
-from wavepp.runtime.workloads import parse_workload
+from wavepp.runtime.runs.runfile import save_runs
+from wavepp.runtime.sources.workloads import parse_workload
+from wavepp.runtime.whatif.preview import MIN_ARRIVALS
 from wavepp.telemetry import names as N
 
 from .conftest import APP, live_run, redis_cluster  # type: ignore[import-not-found]

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from wavepp.runtime.bench import BenchConfig, run_one
+from wavepp.runtime.bench.runs import BenchConfig, run_one
 from wavepp.runtime.engines.calibrate import (
     FORMAT,
     FittedCostModel,
@@ -23,7 +23,7 @@ from wavepp.runtime.engines.calibrate import (
 from wavepp.runtime.engines.coordination import DEFAULT_COSTS
 from wavepp.runtime.engines.sim.costmodel import ChunkShape
 from wavepp.runtime.engines.sim.engine import SimEngine
-from wavepp.runtime.workloads import parse_workload
+from wavepp.runtime.sources.workloads import parse_workload
 
 TRUTH = StageFit(c=2e-3, c_chunk=3e-4, gamma=1e-6, beta=5e-5, alpha_lx=3e-9, alpha_xx=7e-9)
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
-from wavepp.runtime.hashing import block_hashes
+from wavepp.runtime.kvcache.hashing import block_hashes
 from wavepp.runtime.kvcache.stage_cache import StageCache
 from wavepp.runtime.kvcache.state_snapshots import StateSpec
 from wavepp.runtime.request import cdiv

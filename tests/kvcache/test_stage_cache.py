@@ -6,8 +6,8 @@ import random
 
 import pytest
 
-from wavepp.runtime.hashing import block_hashes
 from wavepp.runtime.kvcache.followed import DescriptorMismatch
+from wavepp.runtime.kvcache.hashing import block_hashes
 from wavepp.runtime.kvcache.stage_cache import StageCache
 
 B = 4

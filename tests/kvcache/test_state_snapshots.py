@@ -10,8 +10,8 @@ from array import array
 import pytest
 
 from wavepp.runtime.admission import Admission
-from wavepp.runtime.engines.base import StageHandle
-from wavepp.runtime.hashing import block_hashes
+from wavepp.runtime.kvcache.handle import StageHandle
+from wavepp.runtime.kvcache.hashing import block_hashes
 from wavepp.runtime.kvcache.stage_cache import StageCache
 from wavepp.runtime.kvcache.state_snapshots import StateSpec
 from wavepp.runtime.mechanisms.reuse_lookup import FirstStageTree

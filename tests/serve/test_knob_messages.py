@@ -13,8 +13,8 @@ import pytest
 
 from tests.api_client import api_on
 from wavepp.runtime.cli import main
+from wavepp.runtime.control.knobs import RETIRED
 from wavepp.runtime.engines.sim.engine import SimEngine
-from wavepp.runtime.knobs import RETIRED
 
 # (what the CLI's --set says, the same knob as JSON)
 SAME_VALUE = [("planner=mpu", {"planner": "mpu"}),

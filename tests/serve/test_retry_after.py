@@ -13,8 +13,8 @@ from typing import Any
 import httpx
 import pytest
 
+from wavepp.runtime.control.knobs import Knobs
 from wavepp.runtime.engines.sim.engine import SimEngine
-from wavepp.runtime.knobs import Knobs
 from wavepp.runtime.serve.drain_rate import DrainRate
 from wavepp.runtime.serve.runtime import ServerRuntime
 

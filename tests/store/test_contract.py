@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from wavepp.runtime.knobs import POLICY_NAMES, Deployment, KnobError, Knobs, validated_values
+from wavepp.runtime.control.knobs import POLICY_NAMES, Deployment, KnobError, Knobs, validated_values
 from wavepp.store.base import RUN_META_CAP, HintResult, KnobsRecord, RegistryEntry, StoreError
 from wavepp.store.memory import MemoryStore
 from wavepp.store.probe import longest_prefix, longest_prefix_linear

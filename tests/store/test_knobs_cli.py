@@ -7,7 +7,7 @@ import asyncio
 import pytest
 
 from wavepp.runtime.cli import main
-from wavepp.runtime.knobs import Deployment
+from wavepp.runtime.control.knobs import Deployment
 from wavepp.store.redis_store import RedisStore
 
 

@@ -13,7 +13,7 @@ import pytest
 import redis
 
 from wavepp.runtime.cli import main
-from wavepp.runtime.knobs import Deployment, Knobs, validated_values
+from wavepp.runtime.control.knobs import Deployment, Knobs, validated_values
 from wavepp.store.base import KNOBS_VERSION_MAX, StoreError
 from wavepp.store.redis_store import RedisStore
 

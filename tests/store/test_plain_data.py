@@ -28,7 +28,7 @@ from typing import Any, TypeVar
 import pytest
 import redis
 
-from wavepp.runtime.knobs import validated_values
+from wavepp.runtime.control.knobs import validated_values
 from wavepp.store import redis_records
 from wavepp.store.base import RegistryEntry
 from wavepp.store.records import PlannedChunk, WavePlanRecord

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import redis
 
-from wavepp.runtime.knobs import KnobError, validated_values
+from wavepp.runtime.control.knobs import KnobError, validated_values
 from wavepp.store.base import StoreError
 from wavepp.store.redis_store import RedisStore, StoreUnavailable
 from wavepp.store.resilient import ResilientStore, StoreRefused
@@ -208,3 +208,4 @@ def test_invalid_knob_write_leaves_stored_record_byte_identical(redis_url: str, 
         asyncio.run(body())
     finally:
         client.close()
+

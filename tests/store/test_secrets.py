@@ -93,7 +93,7 @@ def test_bench_prints_writes_and_stores_no_password(secret: Secret, tmp_path: Pa
                            "--json", str(outputs[0]), "--save-run", str(outputs[1]), "--trace", str(outputs[2])],
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
-    from wavepp.runtime.runfile import load_runs
+    from wavepp.runtime.runs.runfile import load_runs
     saved = load_runs(outputs[1])
     assert f"default:***@127.0.0.1:{secret.port}/0" in saved[0].label      # the run says where it ran
     secret.assert_absent(done.stdout, done.stderr, *(p.read_text() for p in outputs[::2]),
@@ -164,9 +164,9 @@ def test_dashboard_pages_show_no_password(secret: Secret, monkeypatch: pytest.Mo
     """The sidebar caption said ``source: store:redis://:PASSWORD@…``; run labels name the store too."""
     from streamlit.testing.v1 import AppTest
 
-    from wavepp.runtime.bench import BenchConfig, run_one
+    from wavepp.runtime.bench.runs import BenchConfig, run_one
     from wavepp.runtime.engines.sim.engine import SimEngine
-    from wavepp.runtime.workloads import parse_workload
+    from wavepp.runtime.sources.workloads import parse_workload
     engine = SimEngine("llama-3-8b", "h200", 2, kv_blocks=[2000], store_url=secret.url())
     run_one(engine, BenchConfig(parse_workload("reuse90"), [4], ["wavepp"], 8, prompt_tokens=2048), "wavepp", 4)
     monkeypatch.setenv("WAVEPP_DASHBOARD", f"store:{secret.url()}")

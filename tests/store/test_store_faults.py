@@ -17,10 +17,10 @@ from pathlib import Path
 import pytest
 import redis
 
-from wavepp.runtime.bench import BenchConfig, run_one
+from wavepp.runtime.bench.runs import BenchConfig, run_one
 from wavepp.runtime.cli import main
 from wavepp.runtime.engines.sim.engine import SimEngine
-from wavepp.runtime.workloads import parse_workload
+from wavepp.runtime.sources.workloads import parse_workload
 from wavepp.store.base import RegistryEntry
 from wavepp.store.records import WavePlanRecord
 from wavepp.store.redis_store import RedisStore

@@ -8,9 +8,9 @@ import inspect
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
-from wavepp.runtime.admission_bench import CountingStore
+from wavepp.runtime.bench.admission import CountingStore
+from wavepp.runtime.control.knobs import Deployment, validated_values
 from wavepp.runtime.engines.coordination import CostedStore
-from wavepp.runtime.knobs import Deployment, validated_values
 from wavepp.store.base import RegistryEntry, Store
 from wavepp.store.memory import MemoryStore
 from wavepp.store.records import StatusSnapshot, WavePlanRecord

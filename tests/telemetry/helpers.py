@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from wavepp.runtime.bench import BenchConfig, RunRecord, run_one
+from wavepp.runtime.bench.runs import BenchConfig, RunRecord, run_one
 from wavepp.runtime.engines.sim.engine import SimEngine
-from wavepp.runtime.workloads import parse_workload
+from wavepp.runtime.sources.workloads import parse_workload
 from wavepp.telemetry.config import TelemetryConfig
 from wavepp.telemetry.metrics import WaveppMetrics
 from wavepp.telemetry.setup import configure

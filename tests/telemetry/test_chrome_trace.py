@@ -15,7 +15,7 @@ from google.protobuf.json_format import ParseDict
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
 from tests.telemetry.helpers import small_run
-from wavepp.runtime.runfile import save_runs
+from wavepp.runtime.runs.runfile import save_runs
 from wavepp.telemetry import names as N
 from wavepp.telemetry.chrome_trace import trace_events, write_trace
 from wavepp.telemetry.config import TelemetryConfig

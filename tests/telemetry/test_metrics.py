@@ -118,11 +118,11 @@ def test_after_a_policy_change_points_carry_the_policy_that_runs(metrics: Wavepp
     the new policy, those before under the old one, none lost; the old busy fraction stops."""
     import asyncio
 
+    from wavepp.runtime.control.knobs import Knobs
     from wavepp.runtime.engines.sim.clock import run_virtual
     from wavepp.runtime.engines.sim.engine import SimEngine
-    from wavepp.runtime.knobs import Knobs
     from wavepp.runtime.loop import PipelineLoop
-    from wavepp.runtime.workloads import Workload, parse_workload
+    from wavepp.runtime.sources.workloads import Workload, parse_workload
     from wavepp.telemetry import names as N
 
     engine = SimEngine("llama-3-8b", "h200", 2, kv_blocks=[2000])

@@ -14,7 +14,7 @@ admission, planning, span recording and task switches on one thread, and a model
 late; on this clock a replay pays the same code's cost where it runs, so the same delays follow,
 while modelled step times still pass without waiting. An idle wait is rounded up to the millisecond,
 as epoll does on a real loop, plus the time a real loop takes to wake (a what-if replay of a
-real-time run: :mod:`runtime.whatif`).
+real-time run: :mod:`runtime.whatif.preview`).
 """
 
 from __future__ import annotations

@@ -7,7 +7,8 @@ import dataclasses
 from collections.abc import Coroutine, Sequence
 from typing import Any, TypeVar
 
-from wavepp.runtime.engines.base import EngineParts, StageHandle
+from wavepp.runtime.control.knobs import CPU_KNOBS, Knobs
+from wavepp.runtime.engines.base import EngineParts
 from wavepp.runtime.engines.calibrate import FittedCostModel, load_profile
 from wavepp.runtime.engines.common import open_run_store, run_telemetry
 from wavepp.runtime.engines.coordination import DEFAULT_COSTS, CoordinationCosts, SimCostHook
@@ -26,11 +27,11 @@ from wavepp.runtime.engines.sim.profiles import (
 )
 from wavepp.runtime.engines.sim.table_choices import Choices
 from wavepp.runtime.engines.sim.table_cost import load_table_cost_model
-from wavepp.runtime.knobs import CPU_KNOBS, Knobs
+from wavepp.runtime.kvcache.handle import StageHandle
 from wavepp.runtime.kvcache.pools import CachePool, PerStage
 from wavepp.runtime.kvcache.state_snapshots import DEFAULT_SNAPSHOT_INTERVAL, StateSpec
 from wavepp.runtime.mechanisms.topology import Topology
-from wavepp.runtime.runfile import RunInfo
+from wavepp.runtime.runs.runfile import RunInfo
 from wavepp.store.base import Store
 from wavepp.store.memory import MemoryStore
 from wavepp.store.urls import parse_store_url
@@ -105,7 +106,7 @@ class SimEngine:
             raise ValueError(f"step fit: give {pp} (scale > 0, offset >= 0) pairs, one per stage, got {list(step_fit)}")
         self.pp = pp
         self.block_size = block_size
-        # What rebuilds this sim in virtual time (a what-if replay of one of its runs: runtime.whatif).
+        # What rebuilds this sim in virtual time (a what-if replay of one of its runs: runtime.whatif.preview).
         self.replay_args: dict[str, Any] = {
             "model": model, "hardware": hardware, "gpus_per_stage": gpus_per_stage, "cost_model": cost_model,
             "cost_profile": cost_profile, "perf_dir": perf_dir, "host_work_scale": host_work_scale,

@@ -8,8 +8,8 @@ from array import array
 from collections.abc import Sequence
 
 from wavepp.runtime.engines.sim.costmodel import ChunkShape, CostModel
+from wavepp.runtime.planning.step_times import StageFit, StepModel, fit_waves
 from wavepp.runtime.request import Chunk, Request, Wave
-from wavepp.runtime.step_times import StageFit, StepModel, fit_waves
 
 
 class StageFailed(RuntimeError):

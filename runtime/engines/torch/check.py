@@ -24,11 +24,11 @@ import torch
 from torch import Tensor
 
 from wavepp.runtime.engines.torch.config import PROFILES, DecoderConfig, load_config, read_hf_dict
-from wavepp.runtime.engines.torch.dist.launch import LAUNCHERS
-from wavepp.runtime.engines.torch.dist.leader import start_processes
-from wavepp.runtime.engines.torch.dist.stage_server import StageSpec
 from wavepp.runtime.engines.torch.executor import TorchExecutor
 from wavepp.runtime.engines.torch.model import StageModel, build_stages, split_layers
+from wavepp.runtime.engines.torch.processes.launch import LAUNCHERS
+from wavepp.runtime.engines.torch.processes.leader import start_processes
+from wavepp.runtime.engines.torch.processes.stage_server import StageSpec
 from wavepp.runtime.engines.torch.weights import load_hf_dir, random_weights
 from wavepp.runtime.request import Chunk, Request, Wave, cdiv
 

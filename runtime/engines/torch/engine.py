@@ -3,7 +3,7 @@
 ``launcher="threads"`` (default): every stage is a thread of this process. ``"spawn"`` /
 ``"torchrun"``: stage s is rank s of a ``torch.distributed`` world (gloo on CPU, NCCL for
 activations on CUDA); this process is rank 0, the leader, and runs stage 0 itself
-(``runtime.engines.torch.dist``).
+(``runtime.engines.torch.processes``).
 
 Each stage's KV pool holds as many blocks as its memory budget allows; the stage's cache
 (``runtime.kvcache``) hands out the same block ids the pool is indexed by. Intra-op threads are
@@ -19,19 +19,20 @@ from typing import Any, TypeVar
 
 import torch
 
-from wavepp.runtime.engines.base import EngineParts, StageHandle
+from wavepp.runtime.control.knobs import CPU_KNOBS, Knobs
+from wavepp.runtime.engines.base import EngineParts
 from wavepp.runtime.engines.common import open_run_store, run_telemetry
 from wavepp.runtime.engines.coordination import DEFAULT_COSTS
 from wavepp.runtime.engines.torch.config import DecoderConfig, load_config
-from wavepp.runtime.engines.torch.dist.launch import LAUNCHERS, threads_per_process
-from wavepp.runtime.engines.torch.dist.leader import ProcessExecutor, RemoteStageHandle, start_processes
-from wavepp.runtime.engines.torch.dist.stage_server import StageSpec
 from wavepp.runtime.engines.torch.executor import TorchExecutor
 from wavepp.runtime.engines.torch.model import build_stages, default_device_dtype, split_layers
+from wavepp.runtime.engines.torch.processes.launch import LAUNCHERS, threads_per_process
+from wavepp.runtime.engines.torch.processes.leader import ProcessExecutor, RemoteStageHandle, start_processes
+from wavepp.runtime.engines.torch.processes.stage_server import StageSpec
 from wavepp.runtime.engines.torch.weights import load_hf_dir, random_weights
-from wavepp.runtime.knobs import CPU_KNOBS, Knobs
+from wavepp.runtime.kvcache.handle import StageHandle
 from wavepp.runtime.kvcache.pools import CachePool, PerStage
-from wavepp.runtime.runfile import RunInfo
+from wavepp.runtime.runs.runfile import RunInfo
 from wavepp.store.base import Store
 from wavepp.store.memory import MemoryStore
 from wavepp.store.urls import parse_store_url
@@ -100,7 +101,7 @@ class TorchEngine:
         return min(1024, self.cfg.max_position // 2)
 
     def default_knobs(self) -> Knobs:
-        """Wave budgets scaled to CPU-sized prompts (``runtime.knobs.CPU_KNOBS``)."""
+        """Wave budgets scaled to CPU-sized prompts (``runtime.control.knobs.CPU_KNOBS``)."""
         return CPU_KNOBS
 
     def build(self, pool: CachePool = PER_STAGE) -> EngineParts:

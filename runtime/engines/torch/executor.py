@@ -18,8 +18,8 @@ import torch
 from torch import Tensor
 
 from wavepp.runtime.engines.torch.model import ChunkSpec, StageModel
+from wavepp.runtime.planning.step_times import StageFit, StepModel
 from wavepp.runtime.request import Chunk, Request, Wave
-from wavepp.runtime.step_times import StageFit, StepModel
 
 
 class RequestBook:

@@ -1,6 +1,6 @@
 """The table cost model against NVIDIA's own estimator, aiconfigurator 0.12.0, on the grid's deployment.
 
-What is compared. The grid (runtime/grid.py) runs GLM-5.2 and MiniMax-M2.7 on PP4, and the sim engine gives
+What is compared. The grid (runtime/bench/grid.py) runs GLM-5.2 and MiniMax-M2.7 on PP4, and the sim engine gives
 each stage gpus_per_node // pp = 2 GPUs: attention TP2, routed experts EP2. For one chunk of ``x`` new tokens
 after ``L`` cached ones we ask aiconfigurator for ``cli_estimate(mode="static_ctx", backend_name="trtllm",
 backend_version="1.3.0rc20", isl=L + x, prefix=L, batch_size=1, tp_size=2, pp_size=4, moe_tp_size=1,

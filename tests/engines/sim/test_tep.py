@@ -7,14 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from wavepp.runtime.bench import BenchConfig, laid_out, run_one
+from wavepp.runtime.bench.runs import BenchConfig, laid_out, run_one
 from wavepp.runtime.engines.sim.costmodel import ChunkShape
 from wavepp.runtime.engines.sim.engine import SimEngine
 from wavepp.runtime.engines.sim.table_choices import Choices
 from wavepp.runtime.engines.sim.table_cost import load_table_cost_model
 from wavepp.runtime.mechanisms.topology import TEP_NCCL, TensorExpert
 from wavepp.runtime.policies import get_policy
-from wavepp.runtime.workloads import parse_workload
+from wavepp.runtime.sources.workloads import parse_workload
 
 PERF = Path(__file__).resolve().parents[3].parent / "shared" / "data" / "perf"
 pytestmark = pytest.mark.skipif(not (PERF / "b300_sxm").is_dir(), reason="../shared/data/perf is not present")

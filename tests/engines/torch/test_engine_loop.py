@@ -9,12 +9,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from wavepp.runtime.bench import BenchConfig, run_one
+from wavepp.runtime.bench.runs import BenchConfig, run_one
 from wavepp.runtime.cli import main
 from wavepp.runtime.engines.torch.check import _reference
 from wavepp.runtime.engines.torch.config import DecoderConfig
 from wavepp.runtime.engines.torch.engine import TorchEngine
-from wavepp.runtime.workloads import parse_workload
+from wavepp.runtime.sources.workloads import parse_workload
 from wavepp.telemetry import names as N
 
 CFG = DecoderConfig(vocab_size=512, hidden_size=64, intermediate_size=128, num_layers=4, num_heads=4,
@@ -44,7 +44,7 @@ def test_first_tokens_match_the_reference(config_path: Path, policy: str, worklo
     for h in rec.parts.handles:
         h.cache.check()
     reference = _reference(CFG, CFG.to_hf_dict(), engine.weights)
-    from wavepp.runtime.workloads import Workload
+    from wavepp.runtime.sources.workloads import Workload
     prompts = Workload(cfg.workload, 12, 200, 16, CFG.vocab_size, 1)
     tokens = {r.id: r.tokens for r in (prompts.next_request(0.0) for _ in range(12))}
     for c in rec.loop.completions:

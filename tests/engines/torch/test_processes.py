@@ -20,15 +20,15 @@ from typing import Any
 import pytest
 import torch
 
-from wavepp.runtime.bench import BenchConfig, run_one
+from wavepp.runtime.bench.runs import BenchConfig, run_one
 from wavepp.runtime.cli import main
-from wavepp.runtime.engines.base import LeaseItem
 from wavepp.runtime.engines.torch.check import _reference, run_check
 from wavepp.runtime.engines.torch.config import DecoderConfig
-from wavepp.runtime.engines.torch.dist.leader import RemoteStageHandle, StageDied
 from wavepp.runtime.engines.torch.engine import TorchEngine
+from wavepp.runtime.engines.torch.processes.leader import RemoteStageHandle, StageDied
 from wavepp.runtime.engines.torch.weights import random_weights
-from wavepp.runtime.workloads import Workload, parse_workload
+from wavepp.runtime.kvcache.handle import LeaseItem
+from wavepp.runtime.sources.workloads import Workload, parse_workload
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -281,7 +281,7 @@ def _exits_at_start(rank: int, size: int, init_method: str, cuda: bool) -> None:
 def test_a_stage_that_ends_before_joining_fails_the_start_at_once() -> None:
     """Rank 0 used to wait out gloo's timeout (10 minutes) in the rendezvous; now the first stage
     process to end fails it within a poll, naming the stage and how it ended."""
-    from wavepp.runtime.engines.torch.dist.launch import StageStartFailed, spawn_stages
+    from wavepp.runtime.engines.torch.processes.launch import StageStartFailed, spawn_stages
     t0 = time.monotonic()
     with pytest.raises(StageStartFailed, match=r"^stage 1 process exited with code 3 before it joined the others$"):
         spawn_stages(2, False, target=_exits_at_start)          # one stage: which ends first is not a race

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from wavepp.runtime.engines.torch.dist.rpc import LinkSender, RpcClient, StageDied
+from wavepp.runtime.engines.torch.processes.rpc import LinkSender, RpcClient, StageDied
 
 SOON_S = 10.0          # "within seconds" on a loaded machine; a regression waits forever instead
 

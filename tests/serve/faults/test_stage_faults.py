@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from wavepp.runtime.control_plane import LEASE_TTL_S
+from wavepp.runtime.control.plane import LEASE_TTL_S
 from wavepp.store.redis_store import RedisStore
 
 SPAWN = ("--engine", "torch", "--launcher", "spawn", "--pp", "2")

@@ -1,0 +1,1 @@
+"""Benchmarks: ``wavepp bench``, the grids and the admission benchmark."""

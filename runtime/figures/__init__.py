@@ -1,0 +1,1 @@
+"""The figures of DESIGN §7, computed from a run's spans."""

@@ -1,0 +1,1 @@
+"""What stops a run going wrong silently: the invariants and the deadlock watchdog."""

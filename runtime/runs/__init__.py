@@ -1,0 +1,1 @@
+"""A run as a record: its description and its saved file."""

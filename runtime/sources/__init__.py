@@ -1,0 +1,1 @@
+"""Where a run's requests come from: synthetic workloads, traces, a server's clients."""
