@@ -10,9 +10,13 @@ TLS settings travel in the URL (``rediss://…?ssl_ca_certs=PATH&ssl_cert_reqs=r
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 
 import redis.asyncio as aioredis
 from redis import exceptions as rex
+from redis.asyncio.connection import AbstractConnection
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
 
 from wavepp.store.base import StoreError
 from wavepp.store.urls import StoreUrl
@@ -22,7 +26,11 @@ AUTH_FAILED = "authentication failed (wrong user or password)"
 
 async def connect_client(url: StoreUrl, timeout_s: float) -> aioredis.Redis:
     """A client for ``url`` that answered PING; StoreError (one line, no password) otherwise."""
-    client = aioredis.Redis.from_url(url.url, socket_connect_timeout=timeout_s, socket_timeout=5.0)
+    # No retries inside the client, and a reconnect that reaches another server instance fails its command: the
+    # store above sees the outage either way (store.resilient: backoff, then rebuild what a restarted server
+    # lost). redis-py reconnects a pooled connection the server dropped before using it again, silently.
+    client = aioredis.Redis.from_url(url.url, socket_connect_timeout=timeout_s, socket_timeout=5.0,
+                                     retry=Retry(NoBackoff(), 0), redis_connect_func=restart_check())
     try:
         await _ping(client)
     except rex.AuthenticationError:
@@ -40,6 +48,33 @@ async def connect_client(url: StoreUrl, timeout_s: float) -> aioredis.Redis:
         await client.aclose()
         raise StoreError(f"{url.where} is not a Redis server (it answered: {first_line(exc)})") from None
     return client
+
+
+def restart_check() -> Callable[[AbstractConnection], Awaitable[None]]:
+    """What runs on every (re)connect of one client's connections: the usual handshake, then the server's
+    ``run_id`` (``INFO server``; a new one each time a server starts). The first connection learns it; a later
+    one that finds another fails with ConnectionError once - the server restarted, empty, or another took its
+    address - so the command that met it counts as an outage and the store above rebuilds; connections after it
+    find the new id and pass. (A plain function: redis-py awaits only what ``iscoroutinefunction`` says.)"""
+    known: list[str] = []
+
+    async def on_connect(conn: AbstractConnection) -> None:
+        await conn.on_connect()
+        await conn.send_command("INFO", "server")
+        try:
+            info = await conn.read_response()
+        except rex.ResponseError:        # a user the server's ACL denies INFO: nothing to compare
+            return
+        text = info.decode(errors="replace") if isinstance(info, bytes) else str(info)
+        run_id = next((line.partition(":")[2].strip() for line in text.splitlines()
+                       if line.startswith("run_id:")), None)
+        if run_id is None:               # a server that does not say (a proxy): nothing to compare either
+            return
+        if known and known[0] != run_id:
+            known[0] = run_id
+            raise rex.ConnectionError("the redis server restarted (a new run_id): what it held is gone")
+        known[:] = [run_id]
+    return on_connect
 
 
 def _tls_hint(url: StoreUrl, exc: BaseException) -> str:

@@ -209,3 +209,20 @@ def test_invalid_knob_write_leaves_stored_record_byte_identical(redis_url: str, 
     finally:
         client.close()
 
+
+def test_a_user_denied_info_still_connects_and_the_store_works(start_private_redis: StartRedis) -> None:
+    """Every (re)connect asks the server's run_id to tell a restart (store/redis_connect.py); a user whose ACL
+    denies INFO gets a store that works all the same, with nothing to compare."""
+    _, port = start_private_redis()
+    admin = redis.Redis(port=port, socket_timeout=5)
+    admin.execute_command("ACL", "SETUSER", "limited", "on", ">pw-limited", "~*", "&*", "+@all", "-info")
+    admin.close()
+
+    async def go() -> Any:
+        store = await RedisStore.connect(f"redis://limited:pw-limited@127.0.0.1:{port}/0?cluster=acl")
+        try:
+            await store.hint_update(0, [11, 12], [])
+            return await store.hint_count(0)
+        finally:
+            await store.close()
+    assert asyncio.run(go()) == 2
