@@ -25,7 +25,7 @@ from typing import Any
 from wavepp.runtime.autopilot.runner import AutopilotRunner
 from wavepp.runtime.autopilot.settings import AutopilotSettings, changed
 from wavepp.runtime.control.knobs import Knobs, validated_values
-from wavepp.runtime.engines.sim.engine import SimEngine
+from wavepp.runtime.engines.config import EngineConfig, build_engine
 from wavepp.runtime.loop import PipelineLoop
 from wavepp.runtime.runs.meta import describe_run
 from wavepp.runtime.runs.runfile import RunInfo
@@ -125,13 +125,6 @@ class EmbeddedRuntime:
 # dashboard` runs the embedded runtime in a child process and talks to it over a local socket
 # (multiprocessing.managers): still no external service.
 
-def make_engine(spec: dict[str, Any]) -> Any:
-    """``{"kind": "torch" | "sim", …constructor arguments}`` -> the engine."""
-    args = {k: v for k, v in spec.items() if k != "kind"}
-    if spec["kind"] == "torch":
-        from wavepp.runtime.engines.torch.engine import TorchEngine
-        return TorchEngine(**args)
-    return SimEngine(**args)
 
 
 class _Facade:
@@ -197,10 +190,10 @@ class _Manager(BaseManager):
     pass
 
 
-def serve(engine_args: dict[str, Any], runtime_args: dict[str, Any], address: str, authkey: bytes,
+def serve(engine_config: EngineConfig, runtime_args: dict[str, Any], address: str, authkey: bytes,
           ready: Any) -> None:
     """Child process: start the runtime and serve it to the dashboard until killed."""
-    engine = make_engine(engine_args)
+    engine = build_engine(engine_config)
     runtime = EmbeddedRuntime(engine, **runtime_args).start()
     facade = _Facade(runtime, runtime_args)
     _Manager.register("runtime", callable=lambda: facade)
@@ -214,26 +207,26 @@ class RemoteRuntime:
     interface it needs). :meth:`restart` starts a stopped runtime again, in a new child process
     when the old one died."""
 
-    def __init__(self, engine_args: dict[str, Any], runtime_args: dict[str, Any], timeout_s: float = 60.0) -> None:
-        self._args = (engine_args, runtime_args, timeout_s)
+    def __init__(self, engine_config: EngineConfig, runtime_args: dict[str, Any], timeout_s: float = 60.0) -> None:
+        self._args = (engine_config, runtime_args, timeout_s)
         self._spawn()
 
     @property
-    def engine_args(self) -> dict[str, Any]:
-        """What the runtime's engine was built from (``make_engine``): a what-if replay rebuilds its sim."""
-        return dict(self._args[0])
+    def engine_config(self) -> EngineConfig:
+        """What the runtime's engine was built from: a what-if replay rebuilds its sim."""
+        return self._args[0]
 
     @property
     def runtime_args(self) -> dict[str, Any]:
         return dict(self._args[1])
 
     def _spawn(self) -> None:
-        engine_args, runtime_args, timeout_s = self._args
+        engine_config, runtime_args, timeout_s = self._args
         ctx = multiprocessing.get_context("spawn")
         address = os.path.join(tempfile.mkdtemp(prefix="wavepp-"), "runtime.sock")
         authkey = secrets.token_bytes(16)
         ready = ctx.Event()
-        self.proc = ctx.Process(target=serve, args=(engine_args, runtime_args, address, authkey, ready),
+        self.proc = ctx.Process(target=serve, args=(engine_config, runtime_args, address, authkey, ready),
                                 name="wavepp-runtime", daemon=True)
         self.proc.start()
         if not ready.wait(timeout_s):
@@ -283,10 +276,10 @@ class RemoteRuntime:
             self._spawn()
 
 
-def start_child(engine_args: dict[str, Any], runtime_args: dict[str, Any],
+def start_child(engine_config: EngineConfig, runtime_args: dict[str, Any],
                 timeout_s: float = 60.0) -> tuple[RemoteRuntime, Any]:
     """Start the runtime in a child process; returns the handle and the process."""
-    remote = RemoteRuntime(engine_args, runtime_args, timeout_s)
+    remote = RemoteRuntime(engine_config, runtime_args, timeout_s)
     return remote, remote.proc
 
 

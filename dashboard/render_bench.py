@@ -119,13 +119,14 @@ def halve() -> None:
 
     from wavepp.dashboard.frames import build
     from wavepp.runtime.control.knobs import Knobs
+    from wavepp.runtime.engines.config import SimConfig
     from wavepp.runtime.engines.sim.clock import run_virtual
     from wavepp.runtime.engines.sim.engine import SimEngine
     from wavepp.runtime.loop import PipelineLoop
     from wavepp.runtime.sources.workloads import Workload, parse_workload
     from wavepp.telemetry.span_codec import encode
 
-    engine = SimEngine("llama-3-8b", "h200", 4)
+    engine = SimEngine(SimConfig("llama-3-8b", "h200", 4))
     parts, tel = engine.build(), engine.telemetry()
     workload = Workload(parse_workload("reuse90"), 1200, 8192, 64, engine.vocab_size, 0)
 

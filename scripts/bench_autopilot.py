@@ -26,6 +26,7 @@ from wavepp.runtime.autopilot.runner import companion
 from wavepp.runtime.autopilot.settings import AutopilotSettings
 from wavepp.runtime.bench.runs import BenchConfig, RunRecord, run_one
 from wavepp.runtime.control.knobs import Knobs
+from wavepp.runtime.engines.config import SimConfig
 from wavepp.runtime.engines.sim.engine import SimEngine
 from wavepp.runtime.sources.phased_trace import DEFAULT_PHASES, PhaseFigures, phase_figures, write
 from wavepp.runtime.sources.workloads import parse_workload
@@ -36,7 +37,7 @@ MODEL, HARDWARE, PP, BLOCK = "glm-5.2", "b300", 4, 64
 
 
 def run(trace: str, knobs: Knobs, concurrency: int, pilot: AutopilotSettings | None) -> RunRecord:
-    engine = SimEngine(MODEL, HARDWARE, PP, BLOCK)
+    engine = SimEngine(SimConfig(MODEL, HARDWARE, PP, BLOCK))
     cfg = BenchConfig(parse_workload(f"trace:{trace}"), [concurrency], [knobs.policy], None, knobs=knobs,
                       companions=[companion(pilot)] if pilot is not None else [])
     return run_one(engine, cfg, knobs.policy, concurrency)
@@ -63,7 +64,7 @@ def main() -> int:
     args = ap.parse_args()
     Path(args.trace).parent.mkdir(parents=True, exist_ok=True)
     phases = write(args.trace, DEFAULT_PHASES)
-    default = SimEngine(MODEL, HARDWARE, PP, BLOCK).default_knobs()
+    default = SimEngine(SimConfig(MODEL, HARDWARE, PP, BLOCK)).default_knobs()
     if args.start:
         default = default.replace(**{k: int(v) for k, _, v in (p.partition("=") for p in args.start.split(","))})
     started = time.monotonic()
@@ -76,7 +77,7 @@ def main() -> int:
     ours = phase_figures(pilot.encoded, phases)
     decisions = pilot.meta["autopilot"]
 
-    lines = [f"starting knobs: {label(default, SimEngine(MODEL, HARDWARE, PP, BLOCK).default_knobs())}", "",
+    lines = [f"starting knobs: {label(default, SimEngine(SimConfig(MODEL, HARDWARE, PP, BLOCK)).default_knobs())}", "",
              "| phase | default tok/s | default p99 s | autopilot tok/s | autopilot p99 s | hindsight best (setting) "
              "tok/s | its p99 s | autopilot / best | autopilot / default |", "|---|---|---|---|---|---|---|---|---|"]
     table = []

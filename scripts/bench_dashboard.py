@@ -51,9 +51,10 @@ def proc_cpu_rss(pid: int) -> tuple[float, int]:
 def demo_prompt_tokens() -> int:
     """The demo's prompt length (``wavepp dashboard --engine sim``'s own rule: the largest up to 8192 whose
     longest reuse90 prompt fits llama-3-8b's context)."""
+    from wavepp.runtime.engines.config import SimConfig
     from wavepp.runtime.engines.sim.engine import SimEngine
     from wavepp.runtime.sources.workloads import fit_prompt_tokens, parse_workload
-    engine = SimEngine("llama-3-8b", "h200", 4)
+    engine = SimEngine(SimConfig("llama-3-8b", "h200", 4))
     return fit_prompt_tokens(parse_workload("reuse90"), None, 8192, engine.max_context, engine.block_size)
 
 
@@ -61,9 +62,10 @@ def demo_rate(seconds: float = 20.0) -> float:
     """Spans a second the embedded sim demo's runtime emits (read as the dashboard reads them)."""
     from wavepp.dashboard import embedded
     from wavepp.dashboard.sources import EmbeddedSource
-    args = {"kind": "sim", "model": "llama-3-8b", "hardware": "h200", "pp": 4, "realtime": True, "time_scale": 1.0}
-    knobs = embedded.make_engine(args).default_knobs()
-    remote, proc = embedded.start_child(args, {"workload": "reuse90", "concurrency": 64,
+    from wavepp.runtime.engines.config import SimConfig, build_engine
+    config = SimConfig("llama-3-8b", "h200", 4, clock="wall")
+    knobs = build_engine(config).default_knobs()
+    remote, proc = embedded.start_child(config, {"workload": "reuse90", "concurrency": 64,
                                                "prompt_tokens": demo_prompt_tokens(), "knobs": knobs})
     try:
         src = EmbeddedSource(remote)
@@ -79,10 +81,11 @@ def demo_rate(seconds: float = 20.0) -> float:
 def recorded_spans() -> list[dict[str, Any]]:
     """A virtual-time sim run like the demo's (llama-3-8b, H200, PP4, reuse90, c = 64)."""
     from wavepp.runtime.bench.runs import BenchConfig, run_one
+    from wavepp.runtime.engines.config import SimConfig
     from wavepp.runtime.engines.sim.engine import SimEngine
     from wavepp.runtime.sources.workloads import parse_workload
     cfg = BenchConfig(parse_workload("reuse90"), [64], ["wavepp"], 1500, prompt_tokens=demo_prompt_tokens())
-    return run_one(SimEngine("llama-3-8b", "h200", 4), cfg, "wavepp", 64).encoded
+    return run_one(SimEngine(SimConfig("llama-3-8b", "h200", 4)), cfg, "wavepp", 64).encoded
 
 
 def stream_spans(url: str, spans: list[dict[str, Any]], rate: float, stop: threading.Event) -> None:

@@ -16,6 +16,7 @@ import collections
 import time
 
 from wavepp.runtime.bench.runs import BenchConfig, run_one
+from wavepp.runtime.engines.config import SimConfig
 from wavepp.runtime.engines.sim.engine import SimEngine
 from wavepp.runtime.sources.workloads import parse_workload
 from wavepp.telemetry import names as N
@@ -55,7 +56,7 @@ def main() -> None:
     p.add_argument("--policy", default="wavepp,wavepp+share=off,trtllm-pp-legacy")
     args = p.parse_args()
     spec = parse_workload(args.workload)
-    engine = SimEngine(args.model, args.hardware, args.pp)
+    engine = SimEngine(SimConfig(args.model, args.hardware, args.pp))
     policies = args.policy.split(",")
     for policy in policies:
         cfg = BenchConfig(spec, [args.concurrency], policies, args.requests, 0, args.prompt_tokens,

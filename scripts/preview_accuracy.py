@@ -23,6 +23,7 @@ from typing import Any
 from wavepp.dashboard.embedded import start_child
 from wavepp.dashboard.whatif_jobs import change_time_ns
 from wavepp.runtime.control.knobs import CPU_KNOBS, Knobs, from_changes
+from wavepp.runtime.engines.config import EngineConfig, SimConfig, TorchConfig
 from wavepp.runtime.figures.report import fmt
 from wavepp.runtime.whatif.preview import gain, observed_over, observed_since, preview, replay_of, sim_spec
 
@@ -57,16 +58,15 @@ def main() -> None:
     pp = args.pp or (2 if torch_engine else 4)
     window = args.window or (40.0 if torch_engine else 15.0)
     if torch_engine:
-        engine_args: dict[str, Any] = {"kind": "torch", "model": "tiny-llama", "pp": pp}
+        engine: EngineConfig = TorchConfig("tiny-llama", pp)
         knobs = CPU_KNOBS
         prompt = args.prompt_tokens or 512
     else:
-        engine_args = {"kind": "sim", "model": "llama-3-8b", "hardware": "h200", "pp": pp, "realtime": True,
-                       "time_scale": 1.0}
+        engine = SimConfig("llama-3-8b", "h200", pp, clock="wall")
         knobs = Knobs(max_wave_tokens=8192, min_wave_tokens=4096)
         prompt = args.prompt_tokens or 4096
     runtime_args = {"workload": "reuse90", "concurrency": args.concurrency, "prompt_tokens": prompt, "knobs": knobs}
-    remote, proc = start_child(engine_args, runtime_args)
+    remote, proc = start_child(engine, runtime_args)
     spans: list[dict[str, Any]] = []
     after = 0
 

@@ -21,6 +21,7 @@ from typing import Any
 from wavepp.runtime.arrivals import ArrivalPort
 from wavepp.runtime.bench.runs import BenchConfig, run_one
 from wavepp.runtime.control.knobs import Knobs
+from wavepp.runtime.engines.config import SimConfig
 from wavepp.runtime.engines.sim.engine import SimEngine
 from wavepp.runtime.kvcache.hashing import block_hashes
 from wavepp.runtime.request import Request
@@ -120,7 +121,7 @@ def run_sim(fixture: dict[str, Any], policy: str, knobs: Knobs, pp: int) -> Deci
     for r in scenario.requests:
         tokens = array("I", r.tokens())
         reqs.append((Request(r.id, tokens, 0.0, block_hashes(tokens, block), f"doc{r.doc}"), int(arrivals[r.id])))
-    engine = SimEngine(MODEL, HARDWARE, pp, block_size=block)
+    engine = SimEngine(SimConfig(MODEL, HARDWARE, pp, block_size=block))
     cfg = BenchConfig(parse_workload("cold"), [len(reqs)], [policy], len(reqs), knobs=knobs)
     rec = run_one(engine, cfg, policy, len(reqs), workload=StepArrivals(reqs))  # type: ignore[arg-type]
     by_wave: dict[int, dict[str, int]] = {}

@@ -8,6 +8,7 @@ from array import array
 
 from wavepp.runtime.bench.runs import BenchConfig, run_one
 from wavepp.runtime.control.knobs import Knobs
+from wavepp.runtime.engines.config import SimConfig
 from wavepp.runtime.engines.sim.engine import SimEngine
 from wavepp.runtime.kvcache.hashing import block_hashes
 from wavepp.runtime.kvcache.stage_cache import StageCache
@@ -71,7 +72,7 @@ def test_first_scheduling_admits_only_into_the_next_waves_room() -> None:
 def computed(policy: str) -> int:
     """Tokens stage 0 computed for eight clients on two ~4K-token documents no stage holds (llama-3-8b on
     the sim, PP2; static 1024-token waves, so a document takes several waves)."""
-    engine = SimEngine("llama-3-8b", "h200", 2)
+    engine = SimEngine(SimConfig("llama-3-8b", "h200", 2))
     cfg = BenchConfig(parse_workload("docs:2:suffix=256"), [8], [policy], 24, prompt_tokens=4096,
                       knobs=Knobs(static_chunk_tokens=1024))
     rec = run_one(engine, cfg, policy, 8)

@@ -16,6 +16,7 @@ import redis
 from tests.api_client import api_on
 from wavepp.runtime.control.knobs import Deployment, KnobError, Knobs, validated_values
 from wavepp.runtime.control.plane import KNOB_POLL_S, KnobWatcher
+from wavepp.runtime.engines.config import SimConfig
 from wavepp.runtime.engines.sim.engine import SimEngine
 from wavepp.store.redis_store import RedisStore
 
@@ -89,7 +90,7 @@ def test_a_write_with_the_deployment_at_hand_is_validated_against_it(url: str) -
 def test_a_server_whose_deployment_record_is_overwritten_rewrites_it_and_validates_puts_against_its_own(
         url: str) -> None:
     client, key = _plain(url)
-    engine = SimEngine("llama-3-8b", "h200", 2, kv_blocks=[500], store_url=url, realtime=True)
+    engine = SimEngine(SimConfig("llama-3-8b", "h200", 2, kv_blocks=[500], store_url=url, clock="wall"))
 
     async def rewritten() -> float:
         start = time.monotonic()

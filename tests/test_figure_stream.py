@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from wavepp.runtime.bench.runs import BenchConfig, run_one
+from wavepp.runtime.engines.config import SimConfig
 from wavepp.runtime.engines.sim.engine import SimEngine
 from wavepp.runtime.figures.report import FigureAccumulator, compute_figures
 from wavepp.runtime.runs.runfile import SavedRun, load_runs
@@ -104,7 +105,7 @@ def test_a_halt_keeps_the_figures_of_the_spans_that_ended_by_it() -> None:
 
 
 def test_a_bench_without_its_spans_reports_the_same_figures() -> None:
-    engine = SimEngine("llama-3-8b", "h200", 4, kv_blocks=[3000])
+    engine = SimEngine(SimConfig("llama-3-8b", "h200", 4, kv_blocks=[3000]))
     cfg = BenchConfig(parse_workload("reuse90"), [8], ["wavepp"], 40, prompt_tokens=4096)
     kept = run_one(engine, cfg, "wavepp", 8)
     cfg.keep_spans = False

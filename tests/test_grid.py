@@ -69,19 +69,20 @@ def test_the_pressure_grid_sizes_its_working_sets_on_the_smallest_pool(tmp_path:
     """docs: N documents of mean m make 0.5x and 3x the smallest stage's pool; a trace's pools hold a
     third of its distinct blocks; a model whose context cannot hold a mean skips it."""
     from wavepp.runtime.bench.grid_pressure import TRACE_FIT, pressure_settings
+    from wavepp.runtime.engines.config import SimConfig
     from wavepp.runtime.engines.sim.engine import SimEngine
     from wavepp.runtime.sources.workloads import parse_workload
     trace = tmp_path / "t.jsonl"
     trace.write_text("\n".join(json.dumps({"timestamp": i, "input_length": 1024, "hash_ids": [0, i + 1]})
                                for i in range(30)))
     settings = pressure_settings("h200", 2, models=("llama-3-8b",), traces=[trace])
-    pool = min(SimEngine("llama-3-8b", "h200", 2).capacities) * 64
+    pool = min(SimEngine(SimConfig("llama-3-8b", "h200", 2)).capacities) * 64
     docs = [s for s in settings if s.workload.startswith("docs:")]
     assert docs == []                                    # llama-3-8b's 8K context holds no 32K document
     [t] = [s for s in settings if s.workload.startswith("trace:")]
     assert t.kv_blocks == (round(31 * 512 / TRACE_FIT / 64),) * 2 and t.requests is None
     glm = pressure_settings("b300", 4, models=("glm-5.2",))
-    small = min(SimEngine("glm-5.2", "b300", 4).capacities) * 64
+    small = min(SimEngine(SimConfig("glm-5.2", "b300", 4)).capacities) * 64
     for s in glm:
         spec = parse_workload(s.workload)
         mean = int(s.label.split()[1].removesuffix("K")) * 1024
@@ -94,6 +95,7 @@ def test_the_pressure_grid_sizes_its_working_sets_on_the_smallest_pool(tmp_path:
 
 def test_the_kimi_grid_is_28_settings_of_seven_policies_16_at_c_8_or_more() -> None:
     from wavepp.runtime.bench.grid_kimi import POLICIES, kimi_spec
+    from wavepp.runtime.engines.config import SimConfig
     from wavepp.runtime.engines.sim.engine import SimEngine
     from wavepp.runtime.policies import get_policy
     from wavepp.runtime.sources.workloads import parse_workload
@@ -103,7 +105,7 @@ def test_the_kimi_grid_is_28_settings_of_seven_policies_16_at_c_8_or_more() -> N
     assert {s.model for s in settings} == {"kimi-k3"} and spec.policies == POLICIES
     assert {get_policy(p).topology.name for p in spec.policies} == {"pp", "tep", "tep-nccl"}
     [docs] = {s.workload for s in settings if s.workload.startswith("docs:")}
-    pool = min(SimEngine("kimi-k3", "b300", 4).capacities) * 64
+    pool = min(SimEngine(SimConfig("kimi-k3", "b300", 4)).capacities) * 64
     assert abs(parse_workload(docs).documents * 131072 - 0.5 * pool) <= 131072   # half the smallest pool
     assert all(s.requests == max(32, 4 * s.concurrency) for s in settings)
     rows = [GridRow("kimi-k3", "cold", c, subject="wavepp", best_baseline="vllm-pp", ratio=r)

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from wavepp.runtime.bench.runs import BenchConfig, run_one
+from wavepp.runtime.engines.config import SimConfig
 from wavepp.runtime.engines.sim.engine import SimEngine
 from wavepp.runtime.figures.idle_causes import CAUSES, idle_causes, idle_intervals, sums, top_causes
 from wavepp.runtime.sources.workloads import parse_workload
@@ -61,7 +62,7 @@ def test_admission_is_charged_only_for_rounds_the_loop_ran_itself() -> None:
 
 @pytest.mark.parametrize("policy", ["wavepp", "trtllm-pp", "trtllm-pp-legacy"])
 def test_causes_sum_to_each_stages_idle_time(policy: str) -> None:
-    engine = SimEngine("llama-3-8b", "h200", 4, block_size=64, kv_blocks=[1000, 200, 1000, 1000])
+    engine = SimEngine(SimConfig("llama-3-8b", "h200", 4, block_size=64, kv_blocks=[1000, 200, 1000, 1000]))
     cfg = BenchConfig(parse_workload("reuse90"), [8], [policy], 48, 0, prompt_tokens=2048)
     rec = run_one(engine, cfg, policy, 8)
     f = rec.figures
@@ -78,7 +79,7 @@ def test_causes_sum_to_each_stages_idle_time(policy: str) -> None:
 
 def test_intervals_tile_each_stages_idle_time_and_sum_to_the_causes() -> None:
     """The one split: its intervals are what the dashboard colours and what the bench sums."""
-    engine = SimEngine("llama-3-8b", "h200", 4, block_size=64, kv_blocks=[1000, 200, 1000, 1000])
+    engine = SimEngine(SimConfig("llama-3-8b", "h200", 4, block_size=64, kv_blocks=[1000, 200, 1000, 1000]))
     cfg = BenchConfig(parse_workload("reuse90"), [8], ["trtllm-pp"], 48, 0, prompt_tokens=2048)
     rec = run_one(engine, cfg, "trtllm-pp", 8)
     spans = rec.saved().spans
@@ -102,7 +103,7 @@ def test_a_live_split_settles_exactly_the_idle_time_before_its_horizon() -> None
     not executing (no drain), and a settle with nothing new gives nothing."""
     from wavepp.runtime.figures.idle_causes import LiveIdle
     from wavepp.telemetry.span_codec import encode
-    engine = SimEngine("llama-3-8b", "h200", 4, block_size=64, kv_blocks=[1000, 200, 1000, 1000])
+    engine = SimEngine(SimConfig("llama-3-8b", "h200", 4, block_size=64, kv_blocks=[1000, 200, 1000, 1000]))
     cfg = BenchConfig(parse_workload("reuse90"), [8], ["trtllm-pp"], 48, 0, prompt_tokens=2048)
     spans = sorted((encode(s) for s in run_one(engine, cfg, "trtllm-pp", 8).spans), key=lambda s: s["t1"])
     live = LiveIdle(4, slack_ns=0)

@@ -10,6 +10,7 @@ from types import SimpleNamespace
 import pytest
 
 from wavepp.runtime.bench.runs import BenchConfig, run_one
+from wavepp.runtime.engines.config import SimConfig
 from wavepp.runtime.engines.sim.engine import SimEngine
 from wavepp.runtime.guards import invariants
 from wavepp.runtime.kvcache.handle import StageHandle
@@ -36,7 +37,8 @@ def test_every_policy_runs_clean_under_the_checker_on_tight_uneven_pools(policy:
 
     monkeypatch.setattr(invariants, "check_running", count_running)
     monkeypatch.setattr(invariants, "check_drained", count_drained)
-    engine = SimEngine("llama-3-8b", "h200", 3, block_size=64, kv_blocks=[72, 96, 80])   # 2K-token prompts: 33 blocks
+    # 2K-token prompts: 33 blocks
+    engine = SimEngine(SimConfig("llama-3-8b", "h200", 3, block_size=64, kv_blocks=[72, 96, 80]))
     cfg = BenchConfig(parse_workload("mixed"), [8], [policy], 40, 3, prompt_tokens=2048, check_invariants=True)
     rec = run_one(engine, cfg, policy, 8)
     assert rec.figures.completed == 40 and rec.figures.stalled is None
@@ -101,7 +103,7 @@ def test_a_drained_run_that_kept_anything_is_named(monkeypatch: pytest.MonkeyPat
             t.cancel()
 
     monkeypatch.setattr(invariants, "check_drained", corrupt_then_check)
-    engine = SimEngine("llama-3-8b", "h200", 2, block_size=64, kv_blocks=[200])
+    engine = SimEngine(SimConfig("llama-3-8b", "h200", 2, block_size=64, kv_blocks=[200]))
     cfg = BenchConfig(parse_workload("reuse90"), [4], ["wavepp"], 12, 0, prompt_tokens=1024, check_invariants=True)
     run_one(engine, cfg, "wavepp", 4)
     assert len(found) == 3, found

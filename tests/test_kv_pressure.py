@@ -16,6 +16,7 @@ from typing import TypeVar
 import pytest
 
 from wavepp.runtime.bench.runs import BenchConfig, RunRecord, run_one
+from wavepp.runtime.engines.config import SimConfig
 from wavepp.runtime.engines.sim.engine import SimEngine
 from wavepp.runtime.kvcache.handle import Escrowed, StageHandle
 from wavepp.runtime.kvcache.hashing import block_hashes, token_array
@@ -77,7 +78,7 @@ def test_a_round_drops_the_leases_behind_a_request_that_does_not_fit() -> None:
 
 
 def pressure_engine(kv_blocks: list[int], pp: int = 4) -> SimEngine:
-    return SimEngine("glm-5.2", "b300", pp, block_size=64, kv_blocks=kv_blocks)
+    return SimEngine(SimConfig("glm-5.2", "b300", pp, block_size=64, kv_blocks=kv_blocks))
 
 
 @pytest.mark.parametrize("policy,kv_blocks", [("wavepp", 1200), ("trtllm-pp", 2000), ("trtllm-pp", 1200)])
@@ -102,7 +103,7 @@ def test_tight_and_uneven_pools_always_finish(seed: int) -> None:
     workload = rng.choice(["reuse90", "mixed", "suffix:256", "cold"])
     concurrency = rng.choice([1, 4, 8, 16])
     for policy in POLICIES:
-        engine = SimEngine("llama-3-8b", "h200", pp, block_size=64, kv_blocks=kv)
+        engine = SimEngine(SimConfig("llama-3-8b", "h200", pp, block_size=64, kv_blocks=kv))
         cfg = BenchConfig(parse_workload(workload), [concurrency], [policy], 40, seed, prompt_tokens=2048)
         rec = finishes_within(120, lambda engine=engine, cfg=cfg, policy=policy:  # type: ignore[misc]
                               run_one(engine, cfg, policy, concurrency))
@@ -120,7 +121,7 @@ def test_a_run_that_cannot_progress_ends_with_a_diagnosis(monkeypatch: pytest.Mo
         return Escrowed(0, len(items))
 
     monkeypatch.setattr(StageHandle, "escrow", never)
-    engine = SimEngine("llama-3-8b", "h200", 2, block_size=64, kv_blocks=[500])
+    engine = SimEngine(SimConfig("llama-3-8b", "h200", 2, block_size=64, kv_blocks=[500]))
     cfg = BenchConfig(parse_workload("cold"), [4], ["wavepp"], 8, 0, prompt_tokens=2048)   # cold: no warm-up
     rec = finishes_within(60, lambda: run_one(engine, cfg, "wavepp", 4))   # reported, not raised
     msg = rec.figures.stalled or ""

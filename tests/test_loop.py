@@ -8,6 +8,7 @@ import itertools
 import pytest
 
 from wavepp.runtime.bench.runs import BenchConfig, RunRecord, run_one
+from wavepp.runtime.engines.config import SimConfig
 from wavepp.runtime.engines.sim.engine import SimEngine
 from wavepp.runtime.sources.workloads import parse_workload
 from wavepp.telemetry import names as N
@@ -16,7 +17,7 @@ POLICIES = ["wavepp", "trtllm-pp"]
 
 
 def small_engine(pp: int = 4, kv_blocks: list[int] | None = None) -> SimEngine:
-    return SimEngine("llama-3-8b", "h200", pp, block_size=64, kv_blocks=kv_blocks or [2000])
+    return SimEngine(SimConfig("llama-3-8b", "h200", pp, block_size=64, kv_blocks=kv_blocks or [2000]))
 
 
 def config(workload: str = "reuse90", requests: int = 48, seed: int = 0) -> BenchConfig:

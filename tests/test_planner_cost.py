@@ -133,10 +133,11 @@ def test_on_the_sim_a_light_load_keeps_the_pipeline_busy_where_mpu_sends_one_wav
     """Kimi-K3, PP4, 16 clients of 8K-token prompts 90% cached: MPU's b_min of 8192 holds the ~13K new
     tokens in the system in two waves (half the stages idle); the cost budget circulates about four."""
     from wavepp.runtime.bench.runs import BenchConfig, run_one
+    from wavepp.runtime.engines.config import SimConfig
     from wavepp.runtime.engines.sim.engine import SimEngine
     from wavepp.runtime.sources.workloads import parse_workload
 
-    engine = SimEngine("kimi-k3", "b300", 4)
+    engine = SimEngine(SimConfig("kimi-k3", "b300", 4))
     cfg = BenchConfig(parse_workload("reuse90"), [16], [], 64, prompt_tokens=8192)
     mpu, cost = (run_one(engine, cfg, p, 16, telemetry="off").figures for p in ("wavepp+chunking=mpu",
                                                                                  "wavepp+chunking=cost"))

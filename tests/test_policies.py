@@ -14,6 +14,7 @@ from wavepp.dashboard.sources import Snapshot
 from wavepp.dashboard.view import make_view
 from wavepp.runtime.bench.runs import BenchConfig, run_one
 from wavepp.runtime.control.knobs import POLICY_NAMES, KnobError, Knobs
+from wavepp.runtime.engines.config import SimConfig
 from wavepp.runtime.engines.sim.engine import SimEngine
 from wavepp.runtime.kvcache.priming import prime
 from wavepp.runtime.mechanisms.token_charge import FromPositionZero, SuffixOnly
@@ -112,7 +113,7 @@ def test_every_variant_is_reachable_by_name() -> None:
 @pytest.mark.parametrize("spec", ["trtllm-pp-legacy", "wavepp+admission=inline+stage-admission=first-chunk",
                                   "trtllm-pp+lookup=hint-index+ring=2P"])
 def test_a_composed_policy_runs_through_the_loop_on_the_sim(spec: str) -> None:
-    engine = SimEngine("llama-3-8b", "h200", 4, block_size=B, kv_blocks=[600, 300, 600, 600])
+    engine = SimEngine(SimConfig("llama-3-8b", "h200", 4, block_size=B, kv_blocks=[600, 300, 600, 600]))
     cfg = BenchConfig(parse_workload("reuse90"), [8], [spec], 32, 0, prompt_tokens=2048)
     rec = run_one(engine, cfg, spec, 8)
     assert rec.figures.completed == 32 and rec.figures.failed == 0
@@ -133,7 +134,7 @@ def test_a_composed_policy_runs_through_the_loop_on_the_sim(spec: str) -> None:
 def test_charging_from_position_zero_costs_the_baseline_waves(tmp_path: Path) -> None:
     """Same schedule, same engine: charged from position 0, the baseline's static waves carry
     fewer computed tokens each, so it needs more of them for the same requests."""
-    engine = SimEngine("llama-3-8b", "h200", 2, block_size=B, kv_blocks=[4000])
+    engine = SimEngine(SimConfig("llama-3-8b", "h200", 2, block_size=B, kv_blocks=[4000]))
     cfg = BenchConfig(parse_workload("suffix:256"), [16], [], 48, 0, prompt_tokens=4096)
     cfg.knobs = cfg.knobs.replace(static_chunk_tokens=2048)
     credited = run_one(engine, cfg, "trtllm-pp", 16)
@@ -144,6 +145,7 @@ def test_charging_from_position_zero_costs_the_baseline_waves(tmp_path: Path) ->
 
 
 def test_a_composed_policy_runs_on_the_torch_engine(tmp_path: Path) -> None:
+    from wavepp.runtime.engines.config import TorchConfig
     from wavepp.runtime.engines.torch.config import DecoderConfig
     from wavepp.runtime.engines.torch.engine import TorchEngine
 
@@ -151,7 +153,7 @@ def test_a_composed_policy_runs_on_the_torch_engine(tmp_path: Path) -> None:
                               num_kv_heads=2, max_position=2048)
     path = tmp_path / "config.json"
     path.write_text(json.dumps(cfg_model.to_hf_dict()))
-    engine = TorchEngine(str(path), pp=2, block_size=16, kv_blocks=[200, 120], seed=3)
+    engine = TorchEngine(TorchConfig(str(path), pp=2, block_size=16, kv_blocks=[200, 120], seed=3))
     spec = "trtllm-pp-legacy+lookup=hint-index"
     cfg = BenchConfig(parse_workload("reuse90"), [4], [spec], 12, seed=1, prompt_tokens=200)
     cfg.knobs = cfg.knobs.replace(max_wave_tokens=128, min_wave_tokens=64, static_chunk_tokens=64)
@@ -178,7 +180,7 @@ def test_reserving_for_the_whole_prompt_admits_fewer_when_the_pool_binds(monkeyp
         return n
 
     monkeypatch.setattr(StageCache, "escrow_round", counting)
-    engine = SimEngine("llama-3-8b", "h200", 2, block_size=B, kv_blocks=[160])
+    engine = SimEngine(SimConfig("llama-3-8b", "h200", 2, block_size=B, kv_blocks=[160]))
     cfg = BenchConfig(parse_workload("reuse90"), [16], [], 32, 0, prompt_tokens=2048)
     seen = {}
     for spec in ("trtllm-pp", "trtllm-pp+reserve=whole-prompt"):
@@ -213,7 +215,7 @@ def test_the_whole_prompt_reserve_counts_again_only_the_prefix_others_hold() -> 
 def test_the_legacy_reserve_runs_where_the_pool_is_smaller_than_its_double_count() -> None:
     """2K-token prompts (up to 36 blocks) on a 40-block stage, mixed reuse: every request
     completes under the pre-#11490 reserve, as under the suffix one (it stalled at 2 of 40)."""
-    engine = SimEngine("llama-3-8b", "h200", 3, block_size=B, kv_blocks=[40, 64, 52])
+    engine = SimEngine(SimConfig("llama-3-8b", "h200", 3, block_size=B, kv_blocks=[40, 64, 52]))
     cfg = BenchConfig(parse_workload("mixed"), [8], [], 40, 0, prompt_tokens=2048)
     for spec in ("trtllm-pp-legacy", "trtllm-pp"):
         f = run_one(engine, cfg, spec, 8).figures
@@ -240,7 +242,7 @@ def test_host_work_costs_the_baseline_only_when_it_outlasts_the_step() -> None:
     cfg = BenchConfig(parse_workload("reuse90"), [16], [], 48, 0, prompt_tokens=2048)
     idle = {}
     for scale in (1.0, 3000.0):
-        engine = SimEngine("llama-3-8b", "h200", 2, block_size=B, kv_blocks=[2000], host_work_scale=scale)
+        engine = SimEngine(SimConfig("llama-3-8b", "h200", 2, block_size=B, kv_blocks=[2000], host_work_scale=scale))
         f = run_one(engine, cfg, "trtllm-pp", 16).figures
         idle[scale] = sum(st["preparation"] for st in f.idle_causes_s) / f.makespan_s
         wave = run_one(engine, cfg, "wavepp", 16).figures        # wavepp has no lockstep host work
@@ -250,7 +252,7 @@ def test_host_work_costs_the_baseline_only_when_it_outlasts_the_step() -> None:
 
 def test_the_ring_return_path_adds_one_stage_message_before_a_slot_reopens() -> None:
     """With R = P and a return hop per wave, stage 0 waits that hop longer for each slot."""
-    engine = SimEngine("llama-3-8b", "h200", 2, block_size=B, kv_blocks=[2000])
+    engine = SimEngine(SimConfig("llama-3-8b", "h200", 2, block_size=B, kv_blocks=[2000]))
     cfg = BenchConfig(parse_workload("suffix:256"), [16], [], 48, 0, prompt_tokens=2048)
     direct = run_one(engine, cfg, "trtllm-pp+return=direct", 16).figures
     ring = run_one(engine, cfg, "trtllm-pp", 16).figures
@@ -267,7 +269,7 @@ def test_the_policys_pool_sizes_the_caches_and_a_policy_switched_to_runs_on_them
     from wavepp.runtime.loop import PipelineLoop
     from wavepp.runtime.runs.runfile import RunInfo
     from wavepp.runtime.sources.workloads import Workload
-    engine = SimEngine("llama-3-8b", "h200", 3, block_size=B, kv_blocks=[900, 500, 700])
+    engine = SimEngine(SimConfig("llama-3-8b", "h200", 3, block_size=B, kv_blocks=[900, 500, 700]))
     assert [h.capacity for h in engine.build(get_policy("wavepp").pool).handles] == [900, 500, 700]
     parts = engine.build(get_policy("trtllm-pp").pool)
     assert [h.capacity for h in parts.handles] == [500, 500, 500]     # TensorRT-LLM: allreduce MIN
@@ -295,7 +297,7 @@ def test_one_manager_decides_for_every_stage_so_no_request_falls_back() -> None:
     the first keep nothing of their own, and a hit holds on every stage - no fallback - where TensorRT-LLM's
     per-rank pools, evicting on their own schedules, fall back late."""
     from wavepp.runtime.kvcache.pools import MirrorCache
-    engine = SimEngine("llama-3-8b", "h200", 3, block_size=B, kv_blocks=[420, 260, 330])
+    engine = SimEngine(SimConfig("llama-3-8b", "h200", 3, block_size=B, kv_blocks=[420, 260, 330]))
     cfg = BenchConfig(parse_workload("mixed"), [8], [], 64, 0, prompt_tokens=2048)
     for spec in ("vllm-pp", "sglang-pp"):
         rec = run_one(engine, cfg, spec, 8)
@@ -310,7 +312,7 @@ def test_one_manager_decides_for_every_stage_so_no_request_falls_back() -> None:
 
 
 def test_a_policy_switched_to_on_a_central_pool_finds_the_mirrors_agreeing() -> None:
-    engine = SimEngine("llama-3-8b", "h200", 3, block_size=B, kv_blocks=[420, 260, 330])
+    engine = SimEngine(SimConfig("llama-3-8b", "h200", 3, block_size=B, kv_blocks=[420, 260, 330]))
     cfg = BenchConfig(parse_workload("reuse90"), [8], [], 32, 0, prompt_tokens=2048)
     for spec in ("wavepp+pool=central", "trtllm-pp+pool=central"):
         rec = run_one(engine, cfg, spec, 8)

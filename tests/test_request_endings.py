@@ -16,6 +16,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from wavepp.runtime.engines.config import SimConfig
 from wavepp.runtime.engines.sim.clock import run_virtual
 from wavepp.runtime.engines.sim.engine import SimEngine
 from wavepp.runtime.kvcache.hashing import block_hashes
@@ -58,7 +59,7 @@ class Served:
 
     @classmethod
     async def start(cls, policy: str = "wavepp", capacities: tuple[int, ...] = (3000, 2500, 2000)) -> Served:
-        engine = SimEngine("llama-3-8b", "h200", len(capacities), BLOCK, list(capacities))
+        engine = SimEngine(SimConfig("llama-3-8b", "h200", len(capacities), BLOCK, list(capacities)))
         parts = engine.build()
         store = await engine.open_store()
         tel = engine.telemetry(RunInfo.new(policy, "serve", 0, "sim", "memory"))

@@ -16,6 +16,7 @@ import redis
 from wavepp.dashboard.sources import StoreSource
 from wavepp.runtime.bench.runs import BenchConfig, run_one
 from wavepp.runtime.control.knobs import validated_values
+from wavepp.runtime.engines.config import SimConfig
 from wavepp.runtime.engines.sim.engine import SimEngine
 from wavepp.runtime.sources.workloads import parse_workload
 from wavepp.store.redis_store import RedisStore
@@ -30,7 +31,7 @@ def fresh_url() -> str:
 
 
 def small_run(url: str, policy: str = "wavepp") -> object:
-    engine = SimEngine("llama-3-8b", "h200", 2, kv_blocks=[2000], store_url=url)
+    engine = SimEngine(SimConfig("llama-3-8b", "h200", 2, kv_blocks=[2000], store_url=url))
     cfg = BenchConfig(parse_workload("reuse90"), [4], [policy], 8, prompt_tokens=2048)
     return run_one(engine, cfg, policy, 4)
 
@@ -98,7 +99,7 @@ def test_a_run_describes_itself_in_the_store_from_its_start_and_the_store_source
             seen_mid_run.extend(json.loads(client.hget(f"wavepp:{{{cluster}}}:runs:meta", i)) for i in ids)
 
     try:
-        engine = SimEngine("llama-3-8b", "h200", 2, kv_blocks=[2000, 1500], store_url=url, time_scale=2.0)
+        engine = SimEngine(SimConfig("llama-3-8b", "h200", 2, kv_blocks=[2000, 1500], store_url=url, time_scale=2.0))
         cfg = BenchConfig(parse_workload("reuse90"), [4], ["wavepp"], 8, prompt_tokens=2048)
         first = run_one(engine, cfg, "wavepp", 4, progress)
         other = BenchConfig(parse_workload("suffix:1024"), [2], ["trtllm-pp"], 8, prompt_tokens=2048)
@@ -126,7 +127,8 @@ def test_a_server_describes_its_run_in_the_store_when_it_starts() -> None:
     from wavepp.runtime.serve.runtime import ServerRuntime
 
     url = fresh_url()
-    engine = SimEngine("llama-3-8b", "h200", 2, kv_blocks=[2000, 1800], store_url=url, realtime=True, time_scale=5.0)
+    engine = SimEngine(SimConfig("llama-3-8b", "h200", 2, kv_blocks=[2000, 1800], store_url=url, clock="wall",
+                                 time_scale=5.0))
     server = ServerRuntime(engine, Knobs(ring=3), max_queue=8)
 
     async def started() -> dict | None:
@@ -237,7 +239,7 @@ def test_a_run_that_fails_says_so_in_its_last_status_record() -> None:
     from wavepp.runtime.runs.runfile import RunInfo
     from wavepp.runtime.sources.workloads import Workload
 
-    engine = SimEngine("llama-3-8b", "h200", 2, kv_blocks=[2000])
+    engine = SimEngine(SimConfig("llama-3-8b", "h200", 2, kv_blocks=[2000]))
     parts = engine.build()
     run = RunInfo.new("wavepp", "reuse90", 4, "sim", "memory")
     tel = engine.telemetry(run)

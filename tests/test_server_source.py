@@ -9,6 +9,7 @@ from array import array
 
 import pytest
 
+from wavepp.runtime.engines.config import SimConfig
 from wavepp.runtime.engines.sim.engine import SimEngine
 from wavepp.runtime.kvcache.hashing import block_hashes
 from wavepp.runtime.loop import PipelineLoop
@@ -33,7 +34,7 @@ async def until(check: object, timeout_s: float = 10.0) -> None:
 
 def test_bounded_queue_and_cancellation_in_every_state_release_everything() -> None:
     async def main() -> None:
-        engine = SimEngine("llama-3-8b", "h200", 2, BLOCK, [2000], realtime=True, time_scale=20.0)
+        engine = SimEngine(SimConfig("llama-3-8b", "h200", 2, BLOCK, [2000], clock="wall", time_scale=20.0))
         parts = engine.build()
         store = await engine.open_store()
         tel = engine.telemetry(RunInfo.new("wavepp", "serve", 0, "sim", "memory"))
@@ -76,7 +77,7 @@ def test_bounded_queue_and_cancellation_in_every_state_release_everything() -> N
 
 def test_a_loop_that_stops_answers_every_request_in_flight() -> None:
     async def main() -> None:
-        engine = SimEngine("llama-3-8b", "h200", 2, BLOCK, [2000], realtime=True, time_scale=50.0)
+        engine = SimEngine(SimConfig("llama-3-8b", "h200", 2, BLOCK, [2000], clock="wall", time_scale=50.0))
         parts = engine.build()
         store = await engine.open_store()
         tel = engine.telemetry(RunInfo.new("wavepp", "serve", 0, "sim", "memory"))
@@ -95,7 +96,7 @@ def test_a_loop_that_stops_answers_every_request_in_flight() -> None:
 
 def test_a_request_cancelled_inside_its_admission_round_is_withdrawn_when_the_round_ends() -> None:
     async def main() -> None:
-        engine = SimEngine("llama-3-8b", "h200", 2, BLOCK, [2000], realtime=True, time_scale=20.0)
+        engine = SimEngine(SimConfig("llama-3-8b", "h200", 2, BLOCK, [2000], clock="wall", time_scale=20.0))
         parts = engine.build()
         store = await engine.open_store()
         tel = engine.telemetry(RunInfo.new("wavepp", "serve", 0, "sim", "memory"))

@@ -6,6 +6,7 @@ from __future__ import annotations
 from array import array
 
 from wavepp.runtime.bench.runs import BenchConfig, run_one
+from wavepp.runtime.engines.config import SimConfig
 from wavepp.runtime.engines.sim.engine import SimEngine
 from wavepp.runtime.kvcache.hashing import block_hashes
 from wavepp.runtime.mechanisms.sharing import (
@@ -79,7 +80,7 @@ def test_the_run_state_keeps_a_producers_blocks_until_the_index_has_them() -> No
 
 def computed_tokens(policy: str) -> tuple[int, int, int]:
     """(computed tokens, the minimum - each document once plus every question -, rounds with waiters)."""
-    engine = SimEngine("llama-3-8b", "h200", 2)
+    engine = SimEngine(SimConfig("llama-3-8b", "h200", 2))
     cfg = BenchConfig(parse_workload("docs:2:suffix=256"), [8], [policy], 24, prompt_tokens=4096)
     rec = run_one(engine, cfg, policy, 8)
     computed = sum(int(s["a"][N.TOKENS]) for s in rec.encoded
@@ -108,7 +109,7 @@ def test_a_follower_computes_none_of_its_producers_tokens_and_starts_before_it_c
     """Three clients on one ~4K-token document no stage holds: the two behind the first follow it -
     admitted at once, their questions planned before it completes - and the pipeline computes the
     document once."""
-    engine = SimEngine("llama-3-8b", "h200", 2)
+    engine = SimEngine(SimConfig("llama-3-8b", "h200", 2))
     cfg = BenchConfig(parse_workload("docs:1:suffix=256"), [3], ["wavepp"], 3, prompt_tokens=4096)
     rec = run_one(engine, cfg, "wavepp", 3)
     requests = {s["a"][N.REQUEST_ID]: s for s in rec.encoded if s["n"] == N.REQUEST}

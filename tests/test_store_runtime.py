@@ -14,6 +14,7 @@ import redis
 from tests.private_redis import PrivateRedis
 from wavepp.runtime.bench.runs import BenchConfig, run_one
 from wavepp.runtime.control.knobs import validated_values
+from wavepp.runtime.engines.config import SimConfig
 from wavepp.runtime.engines.sim.clock import run_virtual
 from wavepp.runtime.engines.sim.engine import SimEngine
 from wavepp.runtime.loop import PipelineLoop
@@ -25,7 +26,7 @@ from wavepp.telemetry import names as N
 
 def test_a_knob_written_to_the_store_reaches_the_next_waves() -> None:
     """An operator's knobs_set (dashboard path) is picked up by the watcher and applied at a wave boundary."""
-    engine = SimEngine("llama-3-8b", "h200", 4, kv_blocks=[4000])
+    engine = SimEngine(SimConfig("llama-3-8b", "h200", 4, kv_blocks=[4000]))
     parts = engine.build()
     tel = engine.telemetry()
     workload = Workload(parse_workload("suffix:2048"), 96, 2048, 64, engine.vocab_size, 0)
@@ -54,7 +55,7 @@ def test_a_knob_written_to_the_store_reaches_the_next_waves() -> None:
 
 
 def test_plans_are_published_and_none_stays_in_flight() -> None:
-    engine = SimEngine("llama-3-8b", "h200", 2, kv_blocks=[4000])
+    engine = SimEngine(SimConfig("llama-3-8b", "h200", 2, kv_blocks=[4000]))
     cfg = BenchConfig(parse_workload("reuse90"), [8], ["wavepp"], 32, prompt_tokens=2048)
     rec = run_one(engine, cfg, "wavepp", 8)
     store = rec.parts.store.inner   # type: ignore[attr-defined]
@@ -79,7 +80,8 @@ def test_redis_restart_mid_run_loses_no_request_and_the_index_is_rebuilt(tmp_pat
     index equals the stages' own trees afterwards."""
     server = PrivateRedis(tmp_path)
     url = server.url("restart")
-    engine = SimEngine("llama-3-8b", "h200", 2, kv_blocks=[3000], store_url=url, realtime=True, time_scale=4.0)
+    engine = SimEngine(SimConfig("llama-3-8b", "h200", 2, kv_blocks=[3000], store_url=url, clock="wall",
+                                 time_scale=4.0))
     cfg = BenchConfig(parse_workload("reuse90"), [8], ["wavepp"], 96, prompt_tokens=2048)
     try:
         rec = run_one(engine, cfg, "wavepp", 8, server.restart_when(24, 0.4))
@@ -128,7 +130,8 @@ def test_an_invalid_record_written_mid_run_is_refused_and_the_run_completes() ->
     redis_url = "redis://127.0.0.1:6379/13"                  # the shared test database, a cluster of its own
     url = f"{redis_url}?cluster=refuse-{time.monotonic_ns()}"
     prefix = f"wavepp:{{{url.partition('?cluster=')[2]}}}"
-    engine = SimEngine("llama-3-8b", "h200", 2, kv_blocks=[3000], store_url=url, realtime=True, time_scale=4.0)
+    engine = SimEngine(SimConfig("llama-3-8b", "h200", 2, kv_blocks=[3000], store_url=url, clock="wall",
+                                 time_scale=4.0))
     cfg = BenchConfig(parse_workload("reuse90"), [8], ["wavepp"], 160, prompt_tokens=2048)
     client = redis.Redis.from_url(redis_url)
     seen: dict[str, object] = {}
@@ -188,7 +191,8 @@ def test_knobs_survive_a_store_restart(tmp_path: Path) -> None:
     M 16384), and its record lists no knob change."""
     server = PrivateRedis(tmp_path)
     url = server.url("restart-knobs")
-    engine = SimEngine("llama-3-8b", "h200", 2, kv_blocks=[3000], store_url=url, realtime=True, time_scale=4.0)
+    engine = SimEngine(SimConfig("llama-3-8b", "h200", 2, kv_blocks=[3000], store_url=url, clock="wall",
+                                 time_scale=4.0))
     cfg = BenchConfig(parse_workload("reuse90"), [8], ["trtllm-pp"], 160, prompt_tokens=2048)
     cfg.knobs = cfg.knobs.replace(max_wave_tokens=4096, min_wave_tokens=2048)
     try:
@@ -236,7 +240,8 @@ def test_a_server_republishes_what_it_published_at_start_after_the_store_restart
     from wavepp.runtime.serve.runtime import ServerRuntime
 
     server = PrivateRedis(tmp_path)
-    engine = SimEngine("llama-3-8b", "h200", 2, kv_blocks=[2000], store_url=server.url("republish"), realtime=True)
+    engine = SimEngine(SimConfig("llama-3-8b", "h200", 2, kv_blocks=[2000], store_url=server.url("republish"),
+                                 clock="wall"))
     rt = ServerRuntime(engine, Knobs(ring=3), max_queue=8)
     expected = {"meta": rt.run.id, "label": rt.run.label, "knobs": 1, "deployment": {"block_size": 64, "num_stages": 2}}
     seen: dict[str, object] = {}

@@ -9,6 +9,7 @@ import pytest
 
 from wavepp.runtime.bench.runs import BenchConfig, run_one
 from wavepp.runtime.cli import main
+from wavepp.runtime.engines.config import SimConfig
 from wavepp.runtime.engines.sim.engine import SimEngine
 from wavepp.runtime.sources.traces import TraceError, TraceWorkload, load_trace
 from wavepp.runtime.sources.workloads import parse_workload
@@ -45,7 +46,7 @@ def test_a_closed_loop_trace_workload_arrives_as_requests_finish() -> None:
     """open_loop=False (a what-if replay of a closed-loop run): the offsets are ignored; the first c
     arrive at once, each later one when an earlier one finishes."""
     trace = load_trace(GOOD)
-    engine = SimEngine("llama-3-8b", "h200", 2, kv_blocks=[3000])
+    engine = SimEngine(SimConfig("llama-3-8b", "h200", 2, kv_blocks=[3000]))
     cfg = BenchConfig(parse_workload("trace:" + GOOD), [2], ["wavepp"], None)
     record = run_one(engine, cfg, "wavepp", 2, workload=TraceWorkload(trace, 64, 32000, open_loop=False))
     reqs = sorted((s for s in record.encoded if s["n"] == N.REQUEST), key=lambda s: s["t0"])
@@ -75,7 +76,7 @@ def test_a_bad_line_fails_with_its_number_or_is_skipped_and_counted() -> None:
 
 
 def test_requests_arrive_open_loop_at_the_trace_offsets() -> None:
-    engine = SimEngine("llama-3-8b", "h200", 2, block_size=64, kv_blocks=[400])
+    engine = SimEngine(SimConfig("llama-3-8b", "h200", 2, block_size=64, kv_blocks=[400]))
     spec = parse_workload(f"trace:{GOOD}")
     rec = run_one(engine, BenchConfig(spec, [8], ["wavepp"], None, 0), "wavepp", 8)
     assert rec.figures.completed == 4 and rec.figures.workload == f"trace:{GOOD}"
@@ -89,7 +90,7 @@ def test_concurrency_caps_outstanding_requests_of_a_trace() -> None:
     """At most one outstanding: the second request arrives when the first finishes, not at 0.5 s
     (replayed 1000x faster, every offset is under a millisecond)."""
     import dataclasses
-    engine = SimEngine("llama-3-8b", "h200", 2, block_size=64, kv_blocks=[400])
+    engine = SimEngine(SimConfig("llama-3-8b", "h200", 2, block_size=64, kv_blocks=[400]))
     spec = dataclasses.replace(parse_workload(f"trace:{GOOD}"), speed=1000.0)
     rec = run_one(engine, BenchConfig(spec, [1], ["wavepp"], None, 0), "wavepp", 1)
     reqs = sorted((s for s in rec.spans if s.name == N.REQUEST), key=lambda s: s.start_time or 0)

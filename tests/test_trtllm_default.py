@@ -11,6 +11,7 @@ import pytest
 
 from wavepp.runtime.bench.runs import BenchConfig, run_one
 from wavepp.runtime.control.knobs import Knobs
+from wavepp.runtime.engines.config import SimConfig
 from wavepp.runtime.engines.sim.engine import SimEngine
 from wavepp.runtime.planning.planner import Room, WholePlanner
 from wavepp.runtime.policies import get_policy
@@ -56,7 +57,7 @@ def run(policy: str, prompt_tokens: int, budget: int) -> tuple[int, int, Counter
     request, stage-0 tokens per wave)."""
     cfg = BenchConfig(parse_workload("docs:2:suffix=256"), [8], [policy], 24, prompt_tokens=prompt_tokens,
                       knobs=Knobs(static_chunk_tokens=budget), keep_spans=True)
-    rec = run_one(SimEngine("llama-3-8b", "h200", 2), cfg, policy, 8)
+    rec = run_one(SimEngine(SimConfig("llama-3-8b", "h200", 2)), cfg, policy, 8)
     steps = [s for s in rec.encoded if s["n"] == N.EXECUTE and s["a"].get(N.STAGE) == 0]
     chunks = Counter(r for s in steps for r in s["a"][N.REQUEST_IDS])
     return rec.figures.completed, rec.loop.num_failed, chunks, [int(s["a"][N.TOKENS]) for s in steps]

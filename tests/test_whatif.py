@@ -12,6 +12,7 @@ from wavepp.runtime.bench.runs import BenchConfig, RunRecord, run_one
 from wavepp.runtime.cli import main
 from wavepp.runtime.control.knobs import Knobs
 from wavepp.runtime.engines.calibrate import FORMAT
+from wavepp.runtime.engines.config import SimConfig
 from wavepp.runtime.engines.coordination import DEFAULT_COSTS
 from wavepp.runtime.engines.sim.engine import SimEngine
 from wavepp.runtime.runs.runfile import save_runs
@@ -24,7 +25,7 @@ KNOBS = Knobs(max_wave_tokens=8192, min_wave_tokens=4096)
 
 
 def sim_run(knobs: Knobs, workload: str = "reuse90", requests: int = 96) -> RunRecord:
-    engine = SimEngine("llama-3-8b", "h200", 4, kv_blocks=[3000])
+    engine = SimEngine(SimConfig("llama-3-8b", "h200", 4, kv_blocks=[3000]))
     cfg = BenchConfig(parse_workload(workload), [16], [knobs.policy], requests, prompt_tokens=4096, knobs=knobs)
     return run_one(engine, cfg, knobs.policy, 16)
 

@@ -12,6 +12,7 @@ import pytest
 
 from wavepp.runtime.bench.runs import BenchConfig, run_one
 from wavepp.runtime.control.knobs import Knobs
+from wavepp.runtime.engines.config import SimConfig
 from wavepp.runtime.engines.sim.clock import CpuClockLoop, measure_wake, run_virtual
 from wavepp.runtime.engines.sim.costmodel import ChunkShape
 from wavepp.runtime.engines.sim.engine import SimEngine
@@ -99,9 +100,9 @@ def test_the_cpu_clock_refuses_a_bad_scale() -> None:
         run_virtual(coro, cpu_scale=0.0)
     coro.close()
     with pytest.raises(ValueError, match="unknown clock"):
-        SimEngine("llama-3-8b", "h200", 4, kv_blocks=[100], clock="sundial")
+        SimEngine(SimConfig("llama-3-8b", "h200", 4, kv_blocks=[100], clock="sundial"))
     with pytest.raises(ValueError, match="step fit"):
-        SimEngine("llama-3-8b", "h200", 4, kv_blocks=[100], step_fit=[(1.0, 0.0)])
+        SimEngine(SimConfig("llama-3-8b", "h200", 4, kv_blocks=[100], step_fit=[(1.0, 0.0)]))
 
 
 # ---- the fits -------------------------------------------------------------------------------------
@@ -191,7 +192,7 @@ def test_a_prediction_is_the_replay_with_the_median_throughput() -> None:
 # ---- a real-time run replayed -----------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def realtime_run() -> Any:
-    engine = SimEngine("llama-3-8b", "h200", 4, kv_blocks=[3000], realtime=True)
+    engine = SimEngine(SimConfig("llama-3-8b", "h200", 4, kv_blocks=[3000], clock="wall"))
     cfg = BenchConfig(parse_workload("reuse90"), [16], ["wavepp"], 48, prompt_tokens=4096, knobs=KNOBS)
     return run_one(engine, cfg, "wavepp", 16, telemetry="off")
 
@@ -219,7 +220,7 @@ def test_a_real_time_run_records_its_loops_cpu_and_is_replayed_on_the_cpu_clock(
 
 
 def test_a_virtual_time_run_is_replayed_by_the_same_sim() -> None:
-    engine = SimEngine("llama-3-8b", "h200", 4, kv_blocks=[3000])
+    engine = SimEngine(SimConfig("llama-3-8b", "h200", 4, kv_blocks=[3000]))
     meta = {"engine": "sim", "pp": 4, "capacities": [3000] * 4, "block_size": 64, "sim": engine.replay_args}
     spec = W.sim_spec(meta)
     assert (spec.clock, spec.repeats, spec.fit) == ("virtual", 1, "")

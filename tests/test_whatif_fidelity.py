@@ -8,6 +8,7 @@ import pytest
 
 from wavepp.runtime.bench.runs import BenchConfig, RunRecord, run_one
 from wavepp.runtime.control.knobs import Knobs
+from wavepp.runtime.engines.config import SimConfig
 from wavepp.runtime.engines.sim.engine import SimEngine
 from wavepp.runtime.sources.workloads import parse_workload
 from wavepp.runtime.whatif import preview as W
@@ -17,7 +18,7 @@ from wavepp.telemetry import names as N
 def docs_run(workload: str, concurrency: int = 16, requests: int = 96) -> RunRecord:
     """Long documents asked about by many clients at once: most of their sharing happens in flight."""
     knobs = Knobs()
-    engine = SimEngine("glm-5.2", "b300", 4)
+    engine = SimEngine(SimConfig("glm-5.2", "b300", 4))
     cfg = BenchConfig(parse_workload(workload), [concurrency], [knobs.policy], requests, prompt_tokens=16384,
                       knobs=knobs)
     return run_one(engine, cfg, knobs.policy, concurrency)

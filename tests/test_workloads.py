@@ -204,8 +204,9 @@ def test_a_session_turn_extends_the_previous_prompt_of_its_conversation() -> Non
 
 def test_sessions_outgrow_uneven_pools_and_the_stages_evict_differently() -> None:
     from wavepp.runtime.bench.runs import BenchConfig, run_one
+    from wavepp.runtime.engines.config import SimConfig
     from wavepp.runtime.engines.sim.engine import SimEngine
-    engine = SimEngine("llama-3-8b", "h200", 2, block_size=64, kv_blocks=[300, 200])
+    engine = SimEngine(SimConfig("llama-3-8b", "h200", 2, block_size=64, kv_blocks=[300, 200]))
     cfg = BenchConfig(parse_workload("sessions:12"), [4], ["wavepp"], 120, 0, prompt_tokens=2048)
     # trtllm-pp's ranks store a running context's blocks each when its wave retired there, at different moments:
     # under the rule of completion (the legacy loop's) the two ranks are exactly alike.

@@ -105,12 +105,13 @@ def recompute_share(figures: dict[str, Any]) -> float:
 def run_setting(spec: GridSpec, setting: Setting) -> GridRow:
     """Every policy on one setting (runs in a worker process when ``jobs > 1``)."""
     from wavepp.runtime.bench.runs import BenchConfig, run_one
+    from wavepp.runtime.engines.config import SimConfig
     from wavepp.runtime.engines.sim.engine import SimEngine
     from wavepp.runtime.sources.workloads import parse_workload
 
     model, workload, concurrency = setting.model, setting.workload, setting.concurrency
-    engine = SimEngine(model, spec.hardware, spec.pp, kv_blocks=setting.kv_blocks, perf_dir=spec.perf_dir,
-                       host_work_scale=spec.host_scale)
+    engine = SimEngine(SimConfig(model, spec.hardware, spec.pp, kv_blocks=setting.kv_blocks, perf_dir=spec.perf_dir,
+                       host_work_scale=spec.host_scale))
     spec_w = parse_workload(workload)
     requests = setting.requests or spec.requests or (None if spec_w.kind == "trace" else max(512, 4 * concurrency))
     cfg = BenchConfig(spec_w, [concurrency], spec.all_policies, requests, spec.seed, setting.prompt_tokens,

@@ -27,9 +27,10 @@ MIN_REQUESTS = 32
 
 def kimi_settings(hardware: str = "b300", pp: int = 4, block_size: int = 64,
                   perf_dir: str | None = None) -> list[Setting]:
+    from wavepp.runtime.engines.config import SimConfig
     from wavepp.runtime.engines.sim.engine import SimEngine
 
-    engine = SimEngine(MODEL, hardware, pp, block_size, perf_dir=perf_dir)
+    engine = SimEngine(SimConfig(MODEL, hardware, pp, block_size, perf_dir=perf_dir))
     docs = max(2, round(DOC_FILL * min(engine.capacities) * block_size / DOC_MEAN))
     workloads = (("cold", "cold", None), ("reuse90", "reuse90 8K", 8192),
                  (f"docs:{docs}:suffix={SUFFIX}", f"docs {DOC_MEAN // 1024}K", DOC_MEAN),

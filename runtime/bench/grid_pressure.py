@@ -45,12 +45,13 @@ def trace_working_set(path: Path) -> int:
 
 def pressure_settings(hardware: str = "b300", pp: int = 4, block_size: int = 64, models: Sequence[str] = MODELS,
                       traces: Sequence[Path] = (), perf_dir: str | None = None) -> list[Setting]:
+    from wavepp.runtime.engines.config import SimConfig
     from wavepp.runtime.engines.sim.engine import SimEngine
     from wavepp.runtime.sources.workloads import doc_length_bounds
 
     out: list[Setting] = []
     for model in models:
-        engine = SimEngine(model, hardware, pp, block_size, perf_dir=perf_dir)
+        engine = SimEngine(SimConfig(model, hardware, pp, block_size, perf_dir=perf_dir))
         pool = min(engine.capacities) * block_size              # tokens the smallest stage holds
         for mean in MEANS:
             if doc_length_bounds(mean, block_size)[1] + SUFFIX > engine.max_context:

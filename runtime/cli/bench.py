@@ -183,32 +183,35 @@ def cmd_bench(args: argparse.Namespace) -> int:
             pilot = autopilot_args.settings(args, 30.0)
             # Imported after the checks above: the sim's cost models load torch (~1 s), which a bad
             # --policy or --workload need not wait for.
+            from wavepp.runtime.engines.config import SimConfig
             from wavepp.runtime.engines.sim.engine import SimEngine
             if args.engine == "torch":
+                from wavepp.runtime.engines.config import DEFAULT_KV_MB, TorchConfig
                 from wavepp.runtime.engines.torch.engine import TorchEngine
                 args.model = args.model or "tiny-llama"
-                engine = TorchEngine(args.model, args.pp, args.block_size, args.kv_blocks, args.kv_memory_mb or 256.0,
-                                     args.seed, store_url=args.store, launcher=args.launcher or "threads")
+                engine = TorchEngine(TorchConfig(args.model, args.pp, args.block_size, args.kv_blocks,
+                                                 args.kv_memory_mb or DEFAULT_KV_MB, args.seed, store_url=args.store,
+                                                 launcher=args.launcher or "threads"))
                 args.hardware = engine.device.type       # a torch run reports its device, no hardware profile
             else:
                 if (args.cost_model == "fitted") != (args.cost_profile is not None):
                     raise ValueError("--cost-model fitted and --cost-profile FILE go together")
                 args.model = args.model or ("tiny-llama" if args.cost_profile else "glm-5.2")
                 args.hardware = args.hardware or "b300"
-                engine = SimEngine(args.model, args.hardware, args.pp, args.block_size, args.kv_blocks,
-                                   args.gpus_per_stage, store_url=args.store, realtime=args.realtime,
-                                   time_scale=args.time_scale or 1.0, cost_profile=args.cost_profile,
-                                   cost_model="auto" if args.cost_profile else args.cost_model,
-                                   perf_dir=args.perf_dir,
-                                   host_work_scale=1.0 if args.host_scale is None else args.host_scale,
-                                   kv_dtype=args.kv_dtype or DEFAULT_KV_DTYPE)
+                engine = SimEngine(SimConfig(
+                    args.model, args.hardware, args.pp, args.block_size, args.kv_blocks, args.gpus_per_stage,
+                    store_url=args.store, clock="wall" if args.realtime else "virtual",
+                    time_scale=args.time_scale or 1.0, cost_profile=args.cost_profile,
+                    cost_model="auto" if args.cost_profile else args.cost_model, perf_dir=args.perf_dir,
+                    host_work_scale=1.0 if args.host_scale is None else args.host_scale,
+                    kv_dtype=args.kv_dtype or DEFAULT_KV_DTYPE))
             sim = None
             if args.sim_profile:
                 if args.engine != "torch":
                     raise ValueError("--sim-profile compares the torch engine with its calibrated sim: "
                                      "use --engine torch")
-                sim = SimEngine(args.model, args.hardware, args.pp, args.block_size, args.kv_blocks,
-                                cost_profile=args.sim_profile)
+                sim = SimEngine(SimConfig(args.model, args.hardware, args.pp, args.block_size, args.kv_blocks,
+                                cost_profile=args.sim_profile))
             if args.engine == "torch":          # a TP/EP layout is the sim's alone: refused before any run
                 from wavepp.runtime.bench.runs import laid_out
                 for p in args.policy:

@@ -27,9 +27,10 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from wavepp.runtime.engines.calibrate import calibrate, fit_error, save_profile
+    from wavepp.runtime.engines.config import TorchConfig
     from wavepp.runtime.engines.torch.engine import TorchEngine
     try:
-        with TorchEngine(args.model, args.pp, args.block_size, kv_memory_mb=args.kv_memory_mb) as engine, \
+        with TorchEngine(TorchConfig(args.model, args.pp, args.block_size, kv_memory_mb=args.kv_memory_mb)) as engine, \
                 Progress(TextColumn("calibrating: waves timed"), BarColumn(), MofNCompleteColumn(),
                          TimeElapsedColumn(), transient=True) as bar:
             task = bar.add_task("waves", total=None)

@@ -108,16 +108,15 @@ def _start_embedded(args: argparse.Namespace) -> None:
     """The runtime (torch engine, or the sim slowed to real time) in a child process serving the dashboard."""
     from wavepp.dashboard import embedded
     from wavepp.runtime.control.knobs import KnobError
+    from wavepp.runtime.engines.config import EngineConfig, SimConfig, TorchConfig, build_engine
     from wavepp.runtime.sources.workloads import fit_prompt_tokens, parse_workload
     torch_engine = args.engine == "torch"
-    if torch_engine:
-        engine_args = {"kind": "torch", "model": args.model or "tiny-llama", "pp": args.pp or 2}
-    else:
-        engine_args = {"kind": "sim", "model": args.model or "llama-3-8b", "hardware": args.hardware,
-                       "pp": args.pp or 4, "realtime": True, "time_scale": args.time_scale}
     try:
+        config: EngineConfig = (TorchConfig(args.model or "tiny-llama", args.pp or 2) if torch_engine else
+                                SimConfig(args.model or "llama-3-8b", args.hardware, args.pp or 4, clock="wall",
+                                          time_scale=args.time_scale))
         spec = parse_workload(args.workload)
-        engine = embedded.make_engine(engine_args)            # validate here: one line, exit 2
+        engine = build_engine(config)                          # validate here: one line, exit 2
         knobs = engine.default_knobs().replace(policy=args.policy)
         # every prompt within the model's context (a longer one fails on arrival): the bench's own rule
         prompt = args.prompt_tokens if spec.kind == "trace" else fit_prompt_tokens(
@@ -131,11 +130,11 @@ def _start_embedded(args: argparse.Namespace) -> None:
     if torch_engine and not os.environ.get("WAVEPP_COST_PROFILE") and os.environ.get(CALIBRATE_ENV) != "off":
         # Preview and Suggest out of the box: this machine's profile, cached or made in the background
         from wavepp.dashboard import calibration
-        made = calibration.ensure(str(engine_args["model"]), int(engine_args["pp"]), engine.block_size)
+        made = calibration.ensure(config.model, config.pp, engine.block_size)
         print(f"calibration for Preview and Suggest: {made.path}"
               + (f" (being made in the background, typically {calibration.TYPICAL})" if made.started else ""),
               flush=True)
-    remote, _proc = embedded.start_child(engine_args, runtime_args)
+    remote, _proc = embedded.start_child(config, runtime_args)
     embedded.CURRENT = remote
     if remote.error:
         raise UsageError(remote.error)

@@ -45,6 +45,7 @@ def register(sub: Any) -> dict[str, Handler]:
 def cmd_grid(args: argparse.Namespace) -> int:
     from wavepp.runtime.bench.grid import DEFAULT_POLICIES, GridSpec, run_grid, summary, to_markdown
     from wavepp.runtime.bench.progress import BenchProgress
+    from wavepp.runtime.engines.config import SimConfig
     from wavepp.runtime.engines.sim.engine import SimEngine
     from wavepp.runtime.policies import get_policy
     from wavepp.runtime.sources.workloads import parse_workload
@@ -77,7 +78,7 @@ def cmd_grid(args: argparse.Namespace) -> int:
         for s in spec.settings():
             parse_workload(s.workload)
         for m in spec.models:
-            SimEngine(m, spec.hardware, spec.pp, perf_dir=spec.perf_dir, host_work_scale=spec.host_scale)
+            SimEngine(SimConfig(m, spec.hardware, spec.pp, perf_dir=spec.perf_dir, host_work_scale=spec.host_scale))
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     with BenchProgress(disabled=args.quiet) as progress:

@@ -28,11 +28,12 @@ import uvicorn
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from wavepp.runtime.engines.common import store_source
+from wavepp.runtime.engines.config import build_engine
 from wavepp.runtime.serve.accepted import Accepted
 from wavepp.runtime.serve.app import create_app
 from wavepp.runtime.serve.errors import error_body
 from wavepp.runtime.serve.middleware import AdmissionGate, BodyLimit
-from wavepp.runtime.serve.runtime import RETRY_AFTER_MAX_S, ServerRuntime, build_engine
+from wavepp.runtime.serve.runtime import RETRY_AFTER_MAX_S, ServerRuntime, engine_config
 from wavepp.runtime.serve.tokenizer import load_tokenizer
 
 log = logging.getLogger(__name__)
@@ -227,7 +228,7 @@ def run_server(settings: dict[str, Any], announce: Any = print) -> int:
     from wavepp.telemetry.config import TelemetryConfig
     from wavepp.telemetry.setup import configure
     configure(TelemetryConfig.from_env())          # OTEL_*: OTLP export, sampling (a bad value: one line)
-    engine = build_engine(settings)
+    engine = build_engine(engine_config(settings))
     try:
         try:
             knobs = engine.default_knobs().replace(policy=settings["policy"])

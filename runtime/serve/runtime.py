@@ -26,6 +26,7 @@ from wavepp.runtime.clock import now
 from wavepp.runtime.control.knobs import Deployment, Knobs, check_block_size
 from wavepp.runtime.engines.base import EngineParts
 from wavepp.runtime.engines.common import store_source
+from wavepp.runtime.engines.config import EngineConfig, SimConfig, TorchConfig
 from wavepp.runtime.figures.idle_causes import LiveIdle
 from wavepp.runtime.kvcache.hashing import block_hashes
 from wavepp.runtime.loop import PipelineLoop
@@ -87,17 +88,15 @@ class RequestFailed(Exception):
     """The runtime could not prefill the request (its one-line reason)."""
 
 
-def build_engine(settings: dict[str, Any]) -> Any:
+def engine_config(settings: dict[str, Any]) -> EngineConfig:
     """The engine the settings name (real time: a server answers on the wall clock)."""
     if settings["engine"] == "torch":
-        from wavepp.runtime.engines.torch.engine import TorchEngine
-        return TorchEngine(settings["model"] or "tiny-llama", settings["pp"], settings["block_size"],
+        return TorchConfig(settings["model"] or "tiny-llama", settings["pp"], settings["block_size"],
                            settings["kv_blocks"], settings["kv_memory_mb"], settings["seed"],
                            store_url=settings["store"], launcher=settings["launcher"])
-    from wavepp.runtime.engines.sim.engine import SimEngine
-    return SimEngine(settings["model"] or "llama-3-8b", settings["hardware"], settings["pp"],
-                     settings["block_size"], settings["kv_blocks"], store_url=settings["store"],
-                     realtime=True, time_scale=settings["time_scale"])
+    return SimConfig(settings["model"] or "llama-3-8b", settings["hardware"], settings["pp"], settings["block_size"],
+                     settings["kv_blocks"], store_url=settings["store"], clock="wall",
+                     time_scale=settings["time_scale"])
 
 
 class ServerRuntime:

@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from wavepp.runtime.engines.config import SimConfig
 from wavepp.runtime.engines.sim.clock import measure_wake
 from wavepp.runtime.engines.sim.engine import SimEngine
 from wavepp.runtime.whatif.calibrate import describe as describe_fit
@@ -45,12 +46,12 @@ class SimSpec:
 
     def build(self) -> SimEngine:
         """The sim that replays (the time scale still stretches its modelled step times)."""
-        return SimEngine(self.model, self.hardware, self.pp, self.block_size, list(self.capacities),
+        return SimEngine(SimConfig(self.model, self.hardware, self.pp, self.block_size, list(self.capacities),
                          self.gpus_per_stage, cost_profile=self.cost_profile,
                          cost_model="auto" if self.cost_profile else self.cost_model, perf_dir=self.perf_dir,
                          host_work_scale=self.host_work_scale, time_scale=self.time_scale, clock=self.clock,
                          cpu_scale=self.cpu_scale, wake_s=self.wake_s,
-                         step_fit=self.step_fit, kv_dtype=self.kv_dtype, comm=self.comm)
+                         step_fit=self.step_fit, kv_dtype=self.kv_dtype, comm=self.comm))
 
     @property
     def describe(self) -> str:

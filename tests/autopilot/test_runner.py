@@ -17,6 +17,7 @@ from wavepp.runtime.autopilot.settings import AutopilotSettings
 from wavepp.runtime.autopilot.window import WindowFigures
 from wavepp.runtime.bench.runs import BenchConfig, RunRecord, run_one
 from wavepp.runtime.control.knobs import Knobs, validated_values
+from wavepp.runtime.engines.config import SimConfig
 from wavepp.runtime.engines.sim.engine import SimEngine
 from wavepp.runtime.sources.workloads import parse_workload
 from wavepp.store.base import StoreError
@@ -33,7 +34,7 @@ def bench(mode: str, knobs: Knobs, predictor: Any = None, metrics: WaveppMetrics
     settings = AutopilotSettings(mode=mode, window_s=WINDOW_S, search_s=600)
     cfg = BenchConfig(parse_workload("reuse90"), [32], ["wavepp"], requests, knobs=knobs, prompt_tokens=4096,
                       companions=[companion(settings, predictor)], metrics=metrics)
-    return run_one(SimEngine("llama-3-8b", "h200", 4), cfg, "wavepp", 32)
+    return run_one(SimEngine(SimConfig("llama-3-8b", "h200", 4)), cfg, "wavepp", 32)
 
 
 def decisions(record: RunRecord) -> list[tuple[str, float, dict[str, Any]]]:

@@ -15,6 +15,7 @@ import pytest
 
 from wavepp.dashboard.sources import Snapshot, StoreSource
 from wavepp.runtime.bench.runs import BenchConfig, run_one
+from wavepp.runtime.engines.config import SimConfig
 from wavepp.runtime.engines.sim.engine import SimEngine
 from wavepp.runtime.runs.runfile import save_runs
 from wavepp.runtime.sources.workloads import parse_workload
@@ -25,7 +26,7 @@ APP = str(Path(__file__).resolve().parents[2] / "dashboard" / "app.py")
 
 @pytest.fixture(scope="session")
 def saved_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    engine = SimEngine("llama-3-8b", "h200", 4, kv_blocks=[3000])
+    engine = SimEngine(SimConfig("llama-3-8b", "h200", 4, kv_blocks=[3000]))
     cfg = BenchConfig(parse_workload("reuse90"), [16], ["wavepp", "trtllm-pp"], 96, prompt_tokens=4096)
     cfg.knobs = cfg.knobs.replace(max_wave_tokens=8192, min_wave_tokens=4096)
     records = [run_one(engine, cfg, p, 16) for p in cfg.policies]
@@ -50,7 +51,8 @@ def live_run(url: str, plans: int) -> tuple[threading.Thread, dict[str, Any], St
     store at ``url`` in a thread, and wait until ``plans`` waves were planned and its knobs are in
     the store: (the thread, where it leaves its record under "rec", a source on the store, the
     snapshot then)."""
-    engine = SimEngine("llama-3-8b", "h200", 4, kv_blocks=[4000], store_url=url, realtime=True, time_scale=3.0)
+    engine = SimEngine(SimConfig("llama-3-8b", "h200", 4, kv_blocks=[4000], store_url=url, clock="wall",
+                                 time_scale=3.0))
     cfg = BenchConfig(parse_workload("suffix:2048"), [32], ["wavepp"], 160, prompt_tokens=4096)
     out: dict[str, Any] = {}
     thread = threading.Thread(target=lambda: out.setdefault("rec", run_one(engine, cfg, "wavepp", 32)))

@@ -96,11 +96,12 @@ def test_pipeline_page_shows_recomputation_only_where_late_fallbacks_happened(
     discarded chunks again; its whole-run recomputation tiles are the bench's recompute_s. wavepp
     lowers boundaries at lease time and shows no such tiles."""
     from wavepp.runtime.bench.runs import BenchConfig, run_one
+    from wavepp.runtime.engines.config import SimConfig
     from wavepp.runtime.engines.sim.engine import SimEngine
     from wavepp.runtime.runs.runfile import save_runs
     from wavepp.runtime.sources.workloads import parse_workload
 
-    engine = SimEngine("llama-3-8b", "h200", 4, block_size=64, kv_blocks=[1000, 200, 1000, 1000])
+    engine = SimEngine(SimConfig("llama-3-8b", "h200", 4, block_size=64, kv_blocks=[1000, 200, 1000, 1000]))
     cfg = BenchConfig(parse_workload("reuse90"), [8], ["trtllm-pp", "wavepp"], 64, prompt_tokens=2048)
     records = [run_one(engine, cfg, p, 8) for p in cfg.policies]
     path = tmp_path / "fallbacks.json"
@@ -120,11 +121,12 @@ def test_pipeline_page_shows_recomputation_only_where_late_fallbacks_happened(
 def test_a_one_request_run_says_it_has_no_cadence(tmp_path: Path, dashboard_env: None) -> None:
     """Today: "0.00 ms" for p50 and p99 and two blank charts with no note."""
     from wavepp.runtime.bench.runs import BenchConfig, run_one
+    from wavepp.runtime.engines.config import SimConfig
     from wavepp.runtime.engines.sim.engine import SimEngine
     from wavepp.runtime.runs.runfile import save_runs
     from wavepp.runtime.sources.workloads import parse_workload
 
-    engine = SimEngine("llama-3-8b", "h200", 2, kv_blocks=[2000])
+    engine = SimEngine(SimConfig("llama-3-8b", "h200", 2, kv_blocks=[2000]))
     cfg = BenchConfig(parse_workload("reuse90"), [1], ["wavepp"], 1, prompt_tokens=2048)
     path = tmp_path / "one.json"
     save_runs(path, [run_one(engine, cfg, "wavepp", 1).saved()])

@@ -9,6 +9,7 @@ from streamlit.testing.v1 import AppTest
 
 from wavepp.dashboard.screens.common import FIGURES
 from wavepp.runtime.bench.runs import BenchConfig, run_one
+from wavepp.runtime.engines.config import SimConfig
 from wavepp.runtime.engines.sim.engine import SimEngine
 from wavepp.runtime.runs.runfile import load_runs, save_runs
 from wavepp.runtime.sources.workloads import parse_workload
@@ -19,7 +20,7 @@ from .test_app import run_page  # type: ignore[import-not-found]
 @pytest.fixture(scope="module")
 def other_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A run with the same policy and concurrency as the recorded one, on another workload."""
-    engine = SimEngine("llama-3-8b", "h200", 4, kv_blocks=[3000])
+    engine = SimEngine(SimConfig("llama-3-8b", "h200", 4, kv_blocks=[3000]))
     cfg = BenchConfig(parse_workload("cold"), [16], ["wavepp"], 48, prompt_tokens=4096)
     cfg.knobs = cfg.knobs.replace(max_wave_tokens=8192, min_wave_tokens=4096)
     path = tmp_path_factory.mktemp("other") / "other.json"

@@ -109,10 +109,11 @@ def test_drill_down_names_the_producer_a_follower_read_its_prefix_from(
         tmp_path: Path, dashboard_env: None) -> None:
     """Clients on one document no stage holds: the drill-down of a follower says whom it followed."""
     from wavepp.runtime.bench.runs import BenchConfig, run_one
+    from wavepp.runtime.engines.config import SimConfig
     from wavepp.runtime.engines.sim.engine import SimEngine
     from wavepp.runtime.runs.runfile import save_runs
     from wavepp.runtime.sources.workloads import parse_workload
-    engine = SimEngine("llama-3-8b", "h200", 2)
+    engine = SimEngine(SimConfig("llama-3-8b", "h200", 2))
     cfg = BenchConfig(parse_workload("docs:1:suffix=256"), [3], ["wavepp"], 3, prompt_tokens=4096, keep_spans=True)
     path = tmp_path / "docs.json.gz"
     save_runs(path, [run_one(engine, cfg, "wavepp", 3).saved()])

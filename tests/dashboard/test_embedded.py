@@ -17,10 +17,11 @@ from streamlit.testing.v1 import AppTest
 from wavepp.dashboard import embedded
 from wavepp.dashboard.screens import PAGES
 from wavepp.runtime.control.knobs import Knobs
+from wavepp.runtime.engines.config import SimConfig
 
 from .conftest import APP  # type: ignore[import-not-found]
 
-SIM = {"kind": "sim", "model": "llama-3-8b", "hardware": "h200", "pp": 2, "realtime": True, "time_scale": 1.0}
+SIM = SimConfig("llama-3-8b", "h200", 2, clock="wall")
 
 
 @pytest.fixture

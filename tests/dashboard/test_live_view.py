@@ -14,6 +14,7 @@ import redis
 from streamlit.testing.v1 import AppTest
 
 from wavepp.runtime.bench.runs import BenchConfig, RunRecord, run_one
+from wavepp.runtime.engines.config import SimConfig
 from wavepp.runtime.engines.sim.engine import SimEngine
 from wavepp.runtime.sources.workloads import parse_workload
 
@@ -27,7 +28,7 @@ def url(dashboard_env: None) -> Iterator[str]:
 
 
 def bench_run(url: str, policy: str) -> RunRecord:
-    engine = SimEngine("llama-3-8b", "h200", 2, kv_blocks=[2000], store_url=url)
+    engine = SimEngine(SimConfig("llama-3-8b", "h200", 2, kv_blocks=[2000], store_url=url))
     cfg = BenchConfig(parse_workload("reuse90"), [4], [policy], 8, prompt_tokens=2048)
     return run_one(engine, cfg, policy, 4)
 

@@ -16,6 +16,7 @@ from streamlit.testing.v1 import AppTest
 from wavepp.runtime.bench.runs import BenchConfig, run_one
 from wavepp.runtime.control.knobs import Knobs
 from wavepp.runtime.engines.calibrate import FORMAT
+from wavepp.runtime.engines.config import SimConfig
 from wavepp.runtime.engines.coordination import DEFAULT_COSTS
 from wavepp.runtime.engines.sim.engine import SimEngine
 from wavepp.runtime.runs.runfile import save_runs
@@ -29,7 +30,7 @@ from .conftest import APP, live_run, redis_cluster  # type: ignore[import-not-fo
 @pytest.fixture(scope="module")
 def ring1_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A sim run with one wave in flight on four stages (a change of the ring must help)."""
-    engine = SimEngine("llama-3-8b", "h200", 4, kv_blocks=[3000])
+    engine = SimEngine(SimConfig("llama-3-8b", "h200", 4, kv_blocks=[3000]))
     knobs = Knobs(max_wave_tokens=8192, min_wave_tokens=4096, ring=1)
     cfg = BenchConfig(parse_workload("reuse90"), [16], ["wavepp"], 64, prompt_tokens=4096, knobs=knobs)
     path = tmp_path_factory.mktemp("whatif") / "ring1.json"
@@ -181,7 +182,7 @@ def test_preview_on_a_live_store_replays_the_running_sim_it_describes(store_url:
 def test_a_store_written_by_an_older_runtime_says_why_it_cannot_preview(store_url: str) -> None:
     """A run on the store without its description (a runtime from before it published one): one line
     saying so, and nothing starts."""
-    engine = SimEngine("llama-3-8b", "h200", 2, kv_blocks=[2000], store_url=store_url)
+    engine = SimEngine(SimConfig("llama-3-8b", "h200", 2, kv_blocks=[2000], store_url=store_url))
     cfg = BenchConfig(parse_workload("reuse90"), [4], ["wavepp"], 24, prompt_tokens=2048)
     run_one(engine, cfg, "wavepp", 4)
     cluster = store_url.split("cluster=")[1]

@@ -20,6 +20,7 @@ from wavepp.runtime.engines.calibrate import (
     save_profile,
     wave_grid,
 )
+from wavepp.runtime.engines.config import SimConfig
 from wavepp.runtime.engines.coordination import DEFAULT_COSTS
 from wavepp.runtime.engines.sim.costmodel import ChunkShape
 from wavepp.runtime.engines.sim.engine import SimEngine
@@ -68,14 +69,14 @@ def test_fitted_cost_model_is_the_stage_fit() -> None:
 def test_sim_runs_on_a_fitted_profile(tmp_path: Path) -> None:
     path = tmp_path / "p.json"
     path.write_text(json.dumps(profile()))
-    engine = SimEngine("tiny", "h200", 2, block_size=16, cost_profile=str(path))
+    engine = SimEngine(SimConfig("tiny", "h200", 2, block_size=16, cost_profile=str(path)))
     assert engine.vocab_size == 512 and engine.capacities == [2000, 2000]
     cfg = BenchConfig(parse_workload("reuse90"), [4], ["wavepp"], 16, prompt_tokens=256)
     cfg.knobs = engine.default_knobs()
     rec = run_one(engine, cfg, "wavepp", 4)
     assert rec.figures.completed == 16 and rec.figures.input_tokens_per_s > 0
     with pytest.raises(ValueError, match="pp=2"):
-        SimEngine("tiny", "h200", 3, cost_profile=str(path))
+        SimEngine(SimConfig("tiny", "h200", 3, cost_profile=str(path)))
     bad = tmp_path / "bad.json"
     bad.write_text("{}")
     with pytest.raises(ValueError, match="not a cost profile"):
@@ -88,6 +89,7 @@ def test_sim_runs_on_a_fitted_profile(tmp_path: Path) -> None:
 
 
 def test_calibrating_a_small_torch_model(tmp_path: Path) -> None:
+    from wavepp.runtime.engines.config import TorchConfig
     from wavepp.runtime.engines.torch.config import DecoderConfig
     from wavepp.runtime.engines.torch.engine import TorchEngine
     cfg = DecoderConfig(vocab_size=512, hidden_size=64, intermediate_size=128, num_layers=2, num_heads=4,
@@ -96,7 +98,7 @@ def test_calibrating_a_small_torch_model(tmp_path: Path) -> None:
     model.write_text(json.dumps(cfg.to_hf_dict()))
     waves = wave_grid(512, 256, grid_l=(0, 128, 384), grid_x=(16, 64, 128), grid_n=(1, 2, 4))
     seen: list[tuple[int, int]] = []
-    with TorchEngine(str(model), pp=2, block_size=16, kv_blocks=[200]) as engine:
+    with TorchEngine(TorchConfig(str(model), pp=2, block_size=16, kv_blocks=[200])) as engine:
         prof = calibrate(engine, waves=waves, repeats=3,     # median of 3: a loaded machine's noise
                          progress=lambda done, total: seen.append((done, total)))
     # Its progress, wave by wave (`wavepp calibrate` draws it as a bar; it printed nothing for minutes)
@@ -110,8 +112,8 @@ def test_calibrating_a_small_torch_model(tmp_path: Path) -> None:
     assert all(med < 0.5 for med, _ in fit_error(prof))
     path = tmp_path / "prof.json"
     save_profile(path, prof)
-    sim = SimEngine(str(model), "h200", 2, block_size=16, cost_profile=str(path))
+    sim = SimEngine(SimConfig(str(model), "h200", 2, block_size=16, cost_profile=str(path)))
     assert sim.capacities == [200, 200]
-    with TorchEngine(str(model), pp=2, block_size=16, kv_blocks=[2]) as small:
+    with TorchEngine(TorchConfig(str(model), pp=2, block_size=16, kv_blocks=[2])) as small:
         with pytest.raises(ValueError, match="stage 0 has 2 blocks"):
             calibrate(small, waves=waves, repeats=1)

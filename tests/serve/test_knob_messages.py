@@ -14,6 +14,7 @@ import pytest
 from tests.api_client import api_on
 from wavepp.runtime.cli import main
 from wavepp.runtime.control.knobs import RETIRED
+from wavepp.runtime.engines.config import SimConfig
 from wavepp.runtime.engines.sim.engine import SimEngine
 
 # (what the CLI's --set says, the same knob as JSON)
@@ -37,7 +38,7 @@ def _cli_error(url: str, change: str, capsys: pytest.CaptureFixture[str]) -> str
 
 def test_the_api_and_the_cli_refuse_a_knob_with_the_same_message(url: str,
                                                                   capsys: pytest.CaptureFixture[str]) -> None:
-    engine = SimEngine("llama-3-8b", "h200", 2, kv_blocks=[500], store_url=url, realtime=True)
+    engine = SimEngine(SimConfig("llama-3-8b", "h200", 2, kv_blocks=[500], store_url=url, clock="wall"))
     answers: list[tuple[int, dict[str, Any]]] = []
 
     async def body() -> None:
@@ -58,7 +59,7 @@ def test_the_api_and_the_cli_refuse_a_knob_with_the_same_message(url: str,
 @pytest.mark.parametrize("changes", [{"ring": None}, {"policy": None}, {"hysteresis": None},
                                      {"ring": 2, "fill_factor": None}, {}])
 def test_a_null_or_empty_change_is_refused_and_writes_nothing(url: str, changes: dict[str, Any]) -> None:
-    engine = SimEngine("llama-3-8b", "h200", 2, kv_blocks=[500], store_url=url, realtime=True)
+    engine = SimEngine(SimConfig("llama-3-8b", "h200", 2, kv_blocks=[500], store_url=url, clock="wall"))
     seen: dict[str, Any] = {}
 
     async def body() -> None:

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from wavepp.runtime.bench.runs import BenchConfig, run_one
+from wavepp.runtime.engines.config import SimConfig
 from wavepp.runtime.engines.sim.engine import SimEngine
 from wavepp.runtime.serve.loadgen import policy_label, wave_policies
 from wavepp.runtime.sources.workloads import parse_workload
@@ -42,7 +43,7 @@ def test_closed_loop_sends_the_in_process_benchs_prompts_and_reports_its_figures
 
     # The in-process bench of the same setting, one request at a time: the same prompts in the same
     # order meet the same cache, so the server found exactly the prefixes the in-process run found.
-    engine = SimEngine("llama-3-8b", "h200", 2, kv_blocks=[3000])
+    engine = SimEngine(SimConfig("llama-3-8b", "h200", 2, kv_blocks=[3000]))
     cfg = BenchConfig(parse_workload("reuse90"), [1], ["wavepp"], 24, prompt_tokens=2048)
     record = run_one(engine, cfg, "wavepp", 1)
     assert client["reused_tokens"] == sum(c.reused_tokens for c in record.loop.completions) > 0

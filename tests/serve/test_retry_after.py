@@ -14,6 +14,7 @@ import httpx
 import pytest
 
 from wavepp.runtime.control.knobs import Knobs
+from wavepp.runtime.engines.config import SimConfig
 from wavepp.runtime.engines.sim.engine import SimEngine
 from wavepp.runtime.serve.drain_rate import DrainRate
 from wavepp.runtime.serve.runtime import ServerRuntime
@@ -67,7 +68,7 @@ def test_the_rate_is_over_the_last_answers_only() -> None:
 
 
 def test_retry_after_is_the_queue_over_the_busy_rate() -> None:
-    rt = ServerRuntime(SimEngine("llama-3-8b", "h200", 2, kv_blocks=[500]), Knobs(), max_queue=64)
+    rt = ServerRuntime(SimEngine(SimConfig("llama-3-8b", "h200", 2, kv_blocks=[500])), Knobs(), max_queue=64)
     rt.source = SimpleNamespace(queued=0, outstanding=0)        # type: ignore[assignment]
     assert rt.retry_after_s() == 1                  # nothing answered yet: try again soon
     now = time.monotonic()

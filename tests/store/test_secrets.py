@@ -165,9 +165,10 @@ def test_dashboard_pages_show_no_password(secret: Secret, monkeypatch: pytest.Mo
     from streamlit.testing.v1 import AppTest
 
     from wavepp.runtime.bench.runs import BenchConfig, run_one
+    from wavepp.runtime.engines.config import SimConfig
     from wavepp.runtime.engines.sim.engine import SimEngine
     from wavepp.runtime.sources.workloads import parse_workload
-    engine = SimEngine("llama-3-8b", "h200", 2, kv_blocks=[2000], store_url=secret.url())
+    engine = SimEngine(SimConfig("llama-3-8b", "h200", 2, kv_blocks=[2000], store_url=secret.url()))
     run_one(engine, BenchConfig(parse_workload("reuse90"), [4], ["wavepp"], 8, prompt_tokens=2048), "wavepp", 4)
     monkeypatch.setenv("WAVEPP_DASHBOARD", f"store:{secret.url()}")
     at = AppTest.from_file(APP, default_timeout=60)

@@ -19,6 +19,7 @@ import redis
 
 from wavepp.runtime.bench.runs import BenchConfig, run_one
 from wavepp.runtime.cli import main
+from wavepp.runtime.engines.config import SimConfig
 from wavepp.runtime.engines.sim.engine import SimEngine
 from wavepp.runtime.sources.workloads import parse_workload
 from wavepp.store.base import RegistryEntry
@@ -180,7 +181,7 @@ def test_malformed_entries_are_skipped(corrupt: tuple[str, Callable[[], None]]) 
 def test_a_run_goes_on_through_corrupted_keys(corrupt: tuple[str, Callable[[], None]]) -> None:
     """Keys corrupted while a run uses the store: every request completes, the run never stops."""
     url, write = corrupt
-    engine = SimEngine("llama-3-8b", "h200", 2, kv_blocks=[3000], store_url=url)
+    engine = SimEngine(SimConfig("llama-3-8b", "h200", 2, kv_blocks=[3000], store_url=url))
     cfg = BenchConfig(parse_workload("reuse90"), [4], ["wavepp"], 48, prompt_tokens=2048)
     writes = []
 

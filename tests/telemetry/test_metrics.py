@@ -119,13 +119,14 @@ def test_after_a_policy_change_points_carry_the_policy_that_runs(metrics: Wavepp
     import asyncio
 
     from wavepp.runtime.control.knobs import Knobs
+    from wavepp.runtime.engines.config import SimConfig
     from wavepp.runtime.engines.sim.clock import run_virtual
     from wavepp.runtime.engines.sim.engine import SimEngine
     from wavepp.runtime.loop import PipelineLoop
     from wavepp.runtime.sources.workloads import Workload, parse_workload
     from wavepp.telemetry import names as N
 
-    engine = SimEngine("llama-3-8b", "h200", 2, kv_blocks=[2000])
+    engine = SimEngine(SimConfig("llama-3-8b", "h200", 2, kv_blocks=[2000]))
     parts = engine.build()
     tel = engine.telemetry(metrics=metrics)
     workload = Workload(parse_workload("reuse90"), 48, 2048, 64, engine.vocab_size, 0)

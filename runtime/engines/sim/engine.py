@@ -4,22 +4,21 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import Coroutine, Sequence
+from collections.abc import Coroutine
 from typing import Any, TypeVar
 
 from wavepp.runtime.control.knobs import CPU_KNOBS, Knobs
 from wavepp.runtime.engines.base import EngineParts
 from wavepp.runtime.engines.calibrate import FittedCostModel, load_profile
 from wavepp.runtime.engines.common import open_run_store, run_telemetry
-from wavepp.runtime.engines.coordination import DEFAULT_COSTS, CoordinationCosts, SimCostHook
+from wavepp.runtime.engines.config import SimConfig
+from wavepp.runtime.engines.coordination import CoordinationCosts, SimCostHook
 from wavepp.runtime.engines.sim.capacity import kv_bytes_per_token_per_gpu
 from wavepp.runtime.engines.sim.clock import run_virtual
 from wavepp.runtime.engines.sim.costmodel import AnalyticCostModel, CostModel
 from wavepp.runtime.engines.sim.executor import SimExecutor
 from wavepp.runtime.engines.sim.perf_interp import TableCoverageError
 from wavepp.runtime.engines.sim.profiles import (
-    DEFAULT_KV_DTYPE,
-    KV_DTYPES,
     ModelProfile,
     get_hardware,
     get_model,
@@ -43,94 +42,39 @@ PER_STAGE = PerStage()
 # Every KV block is a Python object in its stage's pool (runtime.kvcache.block_pool): beyond this
 # many in all, building the stages alone takes many GB and minutes (e.g. glm-5.2 on PP64: 189M).
 MAX_SIM_BLOCKS = 1 << 26
-CLOCKS = ("virtual", "wall", "cpu")
 
 
 class SimEngine:
-    """Builds simulated stages for ``model`` on ``hardware`` split into ``pp`` stages.
-
-    ``kv_blocks``: blocks per stage (one value for all, or one per stage - uneven capacities
-    make residency diverge); default: what the stage's memory holds after its weights.
-    """
+    """Builds simulated stages for a :class:`SimConfig`: ``model`` on ``hardware`` split into ``pp`` stages."""
 
     name = "sim"
 
-    def __init__(self, model: str, hardware: str, pp: int, block_size: int = 64,
-                 kv_blocks: Sequence[int] | None = None, gpus_per_stage: int | None = None,
-                 costs: CoordinationCosts = DEFAULT_COSTS, store_url: str = "memory",
-                 realtime: bool = False, time_scale: float = 1.0, cost_profile: str | None = None,
-                 cost_model: str = "auto", perf_dir: str | None = None, host_work_scale: float = 1.0,
-                 clock: str | None = None, cpu_scale: float = 1.0, wake_s: float = 0.0,
-                 step_fit: Sequence[tuple[float, float]] | None = None, kv_dtype: str = DEFAULT_KV_DTYPE,
-                 comm: str = "custom") -> None:
-        """``cost_profile``: a calibration file (``wavepp calibrate``) - the fitted model of a real
-        engine replaces the analytic roofline, and its measured coordination costs the table.
-        ``cost_model``: ``table`` (measured kernel tables under ``perf_dir``), ``analytic`` (roofline), or
-        ``auto``: table wherever the tables cover the model and hardware, analytic elsewhere (then
-        ``cost_model_name`` says what the tables lack). ``host_work_scale`` multiplies the modelled
-        lockstep host work of a conventional PP loop (``runtime.mechanisms.host_work``).
-
-        ``clock``: ``virtual`` (the default: coordination costs modelled, the loop's own code free),
-        ``wall`` (``realtime=True``: everything paid for real, modelled steps slept), or ``cpu``: the
-        real-time code path on a virtual clock that also advances by the loop's CPU time times
-        ``cpu_scale``, whose idle waits take ``wake_s`` more than epoll's rounding
-        (:class:`runtime.engines.sim.clock.CpuClockLoop`; a what-if replay of a real-time run).
-        ``step_fit``: per stage, ``(scale, offset_s)``: a step takes scale x the modelled time + offset
-        (a replay's fit of the cost model to the steps a run timed).
-        ``kv_dtype``: the KV cache's dtype, ``bf16`` (TensorRT-LLM's default for these FP8 checkpoints:
-        ``profiles.KV_DTYPES``) or ``fp8``: half the bytes per cached token, and the tables' fp8-cache rows.
+    def __init__(self, config: SimConfig) -> None:
+        """The stages ``config`` describes; what depends on the model's profile or a calibration file (the
+        KV capacities, the cost model) is checked here, the rest by :class:`SimConfig` itself.
         A hybrid model's stages keep recurrent-state snapshots (:mod:`runtime.kvcache.state_snapshots`), every
-        ``snapshot_interval`` knob tokens (the loop sets it on the stages).
-        ``comm``: the TP all-reduce's table, ``custom`` (TensorRT-LLM's kernel) or ``nccl``
-        (:mod:`runtime.mechanisms.topology`)."""
-        if pp < 1:
-            raise ValueError(f"pp must be >= 1, got {pp}")
-        if block_size < 1:
-            raise ValueError(f"block size must be >= 1, got {block_size}")
-        if time_scale <= 0:
-            raise ValueError(f"time scale must be positive, got {time_scale}")
-        if not host_work_scale >= 0:
-            raise ValueError(f"host work scale must be >= 0, got {host_work_scale}")
-        clock = clock or ("wall" if realtime else "virtual")
-        if clock not in CLOCKS:
-            raise ValueError(f"unknown clock {clock!r} ({', '.join(CLOCKS)})")
-        if not cpu_scale > 0:
-            raise ValueError(f"CPU scale must be positive, got {cpu_scale}")
-        if not wake_s >= 0:
-            raise ValueError(f"wake-up time must be >= 0, got {wake_s}")
-        if comm not in ("custom", "nccl"):
-            raise ValueError(f"unknown all-reduce {comm!r} (custom, nccl)")
-        if kv_dtype not in KV_DTYPES:
-            raise ValueError(f"unknown KV dtype {kv_dtype!r} ({', '.join(KV_DTYPES)})")
-        if step_fit is not None and (len(step_fit) != pp or not all(a > 0 and b >= 0 for a, b in step_fit)):
-            raise ValueError(f"step fit: give {pp} (scale > 0, offset >= 0) pairs, one per stage, got {list(step_fit)}")
+        ``snapshot_interval`` knob tokens (the loop sets it on the stages)."""
+        self.config = config
+        model, hardware, pp, block_size = config.model, config.hardware, config.pp, config.block_size
         self.pp = pp
         self.block_size = block_size
-        # What rebuilds this sim in virtual time (a what-if replay of one of its runs: runtime.whatif.preview).
-        self.replay_args: dict[str, Any] = {
-            "model": model, "hardware": hardware, "gpus_per_stage": gpus_per_stage, "cost_model": cost_model,
-            "cost_profile": cost_profile, "perf_dir": perf_dir, "host_work_scale": host_work_scale,
-            "time_scale": time_scale, "clock": clock, "kv_dtype": kv_dtype, "comm": comm}
-        self.model_name, self.hardware_name, self._store_arg, self._costs_arg = model, hardware, store_url, costs
-        self._kv_blocks_arg = list(kv_blocks or ())
-        self.gpus_per_stage = gpus_per_stage or 1
-        self.kv_dtype = kv_dtype
-        self.store_url = parse_store_url(store_url)
-        self.clock = clock
-        self.realtime = clock == "wall"
-        self.virtual = clock == "virtual"          # coordination costs modelled (else paid: wall or CPU clock)
-        self.cpu_scale = cpu_scale
-        self.wake_s = wake_s
-        self.step_fit = tuple(step_fit) if step_fit is not None else None
-        self.time_scale = time_scale
+        self.model_name, self.hardware_name = model, hardware
+        self.gpus_per_stage = config.gpus_per_stage or 1
+        self.kv_dtype = config.kv_dtype
+        self.store_url = parse_store_url(config.store_url)
+        self.clock = config.clock
+        self.realtime = config.realtime
+        self.virtual = config.virtual
+        self.cpu_scale = config.cpu_scale
+        self.wake_s = config.wake_s
+        self.step_fit = config.step_fit
+        self.time_scale = config.time_scale
         self.profile: dict[str, Any] | None = None
         self.states: list[StateSpec | None] | None = None
         self.cost_model: CostModel
-        if cost_model not in ("auto", "analytic", "table"):
-            raise ValueError(f"unknown cost model {cost_model!r} (auto, analytic, table)")
-        if cost_profile is not None:
+        if config.cost_profile is not None:
             self.cost_model_name = "fitted"
-            self.profile = load_profile(cost_profile)
+            self.profile = load_profile(config.cost_profile)
             if self.profile["pp"] != pp:
                 raise ValueError(f"the cost profile was measured with pp={self.profile['pp']}, not {pp}")
             self.cost_model = FittedCostModel(self.profile)
@@ -138,34 +82,27 @@ class SimEngine:
             self._vocab, self._context = int(self.profile["vocab_size"]), int(self.profile["max_context"])
             default = [int(n) * int(self.profile["block_size"]) // block_size for n in self.profile["capacities"]]
         else:
-            m, hw = get_model(model).with_kv_dtype(kv_dtype), get_hardware(hardware)
-            gps = self.gpus_per_stage = gpus_per_stage or max(1, hw.gpus_per_node // pp)
+            m, hw = get_model(model).with_kv_dtype(config.kv_dtype), get_hardware(hardware)
+            gps = self.gpus_per_stage = config.gpus_per_stage or max(1, hw.gpus_per_node // pp)
             analytic = AnalyticCostModel(m, hw, pp, gps)  # also the memory figures: capacities below
             self.cost_model, self.cost_model_name = analytic, "analytic"
-            if cost_model != "analytic":
+            if config.cost_model != "analytic":
                 try:
-                    self.cost_model = load_table_cost_model(m.name, hw.name, pp, gps, perf_dir, Choices(comm=comm),
-                                                            kv_dtype=kv_dtype)
+                    self.cost_model = load_table_cost_model(m.name, hw.name, pp, gps, config.perf_dir,
+                                                            Choices(comm=config.comm), kv_dtype=config.kv_dtype)
                     self.cost_model_name = "table"
                 except TableCoverageError as exc:
-                    if cost_model == "table":
+                    if config.cost_model == "table":
                         raise
                     self.cost_model_name = f"analytic ({exc})"  # auto: the tables do not cover this
-            self.costs = costs
+            self.costs = config.costs
             self._vocab, self._context = m.vocab_size, m.max_context
             default = [analytic.stage_kv_capacity_tokens(s) // block_size for s in range(pp)]
             self.states = state_specs(m, pp, gps, block_size, DEFAULT_SNAPSHOT_INTERVAL)
             if min(default) < 1:
                 raise ValueError(f"{m.name} on {pp} x {gps} {hw.name} leaves no room for KV cache")
-        self.costs = dataclasses.replace(self.costs, host_work_scale=host_work_scale)
-        if kv_blocks:
-            if len(kv_blocks) == 1:
-                kv_blocks = list(kv_blocks) * pp
-            if len(kv_blocks) != pp or min(kv_blocks) < 1:
-                raise ValueError(f"kv blocks: give one positive value or {pp} (one per stage), got {list(kv_blocks)}")
-            self.capacities = list(kv_blocks)
-        else:
-            self.capacities = default
+        self.costs = dataclasses.replace(self.costs, host_work_scale=config.host_work_scale)
+        self.capacities = list(config.kv_blocks) if config.kv_blocks else default
         if sum(self.capacities) > MAX_SIM_BLOCKS:
             raise ValueError(f"{pp} stages hold {sum(self.capacities):,} KV blocks of {block_size} tokens in all; the "
                              f"simulator keeps at most {MAX_SIM_BLOCKS:,}: give --kv-blocks, a smaller --pp or a "
@@ -192,14 +129,19 @@ class SimEngine:
         tight), else what its memory holds."""
         gps = self.gpus_per_stage
         pp, gps_new = topology.layout(self.pp, gps)
-        if (pp, gps_new) == (self.pp, gps) and topology.comm == self.replay_args["comm"]:
+        if (pp, gps_new) == (self.pp, gps) and topology.comm == self.config.comm:
             return self
         if self.profile is not None:
             raise ValueError(f"topology {topology.name!r}: a calibrated cost profile was measured on {self.pp} stages")
-        args = {**self.replay_args, "gpus_per_stage": gps_new, "comm": topology.comm}
-        blocks = [min(self._kv_blocks_arg)] * pp if self._kv_blocks_arg else None
-        return SimEngine(self.model_name, self.hardware_name, pp, self.block_size, blocks, store_url=self._store_arg,
-                         costs=self._costs_arg, **{k: v for k, v in args.items() if k not in ("model", "hardware")})
+        blocks = [min(self.config.kv_blocks)] * pp if self.config.kv_blocks else ()
+        # A fit of each stage's steps (step_fit) belongs to these stages, not to the ones laid out anew.
+        return SimEngine(self.config.replace(pp=pp, kv_blocks=blocks, gpus_per_stage=gps_new, comm=topology.comm,
+                                             step_fit=None))
+
+    @property
+    def replay_args(self) -> dict[str, Any]:
+        """What rebuilds this sim in virtual time (a what-if replay of one of its runs: runtime.whatif.preview)."""
+        return self.config.replay_args()
 
     def build(self, pool: CachePool = PER_STAGE) -> EngineParts:
         """Fresh stages for one run, their caches provided by ``pool`` (the policy's). In real time

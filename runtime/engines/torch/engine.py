@@ -13,7 +13,7 @@ split between the stages so they do not oversubscribe the cores.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Coroutine, Sequence
+from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -22,11 +22,12 @@ import torch
 from wavepp.runtime.control.knobs import CPU_KNOBS, Knobs
 from wavepp.runtime.engines.base import EngineParts
 from wavepp.runtime.engines.common import open_run_store, run_telemetry
+from wavepp.runtime.engines.config import TorchConfig
 from wavepp.runtime.engines.coordination import DEFAULT_COSTS
 from wavepp.runtime.engines.torch.config import DecoderConfig, load_config
 from wavepp.runtime.engines.torch.executor import TorchExecutor
 from wavepp.runtime.engines.torch.model import build_stages, default_device_dtype, split_layers
-from wavepp.runtime.engines.torch.processes.launch import LAUNCHERS, threads_per_process
+from wavepp.runtime.engines.torch.processes.launch import threads_per_process
 from wavepp.runtime.engines.torch.processes.leader import ProcessExecutor, RemoteStageHandle, start_processes
 from wavepp.runtime.engines.torch.processes.stage_server import StageSpec
 from wavepp.runtime.engines.torch.weights import load_hf_dir, random_weights
@@ -40,41 +41,35 @@ from wavepp.telemetry.setup import Telemetry
 
 T = TypeVar("T")
 PER_STAGE = PerStage()
-DEFAULT_KV_MB = 256            # per stage, when neither --kv-blocks nor --kv-memory-mb is given
 
 
 class TorchEngine:
     name = "torch"
 
-    def __init__(self, model: str, pp: int, block_size: int = 64, kv_blocks: Sequence[int] | None = None,
-                 kv_memory_mb: float = DEFAULT_KV_MB, seed: int = 0, store_url: str = "memory",
-                 device: str | None = None, launcher: str = "threads") -> None:
-        if launcher not in LAUNCHERS:
-            raise ValueError(f"launcher must be one of {', '.join(LAUNCHERS)}, got {launcher!r}")
+    def __init__(self, config: TorchConfig) -> None:
+        self.config = config
+        model, pp, block_size = config.model, config.pp, config.block_size
         self.cfg: DecoderConfig = load_config(model)
-        if pp < 1 or pp > self.cfg.num_layers:
+        if pp > self.cfg.num_layers:
             raise ValueError(f"pp must be between 1 and the model's {self.cfg.num_layers} layers, got {pp}")
-        if block_size < 1:
-            raise ValueError(f"block size must be >= 1, got {block_size}")
         self.model_name = model
         self.pp = pp
         self.block_size = block_size
-        self.seed = seed
-        self.store_url = parse_store_url(store_url)
+        self.seed = seed = config.seed
+        self.store_url = parse_store_url(config.store_url)
         dev, dtype = default_device_dtype()
-        self.device = torch.device(device) if device else dev
+        self.device = torch.device(config.device) if config.device else dev
         self.dtype = dtype if self.device.type == "cuda" else torch.float32
         path = Path(model)
         self.hf_dir = str(path) if path.is_dir() else None
         layers = split_layers(self.cfg.num_layers, pp)
-        if kv_blocks:
-            blocks = list(kv_blocks) * pp if len(kv_blocks) == 1 else list(kv_blocks)
-            if len(blocks) != pp or min(blocks) < 1:
-                raise ValueError(f"kv blocks: give one positive value or {pp} (one per stage), got {list(kv_blocks)}")
+        if config.kv_blocks:
+            blocks = list(config.kv_blocks)
         else:
             elem = torch.tensor([], dtype=self.dtype).element_size()
             per_block = [2 * len(r) * block_size * self.cfg.num_kv_heads * self.cfg.head_dim * elem for r in layers]
-            blocks = [max(1, int(kv_memory_mb * 2**20 // b)) for b in per_block]
+            blocks = [max(1, int(config.kv_memory_mb * 2**20 // b)) for b in per_block]
+        launcher = config.launcher
         self.capacities = blocks
         self.launcher = launcher
         if self.device.type == "cpu":

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from wavepp.runtime.engines.config import SimConfig
 from wavepp.runtime.engines.sim.capacity import (
     activation_bytes,
     kv_bytes_per_token_per_gpu,
@@ -71,10 +72,10 @@ def test_first_and_last_stages_hold_the_embedding_and_lm_head() -> None:
 
 
 def test_sim_engine_capacities_come_from_the_stage_memory() -> None:
-    engine = SimEngine("glm-5.2", "b300", 4, block_size=64, cost_model="analytic")
+    engine = SimEngine(SimConfig("glm-5.2", "b300", 4, block_size=64, cost_model="analytic"))
     tokens = [stage_memory(get_model("glm-5.2"), get_hardware("b300"), 4, 2, s).kv_tokens for s in range(4)]
     assert engine.capacities == [t // 64 for t in tokens]
-    fp8 = SimEngine("glm-5.2", "b300", 4, block_size=64, cost_model="analytic", kv_dtype="fp8")
+    fp8 = SimEngine(SimConfig("glm-5.2", "b300", 4, block_size=64, cost_model="analytic", kv_dtype="fp8"))
     assert all(1.9 < f / b < 2.0 for f, b in zip(fp8.capacities, engine.capacities, strict=True))
 
 

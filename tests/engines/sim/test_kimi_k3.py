@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from wavepp.runtime.engines.config import SimConfig
 from wavepp.runtime.engines.sim.capacity import stage_memory
 from wavepp.runtime.engines.sim.engine import SimEngine, state_specs
 from wavepp.runtime.engines.sim.profiles import get_hardware, get_model, split_layers
@@ -76,12 +77,12 @@ def test_a_snapshot_costs_the_blocks_its_bytes_fill() -> None:
 
 
 def test_the_engine_builds_hybrid_stages_and_the_knob_sets_their_interval() -> None:
-    engine = SimEngine("kimi-k3", "b300", 4, kv_blocks=[4096])
+    engine = SimEngine(SimConfig("kimi-k3", "b300", 4, kv_blocks=[4096]))
     parts = engine.build()
     assert [h.resume_step for h in parts.handles] == [256] * 4            # the default, 16384 tokens
     for h in parts.handles:
         h.set_snapshot_interval(8192 + 63)                                  # rounded down to whole blocks
     assert [h.resume_step for h in parts.handles] == [128] * 4
-    glm = SimEngine("glm-5.2", "b300", 4, kv_blocks=[4096]).build()
+    glm = SimEngine(SimConfig("glm-5.2", "b300", 4, kv_blocks=[4096])).build()
     glm.handles[0].set_snapshot_interval(8192)                              # no state layers: nothing to set
     assert glm.handles[0].resume_step == 1

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from wavepp.runtime.engines.config import SimConfig
 from wavepp.runtime.engines.sim.costmodel import ChunkShape
 from wavepp.runtime.engines.sim.engine import SimEngine
 from wavepp.runtime.engines.sim.perf_interp import TableCoverageError
@@ -131,7 +132,7 @@ def test_fp8_kv_reads_the_fp8_cache_rows() -> None:
     h200 = {kv: load_table_cost_model("glm-5.2", "h200", 4, 2, PERF, kv_dtype=kv) for kv in ("bf16", "fp8")}
     assert h200["fp8"].step_time(1, wave) == h200["bf16"].step_time(1, wave)
     with pytest.raises(ValueError, match="unknown KV dtype"):
-        SimEngine("glm-5.2", "b300", 4, kv_dtype="int8", perf_dir=str(PERF))
+        SimEngine(SimConfig("glm-5.2", "b300", 4, kv_dtype="int8", perf_dir=str(PERF)))
 
 
 @needs_tables
@@ -144,17 +145,18 @@ def test_equal_chunks_share_one_batched_lookup() -> None:
 
 @needs_tables
 def test_table_is_the_default_where_the_tables_cover(tmp_path: Path) -> None:
-    assert SimEngine("glm-5.2", "b300", 4, perf_dir=str(PERF)).cost_model_name == "table"
-    assert SimEngine("minimax-m2.7", "h200", 4, perf_dir=str(PERF)).cost_model_name == "table"
-    llama = SimEngine("llama-3-8b", "b300", 4, perf_dir=str(PERF)).cost_model_name
+    assert SimEngine(SimConfig("glm-5.2", "b300", 4, perf_dir=str(PERF))).cost_model_name == "table"
+    assert SimEngine(SimConfig("minimax-m2.7", "h200", 4, perf_dir=str(PERF))).cost_model_name == "table"
+    llama = SimEngine(SimConfig("llama-3-8b", "b300", 4, perf_dir=str(PERF))).cost_model_name
     assert llama == "analytic (no kernel tables for model 'llama-3-8b' (tables: glm-5.2, minimax-m2.7, kimi-k3))"
-    assert SimEngine("kimi-k3", "b300", 4, perf_dir=str(PERF)).cost_model_name == "table"
+    assert SimEngine(SimConfig("kimi-k3", "b300", 4, perf_dir=str(PERF))).cost_model_name == "table"
     with pytest.raises(ValueError, match="leaves no room for KV cache"):   # 1.56 TB of weights > 8 x 141 GiB
-        SimEngine("kimi-k3", "h200", 4, perf_dir=str(PERF))
-    assert SimEngine("glm-5.2", "b300", 4, perf_dir=str(tmp_path)).cost_model_name.startswith("analytic (no kernel")
-    assert SimEngine("glm-5.2", "b300", 4, cost_model="analytic").cost_model_name == "analytic"
+        SimEngine(SimConfig("kimi-k3", "h200", 4, perf_dir=str(PERF)))
+    assert SimEngine(SimConfig("glm-5.2", "b300", 4,
+                               perf_dir=str(tmp_path))).cost_model_name.startswith("analytic (no kernel")
+    assert SimEngine(SimConfig("glm-5.2", "b300", 4, cost_model="analytic")).cost_model_name == "analytic"
     with pytest.raises(TableCoverageError):
-        SimEngine("glm-5.2", "b300", 4, cost_model="table", perf_dir=str(tmp_path))
+        SimEngine(SimConfig("glm-5.2", "b300", 4, cost_model="table", perf_dir=str(tmp_path)))
 
 
 def test_missing_perf_dir_is_one_line_error(tmp_path: Path) -> None:

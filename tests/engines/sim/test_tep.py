@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from wavepp.runtime.bench.runs import BenchConfig, laid_out, run_one
+from wavepp.runtime.engines.config import SimConfig
 from wavepp.runtime.engines.sim.costmodel import ChunkShape
 from wavepp.runtime.engines.sim.engine import SimEngine
 from wavepp.runtime.engines.sim.table_choices import Choices
@@ -44,7 +45,7 @@ def test_nccl_all_reduce_by_hand() -> None:
 
 
 def test_the_bench_lays_a_tep_policy_out_on_one_stage_of_every_gpu() -> None:
-    engine = SimEngine("kimi-k3", "b300", 4, perf_dir=str(PERF))
+    engine = SimEngine(SimConfig("kimi-k3", "b300", 4, perf_dir=str(PERF)))
     assert engine.gpus_per_stage == 2 and laid_out(engine, get_policy("wavepp").topology) is engine
     tep = laid_out(engine, TensorExpert())
     assert (tep.pp, tep.gpus_per_stage, tep.cost_model_name) == (1, 8, "table")

@@ -11,6 +11,7 @@ import torch
 
 from wavepp.runtime.bench.runs import BenchConfig, run_one
 from wavepp.runtime.cli import main
+from wavepp.runtime.engines.config import TorchConfig
 from wavepp.runtime.engines.torch.check import _reference
 from wavepp.runtime.engines.torch.config import DecoderConfig
 from wavepp.runtime.engines.torch.engine import TorchEngine
@@ -33,7 +34,7 @@ def config_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.mark.parametrize("policy,workload", [(p, w) for p in ("wavepp", "trtllm-pp") for w in ("reuse90", "suffix:40")]
                          + [(p, "docs:2:suffix=40") for p in ("wavepp", "vllm-pp", "trtllm-pp")])
 def test_first_tokens_match_the_reference(config_path: Path, policy: str, workload: str) -> None:
-    engine = TorchEngine(str(config_path), pp=2, block_size=16, kv_blocks=[400], seed=3)
+    engine = TorchEngine(TorchConfig(str(config_path), pp=2, block_size=16, kv_blocks=[400], seed=3))
     cfg = BenchConfig(parse_workload(workload), [4], [policy], 12, seed=1, prompt_tokens=200)
     cfg.knobs = cfg.knobs.replace(max_wave_tokens=128, min_wave_tokens=64, static_chunk_tokens=64)
     rec = run_one(engine, cfg, policy, 4)
@@ -65,7 +66,7 @@ def test_bad_model_is_one_line(capsys: pytest.CaptureFixture[str], tmp_path: Pat
 
 
 def test_prompt_longer_than_the_context_fails_with_a_clear_error(config_path: Path) -> None:
-    engine = TorchEngine(str(config_path), pp=2, block_size=16, kv_blocks=[600])
+    engine = TorchEngine(TorchConfig(str(config_path), pp=2, block_size=16, kv_blocks=[600]))
     cfg = BenchConfig(parse_workload("cold"), [2], ["wavepp"], 3, prompt_tokens=4000)   # context is 2048
     rec = run_one(engine, cfg, "wavepp", 2)
     assert rec.figures.failed == 3
@@ -80,7 +81,7 @@ def test_tight_uneven_pools_finish_with_threads(config_path: Path, policy: str, 
     A hang fails after the deadline instead of stalling the suite."""
     from tests.test_kv_pressure import assert_clean, finishes_within
 
-    engine = TorchEngine(str(config_path), pp=2, block_size=16, kv_blocks=kv_blocks, seed=3)
+    engine = TorchEngine(TorchConfig(str(config_path), pp=2, block_size=16, kv_blocks=kv_blocks, seed=3))
     cfg = BenchConfig(parse_workload("reuse90"), [8], [policy], 16, seed=1, prompt_tokens=200)
     cfg.knobs = cfg.knobs.replace(max_wave_tokens=128, min_wave_tokens=64, static_chunk_tokens=64)
     rec = finishes_within(120, lambda: run_one(engine, cfg, policy, 8))

@@ -22,6 +22,7 @@ import torch
 
 from wavepp.runtime.bench.runs import BenchConfig, run_one
 from wavepp.runtime.cli import main
+from wavepp.runtime.engines.config import TorchConfig
 from wavepp.runtime.engines.torch.check import _reference, run_check
 from wavepp.runtime.engines.torch.config import DecoderConfig
 from wavepp.runtime.engines.torch.engine import TorchEngine
@@ -67,7 +68,8 @@ def test_process_and_thread_modes_agree_with_the_reference(tmp_path: Path) -> No
     bench = BenchConfig(parse_workload("reuse90"), [4], ["wavepp", "trtllm-pp"], 10, seed=1, prompt_tokens=160)
     bench.knobs = bench.knobs.replace(max_wave_tokens=128, min_wave_tokens=64, static_chunk_tokens=64)
     first: dict[str, dict[str, int | None]] = {}
-    with TorchEngine(str(cfg_path), pp=2, block_size=16, kv_blocks=[300, 200], seed=3, launcher="spawn") as engine:
+    spawned = TorchConfig(str(cfg_path), pp=2, block_size=16, kv_blocks=[300, 200], seed=3, launcher="spawn")
+    with TorchEngine(spawned) as engine:
         for policy in bench.policies:
             rec = run_one(engine, bench, policy, 4)          # run_one checks every stage's cache after the run
             assert rec.figures.completed == 10 and rec.figures.failed == 0, rec.loop.failures
@@ -75,7 +77,7 @@ def test_process_and_thread_modes_agree_with_the_reference(tmp_path: Path) -> No
             first[policy] = {c.request_id: c.first_token for c in rec.loop.completions}
             stats = asyncio.run(rec.parts.handles[1].stats())   # the stage process's own cache
             assert stats.num_blocks == 200 and stats.num_cached > 0 and stats.num_leases == 0
-    threads = TorchEngine(str(cfg_path), pp=2, block_size=16, kv_blocks=[300, 200], seed=3)
+    threads = TorchEngine(TorchConfig(str(cfg_path), pp=2, block_size=16, kv_blocks=[300, 200], seed=3))
     rec = run_one(threads, bench, "wavepp", 4)
     assert {c.request_id: c.first_token for c in rec.loop.completions} == first["wavepp"] == first["trtllm-pp"]
     reference = _reference(cfg, cfg.to_hf_dict(), random_weights(cfg, 3))
@@ -87,7 +89,7 @@ def test_process_and_thread_modes_agree_with_the_reference(tmp_path: Path) -> No
 
 
 def test_a_dead_stage_process_is_an_error_not_a_hang() -> None:
-    engine = TorchEngine("tiny-llama", pp=2, block_size=16, kv_blocks=[64], launcher="spawn")
+    engine = TorchEngine(TorchConfig("tiny-llama", pp=2, block_size=16, kv_blocks=[64], launcher="spawn"))
     try:
         parts = engine.build()
         remote = parts.handles[1]
@@ -122,7 +124,7 @@ def test_a_stuck_stage_process_holds_no_caller_and_its_death_fails_the_calls() -
     as one killed before gloo saw its socket close did, 1 run in 4 on a loaded machine. The caller's
     own timeout still fires (no send on the event loop's thread); the kill then fails every call
     within seconds, naming the stage."""
-    engine = TorchEngine("tiny-llama", pp=2, block_size=16, kv_blocks=[64], launcher="spawn")
+    engine = TorchEngine(TorchConfig("tiny-llama", pp=2, block_size=16, kv_blocks=[64], launcher="spawn"))
     try:
         remote, proc = stopped_stage(engine)
         # The safety net for a regression: a send stuck on this thread wakes when the stage is killed.
@@ -174,7 +176,7 @@ def test_stage_processes_idle_past_the_link_timeout_still_serve(monkeypatch: pyt
     cfg_path.write_text(json.dumps(small().to_hf_dict()))
     bench = BenchConfig(parse_workload("reuse90"), [2], ["wavepp"], 4, seed=1, prompt_tokens=160)
     bench.knobs = bench.knobs.replace(max_wave_tokens=128, min_wave_tokens=64)
-    with TorchEngine(str(cfg_path), pp=3, block_size=16, kv_blocks=[300], launcher="spawn") as engine:
+    with TorchEngine(TorchConfig(str(cfg_path), pp=3, block_size=16, kv_blocks=[300], launcher="spawn")) as engine:
         assert run_one(engine, bench, "wavepp", 2).figures.completed == 4
         time.sleep(8)                                   # every link idle for over twice its limit
         rec = run_one(engine, bench, "wavepp", 2)
@@ -185,7 +187,7 @@ def test_a_call_unanswered_past_the_link_timeout_fails_the_stage(monkeypatch: py
     """The keepalive keeps the reply link busy, so gloo's timeout no longer ends a stage that is alive but
     stuck; the leader does: a call unanswered for the link timeout (3 s here) fails with StageDied."""
     monkeypatch.setenv("WAVEPP_DIST_TIMEOUT_S", "3")
-    engine = TorchEngine("tiny-llama", pp=2, block_size=16, kv_blocks=[64], launcher="spawn")
+    engine = TorchEngine(TorchConfig("tiny-llama", pp=2, block_size=16, kv_blocks=[64], launcher="spawn"))
     proc = None
     try:
         remote, proc = stopped_stage(engine)
@@ -257,7 +259,7 @@ def test_every_socket_of_a_spawned_world_listens_on_loopback_only() -> None:
     127.0.0.1, and gloo's links on the loopback interface (GLOO_SOCKET_IFNAME; without it gloo takes
     the address the hostname resolves to, which on this machine is 127.0.0.1 anyway)."""
     before = _listening(_process_tree(os.getpid()))
-    engine = TorchEngine("tiny-llama", pp=2, block_size=16, kv_blocks=[64], launcher="spawn")
+    engine = TorchEngine(TorchConfig("tiny-llama", pp=2, block_size=16, kv_blocks=[64], launcher="spawn"))
     try:
         remote = engine.build().handles[1]
         assert isinstance(remote, RemoteStageHandle) and remote.rpc._proc is not None
