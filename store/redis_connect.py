@@ -10,13 +10,10 @@ TLS settings travel in the URL (``rediss://…?ssl_ca_certs=PATH&ssl_cert_reqs=r
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
 
 import redis.asyncio as aioredis
 from redis import exceptions as rex
 from redis.asyncio.connection import AbstractConnection
-from redis.asyncio.retry import Retry
-from redis.backoff import NoBackoff
 
 from wavepp.store.base import StoreError
 from wavepp.store.urls import StoreUrl
@@ -24,13 +21,11 @@ from wavepp.store.urls import StoreUrl
 AUTH_FAILED = "authentication failed (wrong user or password)"
 
 
-async def connect_client(url: StoreUrl, timeout_s: float) -> aioredis.Redis:
-    """A client for ``url`` that answered PING; StoreError (one line, no password) otherwise."""
-    # No retries inside the client, and a reconnect that reaches another server instance fails its command: the
-    # store above sees the outage either way (store.resilient: backoff, then rebuild what a restarted server
-    # lost). redis-py reconnects a pooled connection the server dropped before using it again, silently.
+async def connect_client(url: StoreUrl, timeout_s: float, watch: RestartWatch | None = None) -> aioredis.Redis:
+    """A client for ``url`` that answered PING; StoreError (one line, no password) otherwise. ``watch``: told
+    of every (re)connect, it sees the server restart."""
     client = aioredis.Redis.from_url(url.url, socket_connect_timeout=timeout_s, socket_timeout=5.0,
-                                     retry=Retry(NoBackoff(), 0), redis_connect_func=restart_check())
+                                     redis_connect_func=None if watch is None else watch.on_connect)
     try:
         await _ping(client)
     except rex.AuthenticationError:
@@ -50,15 +45,18 @@ async def connect_client(url: StoreUrl, timeout_s: float) -> aioredis.Redis:
     return client
 
 
-def restart_check() -> Callable[[AbstractConnection], Awaitable[None]]:
-    """What runs on every (re)connect of one client's connections: the usual handshake, then the server's
-    ``run_id`` (``INFO server``; a new one each time a server starts). The first connection learns it; a later
-    one that finds another fails with ConnectionError once - the server restarted, empty, or another took its
-    address - so the command that met it counts as an outage and the store above rebuilds; connections after it
-    find the new id and pass. (A plain function: redis-py awaits only what ``iscoroutinefunction`` says.)"""
-    known: list[str] = []
+class RestartWatch:
+    """Runs on every (re)connect of one client's connections (redis-py's ``redis_connect_func``): the usual
+    handshake, then the server's ``run_id`` (``INFO server``; a new one each time a server starts). redis-py
+    reconnects a pooled connection the server dropped before using it again, silently: a restart that emptied
+    the store would raise nothing. A connection that finds another ``run_id`` than the first one learned marks a
+    restart, which :meth:`take` hands to the store above once (store.resilient: an outage, then the rebuild)."""
 
-    async def on_connect(conn: AbstractConnection) -> None:
+    def __init__(self) -> None:
+        self.run_id: str | None = None
+        self._restarted = False
+
+    async def on_connect(self, conn: AbstractConnection) -> None:
         await conn.on_connect()
         await conn.send_command("INFO", "server")
         try:
@@ -70,11 +68,14 @@ def restart_check() -> Callable[[AbstractConnection], Awaitable[None]]:
                        if line.startswith("run_id:")), None)
         if run_id is None:               # a server that does not say (a proxy): nothing to compare either
             return
-        if known and known[0] != run_id:
-            known[0] = run_id
-            raise rex.ConnectionError("the redis server restarted (a new run_id): what it held is gone")
-        known[:] = [run_id]
-    return on_connect
+        if self.run_id is not None and run_id != self.run_id:
+            self._restarted = True
+        self.run_id = run_id
+
+    def take(self) -> bool:
+        """Whether a restart was seen since the last call."""
+        restarted, self._restarted = self._restarted, False
+        return restarted
 
 
 def _tls_hint(url: StoreUrl, exc: BaseException) -> str:

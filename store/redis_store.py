@@ -34,7 +34,7 @@ from wavepp.store.base import (
 )
 from wavepp.store.deployment import Deployment
 from wavepp.store.records import StatusSnapshot, WavePlanRecord
-from wavepp.store.redis_connect import connect_client, first_line
+from wavepp.store.redis_connect import RestartWatch, connect_client, first_line
 from wavepp.store.redis_knobs import HISTORY_REPLACED, KNOB_HISTORY_CAP, decode_history, decode_knobs, knob_keys
 from wavepp.store.redis_records import RUN_META as RUN_META  # a key name bench's reset deletes
 from wavepp.store.redis_records import (
@@ -127,6 +127,7 @@ class RedisStore:
         self._drop = client.register_script(lua_script("registry_drop.lua"))
         self._knobs = client.register_script(lua_script("knobs.lua"))
         self._run_meta_put = client.register_script(lua_script("run_meta_put.lua"))
+        self.restarts: RestartWatch | None = None   # set by connect: the client's reconnects, watched
         self.round_trips = 0                  # calls that went to the server (read on the store itself, never
                                               # through a wrapper; admission-bench counts its own calls)
 
@@ -136,8 +137,10 @@ class RedisStore:
         credentials and TLS trouble raise StoreError (one line)."""
         if isinstance(url, str):
             url = parse_store_url(url)
-        client = await connect_client(url, timeout_s)
-        return cls(client, url)
+        watch = RestartWatch()
+        store = cls(await connect_client(url, timeout_s, watch), url)
+        store.restarts = watch
+        return store
 
     def key(self, *parts: object) -> str:
         return ":".join([self.prefix, *map(str, parts)])
@@ -383,6 +386,11 @@ class RedisStore:
         if keys:
             await self.client.delete(*keys)
         return len(keys)
+
+    def take_restart(self) -> bool:
+        """Whether the server restarted since the last call (:class:`store.redis_connect.RestartWatch`; a store
+        made from a client of its own sees none)."""
+        return self.restarts is not None and self.restarts.take()
 
     async def drop_pooled_connections(self) -> None:
         """Close every pooled connection not in use (:class:`store.resilient.PooledStore`): after an

@@ -48,6 +48,10 @@ class PooledStore(Protocol):
 
     async def drop_pooled_connections(self) -> None: ...
 
+    def take_restart(self) -> bool:
+        """Whether the server restarted, empty, since the last call (a client that reconnects silently)."""
+        ...
+
 
 class ResilientStore(StoreWrapper):
     """Every call retried through outages (the hook); :meth:`close` lets a rebuild in progress finish."""
@@ -103,6 +107,11 @@ class ResilientStore(StoreWrapper):
             if self._down_since is not None and started < self._down_since:
                 return result      # sent before the outage began: no sign that the store is back
             self._down_since = None
+            if isinstance(self.inner, PooledStore) and self.inner.take_restart() and not self.down:
+                # The client reconnected to a new server instance without an error: what the store held is
+                # gone all the same - an outage, and the rebuild below.
+                self.down, self.outages = True, self.outages + 1
+                log.warning("store restarted (a new server instance); rebuilding")
             if self.down and not self._rebuilding:
                 self._rebuilding = True
                 self._back_since = loop.time()
