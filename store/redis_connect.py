@@ -14,6 +14,8 @@ import asyncio
 import redis.asyncio as aioredis
 from redis import exceptions as rex
 from redis.asyncio.connection import AbstractConnection
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
 
 from wavepp.store.base import StoreError
 from wavepp.store.urls import StoreUrl
@@ -24,7 +26,11 @@ AUTH_FAILED = "authentication failed (wrong user or password)"
 async def connect_client(url: StoreUrl, timeout_s: float, watch: RestartWatch | None = None) -> aioredis.Redis:
     """A client for ``url`` that answered PING; StoreError (one line, no password) otherwise. ``watch``: told
     of every (re)connect, it sees the server restart."""
+    # One immediate retry inside the client (a pooled connection the server dropped), no more: a server that is
+    # down must surface at once to the store above, which backs off (store.resilient). redis-py 8's default -
+    # 10 retries, backing off to 1 s - holds a call about 4 s before anyone knows.
     client = aioredis.Redis.from_url(url.url, socket_connect_timeout=timeout_s, socket_timeout=5.0,
+                                     retry=Retry(NoBackoff(), 1),
                                      redis_connect_func=None if watch is None else watch.on_connect)
     try:
         await _ping(client)

@@ -16,9 +16,8 @@ from __future__ import annotations
 import json
 import re
 import struct
-from collections.abc import Callable, Coroutine, Sequence
-from functools import wraps
-from typing import Any, Concatenate, ParamSpec, TypeVar, cast
+from collections.abc import Sequence
+from typing import Any
 
 import redis.asyncio as aioredis
 from redis import exceptions as rex
@@ -34,7 +33,8 @@ from wavepp.store.base import (
 )
 from wavepp.store.deployment import Deployment
 from wavepp.store.records import StatusSnapshot, WavePlanRecord
-from wavepp.store.redis_connect import RestartWatch, connect_client, first_line
+from wavepp.store.redis_connect import RestartWatch, connect_client
+from wavepp.store.redis_errors import translated as _translate
 from wavepp.store.redis_knobs import HISTORY_REPLACED, KNOB_HISTORY_CAP, decode_history, decode_knobs, knob_keys
 from wavepp.store.redis_records import RUN_META as RUN_META  # a key name bench's reset deletes
 from wavepp.store.redis_records import (
@@ -48,15 +48,12 @@ from wavepp.store.redis_records import (
     lua_script,
     report_once,
 )
-from wavepp.store.resilient import StoreRefused, StoreUnavailable
 from wavepp.store.urls import StoreUrl, parse_store_url
 
 PLAN_LOG_CAP = 10_000
 # Compare-and-set rounds one knob write may take: each lost round means another write landed in
 # between, so this many in a row is a client rewriting the record in a loop, not contention.
 KNOB_WRITE_ATTEMPTS = 64
-T = TypeVar("T")
-P = ParamSpec("P")
 # The Redis type this store keeps under each key (after ``wavepp:{cluster}:``). Knobs and their
 # history are the knob schema's (the writer's validator); the span stream is telemetry's.
 KEY_TYPES = {"hint:stages": "set", "registry:entries": "hash", "registry:holders": "zset", "plans": "stream",
@@ -69,42 +66,6 @@ _WAVE_ID_DIGITS = 18
 
 def pack(hashes: Sequence[int]) -> bytes:
     return struct.pack(f"<{len(hashes)}Q", *hashes)
-
-
-# Error replies of a server that refuses a call for now and may take it later: out of memory under
-# ``noeviction`` (OOM), a replica (READONLY), a failed snapshot that stops writes (MISCONF), too few
-# replicas (NOREPLICAS), a replica cut from its master (MASTERDOWN), a slot in migration (TRYAGAIN).
-_REFUSED = (rex.OutOfMemoryError, rex.ReadOnlyError, rex.MasterDownError, rex.TryAgainError)
-_REFUSED_CODES = re.compile(r"\b(MISCONF|NOREPLICAS)\b")    # no class of their own in redis-py
-
-
-def _refused(exc: rex.ResponseError) -> bool:
-    return isinstance(exc, _REFUSED) or _REFUSED_CODES.search(str(exc)) is not None
-
-
-def _translate(fn: Callable[Concatenate[RedisStore, P], Coroutine[Any, Any, T]]
-               ) -> Callable[Concatenate[RedisStore, P], Coroutine[Any, Any, T]]:
-    """Connection trouble becomes StoreUnavailable, a server refusing the call for now (out of
-    memory, a replica, ...) StoreRefused: both retryable. A key of the wrong Redis type (another
-    client wrote it) is healed - deleted, reported once - and the call retried once; any other error
-    reply becomes a one-line StoreError."""
-    @wraps(fn)
-    async def wrapper(self: RedisStore, *args: P.args, **kwargs: P.kwargs) -> T:
-        try:
-            try:
-                return await fn(self, *args, **kwargs)
-            except rex.ResponseError as exc:
-                if _refused(exc):
-                    raise StoreRefused(f"redis at {self.url.where} refuses writes for now: "
-                                       f"{first_line(exc)[:300]}") from None
-                if "WRONGTYPE" not in str(exc) or not await self.heal():
-                    raise StoreError(f"redis at {self.url.where}: {first_line(exc)}") from None
-                return await fn(self, *args, **kwargs)
-        except (rex.ConnectionError, rex.TimeoutError, ConnectionError, TimeoutError, OSError) as exc:
-            raise StoreUnavailable(f"redis unavailable: {exc}") from exc
-        except rex.ResponseError as exc:        # the retry after healing failed too
-            raise StoreError(f"redis at {self.url.where}: {first_line(exc)}") from None
-    return cast("Callable[Concatenate[RedisStore, P], Coroutine[Any, Any, T]]", wrapper)   # wraps() keeps it
 
 
 def _wave_order(wave_id: bytes | str) -> int:

@@ -14,8 +14,8 @@ import redis
 
 from wavepp.runtime.control.knobs import KnobError, validated_values
 from wavepp.store.base import StoreError
-from wavepp.store.redis_store import RedisStore, StoreUnavailable
-from wavepp.store.resilient import ResilientStore, StoreRefused
+from wavepp.store.redis_store import RedisStore
+from wavepp.store.resilient import ResilientStore, StoreRefused, StoreUnavailable
 from wavepp.store.urls import StoreUrl, parse_store_url
 
 StartRedis = Callable[..., tuple[subprocess.Popen[bytes], int]]
