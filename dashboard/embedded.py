@@ -25,8 +25,9 @@ from typing import Any
 from wavepp.runtime.autopilot.runner import AutopilotRunner
 from wavepp.runtime.autopilot.settings import AutopilotSettings, changed
 from wavepp.runtime.control.knobs import Knobs, validated_values
-from wavepp.runtime.engines.config import EngineConfig, build_engine
-from wavepp.runtime.loop import PipelineLoop
+from wavepp.runtime.engines.build import build_engine
+from wavepp.runtime.engines.config import EngineConfig
+from wavepp.runtime.loop import LoopConfig, PipelineLoop
 from wavepp.runtime.runs.meta import describe_run
 from wavepp.runtime.runs.runfile import RunInfo
 from wavepp.runtime.sources.workloads import Workload, parse_workload
@@ -103,8 +104,7 @@ class EmbeddedRuntime:
         # What this run is (engine, model, stages, workload, knobs: runtime.runs.meta), published by the
         # loop as `wavepp bench` and `wavepp serve` publish it: the dashboard's Preview replays the run from it.
         meta = describe_run(self.engine, self.run, self.knobs, [h.capacity for h in parts.handles])
-        self.loop = PipelineLoop(parts.handles, parts.executor, self.store, self.knobs, workload,
-                                 self.concurrency, tel, self.engine.block_size, meta=meta)
+        self.loop = PipelineLoop(parts, self.store, self.knobs, workload, tel, LoopConfig(self.concurrency, meta=meta))
         run = asyncio.create_task(self.loop.run())
         if self.autopilot is not None and self.autopilot.mode != "off":
             runner = AutopilotRunner(self.loop, self.autopilot, virtual=False, meta=meta)

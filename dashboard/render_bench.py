@@ -122,7 +122,7 @@ def halve() -> None:
     from wavepp.runtime.engines.config import SimConfig
     from wavepp.runtime.engines.sim.clock import run_virtual
     from wavepp.runtime.engines.sim.engine import SimEngine
-    from wavepp.runtime.loop import PipelineLoop
+    from wavepp.runtime.loop import LoopConfig, PipelineLoop
     from wavepp.runtime.sources.workloads import Workload, parse_workload
     from wavepp.telemetry.span_codec import encode
 
@@ -132,7 +132,7 @@ def halve() -> None:
 
     async def main() -> None:
         store = await engine.open_store()
-        loop = PipelineLoop(parts.handles, parts.executor, store, Knobs(), workload, 64, tel, 64)
+        loop = PipelineLoop(parts, store, Knobs(), workload, tel, LoopConfig(64))
         run = asyncio.create_task(loop.run())
         while loop.num_finished < 600:
             await asyncio.sleep(0.01)

@@ -33,8 +33,11 @@ class ArrivalPort:
     ends: RequestEnds
     failures: dict[str, str]
     concurrency: int
-    finished: Callable[[], int]
     done: asyncio.Event
+
+    @property
+    def finished(self) -> int:
+        return self.run.num_ended
 
 
 class ArrivalSource(Protocol):

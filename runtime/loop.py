@@ -26,13 +26,13 @@ each stage for each wave; its return path decides when a ring slot reopens. Each
 from __future__ import annotations
 
 import asyncio
-import dataclasses
+import functools
 import logging
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
-from wavepp.runtime.admission import Admission, AdmissionQueue
+from wavepp.runtime.admission import AdmissionQueue
 from wavepp.runtime.arrival_limits import refusal
 from wavepp.runtime.arrivals import ArrivalPort, ArrivalSource
 from wavepp.runtime.clock import now
@@ -41,15 +41,13 @@ from wavepp.runtime.control.index_publisher import IndexPublisher
 from wavepp.runtime.control.knobs import Deployment, Knobs, check_block_size
 from wavepp.runtime.control.plane import KnobWatcher, LeaseRegistry, StoreWriter
 from wavepp.runtime.control.publications import Publication, Publications
-from wavepp.runtime.control.stage_status import stage_statuses
-from wavepp.runtime.engines.base import StageExecutor
+from wavepp.runtime.control.status import RunStatus
+from wavepp.runtime.engines.base import EngineParts
 from wavepp.runtime.figures.prefix_ledger import PrefixLedger
 from wavepp.runtime.guards import invariants
 from wavepp.runtime.guards.watchdog import DEFAULT_STALL_TIMEOUT_S, watch
-from wavepp.runtime.kvcache.handle import StageHandle
-from wavepp.runtime.planning.planner import Room
+from wavepp.runtime.in_force import InForce
 from wavepp.runtime.planning.step_times import StepTimes
-from wavepp.runtime.policies import get_policy
 from wavepp.runtime.policies.base import Policy
 from wavepp.runtime.request import Completion, Request, Wave
 from wavepp.runtime.run_state import RunState
@@ -62,39 +60,52 @@ from wavepp.telemetry.setup import Telemetry
 
 log = logging.getLogger(__name__)
 
-STATUS_EVERY_S = 0.25          # runtime status snapshots (dashboard: queues, cache state over time)
+__all__ = ["LoopConfig", "LoopResult", "PipelineLoop"]
 
-__all__ = ["LoopResult", "PipelineLoop"]
+
+@dataclass(frozen=True, slots=True)
+class LoopConfig:
+    """How one run goes beside its engine, its knobs and its source. ``concurrency``: requests outstanding at
+    once (a closed loop's, or an open loop's cap; 0: an open loop without one). ``publish_plans``: each wave's
+    plan to the store (the dashboard's Waves page). ``stall_timeout_s``: end the run with
+    :class:`runtime.guards.watchdog.Stalled` when nothing happens that long while work waits (the deadlock
+    guard). ``meta``: what the run is (:func:`runtime.runs.meta.describe_run`), published under the run's id for
+    viewers of the store. ``check_invariants``: check :mod:`runtime.guards.invariants` after every retired wave
+    and once the run drained (slow: every stage's whole pool each time; for tests and diagnosis)."""
+
+    concurrency: int = 1
+    publish_plans: bool = True
+    stall_timeout_s: float = DEFAULT_STALL_TIMEOUT_S
+    meta: dict[str, Any] | None = None
+    check_invariants: bool = False
+
+    def __post_init__(self) -> None:
+        if self.concurrency < 0:
+            raise ValueError(f"concurrency must be >= 1, got {self.concurrency}")
+        if not self.stall_timeout_s > 0:
+            raise ValueError(f"stall timeout must be > 0 s, got {self.stall_timeout_s}")
 
 
 class PipelineLoop:
     """One run of a workload through P stages under one policy."""
 
-    def __init__(self, handles: Sequence[StageHandle], executor: StageExecutor, store: Store,
-                 knobs: Knobs, workload: ArrivalSource, concurrency: int,
-                 telemetry: Telemetry, block_size: int, publish_plans: bool = True,
-                 stall_timeout_s: float = DEFAULT_STALL_TIMEOUT_S, meta: dict[str, Any] | None = None,
-                 check_invariants: bool = False) -> None:
-        """``stall_timeout_s``: end the run with :class:`runtime.guards.watchdog.Stalled` when nothing
-        happens that long while work waits (the deadlock guard). ``meta``: what the run is
-        (:func:`runtime.runs.meta.describe_run`), published under the run's id for viewers of the store.
-        ``check_invariants``: check :mod:`runtime.guards.invariants` after every retired wave and once the
-        run drained (slow: every stage's whole pool each time; for tests and diagnosis)."""
-        if concurrency < (0 if workload.open_loop else 1):     # 0: an open loop without a cap
-            raise ValueError(f"concurrency must be >= 1, got {concurrency}")
-        if not stall_timeout_s > 0:
-            raise ValueError(f"stall timeout must be > 0 s, got {stall_timeout_s}")
+    def __init__(self, parts: EngineParts, store: Store, knobs: Knobs, workload: ArrivalSource,
+                 telemetry: Telemetry, config: LoopConfig = LoopConfig()) -> None:
+        """``parts``: the engine's stages, executor and block size for this run; ``store``: the run's store
+        (the engine's, or one opened for the run)."""
+        if config.concurrency < (0 if workload.open_loop else 1):     # 0: an open loop without a cap
+            raise ValueError(f"concurrency must be >= 1, got {config.concurrency}")
+        block_size = parts.block_size
         check_block_size(knobs, block_size)
-        self.handles = list(handles)
+        self.config = config
+        self.handles = list(parts.handles)
         self.num_stages = len(self.handles)
-        self.executor = executor
+        self.executor = executor = parts.executor
         self.store = store
         self.workload = workload
-        self.concurrency = concurrency
+        self.concurrency = config.concurrency
         self.tel = telemetry
         self.block_size = block_size
-        self.publish_plans, self.stall_timeout_s = publish_plans, stall_timeout_s
-        self.knobs = knobs
         self.run_state = RunState(self.num_stages)
         self.step_times = StepTimes(self.num_stages, executor.step_prior, executor.step_model())  # planners price waves
         self.spans: dict[str, Any] = {}               # request id -> its open span
@@ -102,51 +113,47 @@ class PipelineLoop:
         self.publisher = IndexPublisher(self.handles, store)
         self.writer = StoreWriter()
         self.registry = LeaseRegistry(store, self.writer)
-        start = get_policy(knobs.policy)     # the engine built the caches and laid out the stages by it
-        self.pool, self.topology = start.pool, start.topology    # fixed for the run
-        self._configure(knobs)
-        self.queue = AdmissionQueue(self.run_state, self.admission, knobs, self.registry, telemetry, self.spans,
-                                    self.room)
+        self.in_force = InForce(self.handles, store, block_size, telemetry, self.step_times, self.run_state, knobs)
+        self.queue = AdmissionQueue(self.run_state, self.in_force.admission, knobs, self.registry, telemetry,
+                                    self.spans, self.in_force.room)
         self.prefixes = PrefixLedger(block_size)      # what earlier requests hold of a prompt (reuse figures)
         self.ends = RequestEnds(self.run_state, self.handles, executor, telemetry, self.spans, self.registry,
-                                self.result, lambda: self.policy, self.next_arrival, self.prefixes.completed,
-                                self._plan_retired)
-        self.check_invariants = check_invariants
-        if check_invariants:
-            self.ends.after_retire = lambda: invariants.check_running(self)
-        self.stages = [StageWorker(s, h, executor, telemetry, self.run_state, self.ends, lambda: self.policy,
+                                self.result, self.in_force.current_policy, self.next_arrival,
+                                self.prefixes.completed, self._plan_retired)
+        if config.check_invariants:
+            self.ends.after_retire = functools.partial(invariants.check_running, self)
+        self.stages = [StageWorker(s, h, executor, telemetry, self.run_state, self.ends, self.in_force.current_policy,
                                    block_size, self.step_times) for s, h in enumerate(self.handles)]
-        self.knob_watcher = KnobWatcher(store, Deployment(block_size, self.num_stages),
-                                        lambda knobs, version: self.set_knobs(knobs), self._knobs_refused, knobs)
-        self.publications = Publications(self._publications(meta))
+        self.knob_watcher = KnobWatcher(store, Deployment(block_size, self.num_stages), self._knobs_written,
+                                        self.in_force.refused, knobs)
+        self.reports = RunStatus(self.handles, self.run_state, self.in_force, self.knob_watcher, self.result,
+                                 telemetry, store, self.writer)
+        self.publications = Publications(self._publications(config.meta))
         self.published = asyncio.Event()              # what the run publishes at start is in the store
         self.min_capacity = min(h.capacity for h in self.handles)
-        self._pending_knobs: Knobs | None = None
-        self._plan_events: list[tuple[str, dict[str, Any]]] = []  # knob changes and refusals: on the next wave plan
         self.progress: Callable[[int, int], None] | None = None   # (finished, total) after each request
         self.done = asyncio.Event()
         self.warming = False                   # inside warm_up: spans muted, knob changes held back
-        self.port = ArrivalPort(self._arrive, self.run_state, self.ends, self.result.failures, concurrency,
-                                lambda: self.num_finished, self.done)
+        self.port = ArrivalPort(self._arrive, self.run_state, self.ends, self.result.failures, config.concurrency,
+                                self.done)
+
+    # What the knobs in force made (runtime.in_force), as the loop's own.
+    @property
+    def knobs(self) -> Knobs:
+        return self.in_force.knobs
+
+    @property
+    def policy(self) -> Policy:
+        return self.in_force.policy
 
     def _configure(self, knobs: Knobs) -> None:
-        """Policy, admission, planner and ring from the knobs (at start and at a wave boundary). A policy switched
-        to runs on the run's pool and stages (its own apply from the next run; the knob-change event says so)."""
-        for h in self.handles:                  # before the admission below reads each stage's resume step
-            h.set_snapshot_interval(knobs.snapshot_interval)
-        self.policy: Policy = dataclasses.replace(get_policy(knobs.policy), pool=self.pool, topology=self.topology)
-        self.admit_stages = self.policy.stage_admission.admit_stages(self.num_stages)
-        self.admission = Admission(self.handles, self.admit_stages, self.store, self.block_size, self.tel,
-                                   (p := self.policy).lookup, p.reserve, p.name, p.share, p.charge)
-        self.planner = p.make_planner(knobs, self.num_stages, self.block_size, self.step_times, self.run_state.waiting)
-        planner, active = self.planner, self.run_state.active      # a request joins a wave where its policy says
-        self.room: Callable[[], Room | None] = lambda: p.lookup_at.room(planner, active())
-        self.ring = self.policy.ring_size(knobs, self.num_stages)
+        self.in_force.configure(knobs)
+        self.queue.configure(self.in_force.admission, knobs, self.in_force.room)
 
     # ---- public -------------------------------------------------------------------------------
     def set_knobs(self, knobs: Knobs) -> None:
         """Apply new knobs at the next wave boundary (KnobError now if this deployment cannot use them)."""
-        self._pending_knobs = check_block_size(knobs, self.block_size)
+        self.in_force.set(knobs)
 
     def _publications(self, meta: dict[str, Any] | None) -> list[Publication]:
         """Everything the run publishes at start - and again when the store came back empty."""
@@ -163,8 +170,8 @@ class PipelineLoop:
                                  lambda: self.knob_watcher.publish(self.knob_watcher.knobs)))
         return items
 
-    def _knobs_refused(self, version: int, reason: str) -> None:   # a knob watcher's report: an event
-        self._plan_events.append((N.EVENT_KNOBS_REFUSED, {N.KNOBS_VERSION: version, N.ERROR: reason}))
+    def _knobs_written(self, knobs: Knobs, version: int) -> None:    # a knob watcher's report: apply them
+        self.set_knobs(knobs)
 
     async def warm_up(self) -> None:
         """Compute the workload's already-seen prefixes into every stage's cache before the measured
@@ -183,7 +190,6 @@ class PipelineLoop:
         self.warming = False
         if primed:                           # the measured run plans from scratch (MPU's hysteresis)
             self._configure(self.knobs)
-            self.queue.configure(self.admission, self.knobs, self.room)
         self.run_state.changed.notify()      # knobs that came in meanwhile apply now
 
     async def run(self) -> LoopResult:
@@ -191,23 +197,10 @@ class PipelineLoop:
         try:
             result = await self._run()
         except BaseException as exc:
-            await self._final_status(f"failed: {(str(exc) or type(exc).__name__).splitlines()[0][:300]}")
+            await self.reports.final(f"failed: {(str(exc) or type(exc).__name__).splitlines()[0][:300]}")
             raise
-        await self._final_status("finished")
+        await self.reports.final("finished")
         return result
-
-    async def _final_status(self, state: str) -> None:
-        """Best effort: a store that is down, or stages that died, must not hide the run's own error."""
-        try:
-            snapshot = await asyncio.wait_for(self.status(state), STATUS_EVERY_S * 4)
-            self.result.status.append(snapshot)
-            self.tel.status(snapshot)
-            await asyncio.wait_for(self.store.status_put(snapshot), STATUS_EVERY_S * 4)
-        except Exception as exc:                 # noqa: BLE001 - reported, never raised over the run's outcome
-            # After a failure the cause is mostly the same (the store gone, a stage dead) and the run's
-            # own error line says it: not a second line on the terminal then.
-            report = log.warning if state == "finished" else log.debug
-            report("could not record the run's final status (%s): %s", state, exc)
 
     async def _run(self) -> LoopResult:
         await self.publications.publish()
@@ -218,8 +211,8 @@ class PipelineLoop:
                  "publisher": self._publisher(), "store-writer": self.writer.run(),
                  "heartbeat": self.registry.heartbeat(), "knobs": self.knob_watcher.run(),
                  "reaper": self.registry.reaper(self.handles, self.run_state.capacity.notify),
-                 "status": self._status_task(),
-                 "watchdog": watch(self.run_state, self.handles, self.block_size, self.stall_timeout_s)}
+                 "status": self.reports.every(),
+                 "watchdog": watch(self.run_state, self.handles, self.block_size, self.config.stall_timeout_s)}
         named |= {f"prepare{w.stage}": w.prepare_waves() for w in self.stages}
         named |= {f"stage{w.stage}": w.execute_waves() for w in self.stages}
         named |= {f"link{s}": run_link(self.stages[s], self.stages[s + 1]) for s in range(self.num_stages - 1)}
@@ -241,8 +234,9 @@ class PipelineLoop:
                 raise t.exception()  # type: ignore[misc]
         await self._flush_index()
         await self._drain_writes()
-        if self.check_invariants and (self.num_finished >= self.workload.num_requests or not self.run_state.has_work()):
-            await invariants.check_drained(self, tasks)     # a server stopped with work left is not drained
+        drained = self.num_finished >= self.workload.num_requests or not self.run_state.has_work()
+        if self.config.check_invariants and drained:    # a server stopped with work left is not drained
+            await invariants.check_drained(self, tasks)
         return self.result
 
     async def _drain_writes(self) -> None:
@@ -271,7 +265,8 @@ class PipelineLoop:
             N.REQUEST_ID: req.id, N.POLICY: self.policy.name, N.GEN_AI_INPUT_TOKENS: req.num_tokens,
             **self.prefixes.arrive(req)}, root=True)
         self.executor.register(req)
-        refused = refusal(req.num_tokens, self.executor.max_context, self.min_capacity, self.block_size, self.planner)
+        refused = refusal(req.num_tokens, self.executor.max_context, self.min_capacity, self.block_size,
+                          self.in_force.planner)
         if refused is not None:
             self.ends.fail_unadmitted(req, refused)
             return
@@ -300,27 +295,17 @@ class PipelineLoop:
     def _apply_pending_knobs(self) -> None:
         if self.warming:                         # the warm-up runs under the starting knobs
             return
-        knobs, self._pending_knobs = self._pending_knobs, None
-        if knobs is None or knobs == self.knobs:
-            return
-        old = self.knobs.as_dict()
-        changed = {k: v for k, v in knobs.as_dict().items() if old[k] != v}
-        self.knobs = knobs
-        self._configure(knobs)
-        self.queue.configure(self.admission, knobs, self.room)
-        self.result.knob_changes.append((self.tel.now_ns(), changed))
-        new = get_policy(knobs.policy)
-        fixed = ((N.KNOBS_POOL_KEPT, self.pool, new.pool), (N.KNOBS_TOPOLOGY_KEPT, self.topology, new.topology))
-        kept = {key: ours.name for key, ours, theirs in fixed if theirs != ours}
-        self._plan_events.append((N.EVENT_KNOBS, {N.KNOBS_CHANGED: sorted(changed), **kept,
-                                                  **{f"wavepp.knobs.{k}": v for k, v in changed.items()}}))
-        self.run_state.changed.notify()
+        changed = self.in_force.apply_pending()
+        if changed is not None:
+            self.queue.configure(self.in_force.admission, self.in_force.knobs, self.in_force.room)
+            self.result.knob_changes.append((self.tel.now_ns(), changed))
+            self.run_state.changed.notify()
 
     async def _dispatcher(self) -> None:
         run = self.run_state
         while True:
             self._apply_pending_knobs()
-            if run.in_flight >= self.ring:
+            if run.in_flight >= self.in_force.ring:
                 await run.changed.wait()
                 continue
             admitted_tokens = await self.policy.admission.before_plan(self.queue)
@@ -332,7 +317,7 @@ class PipelineLoop:
                 await run.changed.wait()
                 continue
             wave.broadcast_tokens = self.policy.relay.relayed_tokens(admitted_tokens)
-            if self.publish_plans:
+            if self.config.publish_plans:
                 plan = WavePlanRecord(wave.id, wave.budget, wave.planned_at, self.policy.name, tuple(
                     PlannedChunk(c.request_id, c.start, c.length, c.reuse_blocks, c.is_last) for c in wave.chunks))
                 self.writer.submit(lambda plan=plan: self.store.plan_publish(plan))  # type: ignore[misc]
@@ -342,13 +327,13 @@ class PipelineLoop:
     def _plan(self) -> Wave | None:
         run = self.run_state
         with self.tel.span(N.WAVE_PLAN, cpu=True) as span:
-            plan = self.planner.plan(run.active())
+            plan = self.in_force.planner.plan(run.active())
             if plan is None:
                 span.set_attribute(N.TOKENS, 0)
                 return None
-            for name, attributes in self._plan_events:   # e.g. marks the first wave under new knobs
+            for name, attributes in self.in_force.events:   # e.g. marks the first wave under new knobs
                 self.tel.event(span, name, attributes)
-            self._plan_events.clear()
+            self.in_force.events.clear()
             wave = Wave(run.num_planned, plan.chunks, plan.budget, now())
             run.planned(wave)
             carried = [self.spans[rid] for rid in dict.fromkeys(c.request_id for c in plan.chunks)]
@@ -357,33 +342,17 @@ class PipelineLoop:
             attributes = {N.WAVE_ID: wave.id, N.BUDGET: plan.budget, N.TOKENS: wave.num_tokens,
                           N.REQUEST_IDS: [c.request_id for c in plan.chunks]}
             span.set_attributes(attributes | {N.NUM_WAVES_READY: plan.ready_waves, N.NUM_IN_FLIGHT: run.in_flight,
-                                              N.RING: self.ring, N.POLICY: self.policy.name})
+                                              N.RING: self.in_force.ring, N.POLICY: self.policy.name})
         # The wave's own trace: its span lives until the wave retires and parents its stage steps.
         wave.span = self.tel.start(N.WAVE, attributes, root=True, link_to=carried)
         return wave
 
     async def status(self, state: str = "running") -> StatusSnapshot:
-        """A snapshot of queues and per-stage cache state (the dashboard's Cache and Admission pages),
-        with the run's id (runs sharing a store never mix), the wall-clock time it was taken (a viewer
-        tells a silent runtime from a busy one) and the runtime's state: running, finished or failed."""
-        stages = await stage_statuses(self.handles)
-        return StatusSnapshot(t=self.tel.now_ns(), run=self.tel.run_id, wall=time.time(), state=state,
-                              policy=self.policy.name, waiting=self.run_state.num_waiting,
-                              active=self.run_state.num_active, in_flight=self.run_state.in_flight, ring=self.ring,
-                              finished=self.num_finished, failed=self.result.num_failed,
-                              knobs_version=self.knob_watcher.version, knobs_refused=self.knob_watcher.refused,
-                              stages=stages)
-
-    async def _status_task(self) -> None:
-        while True:
-            snapshot = await self.status()
-            self.tel.status(snapshot)           # queue depths and KV blocks become metric gauges
-            self.result.status.append(snapshot)
-            self.writer.submit(lambda snapshot=snapshot: self.store.status_put(snapshot))  # type: ignore[misc]
-            await asyncio.sleep(STATUS_EVERY_S)
+        """A status snapshot now (:meth:`runtime.control.status.RunStatus.snapshot`)."""
+        return await self.reports.snapshot(state)
 
     def _plan_retired(self, wave: Wave) -> None:
-        if self.publish_plans:
+        if self.config.publish_plans:
             self.writer.submit(lambda: self.store.plan_retire(wave.id))
 
     async def _publisher(self) -> None:

@@ -62,7 +62,8 @@ def demo_rate(seconds: float = 20.0) -> float:
     """Spans a second the embedded sim demo's runtime emits (read as the dashboard reads them)."""
     from wavepp.dashboard import embedded
     from wavepp.dashboard.sources import EmbeddedSource
-    from wavepp.runtime.engines.config import SimConfig, build_engine
+    from wavepp.runtime.engines.build import build_engine
+    from wavepp.runtime.engines.config import SimConfig
     config = SimConfig("llama-3-8b", "h200", 4, clock="wall")
     knobs = build_engine(config).default_knobs()
     remote, proc = embedded.start_child(config, {"workload": "reuse90", "concurrency": 64,

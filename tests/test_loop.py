@@ -172,7 +172,7 @@ def test_wave_plan_spans_link_the_requests_they_carry() -> None:
 def test_a_knob_change_reaches_the_next_wave() -> None:
     """set_knobs mid-run: the next wave-plan span names the change and plans with the new budget."""
     from wavepp.runtime.engines.sim.clock import run_virtual
-    from wavepp.runtime.loop import PipelineLoop
+    from wavepp.runtime.loop import LoopConfig, PipelineLoop
     from wavepp.runtime.sources.workloads import Workload
 
     engine = small_engine()
@@ -183,7 +183,7 @@ def test_a_knob_change_reaches_the_next_wave() -> None:
     new = cfg.knobs.replace(max_wave_tokens=2048, min_wave_tokens=1024)
 
     async def main() -> None:
-        loop = PipelineLoop(parts.handles, parts.executor, parts.store, cfg.knobs, workload, 32, tel, 64)
+        loop = PipelineLoop(parts, parts.store, cfg.knobs, workload, tel, LoopConfig(32))
         run = asyncio.create_task(loop.run())
         while sum(1 for s in tel.finished_spans() if s.name == N.WAVE_PLAN) < 10:   # measured waves (not warm-up)
             await asyncio.sleep(0.001)

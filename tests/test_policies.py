@@ -266,7 +266,7 @@ def test_the_ring_return_path_adds_one_stage_message_before_a_slot_reopens() -> 
 
 def test_the_policys_pool_sizes_the_caches_and_a_policy_switched_to_runs_on_them() -> None:
 
-    from wavepp.runtime.loop import PipelineLoop
+    from wavepp.runtime.loop import LoopConfig, PipelineLoop
     from wavepp.runtime.runs.runfile import RunInfo
     from wavepp.runtime.sources.workloads import Workload
     engine = SimEngine(SimConfig("llama-3-8b", "h200", 3, block_size=B, kv_blocks=[900, 500, 700]))
@@ -279,7 +279,7 @@ def test_the_policys_pool_sizes_the_caches_and_a_policy_switched_to_runs_on_them
         knobs = engine.default_knobs().replace(policy="trtllm-pp")
         workload = Workload(parse_workload("reuse90"), 8, 1024, B, engine.vocab_size, 0)
         tel = engine.telemetry(RunInfo.new("x", "reuse90", 4, "sim", "memory"))
-        loop = PipelineLoop(parts.handles, parts.executor, store, knobs, workload, 4, tel, B)
+        loop = PipelineLoop(parts, store, knobs, workload, tel, LoopConfig(4))
         loop.set_knobs(knobs.replace(policy="wavepp"))                      # per-stage pools: not these caches
         result = await loop.run()
         assert len(result.completions) == 8 and not result.failures

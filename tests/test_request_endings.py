@@ -20,7 +20,7 @@ from wavepp.runtime.engines.config import SimConfig
 from wavepp.runtime.engines.sim.clock import run_virtual
 from wavepp.runtime.engines.sim.engine import SimEngine
 from wavepp.runtime.kvcache.hashing import block_hashes
-from wavepp.runtime.loop import PipelineLoop
+from wavepp.runtime.loop import LoopConfig, PipelineLoop
 from wavepp.runtime.policies import KINDS, POLICIES
 from wavepp.runtime.request import Request
 from wavepp.runtime.runs.runfile import RunInfo
@@ -66,7 +66,7 @@ class Served:
         knobs = engine.default_knobs().replace(max_wave_tokens=2048, min_wave_tokens=1024, policy=policy)
         source = ServerSource(max_queue=10_000)
         # Every wave boundary and the drain checked (runtime/guards/invariants.py): a violation fails the run.
-        loop = PipelineLoop(parts.handles, parts.executor, store, knobs, source, 1, tel, BLOCK, check_invariants=True)
+        loop = PipelineLoop(parts, store, knobs, source, tel, LoopConfig(1, check_invariants=True))
         task = asyncio.create_task(loop.run())
         await until(lambda: source.ready)
         return cls(engine, loop, source, task)

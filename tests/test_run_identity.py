@@ -235,7 +235,7 @@ def test_a_bench_that_keeps_the_knobs_runs_with_them(tmp_path: Path) -> None:
 def test_a_run_that_fails_says_so_in_its_last_status_record() -> None:
     """A viewer tells a crashed runtime from a finished one by the last status record's state."""
     from wavepp.runtime.engines.sim.clock import run_virtual
-    from wavepp.runtime.loop import PipelineLoop
+    from wavepp.runtime.loop import LoopConfig, PipelineLoop
     from wavepp.runtime.runs.runfile import RunInfo
     from wavepp.runtime.sources.workloads import Workload
 
@@ -257,8 +257,7 @@ def test_a_run_that_fails_says_so_in_its_last_status_record() -> None:
 
     async def main() -> None:
         store = await engine.open_store()
-        holder["loop"] = PipelineLoop(parts.handles, parts.executor, store, engine.default_knobs(), workload, 4,
-                                      tel, 64)
+        holder["loop"] = PipelineLoop(parts, store, engine.default_knobs(), workload, tel, LoopConfig(4))
         await holder["loop"].run()
 
     try:

@@ -12,7 +12,7 @@ import pytest
 from wavepp.runtime.engines.config import SimConfig
 from wavepp.runtime.engines.sim.engine import SimEngine
 from wavepp.runtime.kvcache.hashing import block_hashes
-from wavepp.runtime.loop import PipelineLoop
+from wavepp.runtime.loop import LoopConfig, PipelineLoop
 from wavepp.runtime.request import Request
 from wavepp.runtime.runs.runfile import RunInfo
 from wavepp.runtime.sources.server import CANCELLED, QueueFull, ServerSource
@@ -40,7 +40,7 @@ def test_bounded_queue_and_cancellation_in_every_state_release_everything() -> N
         tel = engine.telemetry(RunInfo.new("wavepp", "serve", 0, "sim", "memory"))
         knobs = engine.default_knobs().replace(max_leases=2, max_wave_tokens=1024, min_wave_tokens=512)
         source = ServerSource(max_queue=3)
-        loop = PipelineLoop(parts.handles, parts.executor, store, knobs, source, 1, tel, BLOCK)
+        loop = PipelineLoop(parts, store, knobs, source, tel, LoopConfig(1))
         run = asyncio.create_task(loop.run())
         await until(lambda: source.ready)
 
@@ -82,7 +82,7 @@ def test_a_loop_that_stops_answers_every_request_in_flight() -> None:
         store = await engine.open_store()
         tel = engine.telemetry(RunInfo.new("wavepp", "serve", 0, "sim", "memory"))
         source = ServerSource(max_queue=8)
-        loop = PipelineLoop(parts.handles, parts.executor, store, engine.default_knobs(), source, 1, tel, BLOCK)
+        loop = PipelineLoop(parts, store, engine.default_knobs(), source, tel, LoopConfig(1))
         run = asyncio.create_task(loop.run())
         await until(lambda: source.ready)
         future = source.submit(request(0))
@@ -101,14 +101,14 @@ def test_a_request_cancelled_inside_its_admission_round_is_withdrawn_when_the_ro
         store = await engine.open_store()
         tel = engine.telemetry(RunInfo.new("wavepp", "serve", 0, "sim", "memory"))
         source = ServerSource(max_queue=8)
-        loop = PipelineLoop(parts.handles, parts.executor, store, engine.default_knobs(), source, 1, tel, BLOCK)
+        loop = PipelineLoop(parts, store, engine.default_knobs(), source, tel, LoopConfig(1))
         gate = asyncio.Event()
-        round_ = loop.admission.round
+        round_ = loop.in_force.admission.round
 
         async def held_round(batch: list[Request], *rest: object) -> object:     # waits until the test lets it go
             await gate.wait()
             return await round_(batch, *rest)  # type: ignore[arg-type]
-        loop.admission.round = held_round  # type: ignore[method-assign]
+        loop.in_force.admission.round = held_round  # type: ignore[method-assign]
         run = asyncio.create_task(loop.run())
         await until(lambda: source.ready)
         future = source.submit(request(0))

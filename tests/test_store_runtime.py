@@ -17,7 +17,7 @@ from wavepp.runtime.control.knobs import validated_values
 from wavepp.runtime.engines.config import SimConfig
 from wavepp.runtime.engines.sim.clock import run_virtual
 from wavepp.runtime.engines.sim.engine import SimEngine
-from wavepp.runtime.loop import PipelineLoop
+from wavepp.runtime.loop import LoopConfig, PipelineLoop
 from wavepp.runtime.sources.workloads import Workload, parse_workload
 from wavepp.store.records import StatusSnapshot, WavePlanRecord
 from wavepp.store.redis_store import RedisStore
@@ -35,7 +35,7 @@ def test_a_knob_written_to_the_store_reaches_the_next_waves() -> None:
 
     async def main() -> None:
         store = await engine.open_store()
-        loop = PipelineLoop(parts.handles, parts.executor, store, cfg.knobs, workload, 32, tel, 64)
+        loop = PipelineLoop(parts, store, cfg.knobs, workload, tel, LoopConfig(32))
         run = asyncio.create_task(loop.run())
         while sum(1 for s in tel.finished_spans() if s.name == N.WAVE_PLAN) < 10:   # measured waves (not warm-up)
             await asyncio.sleep(0.001)

@@ -20,7 +20,7 @@ from wavepp.runtime.engines.common import store_source
 from wavepp.runtime.figures.report import FigureAccumulator, RunFigures
 from wavepp.runtime.guards.watchdog import DEFAULT_STALL_TIMEOUT_S, Stalled
 from wavepp.runtime.kvcache.pools import CachePool
-from wavepp.runtime.loop import LoopResult, PipelineLoop
+from wavepp.runtime.loop import LoopConfig, LoopResult, PipelineLoop
 from wavepp.runtime.mechanisms.topology import Topology
 from wavepp.runtime.policies import get_policy
 from wavepp.runtime.runs.meta import describe_run
@@ -171,9 +171,9 @@ def run_one(engine: Engine, cfg: BenchConfig, policy_name: str, concurrency: int
         parts.store = await engine.open_store(cfg.store_deadline_s)
         # The saved run's meta goes to the store when the loop starts (and again if the store comes
         # back empty): a viewer of a live store can replay the run.
-        loop = PipelineLoop(parts.handles, parts.executor, parts.store, knobs, workload,
-                            concurrency, tel, engine.block_size, stall_timeout_s=cfg.stall_timeout_s, meta=meta,
-                            check_invariants=cfg.check_invariants)
+        loop = PipelineLoop(parts, parts.store, knobs, workload, tel,
+                            LoopConfig(concurrency, stall_timeout_s=cfg.stall_timeout_s, meta=meta,
+                                       check_invariants=cfg.check_invariants))
         loops.append(loop)
         if progress is not None:
             loop.progress = lambda done, total: progress(label, done, total)

@@ -108,7 +108,8 @@ def _start_embedded(args: argparse.Namespace) -> None:
     """The runtime (torch engine, or the sim slowed to real time) in a child process serving the dashboard."""
     from wavepp.dashboard import embedded
     from wavepp.runtime.control.knobs import KnobError
-    from wavepp.runtime.engines.config import EngineConfig, SimConfig, TorchConfig, build_engine
+    from wavepp.runtime.engines.build import build_engine
+    from wavepp.runtime.engines.config import EngineConfig, SimConfig, TorchConfig
     from wavepp.runtime.sources.workloads import fit_prompt_tokens, parse_workload
     torch_engine = args.engine == "torch"
     try:

@@ -1,7 +1,7 @@
 """What an engine is asked to build, one frozen record per engine, validated once: :class:`SimConfig` (the
 simulator) and :class:`TorchConfig` (the decoder for real). The CLI, ``wavepp serve``, the dashboard's embedded
-runtime and a what-if replay each make one and hand it to the engine (:func:`build_engine`). Nothing here
-imports torch: a command checks its flags before loading it."""
+runtime and a what-if replay each make one and hand it to the engine (:mod:`runtime.engines.build`). Nothing
+here imports torch: a command checks its flags before loading it."""
 
 from __future__ import annotations
 
@@ -155,12 +155,3 @@ class TorchConfig:
 
 
 EngineConfig = SimConfig | TorchConfig
-
-
-def build_engine(config: EngineConfig) -> Any:
-    """The engine a config describes (torch is imported only for a :class:`TorchConfig`)."""
-    if isinstance(config, TorchConfig):
-        from wavepp.runtime.engines.torch.engine import TorchEngine
-        return TorchEngine(config)
-    from wavepp.runtime.engines.sim.engine import SimEngine
-    return SimEngine(config)

@@ -27,8 +27,8 @@ import h11
 import uvicorn
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
+from wavepp.runtime.engines.build import build_engine
 from wavepp.runtime.engines.common import store_source
-from wavepp.runtime.engines.config import build_engine
 from wavepp.runtime.serve.accepted import Accepted
 from wavepp.runtime.serve.app import create_app
 from wavepp.runtime.serve.errors import error_body

@@ -29,7 +29,7 @@ from wavepp.runtime.engines.common import store_source
 from wavepp.runtime.engines.config import EngineConfig, SimConfig, TorchConfig
 from wavepp.runtime.figures.idle_causes import LiveIdle
 from wavepp.runtime.kvcache.hashing import block_hashes
-from wavepp.runtime.loop import PipelineLoop
+from wavepp.runtime.loop import LoopConfig, PipelineLoop
 from wavepp.runtime.policies import get_policy
 from wavepp.runtime.policies.base import Policy
 from wavepp.runtime.request import Request
@@ -154,9 +154,8 @@ class ServerRuntime:
         # What this run is, for viewers of the store (the dashboard's Preview of a live server): the loop
         # publishes it when it starts, and again when the store comes back empty.
         meta = describe_run(self.engine, self.run, self.knobs, [h.capacity for h in self.parts.handles])
-        self.loop = PipelineLoop(self.parts.handles, self.parts.executor, self.store, self.knobs, self.source,
-                                 1, self.tel, self.engine.block_size, meta=meta,
-                                 check_invariants=self.check_invariants)
+        self.loop = PipelineLoop(self.parts, self.store, self.knobs, self.source, self.tel,
+                                 LoopConfig(1, meta=meta, check_invariants=self.check_invariants))
         self._task = asyncio.create_task(self.loop.run(), name="pipeline-loop")
         self._task.add_done_callback(self._stopped)
         if self.autopilot_settings is not None and self.autopilot_settings.mode != "off":
@@ -327,10 +326,10 @@ class ServerRuntime:
         if loop is None or not self.serving:
             return {"server": server, "run": self.run.id, "process": process_figures()}
         status = (await loop.status()).to_json()
-        planner = loop.planner
+        planner = loop.in_force.planner
         status["budget"] = {"current": getattr(planner, "current", None),
                             "max_wave_tokens": loop.knobs.max_wave_tokens,
-                            "min_wave_tokens": loop.knobs.min_wave_tokens, "ring": loop.ring,
+                            "min_wave_tokens": loop.knobs.min_wave_tokens, "ring": loop.in_force.ring,
                             "max_leases": loop.knobs.max_leases}
         status["server"] = server
         status["process"] = process_figures()

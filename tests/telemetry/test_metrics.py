@@ -122,7 +122,7 @@ def test_after_a_policy_change_points_carry_the_policy_that_runs(metrics: Wavepp
     from wavepp.runtime.engines.config import SimConfig
     from wavepp.runtime.engines.sim.clock import run_virtual
     from wavepp.runtime.engines.sim.engine import SimEngine
-    from wavepp.runtime.loop import PipelineLoop
+    from wavepp.runtime.loop import LoopConfig, PipelineLoop
     from wavepp.runtime.sources.workloads import Workload, parse_workload
     from wavepp.telemetry import names as N
 
@@ -133,7 +133,7 @@ def test_after_a_policy_change_points_carry_the_policy_that_runs(metrics: Wavepp
     knobs = Knobs(max_wave_tokens=4096, min_wave_tokens=2048)
 
     async def main() -> None:
-        loop = PipelineLoop(parts.handles, parts.executor, parts.store, knobs, workload, 4, tel, 64)
+        loop = PipelineLoop(parts, parts.store, knobs, workload, tel, LoopConfig(4))
         run = asyncio.create_task(loop.run())
         while loop.num_finished < 20:        # mid-run: past the warm-up, some measured waves done
             await asyncio.sleep(0.001)
