@@ -264,7 +264,6 @@ class PipelineLoop:
         self.spans[req.id] = self.tel.start(N.REQUEST, {
             N.REQUEST_ID: req.id, N.POLICY: self.policy.name, N.GEN_AI_INPUT_TOKENS: req.num_tokens,
             **self.prefixes.arrive(req)}, root=True)
-        self.executor.register(req)
         refused = refusal(req.num_tokens, self.executor.max_context, self.min_capacity, self.block_size,
                           self.in_force.planner)
         if refused is not None:

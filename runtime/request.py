@@ -106,6 +106,9 @@ class Chunk:
     reuse_blocks: int            # k the leader planned with
     is_last: bool                # the request's final chunk: completion follows
     attempt: int = 0             # admission attempt the chunk belongs to
+    # The request's prompt, by reference (stage 0 computes tokens [start, start + length) of it): the wave
+    # carries what a stage needs. Not sent past stage 0, and not part of the descriptor a stage checks.
+    tokens: array[int] | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(slots=True)

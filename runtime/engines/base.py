@@ -14,7 +14,7 @@ from typing import Protocol
 
 from wavepp.runtime.kvcache.handle import StageHandle
 from wavepp.runtime.planning.step_times import StageFit, StepModel
-from wavepp.runtime.request import Chunk, Request, Wave
+from wavepp.runtime.request import Chunk, Wave
 from wavepp.store.base import Store
 
 
@@ -45,10 +45,6 @@ class StageExecutor(Protocol):
 
     def first_token(self, request_id: str) -> int | None:
         """The first token of a completed request (None when the engine computes no logits)."""
-        ...
-
-    def register(self, request: Request) -> None:
-        """A request arrived (the engine may need its tokens)."""
         ...
 
     def forget(self, request_id: str) -> None:

@@ -153,7 +153,7 @@ def _pack(admitted: Sequence[AdmittedRequest], budget: int, min_fragment: int, b
             break
         take = min(left, charged)
         chunks.append(Chunk(a.id, a.scheduled, take, a.reuse_blocks, a.scheduled + take == a.request.num_tokens,
-                            a.attempt))
+                            a.attempt, a.request.tokens))
         space -= charged
     return chunks, space
 

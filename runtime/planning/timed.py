@@ -88,7 +88,8 @@ def pack_timed(admitted: Sequence[AdmittedRequest], limit: float, min_fragment: 
                 take = min(left, align_down(L, block_size) + block_size - L)   # at least a block
             if take <= 0 or (chunks and fit.chunk_time(L, take) < floor):
                 break
-        chunks.append(Chunk(a.id, L, take, a.reuse_blocks, L + take == a.request.num_tokens, a.attempt))
+        chunks.append(Chunk(a.id, L, take, a.reuse_blocks, L + take == a.request.num_tokens, a.attempt,
+                            a.request.tokens))
         used += fit.chunk_time(L, take)
         if take < left:
             break                               # the wave is full in time

@@ -7,9 +7,10 @@ import zlib
 from array import array
 from collections.abc import Sequence
 
+from wavepp.runtime.engines.request_book import RequestBook
 from wavepp.runtime.engines.sim.costmodel import ChunkShape, CostModel
 from wavepp.runtime.planning.step_times import StageFit, StepModel, fit_waves
-from wavepp.runtime.request import Chunk, Request, Wave
+from wavepp.runtime.request import Chunk, Wave
 
 
 class StageFailed(RuntimeError):
@@ -22,9 +23,10 @@ class StageFailed(RuntimeError):
 STEP_MEMO = 1 << 16
 
 
-class SimExecutor:
+class SimExecutor(RequestBook):
     def __init__(self, cost_model: CostModel, time_scale: float = 1.0, max_context: int = 1 << 30,
                  step_fit: Sequence[tuple[float, float]] | None = None) -> None:
+        super().__init__()
         self.cost_model = cost_model
         self.max_context = max_context
         self.num_stages = cost_model.num_stages
@@ -32,7 +34,6 @@ class SimExecutor:
         self.step_fit = step_fit              # per stage (scale, offset s): a what-if replay's fit to a run's steps
         self.failed: dict[int, str] = {}      # stage -> why: its next step raises StageFailed (fail_stage)
         self._steps: dict[tuple[int, tuple[tuple[int, int], ...]], float] = {}   # (stage, chunks) -> model s
-        self._first: dict[str, int] = {}      # request id -> its first token (register to forget)
 
     def fail_stage(self, stage: int, why: str) -> None:
         """From now on ``stage``'s steps and sends raise :class:`StageFailed` - a stage process dying
@@ -58,7 +59,12 @@ class SimExecutor:
     async def execute(self, stage: int, wave_id: int, chunks: Sequence[Chunk],
                       tables: dict[str, list[int]]) -> None:
         self._check(stage)
-        await asyncio.sleep(self.step_seconds(stage, [(c.start, c.length) for c in chunks]))
+        with self.running(chunks):
+            await asyncio.sleep(self.step_seconds(stage, [(c.start, c.length) for c in chunks]))
+            if stage == self.num_stages - 1:
+                for c in chunks:
+                    if c.is_last and c.tokens:
+                        self.keep_first(c.request_id, sim_first_token(c.tokens))
 
     async def transfer(self, stage: int, wave: Wave) -> None:
         self._check(stage)
@@ -75,16 +81,6 @@ class SimExecutor:
     def step_model(self) -> StepModel:
         """The planner prices a wave as this executor will charge it (the kernel tables)."""
         return self.step_seconds
-
-    def first_token(self, request_id: str) -> int | None:
-        return self._first.get(request_id)
-
-    def register(self, request: Request) -> None:
-        if request.num_tokens:
-            self._first[request.id] = sim_first_token(request.tokens)
-
-    def forget(self, request_id: str) -> None:
-        self._first.pop(request_id, None)
 
 
 def sim_first_token(tokens: array[int]) -> int:

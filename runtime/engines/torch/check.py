@@ -30,7 +30,7 @@ from wavepp.runtime.engines.torch.processes.launch import LAUNCHERS
 from wavepp.runtime.engines.torch.processes.leader import start_processes
 from wavepp.runtime.engines.torch.processes.stage_server import StageSpec
 from wavepp.runtime.engines.torch.weights import load_hf_dir, random_weights
-from wavepp.runtime.request import Chunk, Request, Wave, cdiv
+from wavepp.runtime.request import Chunk, Wave, cdiv
 
 TOL_FP32 = 1e-4
 
@@ -155,8 +155,7 @@ async def _run(executor: Any, pp: int, block_size: int, requests: list[_Request]
                free: list[list[int]], stagger: bool) -> None:
     """Waves of the next chunk of every ready request until all finish (request i joins at wave i if
     staggered); each wave runs stage by stage, activations moved by the executor's transfer."""
-    for r in requests:
-        executor.register(Request(r.id, array("I", r.tokens.tolist()), 0.0, []))
+    prompts = {r.id: array("I", r.tokens.tolist()) for r in requests}
     wave_id = 0
     while not all(r.finished for r in requests):
         batch = [r for i, r in enumerate(requests)
@@ -169,7 +168,7 @@ async def _run(executor: Any, pp: int, block_size: int, requests: list[_Request]
                 while len(table) * block_size < start + n:
                     table.append(free[s].pop())
                 tables[s][r.id] = list(table)
-            chunks.append(Chunk(r.id, start, n, 0, start + n == r.tokens.numel()))
+            chunks.append(Chunk(r.id, start, n, 0, start + n == r.tokens.numel(), tokens=prompts[r.id]))
         wave = Wave(wave_id, chunks, sum(c.length for c in chunks), 0.0)
         for s in range(pp):
             await executor.execute(s, wave_id, chunks, tables[s])

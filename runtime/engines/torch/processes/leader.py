@@ -10,6 +10,7 @@ other stages through their processes, activations going stage to stage directly.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import threading
 from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -19,7 +20,8 @@ from typing import Any, TypeVar
 import torch
 from torch import Tensor
 
-from wavepp.runtime.engines.torch.executor import RequestBook
+from wavepp.runtime.engines.request_book import RequestBook
+from wavepp.runtime.engines.torch.executor import stage0_tokens
 from wavepp.runtime.engines.torch.model import StageModel
 from wavepp.runtime.engines.torch.processes.launch import TIMEOUT_ENV, World, join_torchrun, link_timeout, spawn_stages
 from wavepp.runtime.engines.torch.processes.rpc import (
@@ -269,18 +271,17 @@ class ProcessExecutor(RequestBook):
         self._outputs.clear()
 
     async def execute(self, stage: int, wave_id: int, chunks: Sequence[Chunk], tables: dict[str, list[int]]) -> None:
-        if stage == 0:
-            ids = [t for c in chunks for t in self._tokens[c.request_id][c.start:c.start + c.length]]
-            inputs = torch.tensor(ids, dtype=torch.long, device=self.stage0.device)
-            done = await asyncio.wrap_future(self._compute.submit(
-                run_chunks, self.stage0, self._outputs, wave_id, inputs, chunks, tables, self.keep_logits))
-        else:
-            done = await self.procs.blame(self.procs.rpcs[stage].call(
-                "exec", wave_id, list(chunks), {c.request_id: tables[c.request_id] for c in chunks}, self.keep_logits))
-        for rid, (token, logits) in (done or {}).items():
-            self._first[rid] = token
-            if logits is not None:
-                self._logits[rid] = logits
+        with self.running(chunks):
+            if stage == 0:
+                inputs = torch.tensor(stage0_tokens(chunks), dtype=torch.long, device=self.stage0.device)
+                done = await asyncio.wrap_future(self._compute.submit(
+                    run_chunks, self.stage0, self._outputs, wave_id, inputs, chunks, tables, self.keep_logits))
+            else:       # the descriptors alone: a later stage needs no prompt
+                bare = [dataclasses.replace(c, tokens=None) for c in chunks]
+                done = await self.procs.blame(self.procs.rpcs[stage].call(
+                    "exec", wave_id, bare, {c.request_id: tables[c.request_id] for c in chunks}, self.keep_logits))
+            for rid, (token, logits) in (done or {}).items():
+                self.keep_first(rid, token, logits)
 
     async def transfer(self, stage: int, wave: Wave) -> None:
         if stage == 0:
