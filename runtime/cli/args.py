@@ -5,11 +5,13 @@ argument types (each bad value one line naming it), writing an output file, and 
 from __future__ import annotations
 
 import argparse
-import math
 import os
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
+
+from wavepp.runtime.control import values
+from wavepp.runtime.control.values import for_argparse
 
 #: what a subcommand's handler is: the parsed flags in, the exit code out
 Handler = Callable[[argparse.Namespace], int]
@@ -44,30 +46,14 @@ class Parser(argparse.ArgumentParser):
         raise UsageError(message)
 
 
-def int_list(text: str) -> list[int]:
-    """``8,32,128`` -> [8, 32, 128]; each a positive integer."""
-    parts = text.split(",")
-    out = []
-    for p in parts:
-        p = p.strip()
-        if not p.lstrip("-").isdigit():
-            raise argparse.ArgumentTypeError(f"malformed list {text!r}: {p!r} is not an integer")
-        if int(p) < 1:
-            raise argparse.ArgumentTypeError(f"{text!r}: values must be >= 1, got {p}")
-        out.append(int(p))
-    return out
-
-
-def non_negative_int_list(text: str) -> list[int]:
-    """``0,32768`` -> [0, 32768]; each a whole number >= 0."""
-    return [non_negative_int(p) for p in text.split(",")]
-
-
-def name_list(text: str) -> list[str]:
-    out = [p.strip() for p in text.split(",")]
-    if not all(out):
-        raise argparse.ArgumentTypeError(f"malformed list {text!r}")
-    return out
+# The argument types shared by every subcommand: runtime.control.values' parsers, as argparse types.
+int_list = for_argparse(values.int_list)
+non_negative_int_list = for_argparse(values.non_negative_int_list)
+name_list = for_argparse(values.name_list)
+positive_float = for_argparse(values.positive_float)
+non_negative_int = for_argparse(values.non_negative_int)
+port_number = for_argparse(values.port_number)
+positive_int = for_argparse(values.positive_int)
 
 
 def output_file(text: str) -> str:
@@ -126,37 +112,6 @@ def write_outputs(outputs: Iterable[tuple[str | None, Any, str]]) -> None:
 def write_text(path: str | Path, text: str) -> None:
     """:func:`write_output` of a text (a JSON or Markdown output)."""
     write_output(path, lambda p: Path(p).write_text(text))
-
-
-def positive_float(text: str) -> float:
-    """A finite number > 0 (``inf`` would make work that never ends)."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not (value > 0 and math.isfinite(value)):
-        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text}")
-    return value
-
-
-def non_negative_int(text: str) -> int:
-    if not text.strip().isdigit():
-        raise argparse.ArgumentTypeError(f"must be a whole number >= 0, got {text!r}")
-    return int(text)
-
-
-def port_number(text: str) -> int:
-    if not text.strip().isdigit() or int(text) > 65535:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a TCP port (0-65535; 0 picks a free one)")
-    return int(text)
-
-
-def positive_int(text: str) -> int:
-    if not text.strip().lstrip("-").isdigit():
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer")
-    if int(text) < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {text}")
-    return int(text)
 
 
 # ---- --set NAME=VALUE -----------------------------------------------------------------------------
