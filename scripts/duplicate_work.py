@@ -1,4 +1,4 @@
-"""Duplicate prefix work under a ``docs`` workload, read from a run's spans (issue 26).
+"""Duplicate prefix work under a ``docs`` workload, read from a run's spans.
 
 For each policy, one sim run of ``docs:N`` (documents no stage holds at first); from each request's span
 (its prompt length names its document, its admitted event its reuse) count the later requests of a

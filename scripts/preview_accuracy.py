@@ -1,4 +1,4 @@
-"""How well does a preview predict what the runtime then does? (issue 13: predicted vs observed)
+"""How well does a preview predict what the runtime then does? (predicted vs observed)
 
 Starts the embedded runtime (the real-time sim, or the torch engine with a calibration profile) in a
 child process, as ``wavepp dashboard`` does, and for each knob change in turn: previews it on the

@@ -1,4 +1,4 @@
-"""The figures of the code's structure (issue 41), printed as one JSON object.
+"""The figures of the code's structure, printed as one JSON object.
 
 * ``top_level``: the modules (``.py`` files, ``__init__`` aside) and the packages directly in ``runtime/``;
 * ``graph``: the project's import graph as ``tests/test_layering.py`` computes it - ``modules``, ``arrows`` (one

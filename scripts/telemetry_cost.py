@@ -1,4 +1,4 @@
-"""What telemetry costs (issue 11): throughput with every span exported over OTLP to a local receiver
+"""What telemetry costs: throughput with every span exported over OTLP to a local receiver
 vs ``--telemetry off``, side by side in one bench per engine (the torch engine, the real-time sim);
 the cost of one span per configuration; the memory of 100k spans held in the dashboard's ring.
 

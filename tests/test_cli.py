@@ -231,7 +231,7 @@ def test_a_sim_bench_never_loads_torch(tmp_path: Path) -> None:
 
 def test_a_bad_knob_flag_is_refused_before_torch_loads(tmp_path: Path) -> None:
     """A knob that is wrong on its own (not whole blocks, out of range, not a number) is said before
-    an engine or a run file loads (issue 24, item 14: 4-7 s against 0.3 s for argparse's errors)."""
+    an engine or a run file loads, as fast as argparse's own errors."""
     runfile = tmp_path / "none.json"
     assert "torch" not in _modules_loaded_by(
         "from wavepp.runtime.cli import main\n"
@@ -251,8 +251,7 @@ def test_calibrate_coordination_says_which_figures_it_did_not_measure(capsys: py
 
 
 def test_every_flag_has_help_and_shows_its_default() -> None:
-    """`--help` of every command: no flag without a help text, and every flag with a default says it
-    (issue 24, item 16: grid had 8 flags without help, bench omitted seven defaults)."""
+    """`--help` of every command: no flag without a help text, and every flag with a default says it."""
     import argparse
 
     from wavepp.runtime.cli import _build

@@ -1,4 +1,4 @@
-"""The deployment record is the running runtime's (issue 23 item 8): another client's deployment
+"""The deployment record is the running runtime's: another client's deployment
 record is never trusted - the knob watcher rewrites it within a poll or two, the runtime validates
 knobs against its own deployment, and the server's PUT /v1/knobs validates against the server's."""
 
@@ -103,7 +103,7 @@ def test_a_server_whose_deployment_record_is_overwritten_rewrites_it_and_validat
         async with api_on(engine) as (api, rt):
             client.set(key, json.dumps(FOREIGN[0]))
             put = await api.put("/v1/knobs", json={"changes": {"ring": 2}})
-            assert put.status_code == 200, put.text          # was 422: "not a multiple of the block size 7"
+            assert put.status_code == 200, put.text
             assert put.json()["deployment"] == OWN.as_dict()
             await rewritten()
             # A corrupt record beside values another client wrote unvalidated: a PUT that keeps

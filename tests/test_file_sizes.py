@@ -9,7 +9,7 @@ ROOT = Path(__file__).resolve().parents[1]
 FOLDERS = ("runtime", "store", "telemetry", "dashboard")
 MAX_LINES = 400
 
-# No exceptions: a file that grows past the limit is split (issue 25 split the last ones).
+# No exceptions: a file that grows past the limit is split.
 ALLOWED: set[str] = set()
 
 

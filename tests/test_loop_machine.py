@@ -1,4 +1,4 @@
-"""The whole loop as a hypothesis state machine (issue 28, item 2): its rules write a schedule of
+"""The whole loop as a hypothesis state machine: its rules write a schedule of
 what happens to a serving runtime - arrivals of prompts sharing prefixes, clients giving up at any
 point of their request's life, knob changes (the wave budget, its floor, the ring), policy
 switches to any registered preset or single-mechanism ablation, and evictions forced on one stage

@@ -36,7 +36,7 @@ def adm(rid: str, num_tokens: int, reuse_blocks: int = 0) -> AdmittedRequest:
 
 def test_charged_from_position_zero_one_long_reused_prompt_fills_a_micro_batch() -> None:
     """max_num_tokens 8192: a 36K-token prompt with a 4K suffix is charged min(8192, 36K) and
-    computes its 4K suffix; nothing else fits in that micro-batch (issue 10, item 3a)."""
+    computes its 4K suffix; nothing else fits in that micro-batch."""
     prompts = [adm("a", 36864, reuse_blocks=32768 // B), adm("b", 36864, reuse_blocks=32768 // B)]
     position0 = pack_static(prompts, 8192, B, FromPositionZero().position)
     assert position0 == [Chunk("a", 32768, 4096, 512, True)]

@@ -1,6 +1,6 @@
 """Every request ends exactly once, whatever races it: a client that gives up at any point of its
 request's life, and the ``policy`` knob changed under load, never stop the loop, never fail an
-unrelated request and never leave a lease, escrow or reference behind (issue 23, items 1-2) - with
+unrelated request and never leave a lease, escrow or reference behind - with
 the runtime's invariant checker after every wave and at the drain (``runtime/guards/invariants.py``).
 
 The servers' open-loop source on the shared loop, on the sim engine in virtual time: deterministic

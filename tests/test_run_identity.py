@@ -209,7 +209,7 @@ def test_a_bench_keeps_the_deployments_knobs_and_says_what_it_cleared() -> None:
 def test_a_bench_that_keeps_the_knobs_runs_with_them(tmp_path: Path) -> None:
     """Knobs written for the next run (a finished run's dashboard, `wavepp knobs`) are the ones it
     starts with - the bench said it kept version 2, then ran with other values and wrote version 3
-    (issue 24, item 8) - and a knob flag given on the command line goes over them, said so."""
+    - and a knob flag given on the command line goes over them, said so."""
     url = fresh_url()
     try:
         set_knobs(url, {"ring": 3, "max_leases": 512})

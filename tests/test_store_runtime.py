@@ -97,7 +97,7 @@ def test_redis_restart_mid_run_loses_no_request_and_the_index_is_rebuilt(tmp_pat
                 await store.close()
 
         assert asyncio.run(counts()) == [h.cache.pool.num_cached for h in rec.parts.handles]
-        published = _published(server.port, "restart", rec.run.id)          # issue 23 item 9
+        published = _published(server.port, "restart", rec.run.id)
         assert (published["meta"], published["label"]) == (rec.run.id, rec.run.label)
     finally:
         server.stop()

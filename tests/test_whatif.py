@@ -185,7 +185,7 @@ def test_cli_torch_run_without_calibration_and_missing_file(ring1: RunRecord, tm
 def test_a_window_counts_only_the_busy_time_inside_it() -> None:
     """A step still executing when the window's last request completes (the next request's chunk)
     counts for its part inside the window: efficiency stays in [0, 1], no bubble is negative
-    (issue 24, item 1: a preview printed efficiency 1.027 and a bubble fraction of -0.027)."""
+    (a preview printed efficiency 1.027 and a bubble fraction of -0.027)."""
     s = 1_000_000_000
 
     def span(name: str, t0: float, t1: float, **a: int) -> W.Span:
@@ -204,7 +204,7 @@ def test_a_window_counts_only_the_busy_time_inside_it() -> None:
 def test_cli_suggest_stopped_by_its_time_limit_fails(ring1: RunRecord, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                     capsys: pytest.CaptureFixture[str]) -> None:
     """The best of the settings tried is shown, and the command fails (exit 1, docs/dashboard.md):
-    a search cut short is not a finished one (issue 24, item 10)."""
+    a search cut short is not a finished one."""
     path = tmp_path / "run.json"
     save_runs(path, [ring1.saved()])
     calls = []

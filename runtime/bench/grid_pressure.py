@@ -1,5 +1,5 @@
 """The pressure grid (``wavepp grid --grid pressure``): many distinct long contexts competing for
-pools that diverge across stages - the regime WavePP exists for (issue 26).
+pools that diverge across stages - the regime WavePP exists for.
 
 * ``docs`` workloads (:mod:`runtime.sources.workloads`): documents of mean 32K, 128K and 256K tokens (a
   model whose context cannot hold the mean is skipped), as many as make a working set of about

@@ -142,8 +142,7 @@ def test_compare_shows_before_and_after_a_knob_change_live(page: Page, knob_chan
         cells = [c.text_content() for c in row.locator("td").all()]
         before_budget, after_budget = (int((c or "").replace(",", "")) for c in cells[:2])
         assert after_budget <= 8192 < before_budget, cells     # the new M (8192) caps every budget after
-        # Windows of different lengths compare by rate, and the first one leaves the warm-up out
-        # (issue 24, item 4: "waves 316 -> 91, 0.288x" for 317 s against 85 s).
+        # Windows of different lengths compare by rate, and the first one leaves the warm-up out.
         rows = [r.locator("th").first.text_content() or "" for r in table.locator("tbody tr").all()]
         assert "waves per second" in rows and "waves" not in rows, rows
         before = next(h for h in headers if h.startswith("before ("))

@@ -1,4 +1,4 @@
-"""The Pipeline page in headless chromium (issue 24, items 2 and 3): the window the slider shows is
+"""The Pipeline page in headless chromium: the window the slider shows is
 the window every tile, the reading and the charts say; a stage's bubble tile, its bars in the
 idle-cause chart and the reading are one figure (one definition of idle); the reading names the
 bottleneck first. On a saved run and on a live one."""

@@ -58,7 +58,7 @@ def test_preview_a_change_then_apply_it_on_the_live_sim(browser_page: Page) -> N
 
 
 def test_on_a_finished_run_knobs_are_written_for_the_next_run_and_suggest_shows_at_once(browser_page: Page) -> None:
-    """A store whose run has finished (issue 24, items 6-8): the page says a write waits for the next
+    """A store whose run has finished: the page says a write waits for the next
     run and its button says so; after the write the version caption and History show it at once
     (they stayed at "version 1" for 35 s); Suggest shows its progress or result without another click."""
     import subprocess

@@ -1,4 +1,4 @@
-"""The demo previews out of the box (issue 24, item 9): the embedded torch dashboard uses this
+"""The demo previews out of the box: the embedded torch dashboard uses this
 machine's cached calibration, or makes one in the background with `wavepp calibrate`, and the Knobs
 page says it is running (and for how long) instead of "no calibration"."""
 

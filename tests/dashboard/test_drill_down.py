@@ -40,7 +40,7 @@ def test_drill_down_shows_a_requests_way_through_the_run(saved_run: Path, dashbo
     executes = next(t for t in waterfall["data"] if t["name"] == "execute")
     assert len(executes["y"]) == 4 * len(waves)
     # On the request's own clock, and no stretch of its prefill unlabelled on stage 0: queued, then
-    # waiting for a wave or in a step of one (issue 24, item 20: ~4 s of a 5.3 s request were blank).
+    # waiting for a wave or in a step of one.
     assert waterfall["layout"]["xaxis"]["title"]["text"] == "seconds since the request arrived"
     spans = sorted((b, b + w) for t in waterfall["data"] if t["name"] != "prefill"
                    for y, b, w in zip(t["y"], numbers(t["base"]), numbers(t["x"]), strict=True)

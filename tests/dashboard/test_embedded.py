@@ -1,4 +1,4 @@
-"""The embedded dashboard outlives its runtime (issue 14 item 1): when the runtime finishes or
+"""The embedded dashboard outlives its runtime: when the runtime finishes or
 crashes, every page shows a banner and a Restart button, never a traceback (it used to be
 `RuntimeError: Event loop is closed` on every page), and Restart runs it again - in a new child
 process when the old one died."""

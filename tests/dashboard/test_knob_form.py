@@ -1,4 +1,4 @@
-"""The Knobs form (issue 15 item 7, issue 14 item 1): every bad field at once, next to itself, with
+"""The Knobs form: every bad field at once, next to itself, with
 a bounded echo; integers are plain ASCII digits; values the running deployment cannot use are
 refused before they are written; a refusal by the runtime and a corrupt record are banners."""
 

@@ -110,7 +110,7 @@ def test_every_knob_carries_its_help_from_the_schema(dashboard_env: None) -> Non
     widgets = {w.key.removeprefix("knob_"): w for w in [*at.text_input, *at.selectbox, *at.checkbox]
                if w.key and w.key.startswith("knob_")}
     assert set(widgets) == set(names)
-    # labelled in words with the knob's symbol and unit, not the raw schema name (issue 24, item 20)
+    # labelled in words with the knob's symbol and unit, not the raw schema name
     assert widgets["ring"].label == "ring (R) · waves in flight"
     assert widgets["max_wave_tokens"].label == "max wave tokens (M) · tokens (whole blocks)"
     assert all(widgets[n].help == describe(n) for n in names)

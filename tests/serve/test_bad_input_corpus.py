@@ -36,7 +36,7 @@ def send(server: Any, case: dict[str, Any]) -> Any:
 
 def test_the_corpus_is_large_and_every_case_says_what_it_expects() -> None:
     cli = json.loads((Path(__file__).parents[1] / "data" / "bad_inputs" / "cases.json").read_text())["cases"]
-    assert len(CORPUS) + len(cli) >= 200         # issue 28: a corpus of at least 200 cases, kept as data
+    assert len(CORPUS) + len(cli) >= 200         # a corpus of at least 200 cases, kept as data
     for case in CORPUS:
         assert case["status"] != 200 or case.get("why"), case["case"]
         assert case["status"] == 200 or case.get("says"), case["case"]

@@ -1,4 +1,4 @@
-"""`wavepp serve` against the clients an operator meets on day one (issue 23, items 1-2), over real
+"""`wavepp serve` against the clients an operator meets on day one, over real
 HTTP: clients that give up mid-request, and the policy knob switched under load. The server must
 answer everyone else, keep `/ready` at 200, leave no lease or escrow behind, and log no lost
 exception."""

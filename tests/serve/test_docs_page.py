@@ -1,4 +1,4 @@
-"""`/docs` renders offline (issue 24, item 19): headless chromium loads Swagger UI with every request
+"""`/docs` renders offline: headless chromium loads Swagger UI with every request
 off this server refused, and the page lists the API's operations from /openapi.json (OpenAPI 3.1)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""What a malformed request hears (issue 24, item 15): one message saying what is wrong with it, in
+"""What a malformed request hears: one message saying what is wrong with it, in
 the API's one error shape, whatever part of the request is at fault - the prompts, the body's
 media type, or the HTTP framing itself."""
 

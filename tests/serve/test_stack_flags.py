@@ -1,5 +1,5 @@
 """`wavepp stack`'s flags: what it sets itself is not offered, and ports it cannot use are refused
-before any part starts (issue 24, item 12)."""
+before any part starts."""
 
 from __future__ import annotations
 

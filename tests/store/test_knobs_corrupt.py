@@ -1,6 +1,6 @@
-"""Knob entries another client corrupted (issue 16 item 4, issue 17 item 5): a reader gets them as
+"""Knob entries another client corrupted: a reader gets them as
 absent with a one-line note, never an exception; a write replaces them and completes with its
-history, or changes nothing. A version is a bounded integer (issue 23 item 3): one out of bounds is
+history, or changes nothing. A version is a bounded integer: one out of bounds is
 corrupt too, and no write spins on it."""
 
 from __future__ import annotations

@@ -157,7 +157,7 @@ def test_rare_event_counters_are_exported_at_zero_and_the_service_is_named(metri
                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     """A run with no fallback, no eviction and no dropped span still exports those counters, at 0,
     one series per stage and per exporter (Prometheus convention: an alert on rate() sees 0, not
-    nothing); the process's target_info names the service as its spans do (issue 24, item 18)."""
+    nothing); the process's target_info names the service as its spans do."""
     import wavepp.telemetry.metrics as M
 
     record = small_run(TelemetryConfig(otlp_endpoint="http://127.0.0.1:1"), metrics, requests=8)
@@ -178,7 +178,7 @@ def test_rare_event_counters_are_exported_at_zero_and_the_service_is_named(metri
 
 
 def test_a_virtual_time_run_is_dated_from_its_real_start() -> None:
-    """Its spans start when the run did (they were dated 2026-01-01 whenever it ran; issue 24, item 21)."""
+    """Its spans start when the run did."""
     import time
 
     before = time.time_ns()

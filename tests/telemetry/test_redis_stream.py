@@ -1,4 +1,4 @@
-"""The span stream as the dashboard reads it (issue 23 item 4): entries another client appended
+"""The span stream as the dashboard reads it: entries another client appended
 (no ``s`` field, not JSON, JSON that is not a span) are skipped and counted once, never raised; the
 spans around them come back in order."""
 
