@@ -47,6 +47,11 @@ class ArrivalSource(Protocol):
     def open_loop(self) -> bool: ...
     @property
     def exhausted(self) -> bool: ...
+    @property
+    def held_by_cap(self) -> int:
+        """Arrivals of an open loop a concurrency cap held back so far: while it binds, arrivals follow
+        completions and their rate is not the workload's (0 for a closed loop and an uncapped one)."""
+        ...
 
     def primed_prompts(self) -> list[tuple[array[int], list[int]]]:
         """Prefixes to compute into the caches before the measured arrivals: (tokens, block hashes)."""
@@ -72,6 +77,7 @@ class ClosedLoop:
 
     num_requests: int
     open_loop = False
+    held_by_cap = 0
 
     @property
     def exhausted(self) -> bool:

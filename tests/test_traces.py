@@ -110,3 +110,17 @@ def test_bench_on_a_bad_trace_is_one_line_exit_2(capsys: pytest.CaptureFixture[s
     assert "skipped 4 malformed line(s) of the trace, first: " in err and "bad.jsonl:2:" in err
     assert main(["bench", "--quiet", "--workload", "trace:/nonexistent/t.jsonl"]) == 2
     assert "cannot read trace '/nonexistent/t.jsonl'" in capsys.readouterr().err
+
+
+def test_a_trace_counts_the_arrivals_its_concurrency_cap_held_back() -> None:
+    """Replayed 1000x faster, every request is due before the first ends: a cap of one holds back all but
+    the first, no cap none (the autopilot reads an open loop's arrival rate only where nothing was held)."""
+    import dataclasses
+    engine = SimEngine(SimConfig("llama-3-8b", "h200", 2, block_size=64, kv_blocks=[400]))
+    spec = dataclasses.replace(parse_workload(f"trace:{GOOD}"), speed=1000.0)
+    held = {}
+    for cap in (1, 0):
+        source = TraceWorkload(load_trace(GOOD), 64, 32000, speed=1000.0)
+        run_one(engine, BenchConfig(spec, [cap], ["wavepp"], None, 0), "wavepp", cap, workload=source)
+        held[cap] = source.held_by_cap
+    assert held == {1: source.num_requests - 1, 0: 0}

@@ -63,6 +63,7 @@ class AutopilotRunner:
         self._mine: set[int] = set()                 # knob versions the autopilot wrote
         self._seen: int | None = None                # the knob version at the last window
         self._paused = False
+        self._held_before = 0                   # arrivals the source's concurrency cap held, at the last window
         self._published = False
 
     def report(self) -> list[dict[str, Any]]:
@@ -117,7 +118,12 @@ class AutopilotRunner:
         self.settings = settings
         if settings.mode == "off" or knobs is None:
             return None
-        w = measure(list(self._spans), index, start, end, self.loop.num_stages, self.loop.workload.open_loop)
+        # An open loop's arrival rate is the workload's only in a window its concurrency cap never held an
+        # arrival back: where the cap binds, arrivals follow completions (a rate that moves with the knobs).
+        held = self.loop.workload.held_by_cap
+        rate_is_workload = self.loop.workload.open_loop and held == self._held_before
+        self._held_before = held
+        w = measure(list(self._spans), index, start, end, self.loop.num_stages, rate_is_workload)
         draining = self.loop.workload.exhausted
         decision = await self._think(lambda: self.pilot.step(w, knobs, settings, draining, self.predictor))
         if decision.knobs is not None and settings.mode == "on":

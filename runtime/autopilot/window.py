@@ -15,7 +15,9 @@ moved by more than :data:`SHIFT_RELATIVE` of the earlier value, or the reuse sha
 :data:`SHIFT_REUSE` (absolute): thresholds a window-to-window wobble of a steady workload stays under
 (measured on the sim: a few percent), and a change of phase (short chat turns to long documents, a
 reuse-heavy mix to a cold one, a burst) clears by far. A closed loop's arrival rate is its completion
-rate - the knobs move it (ring 1 -> 8 raised it 3.7x) - so it says nothing about the workload there.
+rate - the knobs move it (ring 1 -> 8 raised it 3.7x) - so it says nothing about the workload there; nor
+does an open loop's in a window its concurrency cap held arrivals back (the runner passes ``open_loop``
+false for that window).
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ class WorkloadStats:
     mean_prompt_tokens: float
     reuse_share: float
     arrival_rate: float          # requests/s
-    open_loop: bool = True       # the arrivals do not wait for completions (their rate is the workload's)
+    open_loop: bool = True       # no arrival waited for a completion in the window (its rate is the workload's)
 
     def shift_from(self, before: WorkloadStats, rate: bool = True) -> str | None:
         """Which statistic moved past its threshold since ``before``, in words; None: none did.

@@ -43,6 +43,7 @@ class ServerSource:
     """Requests from clients, at most ``max_queue`` of them waiting for admission at once."""
 
     open_loop = True
+    held_by_cap = 0             # no cap delays a client's request: past the queue it is refused (429)
     exhausted = False
     num_requests = FOREVER
 

@@ -140,8 +140,10 @@ class TraceWorkload(ClosedLoop):
             delay = start + self.arrival_offset(self.issued) - now()
             if delay > 0:
                 await asyncio.sleep(delay)
-            while port.concurrency and self.issued - port.finished >= port.concurrency:
-                await port.run.changed.wait()
+            if port.concurrency and self.issued - port.finished >= port.concurrency:
+                self.held_by_cap += 1
+                while self.issued - port.finished >= port.concurrency:
+                    await port.run.changed.wait()
             port.arrive(self.next_request(now()))
         await port.done.wait()              # a task of the run: returning would end it
 

@@ -138,9 +138,42 @@ def test_a_store_outage_pauses_it_with_one_line_and_it_resumes(caplog: pytest.Lo
             assert await runner._window(0, 0, 10**9) is None
             assert await runner._window(1, 10**9, 2 * 10**9) is None
             store.down = False
-            runner.loop.num_stages, runner.loop.workload = 4, SimpleNamespace(exhausted=False, open_loop=False)
+            runner.loop.num_stages, runner.loop.workload = 4, SimpleNamespace(exhausted=False, open_loop=False,
+                                                                              held_by_cap=0)
             decision = await runner._window(2, 2 * 10**9, 3 * 10**9)
         assert decision is not None and decision.action == "hold"
         lines = [r.getMessage() for r in caplog.records]
         assert len([m for m in lines if "paused" in m]) == 1 and any("resumed" in m for m in lines)
     asyncio.run(body())
+
+
+def _request_spans(n: int, t0_s: float, tokens: int = 1000) -> list[dict[str, Any]]:
+    """``n`` requests that arrived and ended within the second from ``t0_s``."""
+    start = int(t0_s * 1e9)
+    return [{"n": N.REQUEST, "t0": start + i, "t1": start + 500_000_000 + i,
+             "a": {N.GEN_AI_INPUT_TOKENS: tokens, N.REUSABLE_TOKENS: 0}} for i in range(n)]
+
+
+@pytest.mark.parametrize(("held", "shift"), [((0, 0), True), ((0, 5), False)])
+def test_the_arrival_rate_is_a_shift_only_where_the_concurrency_cap_held_nothing_back(
+        held: tuple[int, int], shift: bool) -> None:
+    """Twice the arrivals in the second window: a shift of an open loop's workload - unless its concurrency
+    cap held arrivals back in that window, where arrivals follow completions (and the knobs move them)."""
+    async def body() -> list[str | None]:
+        store = MemoryStore()
+        await store.knobs_set({"ring": 8}, validate=validated_values)
+        source = SimpleNamespace(open_loop=True, held_by_cap=0, exhausted=False)
+        loop = SimpleNamespace(store=store, knob_watcher=SimpleNamespace(deployment=Deployment(16, 4)),
+                               workload=source, num_stages=4)
+        runner = AutopilotRunner(loop, AutopilotSettings(mode="advise"),  # type: ignore[arg-type]
+                                 predictor=lambda *a: Search(0.0, 0.0, ()), virtual=True)
+        shifts = []
+        for index, (count, cap_held) in enumerate(zip((10, 20), held, strict=True)):
+            source.held_by_cap = cap_held
+            runner._spans.extend(_request_spans(count, float(index)))
+            decision = await runner._window(index, int(index * 1e9), int((index + 1) * 1e9))
+            shifts.append(decision.shift if decision is not None else "no decision")
+        return shifts
+    first, second = asyncio.run(body())
+    assert first is None
+    assert (second is not None and "arrival rate 10 -> 20" in second) == shift, second
