@@ -63,7 +63,7 @@ def main() -> int:
     ap.add_argument("--markdown", default="out/bench-autopilot.md")
     args = ap.parse_args()
     Path(args.trace).parent.mkdir(parents=True, exist_ok=True)
-    phases = write(args.trace, DEFAULT_PHASES)
+    phases = write(args.trace, DEFAULT_PHASES, max_context=SimEngine(SimConfig(MODEL, HARDWARE, PP, BLOCK)).max_context)
     default = SimEngine(SimConfig(MODEL, HARDWARE, PP, BLOCK)).default_knobs()
     if args.start:
         default = default.replace(**{k: int(v) for k, _, v in (p.partition("=") for p in args.start.split(","))})

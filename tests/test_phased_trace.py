@@ -52,3 +52,18 @@ def test_phase_figures_group_request_spans_by_trace_line() -> None:
     assert (first.completed, first.input_tokens_per_s) == (2, 200.0)
     assert (second.completed, second.input_tokens_per_s, second.prefill_p99_s) == (1, 500.0, 2.0)
     assert (third.completed, third.input_tokens_per_s) == (0, None)
+
+
+def test_no_drawn_prompt_is_longer_than_its_phase_says_and_a_phase_too_long_for_the_model_is_refused(
+        tmp_path: Path) -> None:
+    """A phase's longest prompt bounds every prompt it draws; given the model's context, writing a phase
+    that could exceed it fails naming the phase (the replay would refuse those prompts at arrival)."""
+    path = tmp_path / "phased.jsonl"
+    bounds = write(path, PHASES, seed=3, max_context=max(p.longest_prompt for p in PHASES))
+    rows = load_trace(str(path)).rows
+    for phase, (_, first, last) in zip(PHASES, bounds, strict=True):
+        assert max(r.input_length for r in rows[first - 1:last]) <= phase.longest_prompt
+    docs = Phase("docs", "docs", 4, 1.0, 6144, shared=4)           # up to 9,216 + 2,048 tokens
+    with pytest.raises(ValueError, match=r"context of 8,192 tokens: docs \(up to 11,264 tokens\)"):
+        write(tmp_path / "long.jsonl", (PHASES[0], docs), max_context=8192)
+    assert not (tmp_path / "long.jsonl").exists()

@@ -49,6 +49,24 @@ class Phase:
         if self.kind != "cold" and self.shared < 1:
             raise ValueError(f"phase {self.name!r}: a {self.kind} phase needs shared >= 1")
 
+    @property
+    def longest_prompt(self) -> int:
+        """The longest prompt this phase can draw (its shapes' upper bounds), in tokens."""
+        if self.kind == "groups":
+            prefix = int(self.tokens * self.prefix) // TRACE_BLOCK_TOKENS * TRACE_BLOCK_TOKENS
+            return prefix + int(self.tokens * (1 - self.prefix) * 1.25)
+        if self.kind == "docs":
+            return int(self.tokens * 1.5) // TRACE_BLOCK_TOKENS * TRACE_BLOCK_TOKENS + QUESTION_TOKENS
+        return int(self.tokens * 1.25)
+
+
+def check_context(phases: Sequence[Phase], max_context: int) -> None:
+    """ValueError naming each phase whose prompts can exceed the model's context (a replay would refuse
+    them at arrival): size a phase to the model it runs on."""
+    long = [f"{p.name} (up to {p.longest_prompt:,} tokens)" for p in phases if p.longest_prompt > max_context]
+    if long:
+        raise ValueError(f"phases longer than the model's context of {max_context:,} tokens: {', '.join(long)}")
+
 
 #: the autopilot benchmark's phases (scripts/bench_autopilot.py), for the simulated GLM-5.2 on B300, PP4, at
 #: most 32 requests outstanding. The default knobs serve each shape alone (a phase of one shape arriving at
@@ -94,8 +112,12 @@ def rows(phases: Sequence[Phase], seed: int = 0) -> Iterator[dict[str, object]]:
             yield {"timestamp": round(t * 1000, 3), "input_length": n, "output_length": 1, "hash_ids": ids}
 
 
-def write(path: str | Path, phases: Sequence[Phase] = DEFAULT_PHASES, seed: int = 0) -> list[tuple[str, int, int]]:
-    """Write the trace; returns each phase's (name, first line, last line), lines counted from 1."""
+def write(path: str | Path, phases: Sequence[Phase] = DEFAULT_PHASES, seed: int = 0,
+          max_context: int | None = None) -> list[tuple[str, int, int]]:
+    """Write the trace; returns each phase's (name, first line, last line), lines counted from 1.
+    ``max_context``: the model's (:func:`check_context` first)."""
+    if max_context is not None:
+        check_context(phases, max_context)
     Path(path).write_text("".join(json.dumps(r, separators=(",", ":")) + "\n" for r in rows(phases, seed)))
     out, first = [], 1
     for p in phases:
