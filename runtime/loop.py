@@ -81,7 +81,7 @@ class LoopConfig:
 
     def __post_init__(self) -> None:
         if self.concurrency < 0:
-            raise ValueError(f"concurrency must be >= 1, got {self.concurrency}")
+            raise ValueError(f"concurrency must be >= 0 (0: an open loop without a cap), got {self.concurrency}")
         if not self.stall_timeout_s > 0:
             raise ValueError(f"stall timeout must be > 0 s, got {self.stall_timeout_s}")
 
@@ -148,7 +148,11 @@ class PipelineLoop:
 
     def _configure(self, knobs: Knobs) -> None:
         self.in_force.configure(knobs)
-        self.queue.configure(self.in_force.admission, knobs, self.in_force.room)
+        self._queue_follows()
+
+    def _queue_follows(self) -> None:
+        """The admission queue runs the admission the knobs in force made."""
+        self.queue.configure(self.in_force.admission, self.in_force.knobs, self.in_force.room)
 
     # ---- public -------------------------------------------------------------------------------
     def set_knobs(self, knobs: Knobs) -> None:
@@ -296,7 +300,7 @@ class PipelineLoop:
             return
         changed = self.in_force.apply_pending()
         if changed is not None:
-            self.queue.configure(self.in_force.admission, self.in_force.knobs, self.in_force.room)
+            self._queue_follows()
             self.result.knob_changes.append((self.tel.now_ns(), changed))
             self.run_state.changed.notify()
 
