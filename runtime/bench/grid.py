@@ -110,8 +110,8 @@ def run_setting(spec: GridSpec, setting: Setting) -> GridRow:
     from wavepp.runtime.sources.workloads import parse_workload
 
     model, workload, concurrency = setting.model, setting.workload, setting.concurrency
-    engine = SimEngine(SimConfig(model, spec.hardware, spec.pp, kv_blocks=setting.kv_blocks, perf_dir=spec.perf_dir,
-                       host_work_scale=spec.host_scale))
+    engine = SimEngine(SimConfig(model, spec.hardware, spec.pp, kv_blocks=setting.kv_blocks,
+                                 perf_dir=spec.perf_dir, host_work_scale=spec.host_scale))
     spec_w = parse_workload(workload)
     requests = setting.requests or spec.requests or (None if spec_w.kind == "trace" else max(512, 4 * concurrency))
     cfg = BenchConfig(spec_w, [concurrency], spec.all_policies, requests, spec.seed, setting.prompt_tokens,

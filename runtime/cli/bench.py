@@ -211,7 +211,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
                     raise ValueError("--sim-profile compares the torch engine with its calibrated sim: "
                                      "use --engine torch")
                 sim = SimEngine(SimConfig(args.model, args.hardware, args.pp, args.block_size, args.kv_blocks,
-                                cost_profile=args.sim_profile))
+                                          cost_profile=args.sim_profile))
             if args.engine == "torch":          # a TP/EP layout is the sim's alone: refused before any run
                 from wavepp.runtime.bench.runs import laid_out
                 for p in args.policy:

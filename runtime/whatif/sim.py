@@ -46,12 +46,12 @@ class SimSpec:
 
     def build(self) -> SimEngine:
         """The sim that replays (the time scale still stretches its modelled step times)."""
-        return SimEngine(SimConfig(self.model, self.hardware, self.pp, self.block_size, list(self.capacities),
-                         self.gpus_per_stage, cost_profile=self.cost_profile,
-                         cost_model="auto" if self.cost_profile else self.cost_model, perf_dir=self.perf_dir,
-                         host_work_scale=self.host_work_scale, time_scale=self.time_scale, clock=self.clock,
-                         cpu_scale=self.cpu_scale, wake_s=self.wake_s,
-                         step_fit=self.step_fit, kv_dtype=self.kv_dtype, comm=self.comm))
+        return SimEngine(SimConfig(
+            self.model, self.hardware, self.pp, self.block_size, self.capacities, self.gpus_per_stage,
+            cost_profile=self.cost_profile, cost_model="auto" if self.cost_profile else self.cost_model,
+            perf_dir=self.perf_dir, host_work_scale=self.host_work_scale, time_scale=self.time_scale,
+            clock=self.clock, cpu_scale=self.cpu_scale, wake_s=self.wake_s, step_fit=self.step_fit,
+            kv_dtype=self.kv_dtype, comm=self.comm))
 
     @property
     def describe(self) -> str:
