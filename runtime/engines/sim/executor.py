@@ -59,12 +59,15 @@ class SimExecutor(RequestBook):
     async def execute(self, stage: int, wave_id: int, chunks: Sequence[Chunk],
                       tables: dict[str, list[int]]) -> None:
         self._check(stage)
-        with self.running(chunks):
-            await asyncio.sleep(self.step_seconds(stage, [(c.start, c.length) for c in chunks]))
-            if stage == self.num_stages - 1:
-                for c in chunks:
-                    if c.is_last and c.tokens:
-                        self.keep_first(c.request_id, sim_first_token(c.tokens))
+        step = self.step_seconds(stage, [(c.start, c.length) for c in chunks])
+        finishing = [c for c in chunks if c.is_last and c.tokens] if stage == self.num_stages - 1 else []
+        if not finishing:                  # nothing kept from this step: no request to watch while it runs
+            await asyncio.sleep(step)
+            return
+        with self.running(finishing):
+            await asyncio.sleep(step)
+            for c in finishing:
+                self.keep_first(c.request_id, sim_first_token(c.tokens))    # type: ignore[arg-type]
 
     async def transfer(self, stage: int, wave: Wave) -> None:
         self._check(stage)
