@@ -60,15 +60,7 @@ class SimEngine:
         self.block_size = block_size
         self.model_name, self.hardware_name = model, hardware
         self.gpus_per_stage = config.gpus_per_stage or 1
-        self.kv_dtype = config.kv_dtype
         self.store_url = parse_store_url(config.store_url)
-        self.clock = config.clock
-        self.realtime = config.realtime
-        self.virtual = config.virtual
-        self.cpu_scale = config.cpu_scale
-        self.wake_s = config.wake_s
-        self.step_fit = config.step_fit
-        self.time_scale = config.time_scale
         self.profile: dict[str, Any] | None = None
         self.states: list[StateSpec | None] | None = None
         self.cost_model: CostModel
@@ -107,6 +99,19 @@ class SimEngine:
             raise ValueError(f"{pp} stages hold {sum(self.capacities):,} KV blocks of {block_size} tokens in all; the "
                              f"simulator keeps at most {MAX_SIM_BLOCKS:,}: give --kv-blocks, a smaller --pp or a "
                              f"larger --block-size")
+
+    @property
+    def realtime(self) -> bool:
+        return self.config.realtime
+
+    @property
+    def kv_dtype(self) -> str:
+        return self.config.kv_dtype
+
+    @property
+    def virtual(self) -> bool:
+        """Coordination costs modelled (else paid: on the wall clock or the CPU clock)."""
+        return self.config.virtual
 
     @property
     def vocab_size(self) -> int:
@@ -149,7 +154,7 @@ class SimEngine:
         hook = SimCostHook(self.costs) if self.virtual else None
         caches = pool.caches(self.capacities, self.block_size, self.states)
         handles = [StageHandle(cache, hook) for cache in caches]
-        executor = SimExecutor(self.cost_model, self.time_scale, self._context, self.step_fit)
+        executor = SimExecutor(self.cost_model, self.config.time_scale, self._context, self.config.step_fit)
         return EngineParts(handles, executor, MemoryStore(), self.block_size)
 
     def default_knobs(self) -> Knobs:
@@ -169,7 +174,8 @@ class SimEngine:
     def run(self, main: Coroutine[Any, Any, T]) -> T:
         if self.realtime:
             return asyncio.run(main)
-        return run_virtual(main, self.cpu_scale if self.clock == "cpu" else None, self.wake_s)
+        c = self.config
+        return run_virtual(main, c.cpu_scale if c.clock == "cpu" else None, c.wake_s)
 
     def close(self, orderly: bool = True) -> None:
         """Nothing to stop (the torch engine may have stage processes)."""
