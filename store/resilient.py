@@ -70,6 +70,9 @@ class ResilientStore(StoreWrapper):
         self.rebuilds = 0
         self._rebuilding = False
         self._tasks: set[asyncio.Task[None]] = set()
+        # Asked once: an isinstance against a runtime-checkable Protocol walks its members, and every call
+        # asks whether the server restarted.
+        self._pooled: PooledStore | None = inner if isinstance(inner, PooledStore) else None
         # Every failed attempt, by call and reason (unavailable, refused, error), and whoever counts
         # them (a server's wavepp_store_failures_total): a failed write is never silent.
         self.failures: Counter[tuple[str, str]] = Counter()
@@ -107,7 +110,7 @@ class ResilientStore(StoreWrapper):
             if self._down_since is not None and started < self._down_since:
                 return result      # sent before the outage began: no sign that the store is back
             self._down_since = None
-            if isinstance(self.inner, PooledStore) and self.inner.take_restart() and not self.down:
+            if self._pooled is not None and self._pooled.take_restart() and not self.down:
                 # The client reconnected to a new server instance without an error: what the store held is
                 # gone all the same - an outage, and the rebuild below.
                 self.down, self.outages = True, self.outages + 1
@@ -115,10 +118,10 @@ class ResilientStore(StoreWrapper):
             if self.down and not self._rebuilding:
                 self._rebuilding = True
                 self._back_since = loop.time()
-                if isinstance(self.inner, PooledStore):
+                if self._pooled is not None:
                     # One outage, one rebuild: a connection pooled before the outage that a later
                     # call picked would fail it, taken for another outage.
-                    await self.inner.drop_pooled_connections()
+                    await self._pooled.drop_pooled_connections()
                 self._tasks.add(asyncio.create_task(self._reconnected()))
             return result
 
