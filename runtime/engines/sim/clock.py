@@ -33,13 +33,21 @@ T = TypeVar("T")
 
 
 class _NoWaitSelector(selectors.DefaultSelector):
-    """A real selector (the loop's self-pipe still works) that never blocks: it advances time."""
+    """A real selector (the loop's self-pipe still works) that never blocks: it advances time.
+
+    While callbacks are ready (``timeout == 0``) it does not poll at all: nothing a virtual-time run
+    waits on arrives through a file descriptor (another thread's ``call_soon_threadsafe`` puts its
+    callback in the ready queue itself; the self-pipe only wakes a blocked loop), and a poll a loop
+    iteration is a system call every callback pays. Descriptors are polled whenever the loop would
+    wait, so a socket's events still arrive, at the next advance of time."""
 
     def __init__(self) -> None:
         super().__init__()
         self.loop: VirtualTimeLoop | None = None
 
     def select(self, timeout: float | None = None) -> list[tuple[selectors.SelectorKey, int]]:
+        if timeout == 0:
+            return []
         events = super().select(0)
         if events or self.loop is None:
             return events

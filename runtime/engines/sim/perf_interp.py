@@ -149,6 +149,7 @@ class GemmTable:
         if not sites:
             raise TableCoverageError("empty GEMM table")
         self._curves = {site: self._site_curve(site, pts) for site, pts in sites.items()}
+        self._near: dict[tuple[int, int], list[tuple[float, tuple[int, int]]]] = {}
 
     def _site_curve(self, site: tuple[int, int], points: list[tuple[int, float]]) -> Curve:
         n, k = site
@@ -162,14 +163,22 @@ class GemmTable:
         if curve is not None:
             return curve(m)
         # Not a collected site: borrow the utilisation of the nearest sites (2 octaves at most).
-        ln, lk = math.log2(n), math.log2(k)
-        near = sorted(
-            (math.hypot(math.log2(sn) - ln, math.log2(sk) - lk), (sn, sk)) for sn, sk in self._curves
-        )
-        near = [(d, s) for d, s in near if d <= 2.0][:4]
-        if not near:
-            raise TableCoverageError(f"no GEMM site within 2 octaves of n={n}, k={k}")
+        near = self._nearest(n, k)
         weights = [1.0 / (d * d) for d, _ in near]
         utils = [self._sol(m, sn, sk) / self._curves[(sn, sk)](m) for _, (sn, sk) in near]
         util = sum(w * u for w, u in zip(weights, utils, strict=True)) / sum(weights)
         return self._sol(m, n, k) / util
+
+    def _nearest(self, n: int, k: int) -> list[tuple[float, tuple[int, int]]]:
+        """The (distance in octaves, site) of the up to four collected sites within 2 octaves of ``(n, k)``,
+        nearest first; found once per shape (a model asks for a handful of shapes at every ``m``)."""
+        near = self._near.get((n, k))
+        if near is None:
+            ln, lk = math.log2(n), math.log2(k)
+            ranked = sorted(
+                (math.hypot(math.log2(sn) - ln, math.log2(sk) - lk), (sn, sk)) for sn, sk in self._curves
+            )
+            near = self._near[(n, k)] = [(d, s) for d, s in ranked if d <= 2.0][:4]
+        if not near:
+            raise TableCoverageError(f"no GEMM site within 2 octaves of n={n}, k={k}")
+        return near

@@ -124,3 +124,19 @@ def test_gemm_exact_at_sites_raised_to_roofline_and_util_borrowed_elsewhere() ->
     assert t(32, 1536, 1024) == pytest.approx(2.0 * _gemm_sol(32, 1536, 1024))  # util 0.5 borrowed
     with pytest.raises(TableCoverageError):
         t(32, 65536, 65536)  # no site within 2 octaves
+
+
+def test_gemm_borrowed_utilisation_is_the_same_at_every_m_whatever_was_asked_before() -> None:
+    """The nearest sites of an uncollected shape are found once; later queries at other ``m`` and other
+    shapes answer exactly what a fresh table answers."""
+    rows = [(m, n, k, (1.5 + (n + k + m) % 7 / 10) * _gemm_sol(m, n, k))
+            for m in (16, 64, 256) for n, k in ((1024, 1024), (2048, 1024), (1024, 4096), (4096, 4096))]
+    warm = GemmTable(rows, _gemm_sol)
+    queries = [(m, n, k) for n, k in ((1536, 1024), (3072, 2048), (1024, 2048)) for m in (8, 40, 100, 300)]
+    answers = [warm(*q) for q in queries + queries[::-1]]
+    fresh = [GemmTable(rows, _gemm_sol)(*q) for q in queries + queries[::-1]]
+    assert answers == fresh
+    with pytest.raises(TableCoverageError):
+        warm(32, 65536, 65536)
+    with pytest.raises(TableCoverageError):   # asked again: still refused, not answered from a cache
+        warm(16, 65536, 65536)
