@@ -10,7 +10,7 @@ ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1
 WORKDIR /opt/wavepp
 
 RUN pip install --index-url "${TORCH_INDEX_URL}" "torch==${TORCH_VERSION}"
-COPY pyproject.toml README.md ./
+COPY pyproject.toml setup.py README.md ./
 COPY wavepp ./wavepp
 COPY runtime ./runtime
 COPY store ./store

@@ -10,8 +10,8 @@ $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 
-# One install of the project with its dev extras; redone when pyproject.toml changes.
-$(STAMP): pyproject.toml | $(VENV)/bin/python
+# One install of the project with its dev extras; redone when its build configuration changes.
+$(STAMP): pyproject.toml setup.py | $(VENV)/bin/python
 	$(PY) -m pip install -q -e '.[dev]'
 	touch $@
 
@@ -161,10 +161,10 @@ faults: $(STAMP) services
 soak: $(STAMP) services
 	$(PY) scripts/soak.py --report out/soak.json
 
-# runtime/engines/torch/processes is named: ruff's default excludes skip any directory called dist.
+# mypy reads the package laid out as the build maps it (scripts/typecheck.py).
 lint: $(STAMP)
-	$(VENV)/bin/ruff check runtime runtime/engines/torch/processes store telemetry dashboard tests scripts wavepp
-	$(VENV)/bin/mypy
+	$(VENV)/bin/ruff check runtime store telemetry dashboard tests scripts wavepp setup.py
+	$(PY) scripts/typecheck.py
 
 # Known vulnerabilities of the installed packages (pip-audit against PyPI's advisory data; SERVICE=osv
 # asks OSV instead). One line and exit 2 when the service cannot be reached or knows none of them.

@@ -11,21 +11,30 @@
 from __future__ import annotations
 
 import ast
+import importlib.util
+import tomllib
 from collections.abc import Iterator
 from pathlib import Path
 
+import wavepp
+
 ROOT = Path(__file__).resolve().parents[1]
-FOLDERS = ("runtime", "store", "telemetry", "dashboard")
+# Import name -> folder, as the build maps them (pyproject.toml's package-dir).
+PACKAGE_DIR: dict[str, str] = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-dir"]
 # What a mechanism may import of the runtime (a policy, the mechanisms too): the floors below it.
 BELOW_MECHANISMS = ("kvcache", "planning", "request", "clock", "registry")
 
 
 def modules() -> dict[str, Path]:
+    """Every module of the package and its file, each import name read as a path through the build's map."""
     out = {}
-    for folder in FOLDERS:
+    for package, folder in PACKAGE_DIR.items():
+        mapped_below = {n.removeprefix(package + ".") for n in PACKAGE_DIR if n.startswith(package + ".")}
         for path in (ROOT / folder).rglob("*.py"):
-            name = ".".join(("wavepp", *path.relative_to(ROOT).with_suffix("").parts))
-            out[name.removesuffix(".__init__")] = path
+            rel = path.relative_to(ROOT / folder).with_suffix("").parts
+            if rel[0] in mapped_below:
+                continue
+            out[".".join((package, *rel)).removesuffix(".__init__")] = path
     return out
 
 
@@ -100,12 +109,35 @@ def test_the_import_graph_has_no_circle() -> None:
     assert circles(graph()) == []
 
 
+def test_each_module_is_the_file_the_installed_package_imports() -> None:
+    """The graph above reads ``wavepp.runtime.planning.cost`` as ``runtime/planning/cost.py``; the installed
+    package (editable here, a wheel elsewhere: the same map) resolves every name to that same file."""
+    known = modules()
+    assert {"wavepp", "wavepp.__main__", "wavepp.runtime.loop", "wavepp.store.redis_store"} <= set(known)
+    wrong = {}
+    for name, path in known.items():
+        spec = importlib.util.find_spec(name)
+        origin = Path(spec.origin).resolve() if spec is not None and spec.origin else None
+        if origin != path.resolve():
+            wrong[name] = (str(path.relative_to(ROOT)), str(origin))
+    assert wrong == {}
+
+
+def test_the_package_is_mapped_folders_without_links_or_build_output_names() -> None:
+    assert set(wavepp.SUBPACKAGES) == {n.removeprefix("wavepp.") for n in PACKAGE_DIR if n != "wavepp"}
+    for folder in PACKAGE_DIR.values():
+        links = [str(p.relative_to(ROOT)) for p in (ROOT / folder).rglob("*") if p.is_symlink()]
+        named = [str(p.relative_to(ROOT)) for p in (ROOT / folder).rglob("*")
+                 if p.is_dir() and p.name in ("dist", "build")]
+        assert links == [] and named == [], folder
+
+
 def test_no_import_runs_from_a_lower_floor_to_a_higher_one() -> None:
     wrong = []
     for name, targets in graph().items():
-        floor = name.split(".")[1]
+        floor = name.split(".")[1] if "." in name else ""
         for t in targets:
-            up = t.split(".")[1]
+            up = t.split(".")[1] if "." in t else ""
             if floor in ("store", "telemetry") and up in ("runtime", "dashboard"):
                 wrong.append(f"{name} -> {t}")
             # The command line is the top floor (``wavepp dashboard`` starts it), though it lives in runtime/.

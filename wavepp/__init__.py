@@ -1,7 +1,9 @@
 """WavePP: a pipeline-parallel prefill runtime.
 
-One installed package. Its subpackages are the project's top-level folders, linked here:
-``wavepp.runtime`` (``runtime/``: the request's path, engines, policies), ``wavepp.store``
-(``store/``), ``wavepp.telemetry`` (``telemetry/``) and ``wavepp.dashboard`` (``dashboard/``).
-``python -m wavepp`` is the ``wavepp`` command.
+One installed package. Its subpackages are the project's top-level folders, mapped by the build
+(pyproject.toml's package-dir): ``wavepp.runtime`` is ``runtime/`` (the request's path, engines, policies),
+``wavepp.store`` is ``store/``, ``wavepp.telemetry`` is ``telemetry/`` and ``wavepp.dashboard`` is
+``dashboard/``. ``python -m wavepp`` is the ``wavepp`` command.
 """
+
+SUBPACKAGES = ("runtime", "store", "telemetry", "dashboard")

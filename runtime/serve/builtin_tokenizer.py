@@ -53,12 +53,24 @@ def cache_root() -> Path:
 
 
 def corpus() -> list[tuple[str, str]]:
-    """The training text: every ``.py`` file of the installed package, as (relative path, text), by path."""
+    """The training text: every ``.py`` file of the installed package, as (path as the package lays it out,
+    text), by path - ``runtime/loop.py`` wherever the build put ``wavepp.runtime``."""
+    import importlib.util
+
     import wavepp
-    root = Path(wavepp.__file__).parent
-    files = sorted((Path(d, f).relative_to(root).as_posix(), Path(d, f))
-                   for d, _, names in os.walk(root, followlinks=True) for f in names if f.endswith(".py"))
-    return [(rel, path.read_text(encoding="utf-8", errors="replace")) for rel, path in files]
+    roots = [("", Path(wavepp.__file__).parent)]
+    for sub in wavepp.SUBPACKAGES:
+        spec = importlib.util.find_spec(f"wavepp.{sub}")
+        assert spec is not None and spec.submodule_search_locations, f"wavepp.{sub} is not installed"
+        roots.append((f"{sub}/", Path(list(spec.submodule_search_locations)[0])))
+    files = []
+    for prefix, root in roots:
+        for d, dirs, names in os.walk(root):
+            if not prefix and Path(d) == root:        # an installed wheel nests the subpackages: walked apart
+                dirs[:] = [x for x in dirs if x not in wavepp.SUBPACKAGES]
+            files += [(prefix + Path(d, f).relative_to(root).as_posix(), Path(d, f))
+                      for f in names if f.endswith(".py")]
+    return [(rel, path.read_text(encoding="utf-8", errors="replace")) for rel, path in sorted(files)]
 
 
 def ensure(vocab_size: int) -> BuiltinTokenizer:
