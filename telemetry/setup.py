@@ -25,8 +25,10 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
+from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
+from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.context import Context
 from opentelemetry.sdk.resources import Resource
@@ -64,6 +66,37 @@ Attributes = dict[str, Any]
 _NOT_RECORDING: AbstractContextManager[Span] = nullcontext(trace.INVALID_SPAN)
 
 _CONFIG: list[TelemetryConfig] = []
+
+
+class _SpanScope:
+    """:meth:`Telemetry.span`'s ``with`` block: the span starts at entry and is the current span inside; at
+    exit it ends, with an error status if an exception leaves the block. A plain class, not a generator
+    context manager: the runtime opens one for every lookup, pin, reserve, chunk and step."""
+
+    __slots__ = ("_tel", "_name", "_attributes", "_links", "_parent", "_cpu", "_cpu0", "_span", "_token")
+
+    def __init__(self, tel: Telemetry, name: str, attributes: Attributes | None, links: Sequence[Link] | None,
+                 parent: Span | None, cpu: bool) -> None:
+        self._tel, self._name, self._attributes, self._links = tel, name, attributes, links
+        self._parent, self._cpu, self._cpu0 = parent, cpu, 0
+
+    def __enter__(self) -> Span:
+        ctx = trace.set_span_in_context(self._parent) if self._parent is not None else None
+        self._span = s = self._tel.tracer.start_span(self._name, context=ctx, attributes=self._attributes,
+                                                     links=self._links, start_time=self._tel.now_ns())
+        if self._cpu:
+            self._cpu0 = time.thread_time_ns()
+        self._token = otel_context.attach(trace.set_span_in_context(s))
+        return s
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        s = self._span
+        otel_context.detach(self._token)
+        if exc is not None:
+            s.set_status(Status(StatusCode.ERROR, str(exc)))
+        if self._cpu:
+            s.set_attribute(N.LOOP_CPU_S, (time.thread_time_ns() - self._cpu0) / 1e9)
+        s.end(end_time=self._tel.now_ns())
 
 
 def configure(cfg: TelemetryConfig | None) -> None:
@@ -213,24 +246,7 @@ class Telemetry:
         core the loop had - what a what-if replay charges, :mod:`runtime.whatif.calibrate`)."""
         if not self.enabled:
             return _NOT_RECORDING
-        return self._span(name, attributes, links, parent, cpu)
-
-    @contextmanager
-    def _span(self, name: str, attributes: Attributes | None, links: Sequence[Link] | None,
-              parent: Span | None, cpu: bool = False) -> Iterator[Span]:
-        ctx = trace.set_span_in_context(parent) if parent is not None else None
-        s = self.tracer.start_span(name, context=ctx, attributes=attributes, links=links, start_time=self.now_ns())
-        cpu0 = time.thread_time_ns() if cpu else 0
-        try:
-            with trace.use_span(s, end_on_exit=False, record_exception=False, set_status_on_exception=False):
-                yield s
-        except BaseException as exc:
-            s.set_status(Status(StatusCode.ERROR, str(exc)))
-            raise
-        finally:
-            if cpu:
-                s.set_attribute(N.LOOP_CPU_S, (time.thread_time_ns() - cpu0) / 1e9)
-            s.end(end_time=self.now_ns())
+        return _SpanScope(self, name, attributes, links, parent, cpu)
 
     def start(self, name: str, attributes: Attributes | None = None, root: bool = False,
               link_to: Sequence[Span] = (), at: float | None = None) -> Span:
