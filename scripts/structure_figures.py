@@ -5,7 +5,10 @@
   per importing module and imported module, wherever the import stands) and ``floors``: the modules on the
   longest chain of imports (every module is one floor above the highest it imports);
 * ``constructors``: the ``__init__`` methods with the most parameters (``self`` not counted);
-* ``comment_share``: the lines of comments and docstrings over all non-blank lines.
+* ``comment_share``: the lines of comments and docstrings over all non-blank lines;
+* ``knob_path``: the project files on the call path of ``--max-wave-tokens`` from ``wavepp bench``'s command line
+  to the planner's budget (``mechanisms/chunking.py``'s ``mpu_budget``), outermost first, a file once per run of
+  consecutive frames in it (a small sim bench, run in this process).
 
 Usage: ``python scripts/structure_figures.py``.
 """
@@ -22,7 +25,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
-from test_layering import FOLDERS, graph  # noqa: E402
+from test_layering import PACKAGE_DIR, graph, modules  # noqa: E402
 
 
 def top_level() -> dict[str, object]:
@@ -78,7 +81,39 @@ def comment_share() -> dict[str, float | int]:
 
 
 def sources() -> list[Path]:
-    return sorted(p for folder in FOLDERS for p in (ROOT / folder).rglob("*.py"))
+    return sorted(modules().values())
+
+
+def knob_path() -> list[str]:
+    import contextlib
+    import traceback
+
+    from wavepp.runtime.cli import main as wavepp
+    from wavepp.runtime.mechanisms import chunking
+
+    folders = tuple(str((ROOT / f).resolve()) + "/" for f in PACKAGE_DIR.values())
+    stacks: list[list[str]] = []
+    budget = chunking.mpu_budget
+
+    def traced(inputs: chunking.PlanInputs) -> chunking.MpuBudget:
+        if not stacks:
+            stacks.append([str(Path(f.filename).resolve().relative_to(ROOT)) for f in traceback.extract_stack()[:-1]
+                           if str(Path(f.filename).resolve()).startswith(folders)])
+        return budget(inputs)
+
+    chunking.mpu_budget = traced
+    try:
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            wavepp(["bench", "--engine", "sim", "--model", "llama-3-8b", "--hardware", "h200", "--pp", "4",
+                    "--workload", "reuse90", "--concurrency", "4", "--requests", "8", "--policy", "wavepp",
+                    "--quiet", "--max-wave-tokens", "8192"])
+    finally:
+        chunking.mpu_budget = budget
+    path: list[str] = []
+    for f in stacks[0] if stacks else []:
+        if not path or path[-1] != f:
+            path.append(f)
+    return path
 
 
 def main() -> None:
@@ -90,6 +125,7 @@ def main() -> None:
                   "longest_chain": chain},
         "constructors": constructors(),
         "comment_share": comment_share(),
+        "knob_path": knob_path(),
     }, indent=1))
 
 

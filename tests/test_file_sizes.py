@@ -5,8 +5,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import wavepp
+
 ROOT = Path(__file__).resolve().parents[1]
-FOLDERS = ("runtime", "store", "telemetry", "dashboard")
+FOLDERS = wavepp.SUBPACKAGES
 MAX_LINES = 400
 
 # No exceptions: a file that grows past the limit is split.

@@ -10,8 +10,10 @@ import sys
 import venv
 from pathlib import Path
 
+import wavepp
+
 ROOT = Path(__file__).resolve().parents[1]
-FOLDERS = ("runtime", "store", "telemetry", "dashboard")
+FOLDERS = wavepp.SUBPACKAGES
 
 
 def test_the_wheel_adds_only_wavepp_to_a_fresh_venv_and_both_entry_points_run(tmp_path: Path) -> None:

@@ -287,7 +287,8 @@ def test_the_policys_pool_sizes_the_caches_and_a_policy_switched_to_runs_on_them
         events = [e for s in tel.finished_spans() if s.name == N.WAVE_PLAN for e in s.events
                   if e.name == N.EVENT_KNOBS]
         assert events and events[0].attributes[N.KNOBS_POOL_KEPT] == "min"   # the change says its pool stayed
-    engine.run(main())
+    with engine.runner() as runner:
+        runner.run(main())
 
 
 # ---- one manager for every stage (vLLM, SGLang) --------------------------------------------------

@@ -51,7 +51,9 @@ class Engine(Protocol):
     def default_knobs(self) -> Knobs: ...
     async def open_store(self, deadline_s: float | None = None) -> Store: ...
     def telemetry(self, run: RunInfo | None = None, keep: bool = True, **options: Any) -> Telemetry: ...
-    def run(self, main: Any) -> Any: ...
+    def runner(self) -> asyncio.Runner:
+        """The event loop a run's coroutines run on (virtual time on the sim, the wall clock elsewhere)."""
+        ...
     @property
     def virtual(self) -> bool: ...
 
@@ -192,7 +194,8 @@ def run_one(engine: Engine, cfg: BenchConfig, policy_name: str, concurrency: int
 
     stalled: str | None = None
     try:
-        result = engine.run(main())
+        with engine.runner() as runner:
+            result = runner.run(main())
     except Stalled as exc:    # reported with its figures to the stall; the bench goes on with the next run
         if not loops:
             raise

@@ -126,17 +126,19 @@ def measure_wake(samples: int = 100, seed: int = 0) -> float:
     return max(statistics.median(out), 0.0) if out else 0.0
 
 
-def run_virtual(main: Coroutine[Any, Any, T], cpu_scale: float | None = None, wake_s: float = 0.0) -> T:
-    """Run ``main`` to completion in virtual time (like ``asyncio.run``).
-
-    Through :class:`asyncio.Runner`, so Ctrl-C (or an exception a signal handler raises) cancels
-    every task and lets it finish before the loop closes: no "Task was destroyed but it is
-    pending" and no "Event loop is closed" from tasks that outlived their loop.
-    ``cpu_scale``: on a :class:`CpuClockLoop` (the loop's own CPU time, times this, also passes;
-    an idle wait is rounded up as a real loop's and takes ``wake_s`` more).
-    """
+def virtual_runner(cpu_scale: float | None = None, wake_s: float = 0.0) -> asyncio.Runner:
+    """An :class:`asyncio.Runner` in virtual time: Ctrl-C (or an exception a signal handler raises) cancels
+    every task and lets it finish before the loop closes - no "Task was destroyed but it is pending" and no
+    "Event loop is closed" from tasks that outlived their loop. ``cpu_scale``: on a :class:`CpuClockLoop`
+    (the loop's own CPU time, times this, also passes; an idle wait is rounded up as a real loop's and
+    takes ``wake_s`` more)."""
     if cpu_scale is not None and not cpu_scale > 0:
         raise ValueError(f"CPU clock scale must be positive, got {cpu_scale}")
-    factory = VirtualTimeLoop if cpu_scale is None else (lambda: CpuClockLoop(cpu_scale, wake_s))
-    with asyncio.Runner(loop_factory=factory) as runner:
+    return asyncio.Runner(loop_factory=VirtualTimeLoop if cpu_scale is None else (lambda: CpuClockLoop(cpu_scale,
+                                                                                                        wake_s)))
+
+
+def run_virtual(main: Coroutine[Any, Any, T], cpu_scale: float | None = None, wake_s: float = 0.0) -> T:
+    """Run ``main`` to completion in virtual time (like ``asyncio.run``; :func:`virtual_runner`)."""
+    with virtual_runner(cpu_scale, wake_s) as runner:
         return runner.run(main)

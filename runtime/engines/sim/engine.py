@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import Coroutine
-from typing import Any, TypeVar
+from typing import Any
 
 from wavepp.runtime.control.knobs import CPU_KNOBS, Knobs
 from wavepp.runtime.engines.base import EngineParts
@@ -14,7 +13,7 @@ from wavepp.runtime.engines.common import open_run_store, run_telemetry
 from wavepp.runtime.engines.config import SimConfig
 from wavepp.runtime.engines.coordination import CoordinationCosts, SimCostHook
 from wavepp.runtime.engines.sim.capacity import kv_bytes_per_token_per_gpu
-from wavepp.runtime.engines.sim.clock import run_virtual
+from wavepp.runtime.engines.sim.clock import virtual_runner
 from wavepp.runtime.engines.sim.costmodel import AnalyticCostModel, CostModel
 from wavepp.runtime.engines.sim.executor import SimExecutor
 from wavepp.runtime.engines.sim.perf_interp import TableCoverageError
@@ -36,7 +35,6 @@ from wavepp.store.memory import MemoryStore
 from wavepp.store.urls import parse_store_url
 from wavepp.telemetry.setup import Telemetry
 
-T = TypeVar("T")
 PER_STAGE = PerStage()
 
 # Every KV block is a Python object in its stage's pool (runtime.kvcache.block_pool): beyond this
@@ -171,11 +169,13 @@ class SimEngine:
         """``keep=False``: no in-memory span list (a long-running live runtime uses a bounded ring)."""
         return run_telemetry(self.store_url, not self.realtime, run, keep, num_stages=self.pp, **options)
 
-    def run(self, main: Coroutine[Any, Any, T]) -> T:
+    def runner(self) -> asyncio.Runner:
+        """Where a run's coroutines run: an event loop on the wall clock (real time), else in virtual time
+        (the CPU clock's with ``clock="cpu"``)."""
         if self.realtime:
-            return asyncio.run(main)
+            return asyncio.Runner()
         c = self.config
-        return run_virtual(main, c.cpu_scale if c.clock == "cpu" else None, c.wake_s)
+        return virtual_runner(c.cpu_scale if c.clock == "cpu" else None, c.wake_s)
 
     def close(self, orderly: bool = True) -> None:
         """Nothing to stop (the torch engine may have stage processes)."""

@@ -13,9 +13,8 @@ split between the stages so they do not oversubscribe the cores.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Coroutine
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import torch
 
@@ -39,7 +38,6 @@ from wavepp.store.memory import MemoryStore
 from wavepp.store.urls import parse_store_url
 from wavepp.telemetry.setup import Telemetry
 
-T = TypeVar("T")
 PER_STAGE = PerStage()
 
 
@@ -137,5 +135,6 @@ class TorchEngine:
         """Always the wall clock."""
         return False
 
-    def run(self, main: Coroutine[Any, Any, T]) -> T:
-        return asyncio.run(main)
+    def runner(self) -> asyncio.Runner:
+        """Where a run's coroutines run: an event loop on the wall clock."""
+        return asyncio.Runner()
