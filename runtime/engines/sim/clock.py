@@ -35,18 +35,19 @@ T = TypeVar("T")
 class _NoWaitSelector(selectors.DefaultSelector):
     """A real selector (the loop's self-pipe still works) that never blocks: it advances time.
 
-    While callbacks are ready (``timeout == 0``) it does not poll at all: nothing a virtual-time run
-    waits on arrives through a file descriptor (another thread's ``call_soon_threadsafe`` puts its
-    callback in the ready queue itself; the self-pipe only wakes a blocked loop), and a poll a loop
-    iteration is a system call every callback pays. Descriptors are polled whenever the loop would
-    wait, so a socket's events still arrive, at the next advance of time."""
+    While callbacks are ready (``timeout == 0``) a :class:`VirtualTimeLoop` does not poll at all: nothing a
+    virtual-time run waits on arrives through a file descriptor (another thread's ``call_soon_threadsafe``
+    puts its callback in the ready queue itself; the self-pipe only wakes a blocked loop), and a poll a loop
+    iteration is a system call every callback pays. Descriptors are polled whenever the loop would wait, so
+    a socket's events still arrive, at the next advance of time. A :class:`CpuClockLoop` polls as a real
+    loop does: its clock charges the loop's own CPU time, that system call included."""
 
     def __init__(self) -> None:
         super().__init__()
         self.loop: VirtualTimeLoop | None = None
 
     def select(self, timeout: float | None = None) -> list[tuple[selectors.SelectorKey, int]]:
-        if timeout == 0:
+        if timeout == 0 and self.loop is not None and not self.loop.polls_when_ready:
             return []
         events = super().select(0)
         if events or self.loop is None:
@@ -61,6 +62,8 @@ class _NoWaitSelector(selectors.DefaultSelector):
 
 class VirtualTimeLoop(asyncio.SelectorEventLoop):
     """An asyncio loop whose clock is virtual and starts at 0."""
+
+    polls_when_ready = False      # descriptors are polled only when the loop would wait (_NoWaitSelector)
 
     def __init__(self) -> None:
         selector = _NoWaitSelector()
@@ -82,6 +85,8 @@ class CpuClockLoop(VirtualTimeLoop):
     """Virtual time plus the CPU time this loop's thread has spent since the loop first read its clock,
     times ``scale`` (the module doc). The thread's CPU time, not the wall clock: other processes
     on the machine do not make a replay slower, ``scale`` says how much slower the runtime ran."""
+
+    polls_when_ready = True
 
     def __init__(self, scale: float = 1.0, wake_s: float = 0.0) -> None:
         super().__init__()
@@ -134,8 +139,9 @@ def virtual_runner(cpu_scale: float | None = None, wake_s: float = 0.0) -> async
     takes ``wake_s`` more)."""
     if cpu_scale is not None and not cpu_scale > 0:
         raise ValueError(f"CPU clock scale must be positive, got {cpu_scale}")
-    return asyncio.Runner(loop_factory=VirtualTimeLoop if cpu_scale is None else (lambda: CpuClockLoop(cpu_scale,
-                                                                                                        wake_s)))
+    if cpu_scale is None:
+        return asyncio.Runner(loop_factory=VirtualTimeLoop)
+    return asyncio.Runner(loop_factory=lambda: CpuClockLoop(cpu_scale, wake_s))
 
 
 def run_virtual(main: Coroutine[Any, Any, T], cpu_scale: float | None = None, wake_s: float = 0.0) -> T:

@@ -60,3 +60,30 @@ def test_another_threads_callback_runs_while_the_loop_is_busy() -> None:
         return done.result()
 
     assert run_virtual(main()) == 42
+
+
+def test_a_cpu_clock_loop_polls_while_busy_as_a_real_loop_does() -> None:
+    """The CPU clock charges what a real loop pays, its poll each iteration included: a socket's data
+    arrives while callbacks are still ready (the plain virtual loop reads it only once it would wait)."""
+    def spins_until_read(cpu_scale: float | None) -> bool:
+        a, b = socket.socketpair()
+        a.setblocking(False)
+
+        async def main() -> bool:
+            loop = asyncio.get_running_loop()
+            got: list[bytes] = []
+            loop.add_reader(a.fileno(), lambda: got.append(a.recv(16)))
+            b.send(b"ping")
+            for _ in range(100):
+                await asyncio.sleep(0)
+            loop.remove_reader(a.fileno())
+            return bool(got)
+
+        try:
+            return run_virtual(main(), cpu_scale)
+        finally:
+            a.close()
+            b.close()
+
+    assert spins_until_read(1.0) is True
+    assert spins_until_read(None) is False
