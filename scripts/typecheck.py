@@ -5,6 +5,8 @@ The build maps each import name to a folder (pyproject.toml's package-dir: ``wav
 links laid out as the import names say - ``build/typecheck/wavepp/runtime/loop.py`` is ``runtime/loop.py`` -
 made afresh at every run (a file added or removed since the last is seen), and its report names the source
 files again. Exit status: mypy's.
+
+Usage: ``python scripts/typecheck.py`` (``make lint``).
 """
 
 from __future__ import annotations
@@ -19,28 +21,28 @@ from pathlib import Path
 from mypy import api
 
 ROOT = Path(__file__).resolve().parents[1]
-TREE = ROOT / "build" / "typecheck"
 
 
-def package_dir() -> dict[str, str]:
+def package_dir(root: Path) -> dict[str, str]:
     """Import name -> folder, as the build maps them."""
-    with open(ROOT / "pyproject.toml", "rb") as f:
+    with open(root / "pyproject.toml", "rb") as f:
         mapping: dict[str, str] = tomllib.load(f)["tool"]["setuptools"]["package-dir"]
     return mapping
 
 
-def link_tree(mapping: dict[str, str]) -> int:
-    """Lay the sources out under :data:`TREE` by import name (hard links; copies where the file system
-    refuses a link); answers how many files."""
-    shutil.rmtree(TREE, ignore_errors=True)
+def link_tree(root: Path, tree: Path, mapping: dict[str, str]) -> int:
+    """Lay the sources under ``root`` out in ``tree`` by import name (hard links; copies where the file
+    system refuses a link); answers how many files."""
+    shutil.rmtree(tree, ignore_errors=True)
     count = 0
     for name, folder in mapping.items():
-        source, target = ROOT / folder, TREE.joinpath(*name.split("."))
+        source, target = root / folder, tree.joinpath(*name.split("."))
+        mapped_below = {n.removeprefix(name + ".").split(".")[0] for n in mapping if n.startswith(name + ".")}
         for path in source.rglob("*.py*"):
             if path.suffix not in (".py", ".pyi") or "__pycache__" in path.parts:
                 continue
             rel = path.relative_to(source)
-            if rel.parts[0] in {n.rpartition(".")[2] for n in mapping if n.startswith(name + ".")}:
+            if rel.parts[0] in mapped_below:
                 continue                     # a subpackage mapped to a folder of its own
             dest = target / rel
             dest.parent.mkdir(parents=True, exist_ok=True)
@@ -61,14 +63,20 @@ def source_paths(report: str, mapping: dict[str, str]) -> str:
     return pattern.sub(lambda m: to_source[m.group(1)], report)
 
 
-def main() -> int:
-    mapping = package_dir()
-    if link_tree(mapping) == 0:
+def main(root: Path = ROOT) -> int:
+    mapping = package_dir(root)
+    tree = root / "build" / "typecheck"
+    if link_tree(root, tree, mapping) == 0:
         print("typecheck: no source files found under the mapped folders", file=sys.stderr)
         return 2
-    os.chdir(TREE)
-    out, err, status = api.run(["--config-file", str(ROOT / "pyproject.toml"),
-                                "--cache-dir", str(ROOT / ".mypy_cache"), "-p", "wavepp"])
+    top = min(mapping, key=len)              # the package the others are mapped under
+    cwd = os.getcwd()
+    os.chdir(tree)
+    try:
+        out, err, status = api.run(["--config-file", str(root / "pyproject.toml"),
+                                    "--cache-dir", str(root / ".mypy_cache"), "-p", top])
+    finally:
+        os.chdir(cwd)
     sys.stdout.write(source_paths(out, mapping))
     sys.stderr.write(source_paths(err, mapping))
     return status
