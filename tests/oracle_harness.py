@@ -9,15 +9,13 @@ each request's first scheduling: its wave and its first chunk's start, the prefi
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from array import array
 from dataclasses import dataclass
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
+from tests.scripts_loader import load_script
 from wavepp.runtime.arrivals import ArrivalPort
 from wavepp.runtime.bench.runs import BenchConfig, run_one
 from wavepp.runtime.control.knobs import Knobs
@@ -34,17 +32,8 @@ FIXTURES = ROOT / "tests" / "data" / "oracle"
 MODEL, HARDWARE = "glm-5.2", "b300"
 
 
-def _scenarios_module() -> ModuleType:
-    """The prompt rule the oracle drivers use (scripts/oracle/scenarios.py, standard library only)."""
-    spec = importlib.util.spec_from_file_location("oracle_scenarios", ROOT / "scripts" / "oracle" / "scenarios.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module          # dataclasses look their module up while it executes
-    spec.loader.exec_module(module)
-    return module
-
-
-SCENARIOS = _scenarios_module()
+# The prompt rule the oracle drivers use (scripts/oracle/scenarios.py, standard library only).
+SCENARIOS = load_script("oracle/scenarios.py", "oracle_scenarios")
 
 
 def load_fixture(name: str) -> dict[str, Any]:

@@ -4,24 +4,13 @@ gap all outside the server passes as explained."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.scripts_loader import load_script
 
-
-def _script() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("client_check", ROOT / "scripts" / "client_check.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-cc = _script()
+cc = load_script("client_check.py", "client_check")
 MS = 1_000_000
 
 

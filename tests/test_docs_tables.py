@@ -4,29 +4,14 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
 
+from tests.scripts_loader import load_script
 from wavepp.runtime.engines.sim.perf_tables import default_perf_dir
 
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def _script() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("docs_tables", ROOT / "scripts" / "docs_tables.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["docs_tables"] = module          # dataclasses look their module up by name
-    spec.loader.exec_module(module)
-    return module
-
-
-docs_tables = _script()
+docs_tables = load_script("docs_tables.py", "docs_tables")
 BLOCKS = [b for page in docs_tables.PAGES for b in docs_tables.blocks(page)]
 
 

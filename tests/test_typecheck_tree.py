@@ -4,20 +4,15 @@ module in a mapped folder is checked under its import name and its error is repo
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import io
 from pathlib import Path
 from types import ModuleType
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.scripts_loader import load_script
 
 
 def _typecheck() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("typecheck", ROOT / "scripts" / "typecheck.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("typecheck.py", "typecheck")
 
 
 def _project(tmp_path: Path, body: str) -> Path:
