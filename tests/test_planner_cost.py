@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 import pytest
 
-from wavepp.runtime.planning.cost import CostPlanner, fcfs_waves, occupancy
+from wavepp.runtime.planning.cost import CostPlanner, fcfs_waves, level_cap, occupancy
 from wavepp.runtime.planning.planner import MpuBudget, MpuPlanner, pack_fcfs
 from wavepp.runtime.planning.step_times import Shape, StageFit, StepTimes
 from wavepp.runtime.request import AdmittedRequest, Request
@@ -91,14 +91,42 @@ def test_candidates_are_priced_on_the_same_work_not_on_their_first_wave_alone() 
     assert plan is not None and plan.budget == 16384
 
 
+def in_flight(rid: str, num_tokens: int, cached: int = 0) -> AdmittedRequest:
+    """An admitted request whose every chunk is planned: work in the system, none left to plan."""
+    a = adm(rid, num_tokens, cached)
+    a.scheduled = num_tokens
+    return a
+
+
 def test_budgets_that_pack_the_work_alike_keep_the_one_in_force() -> None:
-    """One 800-token request: every budget from 1024 up packs it as one wave; the proposal is the budget in
-    force when it is among them (no vote for a change the wave would not show)."""
+    """One 800-token request to plan beside four 8K prompts in flight: every budget from 1024 up to the
+    level cap (16384: the 33,568 tokens in the system over four stages, rounded up the ladder) packs it as
+    one wave; the proposal is the budget in force when it is among them (no vote for a change the wave
+    would not show)."""
+    work = [adm("a", 800)] + [in_flight(f"f{i}", 8192) for i in range(4)]
     p = planner(linear())
     p.budget.current = 8192
-    assert p.propose([adm("a", 800)]) == 8192
+    assert p.propose(work) == 8192
     p.budget.current = 512                         # below the group: its smallest member
-    assert p.propose([adm("a", 800)]) == 1024
+    assert p.propose(work) == 1024
+
+
+def test_a_wave_is_no_larger_than_the_work_in_the_system_spread_over_the_stages() -> None:
+    """A closed loop of 32 clients asking 2,048-token questions about a cached 96K document, 28 of them in
+    flight and 4 returned: the four pack as one 8K wave at every budget from 8192 up, so without a cap the
+    budget in force (32768) would stay and a wave could take up to 16 returning requests, leaving fewer
+    waves than stages. The 64K tokens in the system over four stages cap the budget at 16384; one request
+    alone is never cut below its own size by the cap (its fill and drain are the model's to price)."""
+    budget = MpuBudget(32768, 16384, B, ring=2 * P, fill_factor=2, num_stages=P)
+    p = CostPlanner(budget, 16384, B, StepTimes(P, None, linear()), P)
+    p.budget.current = 32768
+    doc = 98304
+    work = [in_flight(f"f{i}", doc + 2048, cached=doc) for i in range(28)] + \
+        [adm(f"r{i}", doc + 2048, cached=doc) for i in range(4)]
+    assert p.propose(work) == 16384
+    assert level_cap(p.ladder, 64 * 1024, 2048, P) == 16384
+    assert level_cap(p.ladder, 800, 800, P) == 1024
+    assert level_cap(p.ladder, 1e9, 2048, P) == 32768      # more work than the ladder's top: no cap
 
 
 def test_without_a_model_or_fits_it_plans_as_mpu() -> None:

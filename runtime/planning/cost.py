@@ -21,6 +21,18 @@ token (its fixed part is paid once), a smaller one keeps more stages busy when l
 system. Candidates that pack the work alike are one choice (the current budget stays when it is among
 the best); MPU's hysteresis then applies to the proposals.
 
+The ladder is scanned from the smallest candidate at or above ``max(X / P, x)`` down (:func:`level_cap`): a
+wave larger than the work in the system spread over the stages leaves fewer waves than stages, and in a closed
+loop that persists. A request returns in the group its wave finished in, and a wave takes every admitted
+request up to the budget, so with little work in the system (``X < P * M``) one wave can take what P waves
+should share, and the groups drift apart. Measured on the simulated GLM-5.2 / B300, PP4 (the autopilot's
+phased trace, ``scripts/bench_autopilot.py``): 32 clients asking 2,048-token questions about cached 96K
+documents at ``M`` = 32768 ran waves of 2,048, 6,144, 16,384, 18,432 and 22,528 tokens in turn, stage 0
+busy 84 %, 1.50-1.59M input tok/s, where ``M`` = 16384 kept eight-request waves at 1.82-1.89M. The occupancy
+model cannot see it: it prices the waves the work left to plan makes - the trickle of returning requests - not
+the ones the circulating work forms. Below ``x`` the cap does not go: how finely one request is cut is its
+own fill and drain, which the model prices.
+
 Where MPU differs: it asks for ``S = R + (F - 1) * P`` waves of *unscheduled* work and never goes below
 ``b_min``. A few short requests then make one wave that crosses the stages one after another (a
 pipeline a quarter busy at P = 4), and many long ones get waves half the size the stages run best.
@@ -52,6 +64,13 @@ def occupancy(work: float, mean: float, wave_tokens: float, num_stages: int) -> 
     m = work / wave_tokens
     k = max(1.0, mean / wave_tokens)
     return min(1.0, m / (k + num_stages - 1))
+
+
+def level_cap(ladder: Sequence[int], work: float, mean: float, num_stages: int) -> int:
+    """The largest budget worth pricing (module docstring): the smallest of ``ladder`` (largest first) at or
+    above ``max(work / P, mean)``, the largest when none is."""
+    level = max(work / num_stages, mean)
+    return min((b for b in ladder if b >= level), default=ladder[0])
 
 
 def fcfs_waves(admitted: Sequence[AdmittedRequest], budget: int, min_fragment: int, block_size: int,
@@ -108,7 +127,7 @@ class CostPlanner(MpuPlanner):
         return rate, rate * occupancy(work, mean, tokens / len(waves), self.num_stages), (len(waves), seconds)
 
     def propose(self, admitted: Sequence[AdmittedRequest]) -> int:
-        """The candidate budget of the highest predicted throughput. Scanned from the largest down; a
+        """The candidate budget of the highest predicted throughput. Scanned from :func:`level_cap` down; a
         candidate that packs the work as the one before it joins its group; the scan stops where even
         busy stages could not beat the best (a smaller wave only adds its fixed cost)."""
         live = [a for a in admitted if a.request.num_tokens > a.reused_tokens]
@@ -117,10 +136,13 @@ class CostPlanner(MpuPlanner):
         top = self.ladder[0]
         window = sum(c.length for c in pack_fcfs(admitted, top, self.min_fragment(top), self.block_size,
                                                  self.position))
-        best, best_thr = (top, top), -1.0      # the best group of candidates: (largest, smallest)
+        cap = level_cap(self.ladder, work, mean, self.num_stages)
+        best, best_thr = (cap, cap), -1.0      # the best group of candidates: (largest, smallest)
         group: tuple[int, int] | None = None
         last: tuple[int, float] | None = None
         for b in self.ladder:
+            if b > cap:
+                continue
             found = self.throughput(admitted, b, window, work, mean)
             if found is None:
                 continue
