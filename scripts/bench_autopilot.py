@@ -77,9 +77,11 @@ def main() -> int:
     ours = phase_figures(pilot.encoded, phases)
     decisions = pilot.meta["autopilot"]
 
+    starts = phase_starts(pilot.encoded, phases)
     lines = [f"starting knobs: {label(default, SimEngine(SimConfig(MODEL, HARDWARE, PP, BLOCK)).default_knobs())}", "",
              "| phase | default tok/s | default p99 s | autopilot tok/s | autopilot p99 s | hindsight best (setting) "
-             "tok/s | its p99 s | autopilot / best | autopilot / default |", "|---|---|---|---|---|---|---|---|---|"]
+             "tok/s | its p99 s | autopilot / best | autopilot / default | decided after |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     table = []
     for i, (name, _, _) in enumerate(phases):
         base = fixed["default"][i]
@@ -87,13 +89,16 @@ def main() -> int:
         mine = ours[i]
         vs_best = (mine.input_tokens_per_s or 0) / best.input_tokens_per_s if best.input_tokens_per_s else None
         vs_default = (mine.input_tokens_per_s or 0) / base.input_tokens_per_s if base.input_tokens_per_s else None
+        took = converged(decisions, starts[i], args.window)
         table.append({"phase": name, "default": _d(base),
                       "autopilot": _d(mine), "best": _d(best), "best_setting": best_label,
-                      "autopilot_over_best": vs_best, "autopilot_over_default": vs_default})
+                      "autopilot_over_best": vs_best, "autopilot_over_default": vs_default,
+                      "decided_after_s": took[0] if took else None, "decision": took[1] if took else None})
         lines.append(f"| {name} | {fmt(base.input_tokens_per_s, ',.0f')} | {fmt(base.prefill_p99_s, '.2f')} | "
                      f"{fmt(mine.input_tokens_per_s, ',.0f')} | {fmt(mine.prefill_p99_s, '.2f')} | "
                      f"{fmt(best.input_tokens_per_s, ',.0f')} ({best_label}) | {fmt(best.prefill_p99_s, '.2f')} | "
-                     f"{fmt(vs_best, '.3f')} | {fmt(vs_default, '.3f')} |")
+                     f"{fmt(vs_best, '.3f')} | {fmt(vs_default, '.3f')} | "
+                     f"{f'{took[0]:.0f} s ({took[1]})' if took else '-'} |")
     lines += ["", "| window | input tok/s | action | why | changes |", "|---|---|---|---|---|"]
     for d in decisions:
         w = json.loads(d[N.AUTOPILOT_WINDOW])
@@ -109,6 +114,32 @@ def main() -> int:
     Path(args.json).write_text(json.dumps({"phases": table, "decisions": decisions, "summary": summary,
                                            "fixed": {k: [_d(f) for f in v] for k, v in fixed.items()}}, indent=1))
     return 0
+
+
+DECIDED = ("apply", "advise", "keep", "rollback")     # a search's or a verdict's outcome on the workload
+
+
+def phase_starts(spans: list[dict[str, Any]], phases: list[tuple[str, int, int]]) -> list[float]:
+    """Each phase's first arrival, seconds after the run's first (a trace request's id names its line)."""
+    arrived: dict[int, int] = {}
+    for s in spans:
+        rid = str(s["a"].get(N.REQUEST_ID, "")) if s["n"] == N.REQUEST else ""
+        if rid.startswith("t") and rid[1:].isdigit():
+            arrived[int(rid[1:])] = s["t0"]
+    origin = min(arrived.values())
+    return [(min(t for line, t in arrived.items() if first <= line <= last) - origin) / 1e9
+            for _, first, last in phases]
+
+
+def converged(decisions: list[dict[str, Any]], start_s: float, window_s: float) -> tuple[float, str] | None:
+    """Time to converge after a phase starts: from its first arrival to the end of the first window after
+    the one it started in whose decision is about the workload (a search's outcome or a verdict), and which."""
+    first = int(start_s // window_s) + 1
+    for d in decisions:
+        index = json.loads(d[N.AUTOPILOT_WINDOW])["index"]
+        if index >= first and d[N.AUTOPILOT_ACTION] in DECIDED:
+            return (index + 1) * window_s - start_s, d[N.AUTOPILOT_ACTION]
+    return None
 
 
 def _d(f: PhaseFigures) -> dict[str, Any]:
