@@ -66,7 +66,9 @@ def register(sub: Any) -> dict[str, Handler]:
                    help=f"sim: kernel tables folder (default ${PERF_DIR_ENV} or ../shared/data/perf beside the repo)")
     b.add_argument("--cost-profile", default=None, help="sim: a profile written by `wavepp calibrate`")
     b.add_argument("--sim-profile", default=None,
-                   help="torch: also run the sim calibrated with this profile and report its throughput error")
+                   help="torch: this model's `wavepp calibrate` profile: the sim calibrated with it also runs, its "
+                        "throughput error reported, and a what-if replays the run with it (the autopilot's search, "
+                        "Preview of a saved run)")
     b.add_argument("--max-wave-tokens", type=positive_int, default=None, help="MPU's M")
     b.add_argument("--min-wave-tokens", type=positive_int, default=None, help="MPU's b_min")
     b.add_argument("--ring", type=positive_int, default=None, help="waves in flight R (default 2P, baselines P)")
@@ -191,7 +193,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
                 args.model = args.model or "tiny-llama"
                 engine = TorchEngine(TorchConfig(args.model, args.pp, args.block_size, args.kv_blocks,
                                                  args.kv_memory_mb or DEFAULT_KV_MB, args.seed, store_url=args.store,
-                                                 launcher=args.launcher or "threads"))
+                                                 launcher=args.launcher or "threads",
+                                                 sim_profile=str(Path(args.sim_profile).resolve()) if args.sim_profile
+                                                 else None))
                 args.hardware = engine.device.type       # a torch run reports its device, no hardware profile
             else:
                 if (args.cost_model == "fitted") != (args.cost_profile is not None):

@@ -4,6 +4,7 @@ a saved run."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 from typing import Any
 
@@ -128,13 +129,19 @@ def _start_embedded(args: argparse.Namespace) -> None:
         raise UsageError(str(exc)) from None
     runtime_args = {"workload": args.workload, "concurrency": args.concurrency or (16 if torch_engine else 64),
                     "prompt_tokens": prompt, "knobs": knobs, "autopilot": pilot}
-    if torch_engine and not os.environ.get("WAVEPP_COST_PROFILE") and os.environ.get(CALIBRATE_ENV) != "off":
+    profile = os.environ.get("WAVEPP_COST_PROFILE")
+    if torch_engine and not profile and os.environ.get(CALIBRATE_ENV) != "off":
         # Preview and Suggest out of the box: this machine's profile, cached or made in the background
         from wavepp.dashboard import calibration
         made = calibration.ensure(config.model, config.pp, engine.block_size)
         print(f"calibration for Preview and Suggest: {made.path}"
               + (f" (being made in the background, typically {calibration.TYPICAL})" if made.started else ""),
               flush=True)
+        profile = str(made.path)
+    if isinstance(config, TorchConfig) and profile:
+        # The embedded autopilot's search replays with it too (until a background calibration has written
+        # it, a search says there is no such profile and the knobs stay).
+        config = dataclasses.replace(config, sim_profile=profile)
     remote, _proc = embedded.start_child(config, runtime_args)
     embedded.CURRENT = remote
     if remote.error:

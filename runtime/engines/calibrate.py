@@ -167,6 +167,17 @@ def load_profile(path: str | Path) -> dict[str, Any]:
     return cast(dict[str, Any], data)      # checked field by field above
 
 
+def check_profile(path: str | Path, model: str | None, pp: int) -> dict[str, Any]:
+    """:func:`load_profile`, and measured on ``pp`` stages of ``model`` (None: any model); ValueError says
+    which does not match."""
+    profile = load_profile(path)
+    if profile["pp"] != pp:
+        raise ValueError(f"the cost profile {path} was measured with pp={profile['pp']}; the run has {pp}")
+    if model and profile.get("model") != model:
+        raise ValueError(f"the cost profile {path} was measured on {profile.get('model')}; the run is {model}")
+    return profile
+
+
 def _profile_problem(data: dict[str, Any]) -> str | None:
     """What is wrong with a profile's fields, or None."""
     for key in ("pp", "block_size", "vocab_size", "max_context"):

@@ -132,8 +132,10 @@ class TorchConfig:
     stages. ``kv_blocks``: blocks per stage, one value or one per stage; empty: as many as ``kv_memory_mb`` holds
     on each stage. ``seed``: of the random weights (no Hugging Face directory). ``device``: default CUDA where
     there is one. ``launcher``: stages as threads of this process, or as ``torch.distributed`` processes
-    (:mod:`runtime.engines.launchers`). The stage count's upper bound (the model's layers) is checked by the
-    engine, which reads the model."""
+    (:mod:`runtime.engines.launchers`). ``sim_profile``: this model's ``wavepp calibrate`` profile on this machine,
+    what a what-if replays the engine's runs with (the autopilot's search, Preview of a saved run); a run's meta
+    names it (``meta["sim"]["cost_profile"]``). The stage count's upper bound (the model's layers) is checked by
+    the engine, which reads the model."""
 
     model: str
     pp: int
@@ -144,6 +146,7 @@ class TorchConfig:
     store_url: str = "memory"
     device: str | None = None
     launcher: str = "threads"
+    sim_profile: str | None = None
 
     def __post_init__(self) -> None:
         check_stages(self.pp, self.block_size)

@@ -52,6 +52,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("kv_blocks", values.int_list, None, "KV blocks per stage: one value, or one per stage"),
     Option("kv_memory_mb", values.positive_float, 256.0, "torch: KV pool per stage when no --kv-blocks"),
     Option("launcher", values.choice("threads", "spawn"), "threads", "torch: stages as threads or spawned processes"),
+    Option("sim_profile", str, None, "torch: this model's `wavepp calibrate` profile on this machine, what the "
+                                     "autopilot's search replays the server with (without one it cannot replay)"),
     Option("policy", str, "wavepp", "starting policy (a knob: PUT /v1/knobs changes it)"),
     Option("seed", int, 0, "seed of the random weights (no Hugging Face directory)"),
     Option("store", str, "memory", "memory or redis://host:port/db[?cluster=name]: index, plans, knobs, span stream"),

@@ -25,6 +25,7 @@ from wavepp.runtime.autopilot.settings import AutopilotSettings
 from wavepp.runtime.clock import now
 from wavepp.runtime.control.knobs import Deployment, Knobs, check_block_size
 from wavepp.runtime.engines.base import EngineParts
+from wavepp.runtime.engines.calibrate import check_profile
 from wavepp.runtime.engines.common import store_source
 from wavepp.runtime.engines.config import EngineConfig, SimConfig, TorchConfig
 from wavepp.runtime.figures.idle_causes import LiveIdle
@@ -91,9 +92,15 @@ class RequestFailed(Exception):
 def engine_config(settings: dict[str, Any]) -> EngineConfig:
     """The engine the settings name (real time: a server answers on the wall clock)."""
     if settings["engine"] == "torch":
-        return TorchConfig(settings["model"] or "tiny-llama", settings["pp"], settings["block_size"],
-                           settings["kv_blocks"], settings["kv_memory_mb"], settings["seed"],
-                           store_url=settings["store"], launcher=settings["launcher"])
+        model, profile = settings["model"] or "tiny-llama", settings.get("sim_profile")
+        if profile:                     # refused at start, not at the autopilot's first search
+            try:
+                check_profile(profile, model, settings["pp"])
+            except ValueError as exc:
+                raise ValueError(f"--sim-profile: {exc}") from None
+        return TorchConfig(model, settings["pp"], settings["block_size"], settings["kv_blocks"],
+                           settings["kv_memory_mb"], settings["seed"], store_url=settings["store"],
+                           launcher=settings["launcher"], sim_profile=str(Path(profile).resolve()) if profile else None)
     return SimConfig(settings["model"] or "llama-3-8b", settings["hardware"], settings["pp"], settings["block_size"],
                      settings["kv_blocks"], store_url=settings["store"], clock="wall",
                      time_scale=settings["time_scale"])

@@ -70,7 +70,7 @@ NO_CALIBRATION = ("no calibration: a torch run is previewed in the sim calibrate
 def sim_spec(meta: Mapping[str, Any], cost_profile: str | None = None) -> SimSpec:
     """The sim for a run described by ``meta`` (engine, model, hardware, pp, block_size, capacities;
     a sim run's ``sim`` arguments). A torch run needs ``cost_profile``; WhatIfError says why not."""
-    from wavepp.runtime.engines.calibrate import load_profile
+    from wavepp.runtime.engines.calibrate import check_profile
     engine, pp, block = str(meta.get("engine", "")), int(meta.get("pp") or 0), int(meta.get("block_size") or 64)
     capacities = tuple(int(c) for c in meta.get("capacities") or ())
     if pp < 1 or len(capacities) != pp:
@@ -83,14 +83,9 @@ def sim_spec(meta: Mapping[str, Any], cost_profile: str | None = None) -> SimSpe
         raise WhatIfError(f"cannot replay a run of engine {engine!r} (sim or torch)")
     if profile_path:
         try:
-            profile = load_profile(profile_path)
+            profile = check_profile(profile_path, str(meta.get("model") or "") if engine == "torch" else None, pp)
         except ValueError as exc:
             raise WhatIfError(str(exc)) from None
-        if profile["pp"] != pp:
-            raise WhatIfError(f"the cost profile {profile_path} was measured with pp={profile['pp']}; the run has {pp}")
-        if engine == "torch" and meta.get("model") and profile.get("model") != meta.get("model"):
-            raise WhatIfError(f"the cost profile {profile_path} was measured on {profile.get('model')}; "
-                              f"the run is {meta.get('model')}")
         return SimSpec(engine, str(profile.get("model", "")), "", pp, block, capacities, cost_profile=profile_path,
                        time_scale=float(sim_args.get("time_scale", 1.0)), **_clock(engine, sim_args))
     model, hardware = sim_args.get("model") or meta.get("model"), sim_args.get("hardware") or meta.get("hardware")

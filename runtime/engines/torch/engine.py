@@ -47,6 +47,9 @@ class TorchEngine:
     def __init__(self, config: TorchConfig) -> None:
         self.config = config
         model, pp, block_size = config.model, config.pp, config.block_size
+        # What a what-if replays a run of this engine with: its calibration (None without one: a replay is
+        # refused, saying how to make one). A run's meta carries it (runtime.runs.meta).
+        self.replay_args = {"cost_profile": config.sim_profile} if config.sim_profile else None
         self.cfg: DecoderConfig = load_config(model)
         if pp > self.cfg.num_layers:
             raise ValueError(f"pp must be between 1 and the model's {self.cfg.num_layers} layers, got {pp}")
