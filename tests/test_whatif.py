@@ -121,6 +121,18 @@ def test_a_torch_run_needs_a_calibration(ring1: RunRecord, tmp_path: Path) -> No
         W.sim_spec(meta, str(path))
 
 
+def test_suggest_within_bounds_replays_no_setting_outside_them(ring1: RunRecord) -> None:
+    """The autopilot's bounds (ring only, here) narrow the search: nothing it could not apply is replayed."""
+    current = W.knobs_at_end(ring1.meta, [])
+
+    def ring_only(k: Knobs) -> bool:
+        return (k.max_wave_tokens, k.min_wave_tokens) == (current.max_wave_tokens, current.min_wave_tokens)
+    grid = S.suggest_grid(current, 4, 64)
+    s = S.suggest(replay(ring1), W.sim_spec(ring1.meta), current, S.Goal("throughput"), within=ring_only)
+    assert s.complete and s.planned == 1 + sum(map(ring_only, grid[1:])) == 4 < len(grid)
+    assert all(ring_only(Knobs(**p.knobs)) for p in s.tried) and s.changes.get("ring", 1) > 1
+
+
 def test_suggest_finds_the_better_ring_and_never_applies(ring1: RunRecord) -> None:
     current = W.knobs_at_end(ring1.meta, [])
     s = S.suggest(replay(ring1), W.sim_spec(ring1.meta), current, S.Goal("throughput"))

@@ -32,7 +32,8 @@ def suggest_predictor(meta: Mapping[str, Any], spans: Callable[[], Sequence[Span
                 # pace, and replayed at those times every setting would look alike. Replayed as the closed
                 # loop they were instead (the next one as one finishes), as a closed-loop run's are.
                 replay = dataclasses.replace(replay, open_loop=False)
-            found = suggest(replay, sim_spec(meta), knobs, Goal("throughput"), time_limit_s=settings.search_s)
+            found = suggest(replay, sim_spec(meta), knobs, Goal("throughput"), time_limit_s=settings.search_s,
+                            within=lambda k: settings.allows(knobs, k))     # nothing it could not apply
         except WhatIfError as exc:
             return Search(0.0, 0.0, (), note=str(exc))
         candidates = []

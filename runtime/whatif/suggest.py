@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -112,8 +113,9 @@ def improvement(goal: Goal, base: RunFigures, other: RunFigures, floor: float) -
 
 def suggest(replay: Replay, spec: SimSpec, current: Knobs, goal: Goal,
             time_limit_s: float = DEFAULT_TIME_LIMIT_S, progress: Progress | None = None,
-            resume: Suggestion | None = None) -> Suggestion:
-    """Search :func:`suggest_grid` on the replay for ``goal``; ``resume``: a search the time limit cut,
+            resume: Suggestion | None = None, within: Callable[[Knobs], bool] | None = None) -> Suggestion:
+    """Search :func:`suggest_grid` on the replay for ``goal`` (``within``: only the settings it accepts, the
+    autopilot's bounds, besides the current one); ``resume``: a search the time limit cut,
     continued from the settings it tried. A setting is proposed only if it beats the current one by
     more than the replay's error (:mod:`runtime.whatif.noise`); one within it is counted, never
     ranked. Where a setting's prediction is the median of several replays (a real-time run's), the
@@ -121,6 +123,8 @@ def suggest(replay: Replay, spec: SimSpec, current: Knobs, goal: Goal,
     ``spec.repeats`` times, taking turns."""
     check_replay(replay)
     grid = suggest_grid(current, spec.pp, spec.block_size)
+    if within is not None:
+        grid = grid[:1] + [k for k in grid[1:] if within(k)]
     spec = calibrated(replay, spec)
     screen = dataclasses.replace(spec, repeats=1)
     confirm = 2 * spec.repeats if spec.repeats > 1 else 0
