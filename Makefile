@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-dev
 
-.PHONY: bench-autopilot bench-dashboard demo test oracle test-reliability faults soak lint audit bench bench-torch bench-telemetry grid grid-pressure grid-kimi ablation ablation-kimi clean services stack client-check
+.PHONY: bench-autopilot bench-autopilot-torch bench-dashboard demo test oracle test-reliability faults soak lint audit bench bench-torch bench-telemetry grid grid-pressure grid-kimi ablation ablation-kimi clean services stack client-check
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -101,6 +101,19 @@ bench-autopilot: $(STAMP)
 		--markdown out/bench-autopilot.md
 	$(PY) scripts/bench_autopilot.py --start max_wave_tokens=32768,min_wave_tokens=16384 \
 		--trace out/phased-trace.jsonl --json out/bench-autopilot-wide.json --markdown out/bench-autopilot-wide.md
+
+# The same on the torch engine in real time (tiny-llama, PP2, this machine's CPU), phases sized to it, the
+# autopilot's search in the sim calibrated here first and bounded to the ring (each fixed setting is minutes of
+# real time): from the default ring and from ring=2 (P); about 15 minutes on 2 cores with nothing beside.
+bench-autopilot-torch: $(STAMP)
+	@mkdir -p out
+	$(VENV)/bin/wavepp calibrate --engine torch --model tiny-llama --pp 2 --out out/tiny-pp2.json
+	$(PY) scripts/bench_autopilot.py --engine torch --sim-profile out/tiny-pp2.json --window 10 --search 30 \
+		--concurrency 16 --trace out/phased-trace-torch.jsonl --json out/bench-autopilot-torch.json \
+		--markdown out/bench-autopilot-torch.md
+	$(PY) scripts/bench_autopilot.py --engine torch --sim-profile out/tiny-pp2.json --window 10 --search 30 \
+		--concurrency 16 --start ring=2 --trace out/phased-trace-torch.jsonl \
+		--json out/bench-autopilot-torch-ring2.json --markdown out/bench-autopilot-torch-ring2.md
 
 # The live view under load: headless chromium on the embedded sim demo and on a synthetic span stream
 # (Redis, db 13) at 1x, 2.5x and 5x the demo's span rate; 10 minutes a target (--duration).

@@ -37,6 +37,16 @@ def test_a_phase_needs_its_shape_described() -> None:
         Phase("x", "chat", 1, 1.0, 4096)
     with pytest.raises(ValueError, match="needs shared >= 1"):
         Phase("x", "docs", 1, 1.0, 4096)
+    with pytest.raises(ValueError, match="a question needs at least one token, got 0"):
+        Phase("x", "docs", 1, 1.0, 4096, shared=1, question=0)
+
+
+def test_a_docs_phase_asks_questions_of_its_own_length(tmp_path: Path) -> None:
+    phase = Phase("docs", "docs", 12, 5.0, 1024, shared=2, question=256)
+    write(tmp_path / "q.jsonl", [phase], seed=1, max_context=4096)
+    rows = load_trace(str(tmp_path / "q.jsonl")).rows
+    assert {r.input_length % 512 for r in rows} == {256}             # whole 512-token document blocks + 256
+    assert max(r.input_length for r in rows) <= phase.longest_prompt == 1536 + 256
 
 
 def test_phase_figures_group_request_spans_by_trace_line() -> None:

@@ -10,7 +10,7 @@ Each phase: ``requests`` Poisson arrivals at ``rate`` requests/s, prompts of one
 * ``groups`` - ``shared`` system prompts, each ``prefix`` of the typical ``tokens``; a request is one of them
   (uniformly) and a new suffix: ``reuse90``'s shape;
 * ``docs``   - ``shared`` documents of ``tokens`` x [0.5, 1.5] each, drawn uniformly, and a new question of
-  :data:`QUESTION_TOKENS`;
+  ``question`` tokens (:data:`QUESTION_TOKENS`);
 * ``cold``   - every prompt new, ``tokens`` x [0.75, 1.25].
 """
 
@@ -40,12 +40,15 @@ class Phase:
     tokens: int              # the typical prompt (groups, cold) or document (docs) length
     shared: int = 0          # groups: system prompts; docs: documents
     prefix: float = 0.9      # groups: the shared prompt's share of a prompt
+    question: int = QUESTION_TOKENS   # docs: the new tokens after the document
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
             raise ValueError(f"phase {self.name!r}: kind must be one of {', '.join(KINDS)}, got {self.kind!r}")
         if self.requests < 1 or not self.rate > 0 or self.tokens < TRACE_BLOCK_TOKENS:
             raise ValueError(f"phase {self.name!r}: needs requests >= 1, rate > 0 and tokens >= {TRACE_BLOCK_TOKENS}")
+        if self.question < 1:
+            raise ValueError(f"phase {self.name!r}: a question needs at least one token, got {self.question}")
         if self.kind != "cold" and self.shared < 1:
             raise ValueError(f"phase {self.name!r}: a {self.kind} phase needs shared >= 1")
 
@@ -56,7 +59,7 @@ class Phase:
             prefix = int(self.tokens * self.prefix) // TRACE_BLOCK_TOKENS * TRACE_BLOCK_TOKENS
             return prefix + int(self.tokens * (1 - self.prefix) * 1.25)
         if self.kind == "docs":
-            return int(self.tokens * 1.5) // TRACE_BLOCK_TOKENS * TRACE_BLOCK_TOKENS + QUESTION_TOKENS
+            return int(self.tokens * 1.5) // TRACE_BLOCK_TOKENS * TRACE_BLOCK_TOKENS + self.question
         return int(self.tokens * 1.25)
 
 
@@ -105,7 +108,7 @@ def rows(phases: Sequence[Phase], seed: int = 0) -> Iterator[dict[str, object]]:
                 ids = blocks(n)
             else:
                 base = rng.choice(shared)
-                extra = QUESTION_TOKENS if phase.kind == "docs" else \
+                extra = phase.question if phase.kind == "docs" else \
                     int(phase.tokens * (1 - phase.prefix) * rng.uniform(0.75, 1.25))
                 n = len(base) * TRACE_BLOCK_TOKENS + extra
                 ids = base + blocks(extra)
