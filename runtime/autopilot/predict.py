@@ -36,13 +36,18 @@ def suggest_predictor(meta: Mapping[str, Any], spans: Callable[[], Sequence[Span
                             within=lambda k: settings.allows(knobs, k))     # nothing it could not apply
         except WhatIfError as exc:
             return Search(0.0, 0.0, (), note=str(exc))
+        # Like with like: each setting's screening replay against the current knobs' own (tried[0]). The
+        # Suggestion's `current` of a real-time run is anchored on the run (moved to what it observed), and a
+        # raw candidate over it would read the replay's error as a gain; the pilot's correction factor
+        # relates the replays to what the run observes.
         candidates = []
         for p in found.tried[1:]:
             try:
-                candidates.append(Candidate(from_changes(p.knobs, {}), p.figures.input_tokens_per_s or 0.0))
+                candidates.append(Candidate(from_changes(p.knobs, {}), p.replayed.input_tokens_per_s or 0.0))
             except KnobError:
                 continue
-        return Search(found.current.figures.input_tokens_per_s or 0.0, found.error.noise, candidates,
-                      len(found.tried), found.planned, found.replay_note)
+        current = found.tried[0].replayed.input_tokens_per_s if found.tried else None
+        return Search(current or 0.0, found.error.noise, candidates, len(found.tried), found.planned,
+                      found.replay_note)
 
     return predict

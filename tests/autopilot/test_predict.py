@@ -40,3 +40,28 @@ def test_a_trace_whose_cap_bound_is_replayed_as_the_closed_loop_it_was(monkeypat
     search = predict.suggest_predictor(meta, lambda: held)(window, Knobs(), AutopilotSettings(mode="on"))
     assert search.current_tps == 0 and "stop here" in search.note
     assert seen[0].open_loop is open_loop and seen[0].concurrency == 4
+
+
+def test_candidates_are_weighed_against_the_current_knobs_own_replay(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A real-time run's Suggestion anchors its current setting on the run (here 100 observed where the
+    replay gave 80): a candidate replayed at 88 is +10 % over the current knobs' own replay, not -12 %
+    against the anchored figure - and a candidate equal to the replay is no gain at all."""
+    from types import SimpleNamespace as NS
+
+    from wavepp.runtime.whatif.predict import Prediction
+
+    def tps(x: float) -> Any:
+        return NS(input_tokens_per_s=x)
+    current = Knobs().as_dict()
+    tried = [Prediction(current, tps(80.0), 1.0), Prediction(Knobs(ring=8).as_dict(), tps(88.0), 1.0),
+             Prediction(Knobs(ring=2).as_dict(), tps(80.0), 1.0)]
+    found = NS(current=Prediction(current, tps(100.0), 1.0, raw=tps(80.0)), tried=tried, planned=3,
+               error=NS(noise=0.25), replay_note="")
+    monkeypatch.setattr(predict, "suggest", lambda *a, **k: found)
+    meta = {"concurrency": 4, "workload": "reuse90", "engine": "sim", "model": "llama-3-8b", "hardware": "h200",
+            "pp": 4, "block_size": 64, "capacities": [1000] * 4}
+    window = WindowFigures(0, 0, 50 * 10**9, 1.0, 0.5, None, None, 40, 0, WorkloadStats(40, 4096.0, 0.0, 1.0))
+    search = predict.suggest_predictor(meta, lambda: spans(4, gap_s=1.0))(window, Knobs(), AutopilotSettings(mode="on"))
+    assert search.current_tps == 80.0 and search.error == 0.25
+    assert [(c.knobs.ring, c.predicted_tps / search.current_tps - 1) for c in search.candidates] == \
+        [(8, pytest.approx(0.1)), (2, 0.0)]
