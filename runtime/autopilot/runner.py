@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from wavepp.runtime.autopilot.pilot import Decision, Pilot, Predictor
-from wavepp.runtime.autopilot.predict import suggest_predictor
+from wavepp.runtime.autopilot.predict import SearchProcess, search_here, suggest_predictor
 from wavepp.runtime.autopilot.settings import AutopilotSettings, SettingsError, from_dict
 from wavepp.runtime.autopilot.window import Span, measure
 from wavepp.runtime.control.knobs import KnobError, Knobs, from_changes, validated_values
@@ -54,7 +54,10 @@ class AutopilotRunner:
         the spans the feed still batches; ``virtual``: the loop runs in virtual time."""
         self.loop = loop
         self.settings = settings
-        self.predictor = predictor or suggest_predictor(meta or {}, lambda: list(self._spans))
+        # Beside a real-time run the search runs in a child process of the lowest priority (runtime.autopilot.predict)
+        self._searcher = None if virtual or predictor is not None else SearchProcess()
+        self.predictor = predictor or suggest_predictor(meta or {}, lambda: list(self._spans),
+                                                        self._searcher or search_here)
         self.virtual = virtual
         self.flush = flush
         self.pilot = Pilot()
@@ -93,16 +96,20 @@ class AutopilotRunner:
             await self._read()
         except (StoreError, TimeoutError) as exc:
             log.warning("autopilot: cannot publish its settings yet (%s): at the end of its first window", exc)
-        while True:
-            await asyncio.sleep(self.settings.window_s)
-            end = tel.now_ns()
-            self.flush()
-            decision = await self._window(index, start, end)
-            if decision is not None:
-                self._record(decision)
-            while self._spans and (self._spans[0]["t1"] or 0) < start:   # keep this window and the one before
-                self._spans.popleft()
-            index, start = index + 1, end
+        try:
+            while True:
+                await asyncio.sleep(self.settings.window_s)
+                end = tel.now_ns()
+                self.flush()
+                decision = await self._window(index, start, end)
+                if decision is not None:
+                    self._record(decision)
+                while self._spans and (self._spans[0]["t1"] or 0) < start:   # keep this window and the one before
+                    self._spans.popleft()
+                index, start = index + 1, end
+        finally:
+            if self._searcher is not None:
+                self._searcher.close()
 
     async def _window(self, index: int, start: int, end: int) -> Decision | None:
         try:

@@ -65,3 +65,29 @@ def test_candidates_are_weighed_against_the_current_knobs_own_replay(monkeypatch
     assert search.current_tps == 80.0 and search.error == 0.25
     assert [(c.knobs.ring, c.predicted_tps / search.current_tps - 1) for c in search.candidates] == \
         [(8, pytest.approx(0.1)), (2, 0.0)]
+
+
+def test_beside_a_real_time_run_the_search_runs_in_a_child_of_the_lowest_priority() -> None:
+    """The child's search is the same search (a virtual-time sim replay is deterministic: the same figures
+    as in this process), run at niceness 19; a child that dies is one line, and the next search starts a
+    new one."""
+    import os
+
+    from tests.test_whatif import KNOBS, replay, sim_run
+    from wavepp.runtime.autopilot.settings import from_dict, parse_bounds
+    from wavepp.runtime.whatif.preview import sim_spec
+
+    run = sim_run(KNOBS.replace(ring=1), requests=48)
+    settings = from_dict({"mode": "on", "bounds": parse_bounds("ring=1:16")})
+    current = KNOBS.replace(ring=1)
+    here = predict.search_here(replay(run), sim_spec(run.meta), current, settings)
+    child = predict.SearchProcess()
+    try:
+        there = child(replay(run), sim_spec(run.meta), current, settings)
+        assert [p.figures.input_tokens_per_s for p in there.tried] == [p.figures.input_tokens_per_s for p in here.tried]
+        assert len(there.tried) == 4 and child.call(os.nice, 0) == 19
+        with pytest.raises(predict.WhatIfError, match="the search process died"):
+            child.call(os._exit, 1)
+        assert child.call(os.nice, 0) == 19
+    finally:
+        child.close()
