@@ -4,8 +4,9 @@ it decided - knobs through the store (the loop applies them at its next wave bou
 operator's), the decision as a span. An operator's own knob write freezes it (until the operator
 resumes it); a store it cannot reach pauses it, one log line, and it goes on when the store is back.
 
-The pilot's search replays in the simulator on a thread of its own: on the wall clock the loop goes
-on meanwhile; in virtual time the loop waits for it, so the search takes no virtual time and a sim
+The pilot decides on a thread of its own: on the wall clock the loop goes on meanwhile, and the search's
+replays run in a child process of the lowest CPU priority (:class:`~.predict.SearchProcess`), off the
+stages' cores and GIL; in virtual time the loop waits for it, so the search takes no virtual time and a sim
 run with the autopilot stays deterministic.
 """
 
@@ -54,7 +55,6 @@ class AutopilotRunner:
         the spans the feed still batches; ``virtual``: the loop runs in virtual time."""
         self.loop = loop
         self.settings = settings
-        # Beside a real-time run the search runs in a child process of the lowest priority (runtime.autopilot.predict)
         self._searcher = None if virtual or predictor is not None else SearchProcess()
         self.predictor = predictor or suggest_predictor(meta or {}, lambda: list(self._spans),
                                                         self._searcher or search_here)
