@@ -104,7 +104,7 @@ bench-autopilot: $(STAMP)
 
 # The same on the torch engine in real time (tiny-llama, PP2, this machine's CPU), phases sized to it, the
 # autopilot's search in the sim calibrated here first and bounded to the ring (each fixed setting is minutes of
-# real time): from the default ring and from ring=2 (P); about 15 minutes on 2 cores with nothing beside.
+# real time): from the default ring and from ring=2 (P); about 20 minutes on 2 cores with nothing beside.
 bench-autopilot-torch: $(STAMP)
 	@mkdir -p out
 	$(VENV)/bin/wavepp calibrate --engine torch --model tiny-llama --pp 2 --out out/tiny-pp2.json
