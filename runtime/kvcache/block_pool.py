@@ -29,6 +29,7 @@ The order is that of one list ``[n-1, ..., _fresh] + _returned`` popped from the
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from wavepp.store.probe import longest_prefix_in
@@ -103,22 +104,6 @@ class BlockPool:
                 return
             b = p
 
-    def _unhold(self, b: Block) -> None:
-        """``b`` is no longer held: it and ancestors held only through it become reclaimable."""
-        blocks = self.blocks
-        while True:
-            b.held = False
-            self.num_reclaimable += 1
-            if b.num_children == 0:
-                self.lru[b.id] = None               # most recently used end
-            if b.parent < 0:
-                return
-            p = blocks[b.parent]
-            p.held_children -= 1
-            if p.held_children or p.ref_count:
-                return
-            b = p
-
     def pin(self, block_id: int) -> None:
         """Take a reference. The caller checked that holding the unheld ancestry is allowed."""
         b = self.blocks[block_id]
@@ -127,16 +112,41 @@ class BlockPool:
             self._hold(b)
 
     def unpin(self, block_id: int) -> None:
-        b = self.blocks[block_id]
-        if b.ref_count <= 0:
-            raise AssertionError(f"unpin of unreferenced block {block_id}")
-        b.ref_count -= 1
-        if b.ref_count:
-            return
-        if b.hash is None:
-            self._returned.append(block_id)         # an owned block nobody attached: back to free
-        elif not b.held_children:
-            self._unhold(b)
+        self.unpin_many((block_id,))
+
+    def unpin_many(self, block_ids: Iterable[int]) -> None:
+        """Drop one reference from each block, in order. A block left unreferenced goes back to the free
+        list if it was never attached, else stops being held (with the ancestors held only through it).
+
+        One call for a request's whole chain: per block it is a few attribute updates, and as separate
+        calls the calls themselves were most of the cost."""
+        blocks, lru = self.blocks, self.lru
+        reclaimed = 0
+        for block_id in block_ids:
+            b = blocks[block_id]
+            if b.ref_count <= 0:
+                raise AssertionError(f"unpin of unreferenced block {block_id}")
+            b.ref_count -= 1
+            if b.ref_count:
+                continue
+            if b.hash is None:
+                self._returned.append(block_id)     # an owned block nobody attached: back to free
+                continue
+            if b.held_children:
+                continue
+            while True:                             # b and the ancestors held only through it
+                b.held = False
+                reclaimed += 1
+                if b.num_children == 0:
+                    lru[b.id] = None                # most recently used end
+                if b.parent < 0:
+                    break
+                p = blocks[b.parent]
+                p.held_children -= 1
+                if p.held_children or p.ref_count:
+                    break
+                b = p
+        self.num_reclaimable += reclaimed
 
     def take_free(self) -> int:
         """The next free block: the last one handed back, else the lowest never used (IndexError
@@ -174,27 +184,72 @@ class BlockPool:
             if not p.held:
                 self._hold(p)
 
+    def attach_chain(self, table: list[int], hashes: list[int], start: int, end: int, attached: list[int]) -> None:
+        """Cache a completing request's OWNED blocks ``table[start:end]`` as ``hashes[start:end]``, each under
+        the one before it (``table[start - 1]``, which the caller holds, or the root). A hash another block
+        caches already is adopted: that block is pinned in ours' place, ours unpinned (free, unless a
+        follower still reads it), and ``table`` names it from then on; a block cached as itself (stored
+        while it ran) passes. Newly attached hashes go to ``attached``. The blocks stay pinned: held."""
+        blocks, by_hash, lru = self.blocks, self.by_hash, self.lru
+        parent = table[start - 1] if start else -1
+        for i in range(start, end):
+            bid, h = table[i], hashes[i]
+            existing = by_hash.get(h)
+            if existing is None:                    # attach(bid, h, parent), inlined: one call a chain
+                b = blocks[bid]
+                assert b.hash is None and b.ref_count >= 1, "only an owned block can be attached"
+                b.hash, b.parent, b.held = h, parent, True
+                by_hash[h] = bid
+                if parent >= 0:
+                    p = blocks[parent]
+                    if p.num_children == 0:
+                        lru.pop(parent, None)
+                    p.num_children += 1
+                    p.held_children += 1
+                    if not p.held:
+                        self._hold(p)
+                attached.append(h)
+            elif existing != bid:
+                # Its parent is ours (held), so at most this one block becomes newly held - and ours comes
+                # free: what escrow can count on does not change.
+                self.pin(existing)
+                self.unpin(bid)
+                table[i] = existing
+            parent = table[i]
+
     def evict(self, block_id: int) -> int:
         """Detach an evictable leaf from the tree; the block becomes OWNED by the caller (ref 1).
 
-        Returns the evicted hash (for the hint index). A parent that becomes an unheld leaf goes
-        to the *front* of the LRU: the rest of a cold prefix goes before warm ones.
-        """
+        Returns the evicted hash (for the hint index)."""
         b = self.blocks[block_id]
         assert b.hash is not None and not b.held and b.num_children == 0, "not an evictable leaf"
-        del self.lru[block_id]
-        evicted = b.hash
-        del self.by_hash[evicted]
-        if b.parent >= 0:
-            p = self.blocks[b.parent]
-            p.num_children -= 1
-            if p.num_children == 0 and not p.held:
-                self.lru[b.parent] = None
-                self.lru.move_to_end(b.parent, last=False)
-        b.hash, b.parent, b.ref_count, b.held = None, -1, 1, False
-        self.num_evictions += 1
-        self.num_reclaimable -= 1
-        return evicted
+        self.lru.move_to_end(block_id, last=False)
+        detached: list[int] = []
+        self._evict_oldest(1, detached, [])
+        return detached[0]
+
+    def _evict_oldest(self, n: int, detached: list[int], out: list[int]) -> None:
+        """Evict the ``n`` oldest evictable leaves in turn (the caller knows there are enough), each OWNED
+        by the caller afterwards (ref 1): ids appended to ``out``, hashes to ``detached``. A parent that
+        becomes an unheld leaf goes to the *front* of the LRU: the rest of a cold prefix goes before
+        warm ones (and is next, when ``n`` reaches it)."""
+        blocks, lru, by_hash = self.blocks, self.lru, self.by_hash
+        for _ in range(n):
+            victim, _ = lru.popitem(last=False)
+            b = blocks[victim]
+            detached.append(b.hash)                 # type: ignore[arg-type]
+            del by_hash[b.hash]                     # type: ignore[arg-type]
+            parent = b.parent
+            if parent >= 0:
+                p = blocks[parent]
+                p.num_children -= 1
+                if p.num_children == 0 and not p.held:
+                    lru[parent] = None
+                    lru.move_to_end(parent, last=False)
+            b.hash, b.parent, b.ref_count, b.held = None, -1, 1, False
+            out.append(victim)
+        self.num_evictions += n
+        self.num_reclaimable -= n
 
     def release_owned(self, block_id: int) -> None:
         """Give an OWNED block back to the free list."""
@@ -204,14 +259,23 @@ class BlockPool:
         self._returned.append(block_id)
 
     def take(self, n: int, detached: list[int]) -> list[int]:
-        """``n`` blocks OWNED by the caller: free ones first, then LRU leaves evicted (their hashes appended
-        to ``detached``, for the hint index). The caller's accounting guarantees enough."""
-        free = min(n, self.num_free)
-        out = [self.own(self.take_free()) for _ in range(free)]
-        for _ in range(n - free):
-            victim = next(iter(self.lru))
-            detached.append(self.evict(victim))
-            out.append(victim)
+        """``n`` blocks OWNED by the caller: free ones first (the last handed back first, then the lowest
+        never used), then LRU leaves evicted (their hashes appended to ``detached``, for the hint index).
+        The caller's accounting guarantees enough."""
+        returned, blocks = self._returned, self.blocks
+        reused = min(n, len(returned))
+        out = returned[len(returned) - reused:]
+        out.reverse()
+        del returned[len(returned) - reused:]
+        for bid in out:
+            blocks[bid].ref_count = 1
+        fresh = min(n - reused, self.num_blocks - self._fresh)
+        first = self._fresh
+        blocks.extend(Block(bid, ref_count=1) for bid in range(first, first + fresh))
+        out.extend(range(first, first + fresh))
+        self._fresh = first + fresh
+        if n > reused + fresh:
+            self._evict_oldest(n - reused - fresh, detached, out)
         return out
 
     def evict_unheld(self, n: int, detached: list[int]) -> int:
@@ -219,10 +283,10 @@ class BlockPool:
         to ``detached``); answers how many. A reclaimable block becomes a free one: what an escrow may
         claim (free + reclaimable) is unchanged."""
         done = 0
+        out: list[int] = []
         while done < n and self.lru:
-            victim = next(iter(self.lru))
-            detached.append(self.evict(victim))
-            self.release_owned(victim)
+            self._evict_oldest(1, detached, out)   # one at a time: an evicted leaf's parent may be next
+            self.release_owned(out.pop())
             done += 1
         return done
 

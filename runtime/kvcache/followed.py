@@ -51,5 +51,4 @@ class FollowedBlocks:
     def release(self, rid: str, lease: Lease, table: list[int]) -> None:
         """A failed follower lets go of the blocks it pinned (``table``: its block table here, if any)."""
         pinned = self.handed.pop(rid, table[lease.followed_from:lease.reuse_blocks] if lease.producer else [])
-        for bid in reversed(pinned):
-            self.pool.unpin(bid)
+        self.pool.unpin_many(reversed(pinned))

@@ -288,32 +288,15 @@ class StageCache(HybridStates):
         # A follower caches the producer's blocks it read like its own (they ran everywhere before its last
         # chunk): the producer may not have completed, or may have adopted another request's copy.
         start = lease.followed_from if lease.producer is not None else k
-        parent = table[start - 1] if start else -1
-        keep = start                               # table[start:keep] are pinned by us until the unpin below
-        for i in range(start, num_full):
-            bid, h = table[i], hashes[i]
-            existing = pool.by_hash.get(h)
-            if existing is None:
-                pool.attach(bid, h, parent)        # parent is held by us: never evictable here
-                self._attached.append(h)
-            elif existing != bid:                  # (this block already: stored, or cached by a follower)
-                # Another request cached the same block first: adopt it, drop our copy. Its parent
-                # is ours (held), so at most this one block becomes newly held - and ours comes
-                # free: what escrow can count on does not change.
-                pool.pin(existing)
-                pool.unpin(bid)                    # free, unless a follower of ours still reads it
-                table[i] = existing
-            parent = table[i]
-            keep = i + 1
-        for bid in table[keep:]:
-            pool.unpin(bid)                     # partial last block, or blocks we stopped attaching
+        keep = max(start, num_full)                # table[start:keep] are pinned by us until the unpin below
+        pool.attach_chain(table, hashes, start, keep, self._attached)
+        pool.unpin_many(table[keep:])              # partial last block (free, unless a follower reads it)
         self.followed.hand_over(rid, table, self.leases, self.tables)
         if self.states is not None:
             self._keep_snapshots(rid, hashes, k, keep)
             if lease.snapshot is not None:
                 self.states.unpin(lease.snapshot)
-        for bid in reversed(table[start:keep]):
-            pool.unpin(bid)
+        pool.unpin_many(reversed(table[start:keep]))
         if lease.boundary >= 0:
             pool.unpin(lease.boundary)
         self._forget(rid)
@@ -327,10 +310,8 @@ class StageCache(HybridStates):
         stored = self.stored.pop(rid, 0)
         if lease is not None:
             k = lease.reuse_blocks
-            for bid in table[max(k, stored):]:
-                self.pool.unpin(bid)            # free, unless a follower still reads it
-            for bid in reversed(table[k:stored]):   # stored: computed, they stay cached
-                self.pool.unpin(bid)
+            self.pool.unpin_many(table[max(k, stored):])     # free, unless a follower still reads it
+            self.pool.unpin_many(reversed(table[k:stored]))  # stored: computed, they stay cached
             self.followed.release(rid, lease, table)
             if lease.boundary >= 0:
                 self.pool.unpin(lease.boundary)
