@@ -52,14 +52,13 @@ class MemoryStore:
     # ---- hint index ------------------------------------------------------------------------
     async def hint_update(self, stage: int, attached: Sequence[int], detached: Sequence[int]) -> None:
         counts = self._stage(stage)
+        get, pop = counts.get, counts.pop
         for h in attached:
-            counts[h] = counts.get(h, 0) + 1
+            counts[h] = get(h, 0) + 1
         for h in detached:
-            n = counts.get(h, 0) - 1
+            n = pop(h, 0) - 1                       # usually 0 now: gone from the index
             if n > 0:
                 counts[h] = n
-            else:
-                counts.pop(h, None)
 
     async def hint_update_many(self, updates: Sequence[tuple[int, Sequence[int], Sequence[int]]]) -> None:
         for stage, attached, detached in updates:

@@ -35,7 +35,12 @@ def _forget_oldest(seen: dict[int, Any], cap: int) -> None:
 
 def _prefix(seen: dict[int, Any], hashes: Sequence[int]) -> int:
     """How many leading ``hashes`` are in ``seen`` (a walk to the first one that is not)."""
-    return sum(1 for _ in itertools.takewhile(seen.__contains__, hashes))
+    n = 0
+    for h in hashes:
+        if h not in seen:
+            break
+        n += 1
+    return n
 
 
 class PrefixLedger:
