@@ -168,7 +168,7 @@ def test_the_arrival_rate_is_a_shift_only_where_the_concurrency_cap_held_nothing
         runner = AutopilotRunner(loop, AutopilotSettings(mode="advise"),  # type: ignore[arg-type]
                                  predictor=lambda *a: Search(0.0, 0.0, ()), virtual=True)
         shifts = []
-        for index, (count, cap_held) in enumerate(zip((10, 20), held, strict=True)):
+        for index, (count, cap_held) in enumerate(zip((40, 80), held, strict=True)):
             source.held_by_cap = cap_held
             runner._spans.extend(_request_spans(count, float(index)))
             decision = await runner._window(index, int(index * 1e9), int((index + 1) * 1e9))
@@ -176,4 +176,4 @@ def test_the_arrival_rate_is_a_shift_only_where_the_concurrency_cap_held_nothing
         return shifts
     first, second = asyncio.run(body())
     assert first is None
-    assert (second is not None and "arrival rate 10 -> 20" in second) == shift, second
+    assert (second is not None and "arrival rate 40 -> 80" in second) == shift, second
