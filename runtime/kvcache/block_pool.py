@@ -234,20 +234,27 @@ class BlockPool:
         becomes an unheld leaf goes to the *front* of the LRU: the rest of a cold prefix goes before
         warm ones (and is next, when ``n`` reaches it)."""
         blocks, lru, by_hash = self.blocks, self.lru, self.by_hash
-        for _ in range(n):
-            victim, _ = lru.popitem(last=False)
+        left = n
+        victim = -1                                 # the next victim when a chain continues (else the LRU's oldest)
+        while left:
+            if victim < 0:
+                victim, _ = lru.popitem(last=False)
             b = blocks[victim]
             detached.append(b.hash)                 # type: ignore[arg-type]
             del by_hash[b.hash]                     # type: ignore[arg-type]
-            parent = b.parent
+            out.append(victim)
+            left -= 1
+            parent, victim = b.parent, -1
+            b.hash, b.parent, b.ref_count, b.held = None, -1, 1, False
             if parent >= 0:
                 p = blocks[parent]
                 p.num_children -= 1
                 if p.num_children == 0 and not p.held:
-                    lru[parent] = None
-                    lru.move_to_end(parent, last=False)
-            b.hash, b.parent, b.ref_count, b.held = None, -1, 1, False
-            out.append(victim)
+                    if left:
+                        victim = parent             # the front of the LRU: next, without going through it
+                    else:
+                        lru[parent] = None
+                        lru.move_to_end(parent, last=False)
         self.num_evictions += n
         self.num_reclaimable -= n
 
