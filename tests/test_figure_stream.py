@@ -115,3 +115,34 @@ def test_a_bench_without_its_spans_reports_the_same_figures() -> None:
     got = lean.figures.as_dict()
     same(got, want, "bench")
     same(compute_figures(kept.encoded, 4, kept.meta).as_dict(), kept.figures.as_dict(), "whole run")
+
+
+def test_a_live_view_holds_the_newest_values_and_still_counts_the_whole_run(saved: list[SavedRun]) -> None:
+    """``samples_held``: percentiles of the newest requests and rounds only, memory bounded by that; the
+    counts, sums and means stay those of the whole run."""
+    run = max(saved, key=lambda r: len(r.spans))
+    pp = int(run.meta["pp"])
+    meta = {k: run.meta.get(k, "") for k in ("policy", "engine", "model", "hardware", "workload", "concurrency")}
+    whole, held = FigureAccumulator(), FigureAccumulator(samples_held=50)
+    for i in range(0, len(run.spans), 100):
+        whole.add(run.spans[i:i + 100])
+        held.add(run.spans[i:i + 100])
+        assert len(held.latencies) <= 50 and len(held.rounds) <= 50 and len(held.admission_latency) <= 50
+    assert whole.num_completed > 50 and held.samples_dropped == whole.num_completed - 50 > 0
+    assert whole.samples_dropped == 0
+    w, h = whole.figures(pp, meta), held.figures(pp, meta)
+    for name in ("completed", "failed", "requests", "input_tokens_per_s", "admission_rounds",
+                 "requests_per_round_mean", "requests_per_round_max", "good_hit_rate", "fallbacks",
+                 "admission_critical_path_s_per_request"):
+        assert getattr(h, name) == getattr(w, name), name
+    newest = sorted(list(whole.latencies)[-50:])
+    assert h.prefill_latency_p50_s == pytest.approx((newest[24] + newest[25]) / 2)
+    assert h.prefill_latency_p50_s != w.prefill_latency_p50_s
+
+
+def test_recomputation_forgets_ended_requests_past_its_bound(monkeypatch: pytest.MonkeyPatch) -> None:
+    from wavepp.runtime.figures import recomputation
+    monkeypatch.setattr(recomputation, "ENDED_HELD", 10)
+    tracker = recomputation.RecomputeTracker()
+    tracker.add([{"n": N.REQUEST, "t0": i, "t1": i + 1, "a": {N.REQUEST_ID: f"r{i}"}} for i in range(100)])
+    assert list(tracker._last_fallback) == [f"r{i}" for i in range(90, 100)]

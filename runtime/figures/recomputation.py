@@ -28,6 +28,9 @@ from wavepp.telemetry import names as N
 Span = dict[str, Any]
 # The events after which a request starts over, its earlier chunks discarded.
 RESTARTS = (N.EVENT_FALLBACK, N.EVENT_READMITTED)
+# Ended requests remembered for a chunk span that arrives after its request's (spans from several processes
+# interleave): far more than ever end between a chunk and its request, and a bound on a live view of days.
+ENDED_HELD = 100_000
 
 
 class RecomputeTracker:
@@ -48,6 +51,8 @@ class RecomputeTracker:
                 rid = str(sp["a"].get(N.REQUEST_ID))
                 last = max((int(t) for name, t, _ in sp.get("ev", ()) if name in RESTARTS), default=0)
                 self._last_fallback[rid] = last
+                if len(self._last_fallback) > ENDED_HELD:
+                    del self._last_fallback[next(iter(self._last_fallback))]
                 for t0, stage, seconds in self._pending.pop(rid, ()):
                     self._settle(rid, t0, stage, seconds)
         return self

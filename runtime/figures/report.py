@@ -23,7 +23,7 @@
 from __future__ import annotations
 
 import math
-from collections import defaultdict
+from collections import defaultdict, deque
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -143,22 +143,35 @@ class FigureAccumulator:
     percentiles need the values), never the spans themselves - the stage steps its idle split needs
     are small tuples (:class:`IdleTracker`). :meth:`figures` gives exactly what ``compute_figures``
     of all the spans added gives; a span that ended after the run's first source halt is ignored,
-    as the whole-run report ignores it (spans arrive in the order they end)."""
+    as the whole-run report ignores it (spans arrive in the order they end).
 
-    def __init__(self) -> None:
+    ``samples_held``: keep the per-request values of only the newest that many requests (and admitting
+    rounds) - a live view that runs for days; its percentiles are then those of the newest (counts, sums
+    and means still cover the run: :attr:`samples_dropped` says how many values went). None (the bench,
+    a saved run): every value, exact percentiles of the whole run."""
+
+    def __init__(self, samples_held: int | None = None) -> None:
+        def samples() -> list[Any] | deque[Any]:
+            return [] if samples_held is None else deque(maxlen=samples_held)
+
         self.policy: str | None = None                      # the first request span's policy
         self.num_spans = 0                                  # spans added (those after a halt too)
         self.num_requests = 0
+        self.num_completed = 0
+        self.num_admitted = 0                               # requests whose span says when they were admitted
         self.origin: int | None = None                      # first arrival (ns)
         self.last_done: int | None = None                   # last request span's end (ns)
-        self.admission_latency: list[float] = []            # seconds, of every admitted request
-        self.latencies: list[float] = []                    # prefill latency of every completed request
+        self.admission_latency: list[float] | deque[float] = samples()   # seconds, of admitted requests
+        self.latencies: list[float] | deque[float] = samples()           # prefill latency of completed ones
         self.tokens = [0, 0, 0, 0]        # completed: input, reused from completed requests, reusable, in flight
         self.fallbacks = 0                                  # requests whose reuse boundary was lowered
         self.busy: dict[int, float] = defaultdict(float)   # stage -> execute seconds (summed in span order)
         self.computed = 0                                   # tokens executed on stage 0
         self.evictions: dict[int, int] = defaultdict(int)
-        self.rounds: list[tuple[int, int]] = []             # (end ns, requests admitted) of admitting rounds
+        self.rounds: list[tuple[int, int]] | deque[tuple[int, int]] = samples()   # (end ns, admitted) a round
+        self.num_rounds = 0                                 # admitting rounds, and the requests they admitted
+        self.admitted = 0
+        self.admitted_max = 0
         self.critical_s = 0.0                               # Σ durations of rounds the loop waited for
         self.num_waves = 0                                  # waves planned with tokens
         self.wave_tokens = 0                                # their tokens
@@ -205,6 +218,9 @@ class FigureAccumulator:
             admitted = _int(s, N.NUM_ADMITTED)
             if admitted > 0:
                 self.rounds.append((s["t1"], admitted))
+                self.num_rounds += 1
+                self.admitted += admitted
+                self.admitted_max = max(self.admitted_max, admitted)
             if s["a"].get(N.ADMISSION_CRITICAL):
                 self.critical_s += _dur(s)
         elif n == N.WAVE_PLAN:
@@ -221,13 +237,21 @@ class FigureAccumulator:
         self.last_done = s["t1"] if self.last_done is None else max(self.last_done, s["t1"])
         t = admitted_event(s)
         if t is not None:
+            self.num_admitted += 1
             self.admission_latency.append((t - s["t0"]) / 1e9)
         self.fallbacks += _int(s, N.FALLBACKS) > 0
         if "err" not in s:
+            self.num_completed += 1
             self.latencies.append(_dur(s))
             split = token_split(_int(s, N.GEN_AI_INPUT_TOKENS), _int(s, N.REUSED_TOKENS), _int(s, N.REUSABLE_TOKENS))
             for i, n in enumerate(split):
                 self.tokens[i] += n
+
+    @property
+    def samples_dropped(self) -> int:
+        """Per-request values (and rounds) no longer held (``samples_held``): 0 while every one is."""
+        return max(self.num_completed - len(self.latencies), self.num_rounds - len(self.rounds),
+                   self.num_admitted - len(self.admission_latency))
 
     def window(self) -> tuple[int, int]:
         """The makespan's ends (ns): first arrival, last completion."""
@@ -258,7 +282,8 @@ class FigureAccumulator:
         if intervals is None:
             intervals = self.idle.intervals(num_stages, origin, end)
 
-        measured = bool(latencies) and makespan > 0
+        completed = self.num_completed
+        measured = completed > 0 and makespan > 0
 
         def rate(x: float) -> float | None:
             return x / makespan if measured else None
@@ -266,16 +291,16 @@ class FigureAccumulator:
         return RunFigures(
             policy=meta["policy"], engine=meta["engine"], model=meta["model"], hardware=meta["hardware"],
             pp=num_stages, concurrency=meta["concurrency"], workload=meta["workload"],
-            requests=self.num_requests, completed=len(latencies), failed=self.num_requests - len(latencies),
+            requests=self.num_requests, completed=completed, failed=self.num_requests - completed,
             input_tokens_per_s=rate(input_tokens), computed_tokens_per_s=rate(self.computed),
             makespan_s=makespan if measured else None,
             pipeline_efficiency=rate(max(busy, default=0.0)),
             bubble_fraction=[1 - b / makespan for b in busy] if measured else None,
             admission_interval_p50_s=percentile(intervals_s, 50),
             admission_interval_p99_s=percentile(intervals_s, 99),
-            admission_rounds=len(cadence.admitted),
-            requests_per_round_mean=sum(cadence.admitted) / len(cadence.admitted) if cadence.admitted else None,
-            requests_per_round_max=max(cadence.admitted, default=0),
+            admission_rounds=self.num_rounds,
+            requests_per_round_mean=self.admitted / self.num_rounds if self.num_rounds else None,
+            requests_per_round_max=self.admitted_max,
             admission_latency_p50_s=percentile(admission_latency, 50),
             admission_latency_p99_s=percentile(admission_latency, 99),
             prefill_latency_p50_s=percentile(latencies, 50), prefill_latency_p95_s=percentile(latencies, 95),
@@ -283,7 +308,7 @@ class FigureAccumulator:
             good_hit_rate=reused / reusable if reusable else None,
             fallbacks=self.fallbacks, waves=self.num_waves,
             mean_wave_tokens=self.wave_tokens / self.num_waves if self.num_waves else None,
-            admission_critical_path_s_per_request=critical / len(latencies) if latencies else None,
+            admission_critical_path_s_per_request=critical / completed if completed else None,
             idle_causes_s=sums(intervals, num_stages), evictions=evictions,
             recompute_s=self.recompute.seconds(num_stages),
             stalled=stalled or (self.halt[1] if self.halt is not None else None),
