@@ -23,6 +23,7 @@ class View:
     source: Source
     idle: list[IdleInterval] = field(default_factory=list)   # every stage's idle intervals with their cause
     decisions: list[dict[str, Any]] = field(default_factory=list)   # the autopilot's decision spans, in order
+    samples_note: str | None = None    # percentiles of the newest requests only (a long live run), in words
 
     @property
     def empty(self) -> bool:
@@ -44,6 +45,9 @@ READ_NOW = "view_read_now"
 LIVE_STEPS_HELD = 40_000
 # The autopilot's decisions a view holds (one a window: 30 s windows make 2,000 about 17 hours).
 DECISIONS_HELD = 2_000
+# A live view's percentiles are those of the newest this many requests (and admitting rounds); counts,
+# sums and means cover the run. About 40 minutes of the embedded sim demo, 16 bytes a value.
+LIVE_SAMPLES_HELD = 100_000
 # Below this many spans derived, a span starting before the view's origin rebuilds the view (the
 # same tables as one built at once); above it, the span is appended at a negative time instead.
 REBUILD_BELOW = 20_000
@@ -72,7 +76,8 @@ class _Derived:
     def of(cls, snap: Snapshot) -> _Derived:
         spans = list(snap.spans)             # a live source's window decodes as it is read: once
         origin = min((s["t0"] for s in spans), default=0)
-        return cls(FrameBuilder(origin, snap.num_stages or None), FigureAccumulator()).add(spans)
+        held = LIVE_SAMPLES_HELD if snap.live else None      # a saved run's figures: exact, as the bench's
+        return cls(FrameBuilder(origin, snap.num_stages or None), FigureAccumulator(held)).add(spans)
 
     def add(self, spans: Sequence[dict[str, Any]]) -> _Derived:
         self.builder.add(spans)
@@ -92,7 +97,10 @@ class _Derived:
         if self.trimmed:             # the idle split starts where the tables do
             origin = max(origin, self.builder.origin_ns + int(fr.start * 1e9))
         idle = self.acc.idle.intervals(fr.num_stages, origin, end)
-        return View(snap, fr, self.acc.figures(fr.num_stages, meta, idle), source, idle, decisions)
+        dropped = self.acc.samples_dropped
+        note = (f"percentiles of the newest {len(self.acc.latencies):,} requests (of {self.acc.num_completed:,} "
+                f"completed); counts and means cover the run") if dropped else None
+        return View(snap, fr, self.acc.figures(fr.num_stages, meta, idle), source, idle, decisions, note)
 
 
 def make_view(source: Source, snap: Snapshot) -> View:
@@ -128,7 +136,7 @@ class ViewCache:
         entry = self._entries.get(snap.run_id)
         if entry is not None and snap.position and entry.view.snap.position == snap.position:
             old = entry.view                 # the banner's fields may have moved
-            return View(snap, old.frames, old.figures, source, old.idle)
+            return View(snap, old.frames, old.figures, source, old.idle, old.decisions, old.samples_note)
         derived = self._extend(entry, snap) if entry is not None else None
         if derived is None:
             derived = _Derived.of(snap)

@@ -23,6 +23,8 @@ def render_admission(view: View) -> None:
                  ("admission_latency_p99_s", f.admission_latency_p99_s), ("fallbacks", f.fallbacks)]
         for col, (key, value) in zip(st.columns(5), tiles, strict=True):
             metric(col, key, value)
+        if view.samples_note:
+            st.caption(view.samples_note)
     admitting = fr.rounds[fr.rounds["admitted"] > 0].sort_values("t")
     gaps = pd.DataFrame({"t": admitting["t"].iloc[1:].to_numpy(),
                          "interval_ms": admitting["t"].diff().iloc[1:].to_numpy() * 1e3})

@@ -26,6 +26,8 @@ def render_throughput(view: View) -> None:
                  ("prefill_latency_p99_s", f.prefill_latency_p99_s)]
         for col, (key, value) in zip(st.columns(5), tiles, strict=True):
             metric(col, key, value)
+        if view.samples_note:
+            st.caption(view.samples_note)
     done = fr.requests[~fr.requests["failed"]]
     end = max(fr.end, float(done["done"].max()) if len(done) else 0.0)
     if end <= 0:

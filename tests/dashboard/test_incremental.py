@@ -94,3 +94,25 @@ def test_a_bounded_window_that_dropped_spans_is_still_extended(saved_run: Path) 
     tail = whole.frames.steps.sort_values("t1").tail(50)
     assert set(zip(tail["t0"], tail["t1"], strict=True)) <= set(zip(view.frames.steps["t0"], view.frames.steps["t1"],
                                                                      strict=True))
+
+
+def test_a_live_view_holds_percentiles_of_the_newest_requests_and_says_so(saved_run: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """A live run may run for days: its view keeps the newest requests' values for the percentiles (the
+    tiles say so), while counts and throughput cover the run; a saved run's view stays exact."""
+    from wavepp.dashboard import view as view_module
+    monkeypatch.setattr(view_module, "LIVE_SAMPLES_HELD", 20)
+    src = RunFileSource(str(saved_run))
+    snap = src.snapshot()
+    whole = make_view(src, snap)
+    assert whole.figures is not None and whole.samples_note is None and whole.figures.completed > 20
+    cache = ViewCache()
+    live = grow(cache, src, dataclasses.replace(snap, live=True), list(snap.spans), [len(snap.spans) // 2,
+                                                                                    len(snap.spans)])
+    assert live.figures is not None and live.samples_note is not None
+    assert f"newest 20 requests (of {whole.figures.completed:,} completed)" in live.samples_note
+    assert (live.figures.completed, live.figures.input_tokens_per_s) == \
+        (whole.figures.completed, whole.figures.input_tokens_per_s)
+    again = cache.view(src, dataclasses.replace(snap, live=True, spans=list(snap.spans), received=len(snap.spans),
+                                                position=(snap.run_id, len(snap.spans))))
+    assert again.samples_note == live.samples_note and again.decisions == live.decisions
