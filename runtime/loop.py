@@ -313,7 +313,9 @@ class PipelineLoop:
                 continue
             admitted_tokens = await self.policy.admission.before_plan(self.queue)
             if self.policy.fill.should_wait(run, self.num_stages, self.knobs.min_wave_tokens):
+                run.wake_on_first_stage = True
                 await run.changed.wait()
+                run.wake_on_first_stage = False
                 continue
             wave = self._plan()
             if wave is None:

@@ -49,6 +49,7 @@ class RunState:
         self.num_planned = 0         # waves planned so far (the next wave's id)
         self.num_ended = 0           # requests finished or failed
         self.passed = [0] * num_stages   # waves that finished stage s
+        self.wake_on_first_stage = False  # a wave stage 0 finishes notifies ``changed`` (a held wave may be due)
         self.changed = Wakeup()
         self.capacity = Wakeup()
         self.index_dirty = Wakeup()
@@ -65,6 +66,11 @@ class RunState:
     @property
     def in_flight(self) -> int:
         return len(self._in_flight)
+
+    @property
+    def first_stage_backlog(self) -> int:
+        """Planned waves stage 0 has not finished: the one it runs and those queued behind it."""
+        return self.num_planned - self.passed[0]
 
     def head(self) -> Request | None:
         """The request first in line for admission."""
@@ -190,6 +196,8 @@ class RunState:
     def stage_passed(self, s: int) -> None:
         self.passed[s] += 1
         self.index_dirty.notify()
+        if s == 0 and self.wake_on_first_stage:
+            self.changed.notify()
 
     def computed(self, chunks: Iterable[Chunk]) -> list[AdmittedRequest]:
         """The last stage ran ``chunks`` (live ones): their tokens are complete; answers the

@@ -61,6 +61,33 @@ def test_planning_schedules_chunks_and_retiring_frees_the_slot() -> None:
     asyncio.run(go())
 
 
+def test_stage_0_finishing_a_wave_wakes_the_dispatcher_only_while_it_holds_one() -> None:
+    """The backlog of stage 0 is what it has not finished; a wave stage 0 finishes notifies ``changed`` only
+    while the dispatcher holds a small wave (``wake_on_first_stage``): no other policy's dispatcher wakes more."""
+    async def go() -> None:
+        run = RunState(2)
+        for i in range(3):
+            run.planned(Wave(i, [], 4096, 0.0))
+        assert run.first_stage_backlog == 3
+
+        async def woken(stage: int) -> bool:
+            wait = asyncio.create_task(run.changed.wait())
+            await asyncio.sleep(0)
+            run.stage_passed(stage)
+            await asyncio.sleep(0)
+            done = wait.done()
+            wait.cancel()
+            return done
+
+        assert not await woken(0)
+        assert run.first_stage_backlog == 2
+        run.wake_on_first_stage = True
+        assert not await woken(1)                   # a later stage's pass is no reason to plan
+        assert await woken(0)
+        assert run.first_stage_backlog == 1
+    asyncio.run(go())
+
+
 def test_a_chunk_of_a_dropped_attempt_is_stale_after_the_request_comes_back() -> None:
     async def go() -> None:
         run = RunState(2)

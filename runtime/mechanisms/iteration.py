@@ -61,19 +61,29 @@ FILL = Registry[Fill]("fill", doc="whether a small wave waits for more admitted 
 @FILL.register
 @dataclass(frozen=True, slots=True)
 class FillToMinimum:
-    """WavePP: a wave smaller than b_min waits for more admitted work while P waves keep every
-    stage busy and more work is on its way (arrived or being admitted): a wave costs a fixed
-    overhead per stage, so many small waves would waste it. The dispatcher wakes again on every
-    admission and retirement, and sends what it has once fewer than P are in flight."""
+    """WavePP: a wave smaller than b_min waits for more admitted work (a wave costs a fixed overhead per
+    stage, so many small waves would waste it) while
+
+    * stage 0 has a wave to run after the one it is running: it will not idle before it takes that one,
+      and a wave planned then carries what arrived meanwhile. A closed loop's requests return in the
+      group their wave finished in, a moment after the wave left the last stage; a fragment planned as
+      soon as a ring slot frees takes the slot the returning group would fill, and keeps circulating
+      as a wave of its own;
+    * or P waves keep every stage busy and more work is on its way (arrived or being admitted).
+
+    The dispatcher wakes again on every admission, retirement and, while it waits here, every wave
+    stage 0 finishes; it sends what it has once neither holds."""
 
     name: str = "on"
 
     def should_wait(self, run: RunView, num_stages: int, min_wave_tokens: int) -> bool:
+        if not 0 < run.unscheduled_tokens() < min_wave_tokens:
+            return False
+        if run.first_stage_backlog >= 2:
+            return True
         if run.in_flight < num_stages:
             return False
-        if not run.num_waiting and not run.admitting:
-            return False                    # no more work is on its way: waiting would only idle stage 0
-        return 0 < run.unscheduled_tokens() < min_wave_tokens
+        return bool(run.num_waiting or run.admitting)     # else no more work is on its way: waiting would idle stage 0
 
 
 @FILL.register
