@@ -8,7 +8,7 @@ from collections.abc import Sequence
 import pytest
 
 from wavepp.runtime.planning.cost import CostPlanner, fcfs_waves, level_cap, occupancy
-from wavepp.runtime.planning.planner import MpuBudget, MpuPlanner, pack_fcfs
+from wavepp.runtime.planning.planner import MpuBudget, MpuPlanner, pack_fcfs, scheduled
 from wavepp.runtime.planning.step_times import Shape, StageFit, StepTimes
 from wavepp.runtime.request import AdmittedRequest, Request
 
@@ -127,6 +127,33 @@ def test_a_wave_is_no_larger_than_the_work_in_the_system_spread_over_the_stages(
     assert level_cap(p.ladder, 64 * 1024, 2048, P) == 16384
     assert level_cap(p.ladder, 800, 800, P) == 1024
     assert level_cap(p.ladder, 1e9, 2048, P) == 32768      # more work than the ladder's top: no cap
+
+
+def test_the_work_in_the_system_is_spread_over_p_plus_1_waves_of_whole_requests() -> None:
+    """64 clients with 896 new tokens each (57,344 in the system) at a 16384 budget: packed to the budget, the
+    waves take 18, 18, 18 and 10 requests, and a closed loop keeps those groups; spread over P + 1 waves of
+    57,344 / 5 + 896 tokens (12,416 in blocks), they take 13, 13, 13, 13 and 12 - one wave of slack for the
+    group on its way back, no remainder of its own."""
+    p = planner(linear())
+    work = [adm(f"r{i}", 8192, cached=8192 - 896) for i in range(64)]
+
+    def groups(budget: int) -> list[int]:
+        return [len(w) for w in fcfs_waves(work, budget, p.min_fragment(budget), B, scheduled, 64 * 896)]
+
+    assert groups(16384) == [18, 18, 18, 10]
+    assert p.spread(work, 16384) == 12416
+    assert groups(12416) == [13, 13, 13, 13, 12]
+    more = [adm(f"r{i}", 8192, cached=8192 - 896) for i in range(256)]
+    assert p.spread(more, 16384) == 16384          # 229K: 14 waves of 16,384 + 896 -> the budget caps it
+
+
+def test_the_spread_leaves_lone_requests_and_little_work_to_the_model() -> None:
+    """Waves below b_min, or of fewer than two requests on average, are the pipeline model's to size
+    (a lone prompt's fill and drain, little work over the stages): packed at the budget itself."""
+    p = planner(linear())
+    assert p.spread([adm("long", 65536)], 8192) == 8192
+    assert p.spread([adm(f"r{i}", 8192, cached=8192 - 896) for i in range(16)], 4096) == 4096   # 14,336 / 5 < b_min
+    assert p.spread([adm(f"r{i}", 24576) for i in range(8)], 16384) == 16384   # 8 requests in 12 waves
 
 
 def test_without_a_model_or_fits_it_plans_as_mpu() -> None:
