@@ -336,38 +336,33 @@ class BlockPool:
         return lo, probes
 
     def check(self) -> None:
-        """Assert the pool's structural invariants (tests call this after every run)."""
+        """Assert the pool's structural invariants (tests call this after every run). One pass over the
+        blocks in use: each cached block's counts are its children's, and its held flag follows from its
+        own pin and its held-children count - which, checked at every block, makes every flag right
+        (by induction from the leaves)."""
         seen_free = set(self._returned)
         assert len(seen_free) == len(self._returned), "a block is twice in the free list"
         assert all(bid < self._fresh for bid in seen_free), "a never-used block was handed back"
         assert len(self.blocks) == self._fresh
+        blocks, by_hash, lru = self.blocks, self.by_hash, self.lru
         children = [0] * self.num_blocks
         held_children = [0] * self.num_blocks
-        depth: dict[int, int] = {-1: 0}
-        for start in self.by_hash.values():          # memoized depth: O(cached blocks) in all
-            path = []
-            bid = start
-            while bid not in depth:
-                path.append(bid)
-                bid = self.blocks[bid].parent
-            for node in reversed(path):
-                depth[node] = depth[self.blocks[node].parent] + 1
-        for bid in sorted(self.by_hash.values(), key=lambda i: -depth[i]):    # children first
-            b = self.blocks[bid]
-            assert bid not in seen_free and self.by_hash[b.hash] == bid  # type: ignore[index]
-            held = b.ref_count > 0 or held_children[bid] > 0
-            assert b.held == held, f"held flag of block {bid}"
+        for bid in by_hash.values():
+            b = blocks[bid]
+            assert bid not in seen_free and by_hash[b.hash] == bid  # type: ignore[index]
+            assert b.held == (b.ref_count > 0 or b.held_children > 0), f"held flag of block {bid}"
             if b.parent >= 0:
-                assert self.blocks[b.parent].hash is not None, "cached block under an uncached parent"
+                assert blocks[b.parent].hash is not None, "cached block under an uncached parent"
                 children[b.parent] += 1
-                held_children[b.parent] += held
+                held_children[b.parent] += b.held
         reclaimable = 0
-        for b in self.blocks:
+        for b in blocks:
+            evictable = b.id in lru
             if b.hash is None:
-                assert not self.is_evictable(b.id)
+                assert not evictable
                 continue
             assert b.num_children == children[b.id], f"child count of block {b.id}"
             assert b.held_children == held_children[b.id], f"held-children count of block {b.id}"
             reclaimable += not b.held
-            assert (not b.held and b.num_children == 0) == self.is_evictable(b.id), f"evictability of {b.id}"
+            assert (not b.held and b.num_children == 0) == evictable, f"evictability of {b.id}"
         assert reclaimable == self.num_reclaimable, "reclaimable count drifted"

@@ -3,6 +3,8 @@ chunk's blocks are taken in one call, a chain attached or unpinned in one call).
 
 from __future__ import annotations
 
+import pytest
+
 from wavepp.runtime.kvcache.block_pool import BlockPool
 
 
@@ -50,3 +52,30 @@ def test_attach_chain_adopts_blocks_another_request_cached_first_and_frees_ours(
     pool.unpin_many(reversed(table))
     assert pool.num_reclaimable == 3 and list(pool.lru) == [theirs[2]]
     pool.check()
+
+
+def test_check_finds_each_kind_of_broken_bookkeeping() -> None:
+    """A held prefix (pinned at its middle block) under an evictable leaf, then one field broken at a time:
+    the check that every run ends with finds each."""
+    def pool_with_a_held_prefix() -> tuple[BlockPool, list[int]]:
+        pool = BlockPool(8)
+        table = cached_chain(pool, [1, 2, 3])
+        pool.pin(table[1])                       # a lease on the first two blocks: 0 and 1 held, 2 evictable
+        pool.check()
+        return pool, table
+
+    breaks = {
+        "held flag of the root": lambda p, t: setattr(p.blocks[t[0]], "held", False),
+        "held-children count": lambda p, t: setattr(p.blocks[t[0]], "held_children", 0),
+        "child count": lambda p, t: setattr(p.blocks[t[1]], "num_children", 0),
+        "reclaimable count": lambda p, t: setattr(p, "num_reclaimable", 0),
+        "evictable leaf out of the LRU": lambda p, t: p.lru.pop(t[2]),
+        "held block in the LRU": lambda p, t: p.lru.__setitem__(t[1], None),
+        "a cached block in the free list": lambda p, t: p._returned.append(t[2]),
+    }
+    for name, corrupt in breaks.items():
+        pool, table = pool_with_a_held_prefix()
+        corrupt(pool, table)
+        with pytest.raises(AssertionError):
+            pool.check()
+            raise RuntimeError(f"check missed: {name}")
