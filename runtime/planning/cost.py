@@ -43,7 +43,10 @@ counts ``P`` waves as enough (it has no return delay); one wave of slack is what
 Measured on the simulated Kimi-K3 / B300, PP4, ``reuse90`` 8K-token prompts, 64 clients (the Kimi-K3 grid's
 setting, 256 requests): waves of 18, 18, 17 and 11 requests at 16384 circulated, pipeline efficiency 0.80,
 344K input tok/s (TensorRT-LLM's PP loop: 365K in 8K micro-batches); spread over five waves of 11 to 14
-requests, small waves held (``runtime.mechanisms.iteration`` ``FillToMinimum``), 0.87 and 365K.
+requests, small waves held (``runtime.mechanisms.iteration`` ``FillToMinimum``), 0.87 and 365K. Where the
+requests are alike and P divides them the budget's own packing was already even, and the spread costs a
+remainder: 32 clients asking 2,048-token questions about cached 96K documents (GLM-5.2 / B300) ran four waves
+of 8, and run waves of 7 with the rest in waves of one and two, 1.206M -> 1.195M input tok/s.
 
 Where MPU differs: it asks for ``S = R + (F - 1) * P`` waves of *unscheduled* work and never goes below
 ``b_min``. A few short requests then make one wave that crosses the stages one after another (a
