@@ -15,6 +15,8 @@ import dataclasses
 import functools
 import multiprocessing
 import os
+import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
@@ -39,13 +41,27 @@ def search_here(replay: Replay, spec: SimSpec, knobs: Knobs, settings: Autopilot
                    within=functools.partial(settings.allows, knobs))       # nothing it could not apply
 
 
-def _lowest_priority() -> None:
+PARENT_POLL_S = 1.0      # how often the search child looks whether the runtime that spawned it is still there
+
+
+def _search_child(parent: int) -> None:
+    """The search child's start: the lowest CPU priority, and an exit once the runtime that spawned it is gone.
+    A runtime killed outright (SIGKILL, the OOM killer) never shuts its pool down, and the child would wait
+    for work on its queue forever."""
     os.nice(19 - os.nice(0))
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(PARENT_POLL_S)
+        os._exit(0)
+
+    threading.Thread(target=watch, name="parent-watch", daemon=True).start()
 
 
 class SearchProcess:
     """:func:`search_here` in a child process at the lowest CPU priority (module doc), spawned on the first
-    search and kept (a fork of the runtime would copy its threads' locks: asyncio's, torch's pools)."""
+    search and kept (a fork of the runtime would copy its threads' locks: asyncio's, torch's pools); it
+    exits by itself when the runtime is killed."""
 
     def __init__(self) -> None:
         self._pool: ProcessPoolExecutor | None = None
@@ -56,7 +72,7 @@ class SearchProcess:
     def call(self, fn: Callable[..., T], *args: Any) -> T:
         if self._pool is None:
             self._pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"),
-                                             initializer=_lowest_priority)
+                                             initializer=_search_child, initargs=(os.getpid(),))
         future: Future[T] = self._pool.submit(fn, *args)
         try:
             return future.result()

@@ -91,3 +91,41 @@ def test_beside_a_real_time_run_the_search_runs_in_a_child_of_the_lowest_priorit
         assert child.call(os.nice, 0) == 19
     finally:
         child.close()
+
+
+def test_a_search_child_outlives_no_runtime_killed_outright(tmp_path: Any) -> None:
+    """A runtime killed with SIGKILL never shuts its search pool down: its child, waiting for work that will
+    not come, exits by itself within a few polls of its parent's death (before, it waited forever: every
+    `wavepp serve --autopilot` the test fixtures kill left one behind)."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    out = tmp_path / "child.pid"
+    script = ("import os, signal, sys\n"
+              "from wavepp.runtime.autopilot.predict import SearchProcess\n"
+              "child = SearchProcess()\n"
+              "open(sys.argv[1], 'w').write(str(child.call(os.getpid)))\n"
+              "os.kill(os.getpid(), signal.SIGKILL)\n")
+    # No pipes: a child that outlived the runtime would hold them open and hang the wait.
+    proc = subprocess.run([sys.executable, "-c", script, str(out)], stdout=subprocess.DEVNULL,
+                          stderr=subprocess.DEVNULL, timeout=120)
+    assert proc.returncode == -9
+    pid = int(out.read_text())
+
+    def alive() -> bool:
+        try:
+            with open(f"/proc/{pid}/stat") as f:           # reaped by init soon after it exits: not a zombie
+                return f.read().split(") ", 1)[1][0] != "Z"
+        except FileNotFoundError:
+            return False
+
+    deadline = time.monotonic() + 10 * predict.PARENT_POLL_S + 10
+    while alive() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    try:
+        assert not alive(), f"the search child {pid} outlived the runtime that spawned it"
+    finally:
+        if alive():
+            os.kill(pid, 9)
