@@ -82,6 +82,13 @@ def occupancy(work: float, mean: float, wave_tokens: float, num_stages: int) -> 
     return min(1.0, m / (k + num_stages - 1))
 
 
+def load(admitted: Sequence[AdmittedRequest]) -> tuple[float, float]:
+    """The work in the system: new tokens of the admitted requests (``X``), and a request's on average (``x``)."""
+    live = [a.request.num_tokens - a.reused_tokens for a in admitted if a.request.num_tokens > a.reused_tokens]
+    work = float(sum(live))
+    return work, work / max(1, len(live))
+
+
 def level_cap(ladder: Sequence[int], work: float, mean: float, num_stages: int) -> int:
     """The largest budget worth pricing (module docstring): the smallest of ``ladder`` (largest first) at or
     above ``max(work / P, mean)``, the largest when none is."""
@@ -142,13 +149,11 @@ class CostPlanner(MpuPlanner):
         rate = tokens / seconds
         return rate, rate * occupancy(work, mean, tokens / len(waves), self.num_stages), (len(waves), seconds)
 
-    def propose(self, admitted: Sequence[AdmittedRequest]) -> int:
+    def propose(self, admitted: Sequence[AdmittedRequest], work_mean: tuple[float, float] | None = None) -> int:
         """The candidate budget of the highest predicted throughput. Scanned from :func:`level_cap` down; a
         candidate that packs the work as the one before it joins its group; the scan stops where even
         busy stages could not beat the best (a smaller wave only adds its fixed cost)."""
-        live = [a for a in admitted if a.request.num_tokens > a.reused_tokens]
-        work = float(sum(a.request.num_tokens - a.reused_tokens for a in live))
-        mean = work / max(1, len(live))
+        work, mean = work_mean or load(admitted)
         top = self.ladder[0]
         window = sum(c.length for c in pack_fcfs(admitted, top, self.min_fragment(top), self.block_size,
                                                  self.position))
@@ -179,14 +184,13 @@ class CostPlanner(MpuPlanner):
             return current
         return low if current is not None and current < low else high
 
-    def spread(self, admitted: Sequence[AdmittedRequest], budget: int) -> int:
+    def spread(self, admitted: Sequence[AdmittedRequest], budget: int,
+               work_mean: tuple[float, float] | None = None) -> int:
         """The tokens a wave packs at ``budget``: the work in the system spread evenly over
         ``max(X / budget, P + 1)`` waves of whole requests (module docstring), where those waves are at
         least ``b_min`` tokens and two requests on average; else the budget itself."""
-        live = [a.request.num_tokens - a.reused_tokens for a in admitted if a.request.num_tokens > a.reused_tokens]
-        work = sum(live)
-        mean = work / max(1, len(live))
-        waves = max(cdiv(work, budget), self.num_stages + 1)
+        work, mean = work_mean or load(admitted)
+        waves = max(math.ceil(work / budget), self.num_stages + 1)
         size = work / waves
         if size < self.min_tokens or size < 2 * mean:
             return budget
@@ -199,7 +203,8 @@ class CostPlanner(MpuPlanner):
         remaining = [a.remaining for a in admitted if a.remaining > 0]
         if not remaining:
             return None
-        b = self.budget.settle(self.propose(admitted))
-        w = self.spread(admitted, b)
+        work_mean = load(admitted)
+        b = self.budget.settle(self.propose(admitted, work_mean))
+        w = self.spread(admitted, b, work_mean)
         chunks = pack_fcfs(admitted, w, self.min_fragment(w), self.block_size, self.position)
         return WavePlan(chunks, b, self.budget.waves_available(b, remaining)) if chunks else None
