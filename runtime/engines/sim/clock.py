@@ -15,18 +15,26 @@ late; on this clock a replay pays the same code's cost where it runs, so the sam
 while modelled step times still pass without waiting. An idle wait is rounded up to the millisecond,
 as epoll does on a real loop, plus the time a real loop takes to wake (a what-if replay of a
 real-time run: :mod:`runtime.whatif.preview`).
+
+While a plain virtual-time run is under way the garbage collector runs less often (:func:`batch_gc`): a
+replay allocates millions of short-lived objects and creates few cycles, and each collection walks the
+young objects - and, every hundred, the stages' block pools (hundreds of thousands of blocks). Nothing a
+virtual-time run reports depends on its CPU time; a CPU-clock replay keeps the collector a real loop runs
+with, since its clock charges what a collection costs.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import gc
 import math
 import random
 import selectors
 import statistics
 import threading
 import time
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Iterator
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -60,10 +68,41 @@ class _NoWaitSelector(selectors.DefaultSelector):
         return events
 
 
+# Allocations between two young collections while a virtual-time run is under way (CPython's default: 700).
+# A dynamo_mooncake_trace_1000 replay collected 1,038 times for 0.71-0.76 s of its ~3.9 s; at 10,000: 68
+# times, 0.21-0.23 s (the command: docs/bench-and-grid.md, "What a replay costs").
+BATCH_GC_GEN0 = 10_000
+
+_gc_lock = threading.Lock()
+_gc_users = 0
+_gc_saved: tuple[int, int, int] | None = None
+
+
+@contextlib.contextmanager
+def batch_gc() -> Iterator[None]:
+    """The young generation's threshold at :data:`BATCH_GC_GEN0` while at least one caller is inside
+    (runs in threads of one process share it); the threshold the process had, after the last one."""
+    global _gc_users, _gc_saved
+    with _gc_lock:
+        if _gc_users == 0:
+            _gc_saved = gc.get_threshold()
+            gc.set_threshold(max(BATCH_GC_GEN0, _gc_saved[0]), *_gc_saved[1:])
+        _gc_users += 1
+    try:
+        yield
+    finally:
+        with _gc_lock:
+            _gc_users -= 1
+            if _gc_users == 0 and _gc_saved is not None:
+                gc.set_threshold(*_gc_saved)
+
+
 class VirtualTimeLoop(asyncio.SelectorEventLoop):
-    """An asyncio loop whose clock is virtual and starts at 0."""
+    """An asyncio loop whose clock is virtual and starts at 0; from its creation to its close the
+    process collects garbage as a batch job does (:func:`batch_gc`)."""
 
     polls_when_ready = False      # descriptors are polled only when the loop would wait (_NoWaitSelector)
+    collects_as_batch = True
 
     def __init__(self) -> None:
         selector = _NoWaitSelector()
@@ -72,6 +111,16 @@ class VirtualTimeLoop(asyncio.SelectorEventLoop):
         self._now = 0.0
         # Timers closer than this are treated as due: keep it tiny so virtual time is exact.
         self._clock_resolution = 1e-12
+        self._batch_gc: contextlib.AbstractContextManager[None] | None = None
+        if self.collects_as_batch:
+            self._batch_gc = batch_gc()
+            self._batch_gc.__enter__()
+
+    def close(self) -> None:
+        super().close()
+        if self._batch_gc is not None:
+            batch, self._batch_gc = self._batch_gc, None
+            batch.__exit__(None, None, None)
 
     def time(self) -> float:
         return self._now
@@ -87,6 +136,7 @@ class CpuClockLoop(VirtualTimeLoop):
     on the machine do not make a replay slower, ``scale`` says how much slower the runtime ran."""
 
     polls_when_ready = True
+    collects_as_batch = False     # its clock charges what a collection costs, as on a real loop
 
     def __init__(self, scale: float = 1.0, wake_s: float = 0.0) -> None:
         super().__init__()

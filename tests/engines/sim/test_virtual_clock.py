@@ -87,3 +87,37 @@ def test_a_cpu_clock_loop_polls_while_busy_as_a_real_loop_does() -> None:
 
     assert spins_until_read(1.0) is True
     assert spins_until_read(None) is False
+
+
+def test_a_virtual_time_run_collects_garbage_as_a_batch_job_and_gives_the_threshold_back() -> None:
+    """Inside a plain virtual-time run the young generation's threshold is BATCH_GC_GEN0; after it, the
+    process's own again. A CPU-clock replay keeps the process's (its clock charges a collection)."""
+    import gc
+
+    from wavepp.runtime.engines.sim.clock import BATCH_GC_GEN0
+
+    async def threshold() -> tuple[int, int, int]:
+        return gc.get_threshold()
+
+    before = gc.get_threshold()
+    assert before[0] < BATCH_GC_GEN0            # else the test shows nothing
+    assert run_virtual(threshold()) == (BATCH_GC_GEN0, *before[1:])
+    assert gc.get_threshold() == before
+    assert run_virtual(threshold(), cpu_scale=1.0) == before
+
+
+def test_overlapping_virtual_runs_give_the_threshold_back_after_the_last() -> None:
+    """Runs in threads of one process overlap: one that ends inside another leaves the batch threshold."""
+    import gc
+
+    from wavepp.runtime.engines.sim.clock import BATCH_GC_GEN0, virtual_runner
+
+    async def gen0() -> int:
+        return gc.get_threshold()[0]
+
+    before = gc.get_threshold()
+    with virtual_runner() as outer:
+        assert run_virtual(gen0()) == BATCH_GC_GEN0         # begins and ends inside the outer run
+        assert outer.run(gen0()) == BATCH_GC_GEN0
+    assert gc.get_threshold() == before
+
