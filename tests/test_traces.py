@@ -42,6 +42,20 @@ def test_remembered_prefix_hashes_are_the_prompts_own() -> None:
         assert w._hashed                                         # the prefixes were remembered, not rehashed
 
 
+def test_a_memo_of_one_block_gives_the_same_requests_as_an_unbounded_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The blocks a replay remembers are bounded; a block forgotten is made again, the same."""
+    from wavepp.runtime.sources import traces
+
+    def requests(memo: int) -> list[tuple[list[int], list[int]]]:
+        monkeypatch.setattr(traces, "TRACE_BLOCK_MEMO", memo)
+        w = TraceWorkload(load_trace(GOOD), 64, 32000)
+        out = [w.next_request(0.0) for _ in range(w.num_requests)]
+        assert len(w._blocks) <= memo and len(w._hashed) <= memo
+        return [(list(r.tokens), r.block_hashes) for r in out]
+
+    assert requests(1) == requests(1 << 20)
+
+
 def test_a_closed_loop_trace_workload_arrives_as_requests_finish() -> None:
     """open_loop=False (a what-if replay of a closed-loop run): the offsets are ignored; the first c
     arrive at once, each later one when an earlier one finishes."""
