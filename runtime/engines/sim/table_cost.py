@@ -56,6 +56,9 @@ from wavepp.runtime.engines.sim.profiles import (
 )
 from wavepp.runtime.engines.sim.table_choices import FP8_BLOCK, SPECS, TRTLLM, Choices
 
+# Distinct (kind, cached, new, batch) shapes whose attention time is remembered (a pure function of the
+# shape; bounded, so a long replay's memory does not grow with it - as the executor's STEP_MEMO).
+ATTENTION_MEMO = 1 << 16
 MS = 1e-3  # table latencies are milliseconds (FORMAT §3)
 ACT_BYTES = 2  # bf16 activations
 # FORMAT §6: add_norm reads and writes 2h bf16 values per token (the residual and the normed input).
@@ -323,6 +326,8 @@ class TableCostModel:
         else:
             full = cached + new
             t = self._attention(heads, full, batch) * (full * full - cached * cached) / (full * full)  # FORMAT §6
+        if len(self._attn_cache) >= ATTENTION_MEMO:
+            self._attn_cache.clear()
         self._attn_cache[key] = t
         return t
 
