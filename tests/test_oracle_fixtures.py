@@ -130,3 +130,42 @@ def test_the_sglang_fixture_matches_a_producer_up_to_its_previous_chunk() -> Non
     assert zipf["first_scheduling"]["z05"] == {"step": 2, "hit": 3328}  # z05 (document 0) joins at step 2
     # both compute 3,328-4,096 of the document in step 2, each with its own 256-token suffix
     assert steps[2]["z03"] == 4352 - 3328 and steps[2]["z05"] == 4352 - 3328
+
+
+# The three-arrival scenario (one 32K-token document, requests arriving before waves 0, 2 and 5; PP 4, 8192-token
+# waves, four in flight): each preset's (first wave, hit at its first scheduling) for r1 and r2, as its source
+# publishes and looks up (DESIGN §3.2, docs/structure.md's publication and lookup-moment mechanisms).
+THREE_ARRIVALS = {
+    # vLLM: blocks cached when scheduled, looked up at first scheduling, which waits for the budget r0 fills
+    # (allocate_slots, Scheduler.schedule): the whole document, as the oracle fixture records.
+    "vllm-pp+chunking=static": {"r1": (4, 32768), "r2": (5, 32768)},
+    # SGLang: the chunk scheduled last is in the tree when the next batch forms (stash_chunked_request): r1, first
+    # scheduled with r0's last 128 tokens, matches the whole document.
+    "sglang-pp+chunking=static": {"r1": (4, 32768), "r2": (5, 32768)},
+    # TensorRT-LLM: blocks stored when a micro-batch is handled after it ran (update_resources ->
+    # store_context_blocks), which rank 0 does P waves later (_executor_loop_pp): at wave 4 only wave 0's chunk
+    # is stored; r1 computes the rest of the document itself. r2 comes when r0's blocks are all stored.
+    "trtllm-pp+chunking=static": {"r1": (4, 8192), "r2": (7, 32768)},
+    # Before PR #6683 blocks were stored at completion only: r1 computes the whole document again.
+    "trtllm-pp-legacy+chunking=static": {"r1": (4, 0), "r2": (8, 32768)},
+    # The old rule of every baseline (published at completion, the reuse boundary fixed at admission), kept as a
+    # variant: r1 and r2 were both admitted before r0 completed, and both compute the document again.
+    "wavepp+share=off+chunking=static": {"r1": (4, 0), "r2": (8, 0)},
+}
+
+
+@pytest.mark.parametrize("policy", sorted(THREE_ARRIVALS))
+def test_each_preset_hits_on_the_three_arrival_scenario_what_its_source_gives(policy: str) -> None:
+    fixture = load_fixture("vllm-one-document-8192")
+    ours = run_sim(fixture, policy, Knobs(static_chunk_tokens=8192, ring=4), 4)
+    assert ours.first["r0"] == (0, 0)
+    assert {r: ours.first[r] for r in ("r1", "r2")} == THREE_ARRIVALS[policy]
+
+
+def test_wavepp_follows_the_document_on_the_three_arrival_scenario() -> None:
+    """WavePP's followers compute none of the document, wherever its cost budget cuts it, and never recompute it."""
+    fixture = load_fixture("vllm-one-document-8192")
+    ours = run_sim(fixture, "wavepp", Knobs(ring=4), 4)
+    assert ours.first["r1"][1] == ours.first["r2"][1] == 32768
+    computed = {r: sum(step.get(r, 0) for step in ours.steps) for r in ("r0", "r1", "r2")}
+    assert computed == {"r0": 32768 + 128, "r1": 128, "r2": 128}
