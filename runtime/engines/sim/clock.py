@@ -18,9 +18,9 @@ real-time run: :mod:`runtime.whatif.preview`).
 
 While a plain virtual-time run is under way the garbage collector runs less often (:func:`batch_gc`): a
 replay allocates millions of short-lived objects and creates few cycles, and each collection walks the
-young objects - and, every hundred, the stages' block pools (hundreds of thousands of blocks). Nothing a
-virtual-time run reports depends on its CPU time; a CPU-clock replay keeps the collector a real loop runs
-with, since its clock charges what a collection costs.
+young objects - and, now and then, every tracked object, the stages' block pools (hundreds of thousands of
+blocks) included. Nothing a virtual-time run reports depends on its CPU time; a CPU-clock replay keeps the
+collector a real loop runs with, since its clock charges what a collection costs.
 """
 
 from __future__ import annotations
