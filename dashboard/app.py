@@ -96,9 +96,16 @@ def _watch(spec: str, run_id: str | None, drawn: tuple[Any, ...], rerun: bool) -
         st.rerun()
     runtime_banner(view.snap)
     if isinstance(view.source, EmbeddedSource) and view.source.stopped:
-        st.button("Restart the runtime", key="restart_runtime", on_click=view.source.restart)
+        st.button("Restart the runtime", key="restart_runtime", on_click=_restart, args=(view.source,))
     refusal_banner(view)
     span_age(view.snap)
+
+
+def _restart(source: EmbeddedSource) -> None:
+    """The Restart button: the runtime starts again, and the page that follows reads it at once (the
+    follower's last view may still be of the runtime that stopped: its banner)."""
+    source.restart()
+    st.session_state[READ_NOW] = True
 
 
 def _pick_run() -> str | None:

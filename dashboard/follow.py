@@ -28,6 +28,7 @@ class Follower:
     spec: str = ""                       # the dashboard's source spec (``store:URL``), when it matters
     newest: View | None = None           # the newest run's view as of the last update (None: none yet)
     _stop: threading.Event = field(default_factory=threading.Event)
+    _updating: threading.Lock = field(default_factory=threading.Lock)
 
     def start(self) -> Follower:
         threading.Thread(target=self._run, name="wavepp-follow", daemon=True).start()
@@ -37,9 +38,12 @@ class Follower:
         self._stop.set()
 
     def update(self) -> View:
-        """Fold in the newest run's new spans now; answers its view (also kept as :attr:`newest`)."""
-        self.newest = self.views.view(self.source, self.source.snapshot(None))
-        return self.newest
+        """Fold in the newest run's new spans now; answers its view (also kept as :attr:`newest`). One update
+        at a time, so :attr:`newest` is the view of the snapshot read last: a page that reads the source now
+        (after a restart) is never overwritten by the background update that read it before."""
+        with self._updating:
+            self.newest = self.views.view(self.source, self.source.snapshot(None))
+            return self.newest
 
     def _run(self) -> None:
         while not self._stop.wait(self.every_s):
