@@ -80,3 +80,24 @@ def test_a_record_the_runtime_refused_is_written_back_above_the_refused_version(
             await store.close()
             client.close()
     asyncio.run(body())
+
+
+def test_a_poll_and_the_reconnect_hook_writing_back_at_once_write_the_record_once(url: str) -> None:
+    """After a restart the poll and the store's reconnect hook (which publishes again) may both find the
+    record gone. Run together they must write it once, at the version the runtime runs: two writes
+    each reading it empty made it version 2, a version no client ever saw the runtime run."""
+    async def body() -> None:
+        store = await RedisStore.connect(url)
+        try:
+            watcher = KnobWatcher(store, OWN, lambda knobs, version: None, lambda v, r: None)
+            await watcher.publish(Knobs(ring=3))
+            assert watcher.version == 1
+            for _ in range(20):                          # the two calls interleave differently each time
+                _restart_empty(url)
+                await asyncio.gather(watcher.poll(), watcher.publish(watcher.knobs), watcher.poll())
+                record = await store.knobs_get()
+                assert (record.version, record.values["ring"]) == (1, 3)
+                assert (watcher.version, watcher.knobs.ring) == (1, 3)
+        finally:
+            await store.close()
+    asyncio.run(body())

@@ -123,9 +123,17 @@ class KnobWatcher:
         self._seen = -1                       # the last version read (accepted or refused)
         self._notes: set[str] = set()
         self._deployment_reported = False
+        # A poll and the store's reconnect hook (Publications.republish) both read the record and
+        # write it when it is gone: one at a time, or both read it empty and it is written twice
+        # (a version the runtime never ran).
+        self._record_lock = asyncio.Lock()
 
     async def publish(self, knobs: Knobs) -> None:
         """Publish the deployment and make the store's record equal to ``knobs`` (the runtime's)."""
+        async with self._record_lock:
+            await self._publish(knobs)
+
+    async def _publish(self, knobs: Knobs) -> None:
         await self.store.deployment_put(self.deployment)
         record = await self.store.knobs_get()
         self._report(record.note)
@@ -159,12 +167,16 @@ class KnobWatcher:
     async def poll(self) -> None:
         """Read the record once: write it back if it is gone, put the deployment record back if it is
         not this runtime's, apply or refuse a new version."""
+        async with self._record_lock:
+            await self._poll()
+
+    async def _poll(self) -> None:
         record = await self.store.knobs_get()
         self._report(record.note)
         if record.version == 0:
             log.warning("no knobs record in the store (restarted empty, cleared or corrupt): writing back "
                         "the knobs of version %d", self.version)
-            await self.publish(self.knobs)
+            await self._publish(self.knobs)
             return
         if record.deployment != self.deployment:
             await self._restore_deployment(record.deployment)
