@@ -14,6 +14,7 @@ count (``on_bad_line="skip"``) or the end of the run before it starts (``"fail"`
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import random
 from array import array
@@ -23,7 +24,6 @@ from pathlib import Path
 from wavepp.runtime.arrivals import ArrivalPort, ClosedLoop
 from wavepp.runtime.clock import now
 from wavepp.runtime.kvcache.hashing import ROOT_HASH, block_hashes, random_tokens
-from wavepp.runtime.memo import LruMemo
 from wavepp.runtime.request import Request, cdiv
 
 TRACE_BLOCK_TOKENS = 512
@@ -128,8 +128,9 @@ class TraceWorkload(ClosedLoop):
         self.open_loop = open_loop     # a replay of a closed-loop run: False
         self.num_requests = len(trace.rows)
         self.issued = 0
-        self._blocks: LruMemo[int, array[int]] = LruMemo(TRACE_BLOCK_MEMO)
-        self._hashed: LruMemo[tuple[int, int], list[int]] = LruMemo(TRACE_BLOCK_MEMO)
+        # Bounded memos of pure functions (TRACE_BLOCK_MEMO): a block forgotten is made again, the same.
+        self._block = functools.lru_cache(maxsize=TRACE_BLOCK_MEMO)(self._make_block)
+        self._hashed = functools.lru_cache(maxsize=TRACE_BLOCK_MEMO)(self._hash_block)
 
     @property
     def exhausted(self) -> bool:
@@ -178,12 +179,13 @@ class TraceWorkload(ClosedLoop):
             out.append((tokens, block_hashes(tokens, self.block_size, self.extra)))
         return out
 
-    def _block(self, hash_id: int) -> array[int]:
-        block = self._blocks.get(hash_id)
-        if block is None:
-            block = self._blocks.put(hash_id, random_tokens(random.Random(hash_id), self.trace.block_tokens,
-                                                            self.vocab_size))
-        return block
+    def _make_block(self, hash_id: int) -> array[int]:
+        """The tokens of trace block ``hash_id``: from a generator seeded by the id alone."""
+        return random_tokens(random.Random(hash_id), self.trace.block_tokens, self.vocab_size)
+
+    def _hash_block(self, parent: int, hash_id: int) -> list[int]:
+        """The KV block hashes of trace block ``hash_id`` after the prefix whose last hash is ``parent``."""
+        return block_hashes(self._block(hash_id), self.block_size, self.extra, parent)
 
     def _tokens(self, hash_ids: tuple[int, ...], length: int) -> array[int]:
         tokens = array("I")
@@ -209,10 +211,7 @@ class TraceWorkload(ClosedLoop):
         parent = ROOT_HASH
         whole = len(tokens) // size
         for h in hash_ids[:whole]:
-            hashes = self._hashed.get((parent, h))
-            if hashes is None:
-                hashes = self._hashed.put((parent, h), block_hashes(self._block(h), self.block_size, self.extra,
-                                                                    parent))
+            hashes = self._hashed(parent, h)
             out += hashes
             parent = hashes[-1]
         return out + block_hashes(tokens[whole * size:], self.block_size, self.extra, parent)
