@@ -16,7 +16,7 @@ while modelled step times still pass without waiting. An idle wait is rounded up
 as epoll does on a real loop, plus the time a real loop takes to wake (a what-if replay of a
 real-time run: :mod:`runtime.whatif.preview`).
 
-While a plain virtual-time run is under way the garbage collector runs less often (:func:`batch_gc`): a
+While a plain virtual-time run is under way the garbage collector runs less often (:func:`batch_gc_begin`): a
 replay allocates millions of short-lived objects and creates few cycles, and each collection walks the
 young objects - and, now and then, every tracked object, the stages' block pools (hundreds of thousands of
 blocks) included. Nothing a virtual-time run reports depends on its CPU time; a CPU-clock replay keeps the
@@ -26,7 +26,6 @@ collector a real loop runs with, since its clock charges what a collection costs
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import gc
 import math
 import random
@@ -34,7 +33,7 @@ import selectors
 import statistics
 import threading
 import time
-from collections.abc import Coroutine, Iterator
+from collections.abc import Coroutine
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -75,31 +74,31 @@ BATCH_GC_GEN0 = 10_000
 
 _gc_lock = threading.Lock()
 _gc_users = 0
-_gc_saved: tuple[int, int, int] | None = None
+_gc_saved = gc.get_threshold()
 
 
-@contextlib.contextmanager
-def batch_gc() -> Iterator[None]:
-    """The young generation's threshold at :data:`BATCH_GC_GEN0` while at least one caller is inside
-    (runs in threads of one process share it); the threshold the process had, after the last one."""
+def batch_gc_begin() -> None:
+    """The young generation's threshold at :data:`BATCH_GC_GEN0` while at least one virtual-time loop is open
+    (loops in threads of one process share it); :func:`batch_gc_end` gives the process's back after the last."""
     global _gc_users, _gc_saved
     with _gc_lock:
         if _gc_users == 0:
             _gc_saved = gc.get_threshold()
             gc.set_threshold(max(BATCH_GC_GEN0, _gc_saved[0]), *_gc_saved[1:])
         _gc_users += 1
-    try:
-        yield
-    finally:
-        with _gc_lock:
-            _gc_users -= 1
-            if _gc_users == 0 and _gc_saved is not None:
-                gc.set_threshold(*_gc_saved)
+
+
+def batch_gc_end() -> None:
+    global _gc_users
+    with _gc_lock:
+        _gc_users -= 1
+        if _gc_users == 0:
+            gc.set_threshold(*_gc_saved)
 
 
 class VirtualTimeLoop(asyncio.SelectorEventLoop):
     """An asyncio loop whose clock is virtual and starts at 0; from its creation to its close the
-    process collects garbage as a batch job does (:func:`batch_gc`)."""
+    process collects garbage as a batch job does (:func:`batch_gc_begin`)."""
 
     polls_when_ready = False      # descriptors are polled only when the loop would wait (_NoWaitSelector)
     collects_as_batch = True
@@ -111,16 +110,15 @@ class VirtualTimeLoop(asyncio.SelectorEventLoop):
         self._now = 0.0
         # Timers closer than this are treated as due: keep it tiny so virtual time is exact.
         self._clock_resolution = 1e-12
-        self._batch_gc: contextlib.AbstractContextManager[None] | None = None
-        if self.collects_as_batch:
-            self._batch_gc = batch_gc()
-            self._batch_gc.__enter__()
+        self._batch_gc = self.collects_as_batch
+        if self._batch_gc:
+            batch_gc_begin()
 
     def close(self) -> None:
         super().close()
-        if self._batch_gc is not None:
-            batch, self._batch_gc = self._batch_gc, None
-            batch.__exit__(None, None, None)
+        if self._batch_gc:
+            self._batch_gc = False
+            batch_gc_end()
 
     def time(self) -> float:
         return self._now
