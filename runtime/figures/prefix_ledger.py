@@ -16,10 +16,10 @@ Two questions, two figures (docs/figures.md):
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Sequence
 from typing import Any
 
+from wavepp.runtime.figures.recent_hashes import RecentHashes
 from wavepp.runtime.request import Request
 from wavepp.telemetry import names as N
 
@@ -27,53 +27,36 @@ EVER_COMPUTED_CAP = 4_000_000   # block hashes remembered of completed requests 
 EVER_ARRIVED_CAP = 1_000_000    # block hashes remembered of arrived ones, with their first request
 
 
-def _forget_oldest(seen: dict[int, Any], cap: int) -> None:
-    if len(seen) > cap:
-        for h in list(itertools.islice(seen, len(seen) - cap)):
-            del seen[h]
-
-
-def _prefix(seen: dict[int, Any], hashes: Sequence[int]) -> int:
-    """How many leading ``hashes`` are in ``seen`` (a walk to the first one that is not)."""
-    n = 0
-    for h in hashes:
-        if h not in seen:
-            break
-        n += 1
-    return n
-
-
 class PrefixLedger:
-    """Insertion-ordered block hashes of completed requests and of arrived ones (module doc), each
-    at most its cap, the oldest forgotten first. Block hashes are chained (a block's hash names its
-    whole prefix), so the request that first brought a block brought every block before it."""
+    """Block hashes of completed requests and of arrived ones (module doc), each at most its cap, the
+    oldest forgotten first (:class:`runtime.figures.recent_hashes.RecentHashes`: 16-24 bytes a hash once
+    there are many). Block
+    hashes are chained (a block's hash names its whole prefix), so the request that first brought a
+    block brought every block before it."""
 
     def __init__(self, block_size: int, computed_cap: int = EVER_COMPUTED_CAP,
                  arrived_cap: int = EVER_ARRIVED_CAP) -> None:
         self.block_size = block_size
-        self.computed_cap, self.arrived_cap = computed_cap, arrived_cap
-        self._computed: dict[int, None] = {}
-        self._arrived: dict[int, str] = {}       # block hash -> id of the first request that arrived with it
+        self._computed = RecentHashes(computed_cap, values=False)
+        self._arrived = RecentHashes(arrived_cap)   # block hash -> the first request that arrived with it
+        self._ids: list[str] = []                   # ... by its number in arrival order
 
     def completed(self, hashes: Sequence[int]) -> None:
         """A request completed: its blocks are reusable from now on."""
-        self._computed.update(dict.fromkeys(hashes))
-        _forget_oldest(self._computed, self.computed_cap)
+        self._computed.add(hashes)
 
     def arrive(self, req: Request) -> dict[str, Any]:
         """``req`` arrives: sets its ``reusable_blocks`` and returns its request span's reuse attributes.
         Only blocks before the last token count (that one is always computed: it yields the logits)."""
         hashes = req.block_hashes[: (req.num_tokens - 1) // self.block_size]
-        req.reusable_blocks = _prefix(self._computed, hashes)
-        shared = _prefix(self._arrived, hashes)
+        req.reusable_blocks = self._computed.prefix(hashes)
+        shared = self._arrived.prefix(hashes)
         attrs: dict[str, Any] = {N.REUSABLE_TOKENS: req.reusable_blocks * self.block_size,
                                  N.SHARED_PREFIX_TOKENS: shared * self.block_size}
         if shared:
-            attrs[N.SHARED_WITH] = self._arrived[hashes[shared - 1]]
-        arrived = self._arrived
-        for h in req.block_hashes[shared:]:
-            arrived.setdefault(h, req.id)
-        _forget_oldest(arrived, self.arrived_cap)
+            attrs[N.SHARED_WITH] = self._ids[self._arrived.value(hashes[shared - 1])]
+        self._ids.append(req.id)
+        self._arrived.add(req.block_hashes[shared:], len(self._ids) - 1)
         return attrs
 
 
