@@ -57,7 +57,9 @@ class Trace:
     primed: tuple[tuple[int, ...], ...] = ()  # hash-id chains already cached when the replay starts
 
 
-def _row(obj: object, line: int) -> TraceRow:
+def _row(obj: object, line: int, ids_seen: dict[int, int]) -> TraceRow:
+    """``ids_seen``: the hash ids of the rows read before, each one int object (a trace names the same
+    prefix blocks row after row: a row's ids are then its tuple's 8 bytes each, not 36)."""
     if not isinstance(obj, dict):
         raise ValueError("not a JSON object")
     ts, n, ids = obj.get("timestamp"), obj.get("input_length"), obj.get("hash_ids")
@@ -69,7 +71,7 @@ def _row(obj: object, line: int) -> TraceRow:
         raise ValueError("hash_ids must be a list of integers >= 0")
     if len(ids) != cdiv(n, TRACE_BLOCK_TOKENS):
         raise ValueError(f"{len(ids)} hash_ids for {n} tokens (expected one per {TRACE_BLOCK_TOKENS}-token block)")
-    return TraceRow(line, ts / 1000.0, n, tuple(ids))
+    return TraceRow(line, ts / 1000.0, n, tuple([ids_seen.setdefault(i, i) for i in ids]))
 
 
 def load_trace(path: str, on_bad_line: str = "fail", limit: int | None = None) -> Trace:
@@ -82,11 +84,12 @@ def load_trace(path: str, on_bad_line: str = "fail", limit: int | None = None) -
         raise TraceError(f"cannot read trace {path!r}: {exc.strerror if isinstance(exc, OSError) else exc}") from None
     rows: list[TraceRow] = []
     skipped, first = 0, ""
+    ids_seen: dict[int, int] = {}
     for lineno, raw in enumerate(text.splitlines(), 1):
         if not raw.strip():
             continue
         try:
-            rows.append(_row(json.loads(raw), lineno))
+            rows.append(_row(json.loads(raw), lineno, ids_seen))
         except ValueError as exc:          # json.JSONDecodeError is a ValueError
             why = f"{path}:{lineno}: {str(exc).splitlines()[0][:160]}"
             if on_bad_line == "fail":
