@@ -3,7 +3,9 @@
 real time) and (b) a synthetic span stream on Redis at chosen rates, up to several times the demo's.
 
 Per target: page load -> first Pipeline chart (bars drawn), each page draw's time (p50/p99, from
-the dashboard's draw log), the dashboard process's CPU share and RSS (first and last minute).
+the dashboard's draw log), the dashboard process's CPU share and RSS (first and last minute), and minute by
+minute the RSS and the draws' p99 (whether memory is flat once the span window is full, and whether slow
+draws cluster).
 The synthetic stream replays a virtual-time sim run's spans re-timed onto the wall clock at the
 rate asked (looped with fresh wave and request ids), so the view sees a deployment's span mix.
 
@@ -140,6 +142,22 @@ def stream_spans(url: str, spans: list[dict[str, Any]], rate: float, stop: threa
     client.delete(stream_key(u), runs_key(u))
 
 
+def _p99(values: list[float]) -> float:
+    return sorted(values)[min(len(values) - 1, int(0.99 * len(values)))]
+
+
+def _by_minute(points: list[tuple[float, float]], of: Any, start: float | None = None) -> list[float | None]:
+    """``of`` the values of each whole minute from ``start`` (default: the first point), rounded."""
+    if not points:
+        return []
+    first = points[0][0] if start is None else start
+    minutes: dict[int, list[float]] = {}
+    for t, v in points:
+        if t >= first:
+            minutes.setdefault(int((t - first) // 60), []).append(v)
+    return [round(of(minutes[m]), 3) if m in minutes else None for m in range(max(minutes, default=-1) + 1)]
+
+
 def measure(args: list[str], duration: float, env: dict[str, str]) -> dict[str, Any]:
     from playwright.sync_api import sync_playwright
     port = free_port()
@@ -175,7 +193,8 @@ def measure(args: list[str], duration: float, env: dict[str, str]) -> dict[str, 
                 samples.append((time.monotonic(), cpu, rss))
                 time.sleep(5)
             browser.close()
-        draws = [float(line.split()[1]) for line in log.read_text().splitlines()] if log.exists() else []
+        lines = [line.split() for line in log.read_text().splitlines()] if log.exists() else []
+        draws = [float(f[1]) for f in lines]
         minute = [s for s in samples if s[0] - samples[0][0] <= 60]
         tail = [s for s in samples if samples[-1][0] - s[0] <= 60]
         cpu_share = (samples[-1][1] - samples[0][1]) / max(samples[-1][0] - samples[0][0], 1e-9)
@@ -184,7 +203,10 @@ def measure(args: list[str], duration: float, env: dict[str, str]) -> dict[str, 
                 "draw_p50_s": statistics.median(draws) if draws else None,
                 "draw_p99_s": sorted(draws)[min(len(draws) - 1, int(0.99 * len(draws)))] if draws else None,
                 "cpu_share": cpu_share, "rss_first_min_mb": max(s[2] for s in minute) / 2**20,
-                "rss_last_min_mb": max(s[2] for s in tail) / 2**20, "load1": load}
+                "rss_last_min_mb": max(s[2] for s in tail) / 2**20, "load1": load,
+                "rss_by_minute_mb": _by_minute([(t, rss / 2**20) for t, _, rss in samples], max),
+                "draw_p99_by_minute_s": _by_minute([(float(f[0]), float(f[1])) for f in lines], _p99,
+                                                   start=time.time() - (time.monotonic() - samples[0][0]))}
     finally:
         proc.terminate()
         try:
@@ -232,6 +254,9 @@ def main() -> int:
         p99 = f"{row['draw_p99_s']:.2f} s" if row["draw_p99_s"] is not None else "-"
         print(f"| {row['target']} | {row['rate']:,.0f} | {fc} | {p50} | {p99} | {row['cpu_share']:.0%} | "
               f"{row['rss_first_min_mb']:.0f} -> {row['rss_last_min_mb']:.0f} MB | {row['load1']:.1f} |")
+    for row in rows:
+        print(f"{row['target']} at {row['rate']:,.0f} spans/s, minute by minute: RSS (MB) {row['rss_by_minute_mb']}, "
+              f"draw p99 (s) {row['draw_p99_by_minute_s']}")
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps({"demo_rate": rate, "rows": rows}, indent=1))
