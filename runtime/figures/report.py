@@ -36,12 +36,21 @@ from wavepp.telemetry.reuse_split import token_split
 
 def percentile(values: Sequence[float], q: float) -> float | None:
     """Linear-interpolated percentile (``q`` in [0, 100]); None for no values (not a measured 0)."""
+    return percentiles(values, (q,))[0]
+
+
+def percentiles(values: Sequence[float], qs: Sequence[float]) -> list[float | None]:
+    """:func:`percentile` of each ``q``, the values sorted once (a live view's figures sort up to 100,000 of
+    them a second)."""
     if not values:
-        return None
+        return [None for _ in qs]
     xs = sorted(values)
-    pos = (len(xs) - 1) * q / 100
-    lo, hi = math.floor(pos), math.ceil(pos)
-    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
+    out: list[float | None] = []
+    for q in qs:
+        pos = (len(xs) - 1) * q / 100
+        lo, hi = math.floor(pos), math.ceil(pos)
+        out.append(xs[lo] + (xs[hi] - xs[lo]) * (pos - lo))
+    return out
 
 
 @dataclass(slots=True)
@@ -266,15 +275,14 @@ class FigureAccumulator:
                 intervals: Sequence[IdleInterval] | None = None, stalled: str | None = None) -> RunFigures:
         """``intervals``: this run's idle intervals when the caller already has them; ``stalled``: why the
         run ended early."""
-        latencies = self.latencies
         origin, end = self.window()
         makespan = max(end - origin, 0) / 1e9
         busy = [self.busy.get(stage, 0.0) for stage in range(num_stages)]
         evictions = [self.evictions.get(stage, 0) for stage in range(num_stages)]
 
-        admission_latency = self.admission_latency
-        cadence = _cadence(self.rounds)
-        intervals_s = cadence.intervals_s
+        admission_p50, admission_p99 = percentiles(self.admission_latency, (50, 99))
+        interval_p50, interval_p99 = percentiles(_cadence(self.rounds).intervals_s, (50, 99))
+        latency_p50, latency_p95, latency_p99 = percentiles(self.latencies, (50, 95, 99))
 
         input_tokens, reused, reusable, in_flight = self.tokens
         # Admission on the loop's critical path: rounds the dispatcher ran itself (their spans say so).
@@ -296,15 +304,12 @@ class FigureAccumulator:
             makespan_s=makespan if measured else None,
             pipeline_efficiency=rate(max(busy, default=0.0)),
             bubble_fraction=[1 - b / makespan for b in busy] if measured else None,
-            admission_interval_p50_s=percentile(intervals_s, 50),
-            admission_interval_p99_s=percentile(intervals_s, 99),
+            admission_interval_p50_s=interval_p50, admission_interval_p99_s=interval_p99,
             admission_rounds=self.num_rounds,
             requests_per_round_mean=self.admitted / self.num_rounds if self.num_rounds else None,
             requests_per_round_max=self.admitted_max,
-            admission_latency_p50_s=percentile(admission_latency, 50),
-            admission_latency_p99_s=percentile(admission_latency, 99),
-            prefill_latency_p50_s=percentile(latencies, 50), prefill_latency_p95_s=percentile(latencies, 95),
-            prefill_latency_p99_s=percentile(latencies, 99),
+            admission_latency_p50_s=admission_p50, admission_latency_p99_s=admission_p99,
+            prefill_latency_p50_s=latency_p50, prefill_latency_p95_s=latency_p95, prefill_latency_p99_s=latency_p99,
             good_hit_rate=reused / reusable if reusable else None,
             fallbacks=self.fallbacks, waves=self.num_waves,
             mean_wave_tokens=self.wave_tokens / self.num_waves if self.num_waves else None,
