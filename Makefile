@@ -11,8 +11,12 @@ $(VENV)/bin/python:
 	$(PY) -m pip install -q --upgrade pip
 
 # One install of the project with its dev extras; redone when its build configuration changes.
+# The editable install's sources are compiled once here: where the environment sets PYTHONDONTWRITEBYTECODE
+# (these machines do) nothing else writes them, and every process - each CLI call, each test's child process -
+# compiled them again at start. A source edited later is compiled in memory as before (its .pyc is stale).
 $(STAMP): pyproject.toml setup.py | $(VENV)/bin/python
 	$(PY) -m pip install -q -e '.[dev]'
+	$(PY) -m compileall -q wavepp runtime store telemetry dashboard > /dev/null
 	touch $@
 
 # The main job: the runtime and the live dashboard together, embedded (no external service).
