@@ -30,9 +30,8 @@ EVER_ARRIVED_CAP = 1_000_000    # block hashes remembered of arrived ones, with 
 class PrefixLedger:
     """Block hashes of completed requests and of arrived ones (module doc), each at most its cap, the
     oldest forgotten first (:class:`runtime.figures.recent_hashes.RecentHashes`: 16-24 bytes a hash once
-    there are many). Block
-    hashes are chained (a block's hash names its whole prefix), so the request that first brought a
-    block brought every block before it."""
+    there are many). Block hashes are chained (a block's hash names its whole prefix), so the request
+    that first brought a block brought every block before it."""
 
     def __init__(self, block_size: int, computed_cap: int = EVER_COMPUTED_CAP,
                  arrived_cap: int = EVER_ARRIVED_CAP) -> None:
