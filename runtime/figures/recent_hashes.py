@@ -21,7 +21,10 @@ from typing import Any
 
 import numpy as np
 
-MERGE_MIN = 262_144    # entries the dict holds before its first merge into the arrays (later: a quarter of theirs)
+# Entries the dict holds before its first merge into the arrays (later: a quarter of theirs). A lookup in the
+# sorted arrays reads ~log2(n) places of them where a dict reads one: with the first merge at 262,144 the
+# three-times Mooncake replay (1.05M hashes) ran 9 % slower (57.3 -> 62.3 s, side by side); at 1M, 0.9 %.
+MERGE_MIN = 1 << 20
 
 
 class RecentHashes:
