@@ -311,3 +311,24 @@ def test_an_output_through_a_link_or_to_a_device_is_written_there_not_replaced(t
     with pytest.raises(RunFailed, match="No space left on device"):
         write_text("/dev/full", "x")
     assert stat.S_ISCHR(os.stat("/dev/full").st_mode)
+
+
+def test_the_dashboard_server_collects_young_objects_every_10000_allocations(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Its heap grows with the span window, so a full collection walks more every time: the young threshold
+    (after which, ten times over, a full one comes) is raised before the server starts; the older ones kept."""
+    import gc
+
+    from streamlit.web import bootstrap
+
+    from wavepp.runtime.cli.dashboard import DASHBOARD_GC_GEN0
+    seen: list[tuple[int, ...]] = []
+    monkeypatch.setattr(bootstrap, "run", lambda *a, **k: seen.append(gc.get_threshold()))
+    monkeypatch.setattr(bootstrap, "load_config_options", lambda **k: None)
+    saved = gc.get_threshold()
+    run = next((Path(__file__).parent / "data" / "runs").glob("*.json*"))
+    try:
+        gc.set_threshold(700, 10, 10)
+        assert main(["dashboard", "--run", str(run), "--port", "1"]) == 0   # not served: run is stubbed
+    finally:
+        gc.set_threshold(*saved)
+    assert seen == [(DASHBOARD_GC_GEN0, 10, 10)]
