@@ -3,16 +3,15 @@ spans it still holds (the oldest dropped once it is full)."""
 
 from __future__ import annotations
 
+import gc
 from typing import Any
 
 from wavepp.telemetry.ring import SpanRing
 
 
 def fill(ring: SpanRing, n: int) -> None:
-    with ring._lock:
-        for _ in range(n):
-            ring._seq += 1
-            ring._spans.append((ring._seq, {"n": "s", "i": ring._seq}))
+    for _ in range(n):
+        ring.append({"n": "s", "i": ring.read(0)[1] + 1})
 
 
 def ids(items: list[dict[str, Any]]) -> list[int]:
@@ -35,3 +34,14 @@ def test_a_full_ring_holds_the_newest_spans() -> None:
     assert ids(ring.read(0)[0]) == list(range(16, 26))      # fell behind: what is still held
     assert ids(ring.read(20)[0]) == [21, 22, 23, 24, 25]
     assert ring.read(25) == ([], 25)
+
+
+def test_held_spans_add_no_object_for_the_garbage_collector_to_walk() -> None:
+    # A full collection stops the runtime's loop for as long as it walks the tracked objects:
+    # the ring's 200,000 spans must not be ~800,000 of them.
+    ring = SpanRing(capacity=5_000)
+    gc.collect()
+    before = len(gc.get_objects())
+    fill(ring, 2_000)
+    assert len(gc.get_objects()) - before < 100
+    assert ids(ring.read(1_990)[0]) == list(range(1_991, 2_001))
