@@ -70,7 +70,7 @@ def check_leases(loop: PipelineLoop) -> None:
             if cache is None or lease is None:
                 continue
             chain = cache.pool.chain(lease.boundary) if lease.boundary >= 0 else []
-            hashes = [cache.pool.blocks[b].hash for b in chain]
+            hashes = [cache.pool.hash[b] for b in chain]
             pinned = lease.followed_from if lease.producer is not None else lease.reuse_blocks
             if hashes != a.request.block_hashes[:pinned]:
                 raise InvariantViolation(f"stage {h.stage}: the leased prefix of {a.id} is no longer cached "

@@ -64,20 +64,20 @@ class HybridStates:
         stage keeps a snapshot it may pin; unpins ``pinned`` (the lease's old one) and pins the new one.
         Returns (block, boundary, snapshot hash or None at 0)."""
         assert self.states is not None
-        states, blocks = self.states, self.pool.blocks
+        states, hashes, parent = self.states, self.pool.hash, self.pool.parent
         if pinned is not None:
             states.unpin(pinned)
 
         def resumes(block: int) -> bool:     # a snapshot follows it, and pinning it breaks no promise
-            h = blocks[block].hash
+            h = hashes[block]
             return h in states.by_hash and states.needs_room(h) <= self.available_blocks()
 
         while k > 0 and not resumes(new):
-            new, k = blocks[new].parent, k - 1
+            new, k = parent[new], k - 1
             self.work += 1
         if k == 0:
             return new, 0, None
-        snapshot = blocks[new].hash
+        snapshot = hashes[new]
         assert snapshot is not None
         states.pin(snapshot)
         return new, k, snapshot
@@ -149,5 +149,5 @@ class HybridStates:
         self.states.check(self.pool.by_hash, pins)
         held = {b for s in self.states.by_hash.values() for b in s.blocks}
         held.update(b for blocks in self.working.values() for b in blocks)
-        assert all(self.pool.blocks[b].hash is None for b in held), "a state block is in the tree"
+        assert all(self.pool.hash[b] is None for b in held), "a state block is in the tree"
         return held

@@ -143,10 +143,10 @@ class StageCache(HybridStates):
             self.progress[rid] = lease.reuse_blocks * self.block_size
             if k == lease.reuse_blocks:
                 return k
-        blocks = self.pool.blocks
+        parent = self.pool.parent
         new = lease.boundary
         for _ in range(lease.reuse_blocks - k):
-            new = blocks[new].parent
+            new = parent[new]
         snapshot = None
         if self.states is not None:                # walk on up to a boundary this stage can resume at
             new, k, snapshot = self._shrink_to_snapshot(lease.snapshot, new, k)
@@ -358,4 +358,4 @@ class StageCache(HybridStates):
             p = self.pool
             assert not self.working, "a working state leaked"
             assert p.num_free + p.num_cached + len(state_blocks) == p.num_blocks, "blocks leaked"
-            assert all(b.ref_count == 0 for b in p.blocks if b.id not in state_blocks), "a reference leaked"
+            assert all(r == 0 for bid, r in enumerate(p.ref_count) if bid not in state_blocks), "a reference leaked"

@@ -3,6 +3,8 @@ chunk's blocks are taken in one call, a chain attached or unpinned in one call).
 
 from __future__ import annotations
 
+import gc
+
 import pytest
 
 from wavepp.runtime.kvcache.block_pool import BlockPool
@@ -35,7 +37,7 @@ def test_take_evicts_the_oldest_leaf_and_then_the_rest_of_its_cold_prefix() -> N
     # the old prompt's whole chain goes, leaf first (each parent becomes the oldest leaf), then the newer leaf
     assert detached == [13, 12, 11, 23]
     assert got == [old[2], old[1], old[0], new[2]]
-    assert all(pool.blocks[b].ref_count == 1 and pool.blocks[b].hash is None for b in got)
+    assert all(pool.ref_count[b] == 1 and pool.hash[b] is None for b in got)
     assert pool.num_evictions == 4 and pool.num_reclaimable == 2 and list(pool.lru) == [new[1]]
     pool.check()
 
@@ -65,9 +67,9 @@ def test_check_finds_each_kind_of_broken_bookkeeping() -> None:
         return pool, table
 
     breaks = {
-        "held flag of the root": lambda p, t: setattr(p.blocks[t[0]], "held", False),
-        "held-children count": lambda p, t: setattr(p.blocks[t[0]], "held_children", 0),
-        "child count": lambda p, t: setattr(p.blocks[t[1]], "num_children", 0),
+        "held flag of the root": lambda p, t: p.held.__setitem__(t[0], False),
+        "held-children count": lambda p, t: p.held_children.__setitem__(t[0], 0),
+        "child count": lambda p, t: p.num_children.__setitem__(t[1], 0),
         "reclaimable count": lambda p, t: setattr(p, "num_reclaimable", 0),
         "evictable leaf out of the LRU": lambda p, t: p.lru.pop(t[2]),
         "held block in the LRU": lambda p, t: p.lru.__setitem__(t[1], None),
@@ -79,3 +81,17 @@ def test_check_finds_each_kind_of_broken_bookkeeping() -> None:
         with pytest.raises(AssertionError):
             pool.check()
             raise RuntimeError(f"check missed: {name}")
+
+
+def test_a_pool_in_use_adds_no_object_per_block_for_the_garbage_collector() -> None:
+    # A long-running stage uses every block of its pool; a full collection (which stops the loop) walks
+    # every tracked object, so the pool's blocks must not be one each.
+    pool = BlockPool(50_000)
+    gc.collect()
+    before = len(gc.get_objects())
+    table = pool.take(40_000, [])
+    pool.attach_chain(table, list(range(1_000, 41_000)), 0, 40_000, [])
+    pool.unpin_many(table)
+    pool.check()
+    assert pool.num_cached == 40_000 and pool.num_evictable == 1
+    assert len(gc.get_objects()) - before < 100

@@ -144,7 +144,7 @@ class StageCaches(RuleBasedStateMachine):
                 lease = c.leases[r.rid]
                 assert lease.reuse_blocks == r.k
                 chain = c.pool.chain(lease.boundary) if lease.boundary >= 0 else []
-                assert [c.pool.blocks[b].hash for b in chain] == r.hashes[:r.k], (s, r.rid)
+                assert [c.pool.hash[b] for b in chain] == r.hashes[:r.k], (s, r.rid)
 
     @invariant()
     def no_block_is_owned_twice(self) -> None:
@@ -155,7 +155,7 @@ class StageCaches(RuleBasedStateMachine):
                 for bid in table[k:]:               # the request's own blocks (the prefix is shared)
                     assert bid not in owned, f"block {bid} in {owned.get(bid)} and {rid}"
                     owned[bid] = rid
-                    assert c.pool.blocks[bid].hash is None and c.pool.blocks[bid].ref_count == 1
+                    assert c.pool.hash[bid] is None and c.pool.ref_count[bid] == 1
 
     @invariant()
     def states_stay_out_of_tables_and_the_tree_and_leases_pin_theirs(self) -> None:

@@ -132,7 +132,7 @@ def test_escrow_takes_no_block_and_materialization_evicts_the_leaf_oldest_then()
     assert c.stats().num_evictions == 0 and c.prefix_length(ha) == 4 and c.available_blocks() == 7
     assert c.lease("z", ha, 4, 4 * B + 1) == 4       # pins the oldest leaf, a[3] (7 reclaimable >= 1 left)
     table = c.materialize("x", 0, B, 0)
-    assert c.pool.blocks[table[0]].hash is None      # an owned block now, taken from ...
+    assert c.pool.hash[table[0]] is None      # an owned block now, taken from ...
     assert c.prefix_length(ha) == 4 and c.prefix_length(hb) == 3   # ... prompt b's tail, oldest then
     assert c.stats().num_evictions == 1 and c.stats().num_escrowed_blocks == 0
     for rid in ("x", "z"):
