@@ -28,6 +28,7 @@ from wavepp.runtime.control.knobs import Knobs, validated_values
 from wavepp.runtime.engines.build import build_engine
 from wavepp.runtime.engines.config import EngineConfig
 from wavepp.runtime.loop import LoopConfig, PipelineLoop
+from wavepp.runtime.process_gc import collect_as_long_running
 from wavepp.runtime.runs.meta import describe_run
 from wavepp.runtime.runs.runfile import RunInfo
 from wavepp.runtime.sources.workloads import Workload, parse_workload
@@ -194,6 +195,7 @@ def serve(engine_config: EngineConfig, runtime_args: dict[str, Any], address: st
           ready: Any) -> None:
     """Child process: start the runtime and serve it to the dashboard until killed."""
     engine = build_engine(engine_config)
+    collect_as_long_running()       # a real-time loop: runtime/process_gc.py
     runtime = EmbeddedRuntime(engine, **runtime_args).start()
     facade = _Facade(runtime, runtime_args)
     _Manager.register("runtime", callable=lambda: facade)

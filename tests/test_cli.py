@@ -313,16 +313,18 @@ def test_an_output_through_a_link_or_to_a_device_is_written_there_not_replaced(t
     assert stat.S_ISCHR(os.stat("/dev/full").st_mode)
 
 
-def test_the_dashboard_server_collects_young_objects_every_10000_allocations(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Its heap grows with the span window, so a full collection walks more every time: the young threshold
-    (after which, ten times over, a full one comes) is raised before the server starts; the older ones kept."""
+def test_the_dashboard_server_starts_with_start_up_frozen_and_young_objects_collected_every_10000_allocations(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Its heap grows with the span window, so a full collection walks more every time: what start-up made is
+    frozen and the young threshold (after which, ten times over, a full one comes) raised before the server
+    starts; the older thresholds kept."""
     import gc
 
     from streamlit.web import bootstrap
 
-    from wavepp.runtime.cli.dashboard import DASHBOARD_GC_GEN0
-    seen: list[tuple[int, ...]] = []
-    monkeypatch.setattr(bootstrap, "run", lambda *a, **k: seen.append(gc.get_threshold()))
+    from wavepp.runtime.process_gc import LONG_RUNNING_GEN0
+    seen: list[tuple[tuple[int, ...], int]] = []
+    monkeypatch.setattr(bootstrap, "run", lambda *a, **k: seen.append((gc.get_threshold(), gc.get_freeze_count())))
     monkeypatch.setattr(bootstrap, "load_config_options", lambda **k: None)
     saved = gc.get_threshold()
     run = next((Path(__file__).parent / "data" / "runs").glob("*.json*"))
@@ -331,4 +333,6 @@ def test_the_dashboard_server_collects_young_objects_every_10000_allocations(mon
         assert main(["dashboard", "--run", str(run), "--port", "1"]) == 0   # not served: run is stubbed
     finally:
         gc.set_threshold(*saved)
-    assert seen == [(DASHBOARD_GC_GEN0, 10, 10)]
+        gc.unfreeze()
+    [(threshold, frozen)] = seen
+    assert threshold == (LONG_RUNNING_GEN0, 10, 10) and frozen > 10_000

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import gc
 import os
 from typing import Any
 
@@ -41,20 +40,6 @@ def register(sub: Any) -> dict[str, Handler]:
                    help="the `wavepp calibrate` profile the Knobs page's Preview and Suggest replay a torch run with")
     autopilot_args.add_flags(d, "30 s; embedded runtime only")
     return {"dashboard": cmd_dashboard}
-
-
-# Allocations between two young collections in the dashboard's process (CPython's default: 700). The process is a
-# long-running view whose heap grows with its span window and held values, so a full collection walks more every
-# time: with the default it ran 153 of them in 10 minutes of the embedded demo (17.8 s, up to 0.27 s each), and a
-# page draw one landed in took 0.52 s on average against 0.19 s (scripts/bench_dashboard.py with a gc.callbacks
-# probe). Full collections come after ten young-generation rounds, so they come this many times less often.
-DASHBOARD_GC_GEN0 = 10_000
-
-
-def collect_as_long_running_view() -> None:
-    """The process's young-generation threshold at :data:`DASHBOARD_GC_GEN0` (the older generations' kept)."""
-    threshold = gc.get_threshold()
-    gc.set_threshold(max(DASHBOARD_GC_GEN0, threshold[0]), *threshold[1:])
 
 
 def cmd_dashboard(args: argparse.Namespace) -> int:
@@ -106,7 +91,8 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
              # the ~10 containers per span a 100k-span run keeps, that alone was ~0.3 s of CPU per second.
              "runner_postScriptGC": False}
     bootstrap.load_config_options(flag_options=flags)
-    collect_as_long_running_view()
+    from wavepp.runtime.process_gc import collect_as_long_running
+    collect_as_long_running()            # a long-running view: runtime/process_gc.py
     bootstrap.run(app, False, [], flags)
     return 0
 

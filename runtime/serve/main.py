@@ -242,6 +242,8 @@ def run_server(settings: dict[str, Any], announce: Any = print) -> int:
                                                                          else "llama-3-8b")
         app = Accepted(CutGuard(AdmissionGate(BodyLimit(create_app(rt, served, tokenizer, settings["admin_token"]),
                                                         settings["max_body_bytes"]), rt), rt))
+        from wavepp.runtime.process_gc import collect_as_long_running
+        collect_as_long_running()       # a real-time loop: runtime/process_gc.py
         return asyncio.run(_main(rt, app, settings, served, announce))
     finally:
         engine.close()
