@@ -12,8 +12,9 @@ interpreter stopped - a runtime's event loop included. Two settings, once its st
   that many times less often.
 
 Measured on the embedded sim demo's runtime (llama-3-8b, H200, PP4, c = 64) with a 5 ms ticker on its
-loop, 150 s each: without these settings 5 full collections of 56-138 ms and the loop late by up to
-139 ms; with them none, and late by at most 97 ms (start-up) and 62 ms after the first minute.
+loop, 150 s each, twice (``scripts/bench_loop_lag.py [--as-started]``): with CPython's defaults 5 full
+collections of 56-148 ms and the loop up to 139-151 ms late; with these settings none, the loop up to
+97-121 ms late in its first minute (start-up) and 57-62 ms after.
 """
 
 from __future__ import annotations
