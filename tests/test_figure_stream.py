@@ -19,6 +19,7 @@ import pytest
 from wavepp.runtime.bench.runs import BenchConfig, run_one
 from wavepp.runtime.engines.config import SimConfig
 from wavepp.runtime.engines.sim.engine import SimEngine
+from wavepp.runtime.figures import idle_settle
 from wavepp.runtime.figures.report import FigureAccumulator, compute_figures
 from wavepp.runtime.runs.runfile import SavedRun, load_runs
 from wavepp.runtime.sources.workloads import parse_workload
@@ -42,8 +43,8 @@ def same(got: Any, want: Any, where: str) -> None:
         assert got == want, (where, got, want)
 
 
-def streamed(run: SavedRun, chunk: int) -> dict[str, Any]:
-    acc = FigureAccumulator()
+def streamed(run: SavedRun, chunk: int, settle: bool = False) -> dict[str, Any]:
+    acc = FigureAccumulator(settle_stages=int(run.meta["pp"]) if settle else None)
     for i in range(0, len(run.spans), chunk):
         acc.add(run.spans[i:i + chunk])
     meta = {k: run.meta.get(k, "") for k in ("policy", "engine", "model", "hardware", "workload")}
@@ -61,6 +62,37 @@ def test_streamed_figures_equal_the_saved_whole_run_figures(saved: list[SavedRun
     assert len(saved) >= 6
     for run in saved:
         same(streamed(run, chunk), run.figures, run.label)
+
+
+@pytest.mark.parametrize("every", [1, 13, 500])
+@pytest.mark.parametrize("chunk", [1, 7])
+def test_idle_time_settled_as_the_run_goes_equals_the_whole_run_split(
+        saved: list[SavedRun], chunk: int, every: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each gap split as soon as no later span can change it (every ``every`` spans), the steps it
+    needed forgotten: the same idle seconds by cause, to the nanosecond, and the same other figures."""
+    monkeypatch.setattr(idle_settle, "SETTLE_EVERY", every)
+    for run in saved:
+        same(streamed(run, chunk, settle=True), run.figures, f"{run.label} settled")
+
+
+def test_a_settling_aggregator_holds_the_open_gaps_not_the_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A sim bench's spans streamed in the order they ended: what the idle split holds stays a small part
+    of the run's steps, and its figures are the whole run's."""
+    monkeypatch.setattr(idle_settle, "SETTLE_EVERY", 200)
+    engine = SimEngine(SimConfig("llama-3-8b", "h200", 4, kv_blocks=[3000]))
+    cfg = BenchConfig(parse_workload("reuse90"), [8], ["wavepp"], 400, prompt_tokens=4096)
+    run = run_one(engine, cfg, "wavepp", 8)
+    spans = run.encoded
+    steps = sum(1 for s in spans if s["n"] == N.EXECUTE)
+    acc = FigureAccumulator(settle_stages=4)
+    most = 0
+    for i in range(0, len(spans), 10):
+        acc.add(spans[i:i + 10])
+        held = acc.idle
+        most = max(most, sum(map(len, held.executes.values())) + len(held.prepare) + len(held.sends) + len(held.plans))
+    assert steps > 1000 and most < steps / 4, (most, steps)
+    assert sorted(acc.idle.merged) == [0, 1, 2, 3]
+    same(acc.figures(4, run.meta).as_dict(), compute_figures(spans, 4, run.meta).as_dict(), "settled")
 
 
 def test_the_aggregator_keeps_no_span(saved: list[SavedRun]) -> None:

@@ -157,7 +157,7 @@ def run_one(engine: Engine, cfg: BenchConfig, policy_name: str, concurrency: int
     meta = describe_run(engine, run, knobs, [h.capacity for h in parts.handles], cfg.model_name, cfg.hardware_name)
     meta["telemetry"] = telemetry
     tel_cfg: TelemetryConfig = current_config().with_flags(telemetry)
-    acc = FigureAccumulator()
+    acc = FigureAccumulator(settle_stages=engine.pp)     # one pass, spans in the order they end
     consumers: list[Callable[[list[dict[str, Any]]], Any]] = [acc.add]
     feed = SpanFeed(lambda spans: [consume(spans) for consume in consumers])
     tel = engine.telemetry(run, keep=cfg.keep_spans, config=tel_cfg, metrics=cfg.metrics, feed=feed)

@@ -115,14 +115,28 @@ def _paint(a: int, b: int, layers: Sequence[tuple[str, Cover]]) -> list[tuple[st
     return pieces
 
 
-def _ring_full(plans: Sequence[tuple[int, int, int]], retired: Sequence[int]) -> list[Interval]:
-    """Intervals in which the waves planned but not retired reached the ring size.
+class RingState(NamedTuple):
+    """Where :func:`_ring_full` stands after some events: waves in flight, the ring size in force,
+    and since when the ring has been full (None: it is not)."""
+    in_flight: int = 0
+    ring: int = 0
+    full_since: int | None = None
 
-    ``plans``: (plan end ns, wave id, ring size) sorted by time; ``retired``: sorted retire times."""
+
+EMPTY_RING = RingState()
+
+
+def _ring_full(plans: Sequence[tuple[int, int, int]], retired: Sequence[int],
+               state: RingState = EMPTY_RING) -> tuple[list[Interval], RingState]:
+    """Intervals in which the waves planned but not retired reached the ring size, from ``state`` on;
+    an interval still open after the last event is not among them (the state says since when).
+
+    ``plans``: (plan end ns, wave id, ring size); ``retired``: retire times; both later than the
+    events ``state`` folded."""
     events = [(t, +1, ring) for t, _, ring in plans] + [(t, -1, 0) for t in retired]
     events.sort(key=lambda e: (e[0], e[1]))        # a retirement before a plan at the same instant
     out: list[Interval] = []
-    in_flight, ring, start = 0, 0, None
+    in_flight, ring, start = state
     for t, delta, r in events:
         if r:
             ring = r
@@ -133,7 +147,7 @@ def _ring_full(plans: Sequence[tuple[int, int, int]], retired: Sequence[int]) ->
         elif not full and start is not None:
             out.append((start, t))
             start = None
-    return out
+    return out, RingState(in_flight, ring, start)
 
 
 class _Layers:
@@ -141,9 +155,13 @@ class _Layers:
 
     def __init__(self, tracker: IdleTracker, num_stages: int) -> None:
         plans = sorted(tracker.plans)
-        self.planned_at = {w: t for t, w, _ in plans}
-        retired = sorted(t1 for _, t1, _ in tracker.executes.get(num_stages - 1, []))
-        self.ring_full = Cover(_ring_full(plans, retired))
+        self.planned_at = tracker.planned_folded | {w: t for t, w, _ in plans}
+        merged = tracker.merged.get(num_stages - 1)
+        folded = tracker.ring_folded_until          # plans and retirements before it are in ring_state
+        retired = [t for t in tracker.retired if t >= folded]
+        retired += [e[1] for e in tracker.executes.get(num_stages - 1, []) if e != merged and e[1] >= folded]
+        full, self.ring_end = _ring_full([p for p in plans if p[0] >= folded], retired, tracker.ring_state)
+        self.ring_full = Cover(tracker.ring_early + full)
         self.rounds = Cover(tracker.rounds) if tracker.rounds else NONE
         self.waits = {s: Cover(w) for s, w in tracker.waits.items()}
         self.prepare, self.sends = tracker.prepare, tracker.sends
@@ -177,6 +195,16 @@ class IdleTracker:
         self.waits: dict[int, list[Interval]] = defaultdict(list)
         self.plans: list[tuple[int, int, int]] = []
         self.rounds: list[Interval] = []                    # admission rounds on the loop's critical path
+        # What a settling tracker (runtime.figures.idle_settle) folded away: the ring's state after the plans
+        # and retirements it forgot, the ring-full intervals before its settled part, the retirements of the
+        # last stage's merged steps, the plan times of waves still to run on stage 0, and per stage the one
+        # step that stands for its settled steps (no gap inside it is split again).
+        self.ring_state = EMPTY_RING
+        self.ring_folded_until = -1
+        self.ring_early: list[Interval] = []
+        self.retired: list[int] = []
+        self.planned_folded: dict[int, int] = {}
+        self.merged: dict[int, tuple[int, int, int]] = {}
         self._split: dict[tuple[int, int, int, int], list[IdleInterval]] = {}   # (s, a, b, w) -> its pieces
         self._split_for: int | None = None                 # the number of stages the kept splits assumed
         self._dirty_from: float = float("inf")             # kept gaps ending after this are split again
@@ -264,9 +292,12 @@ class IdleTracker:
         return out
 
 
-def sums(intervals: Sequence[IdleInterval], num_stages: int) -> list[dict[str, float]]:
-    """Per stage, seconds of idle time by cause (keys: :data:`CAUSES`)."""
-    counts = [dict.fromkeys(CAUSES, 0) for _ in range(num_stages)]
+def sums(intervals: Sequence[IdleInterval], num_stages: int,
+         settled: Sequence[dict[str, int]] | None = None) -> list[dict[str, float]]:
+    """Per stage, seconds of idle time by cause (keys: :data:`CAUSES`); ``settled``: per stage,
+    nanoseconds by cause already split (:mod:`runtime.figures.idle_settle`), added to them."""
+    counts = [dict(c) for c in settled] if settled is not None else [dict.fromkeys(CAUSES, 0)
+                                                                       for _ in range(num_stages)]
     for iv in intervals:
         counts[iv.stage][iv.cause] += iv.t1 - iv.t0
     return [{c: v / 1e9 for c, v in stage.items()} for stage in counts]

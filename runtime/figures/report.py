@@ -29,6 +29,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from wavepp.runtime.figures.idle_causes import IdleInterval, IdleTracker, sums
+from wavepp.runtime.figures.idle_settle import SettlingIdle
 from wavepp.runtime.figures.recomputation import RecomputeTracker
 from wavepp.telemetry import names as N
 from wavepp.telemetry.reuse_split import token_split
@@ -157,9 +158,14 @@ class FigureAccumulator:
     ``samples_held``: keep the per-request values of only the newest that many requests (and admitting
     rounds) - a live view that runs for days; its percentiles are then those of the newest (counts, sums
     and means still cover the run: :attr:`samples_dropped` says how many values went). None (the bench,
-    a saved run): every value, exact percentiles of the whole run."""
+    a saved run): every value, exact percentiles of the whole run.
 
-    def __init__(self, samples_held: int | None = None) -> None:
+    ``settle_stages``: the run's number of stages, to split its idle time as the gaps settle (a run
+    seen once, whose spans arrive in the order they end: the bench); the idle split of the whole run
+    is then held as sums, not intervals (:mod:`runtime.figures.idle_settle`), and :meth:`idle_intervals`
+    answers only the gaps still open. None: every step is kept (a live view splits its window again)."""
+
+    def __init__(self, samples_held: int | None = None, settle_stages: int | None = None) -> None:
         def samples() -> list[Any] | deque[Any]:
             return [] if samples_held is None else deque(maxlen=samples_held)
 
@@ -185,7 +191,8 @@ class FigureAccumulator:
         self.num_waves = 0                                  # waves planned with tokens
         self.wave_tokens = 0                                # their tokens
         self.halt: tuple[int, str] | None = None            # the first source halt (ns, why)
-        self.idle = IdleTracker()
+        self.settling = SettlingIdle(settle_stages) if settle_stages is not None else None
+        self.idle = self.settling.tracker if self.settling is not None else IdleTracker()
         self.recompute = RecomputeTracker()
 
     def add(self, spans: Sequence[Span]) -> FigureAccumulator:
@@ -195,9 +202,15 @@ class FigureAccumulator:
             return self._add_halting(spans)
         for s in spans:
             self._one(s)
-        self.idle.add(spans)
+        self._add_idle(spans)
         self.recompute.add(spans)
         return self
+
+    def _add_idle(self, spans: Sequence[Span]) -> None:
+        if self.settling is not None:
+            self.settling.add(spans, self.origin)
+        else:
+            self.idle.add(spans)
 
     def _add_halting(self, spans: Sequence[Span]) -> FigureAccumulator:
         """Span by span: from the first halt on, only spans that ended by it count."""
@@ -208,7 +221,7 @@ class FigureAccumulator:
             if self.halt is not None and (s["t1"] or 0) > self.halt[0]:
                 continue
             self._one(s)
-            self.idle.add((s,))
+            self._add_idle((s,))
             self.recompute.add((s,))
         return self
 
@@ -287,8 +300,15 @@ class FigureAccumulator:
         input_tokens, reused, reusable, in_flight = self.tokens
         # Admission on the loop's critical path: rounds the dispatcher ran itself (their spans say so).
         critical = self.critical_s
-        if intervals is None:
-            intervals = self.idle.intervals(num_stages, origin, end)
+        if intervals is not None:
+            idle = sums(intervals, num_stages)
+        elif self.settling is not None:
+            if self.settling.num_stages != num_stages:
+                raise ValueError(f"figures of {num_stages} stages from an aggregator settling "
+                                 f"{self.settling.num_stages}")
+            idle = self.settling.sums(origin, end)
+        else:
+            idle = sums(self.idle.intervals(num_stages, origin, end), num_stages)
 
         completed = self.num_completed
         measured = completed > 0 and makespan > 0
@@ -314,7 +334,7 @@ class FigureAccumulator:
             fallbacks=self.fallbacks, waves=self.num_waves,
             mean_wave_tokens=self.wave_tokens / self.num_waves if self.num_waves else None,
             admission_critical_path_s_per_request=critical / completed if completed else None,
-            idle_causes_s=sums(intervals, num_stages), evictions=evictions,
+            idle_causes_s=idle, evictions=evictions,
             recompute_s=self.recompute.seconds(num_stages),
             stalled=stalled or (self.halt[1] if self.halt is not None else None),
             sharing_in_flight=in_flight / input_tokens if input_tokens else None,
