@@ -46,7 +46,8 @@ LIVE_STEPS_HELD = 40_000
 # The autopilot's decisions a view holds (one a window: 30 s windows make 2,000 about 17 hours).
 DECISIONS_HELD = 2_000
 # A live view's percentiles are those of the newest this many requests (and admitting rounds); counts,
-# sums and means cover the run. About 40 minutes of the embedded sim demo, 16 bytes a value.
+# sums and means cover the run. About 40 minutes of the embedded sim demo; held in arrays allocated at once
+# (runtime/figures/sample_ring.py: 8 bytes a value, 16 a round), so they do not grow the view's memory as they fill.
 LIVE_SAMPLES_HELD = 100_000
 # Below this many spans derived, a span starting before the view's origin rebuilds the view (the
 # same tables as one built at once); above it, the span is appended at a negative time instead.

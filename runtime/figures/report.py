@@ -23,14 +23,17 @@
 from __future__ import annotations
 
 import math
-from collections import defaultdict, deque
-from collections.abc import Sequence
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
+
+import numpy as np
 
 from wavepp.runtime.figures.idle_causes import IdleInterval, IdleTracker, sums
 from wavepp.runtime.figures.idle_settle import SettlingIdle
 from wavepp.runtime.figures.recomputation import RecomputeTracker
+from wavepp.runtime.figures.sample_ring import SampleRing
 from wavepp.telemetry import names as N
 from wavepp.telemetry.reuse_split import token_split
 
@@ -40,7 +43,7 @@ def percentile(values: Sequence[float], q: float) -> float | None:
     return percentiles(values, (q,))[0]
 
 
-def percentiles(values: Sequence[float], qs: Sequence[float]) -> list[float | None]:
+def percentiles(values: Sequence[float] | SampleRing, qs: Sequence[float]) -> list[float | None]:
     """:func:`percentile` of each ``q``, the values sorted once (a live view's figures sort up to 100,000 of
     them a second)."""
     if not values:
@@ -140,7 +143,7 @@ def admission_cadence(spans: Sequence[Span]) -> Cadence:
     return _cadence([(s["t1"], _int(s, N.NUM_ADMITTED)) for s in spans if s["n"] == N.ADMISSION_ROUND])
 
 
-def _cadence(rounds: Sequence[tuple[int, int]]) -> Cadence:
+def _cadence(rounds: Iterable[tuple[int, int]] | SampleRing) -> Cadence:
     """``rounds``: (end ns, requests admitted) of every admission round, in any order."""
     admitting = [(t, n) for t, n in sorted(rounds) if n > 0]
     return Cadence([t for t, _ in admitting], [n for _, n in admitting])
@@ -166,8 +169,10 @@ class FigureAccumulator:
     answers only the gaps still open. None: every step is kept (a live view splits its window again)."""
 
     def __init__(self, samples_held: int | None = None, settle_stages: int | None = None) -> None:
-        def samples() -> list[Any] | deque[Any]:
-            return [] if samples_held is None else deque(maxlen=samples_held)
+        def samples(width: int = 1) -> list[Any] | SampleRing:
+            if samples_held is None:
+                return []
+            return SampleRing(samples_held) if width == 1 else SampleRing(samples_held, np.int64, width)
 
         self.policy: str | None = None                      # the first request span's policy
         self.num_spans = 0                                  # spans added (those after a halt too)
@@ -176,14 +181,14 @@ class FigureAccumulator:
         self.num_admitted = 0                               # requests whose span says when they were admitted
         self.origin: int | None = None                      # first arrival (ns)
         self.last_done: int | None = None                   # last request span's end (ns)
-        self.admission_latency: list[float] | deque[float] = samples()   # seconds, of admitted requests
-        self.latencies: list[float] | deque[float] = samples()           # prefill latency of completed ones
+        self.admission_latency: list[float] | SampleRing = samples()   # seconds, of admitted requests
+        self.latencies: list[float] | SampleRing = samples()             # prefill latency of completed ones
         self.tokens = [0, 0, 0, 0]        # completed: input, reused from completed requests, reusable, in flight
         self.fallbacks = 0                                  # requests whose reuse boundary was lowered
         self.busy: dict[int, float] = defaultdict(float)   # stage -> execute seconds (summed in span order)
         self.computed = 0                                   # tokens executed on stage 0
         self.evictions: dict[int, int] = defaultdict(int)
-        self.rounds: list[tuple[int, int]] | deque[tuple[int, int]] = samples()   # (end ns, admitted) a round
+        self.rounds: list[tuple[int, int]] | SampleRing = samples(2)   # (end ns, admitted) a round
         self.num_rounds = 0                                 # admitting rounds, and the requests they admitted
         self.admitted = 0
         self.admitted_max = 0

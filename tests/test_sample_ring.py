@@ -1,0 +1,48 @@
+"""A live view's fixed-size sample store: the newest values, oldest first, in memory allocated once."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from wavepp.runtime.figures.report import FigureAccumulator, percentiles
+from wavepp.runtime.figures.sample_ring import SampleRing
+
+
+def test_it_holds_the_newest_values_oldest_first() -> None:
+    ring = SampleRing(4)
+    assert len(ring) == 0 and list(ring) == [] and percentiles(ring, (50,)) == [None]
+    for x in range(1, 4):
+        ring.append(float(x))
+    assert list(ring) == [1.0, 2.0, 3.0]
+    for x in range(4, 11):
+        ring.append(float(x))
+    assert len(ring) == 4 and list(ring) == [7.0, 8.0, 9.0, 10.0]
+    assert percentiles(ring, (0, 50, 100)) == [7.0, 8.5, 10.0]
+
+
+def test_rows_of_integers_come_back_as_tuples_of_python_ints() -> None:
+    ring = SampleRing(3, np.int64, 2)
+    for t in range(5):
+        ring.append((10**18 + t, t % 2))
+    assert list(ring) == [(10**18 + 2, 0), (10**18 + 3, 1), (10**18 + 4, 0)]
+    assert all(type(v) is int for row in ring for v in row)
+
+
+def test_its_memory_is_allocated_with_the_first_value_and_never_grows() -> None:
+    ring = SampleRing(1000)
+    assert ring._data is None
+    ring.append(0.5)
+    data = ring._data
+    assert data is not None and data.nbytes == 8 * 1000
+    for i in range(5000):
+        ring.append(i / 7)
+    assert ring._data is data and len(ring) == 1000
+    with pytest.raises(ValueError):
+        SampleRing(0)
+
+
+def test_a_live_aggregator_keeps_its_samples_in_rings() -> None:
+    acc = FigureAccumulator(samples_held=10)
+    assert isinstance(acc.latencies, SampleRing) and isinstance(acc.rounds, SampleRing)
+    assert isinstance(FigureAccumulator().latencies, list)          # the bench: every value, exact
