@@ -213,6 +213,13 @@ def _reference(cfg: DecoderConfig, hf_dict: dict[str, Any], weights: dict[str, T
            and not (".shared_expert" in k and cfg.shared_expert_intermediate_size == 0)] + list(unexpected)
     if bad:
         raise ValueError(f"reference model does not take our weights: first mismatch {bad[0]}")
+    # What our weights do not give was made without initialisation (whatever memory held, NaN included): the
+    # absent shared expert's gate multiplies its zero output, so zeros leave the model as ours.
+    state = model.state_dict()
+    with torch.no_grad():
+        for k in missing:
+            if k != "lm_head.weight":
+                state[k].zero_()
     if cfg.tie_word_embeddings:
         model.tie_weights()
     evaluated: torch.nn.Module = model.eval()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+from typing import Any
 
 import pytest
 import torch
@@ -54,6 +55,22 @@ def test_edge_cases_match(name: str, cfg: DecoderConfig, pp: int, block: int, ch
                           prompt_len: int | None) -> None:
     r = run_check(cfg, pp=pp, block_size=block, chunk=chunk, reuse=reuse, seed=7, prompt_len=prompt_len)
     assert r.ok, (name, r)
+
+
+def test_the_reference_zeroes_what_our_weights_do_not_give(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without a shared expert, transformers' Qwen2-MoE still has the shared expert's gate, which our weights
+    do not give: built without initialisation, it held whatever memory held - NaN made the reference's
+    logits non-finite (seen once in a full run). Uninitialised memory is made NaN here, every time."""
+    empty = torch.empty
+
+    def nan_empty(*args: Any, **kwargs: Any) -> torch.Tensor:
+        out = empty(*args, **kwargs)
+        return out.fill_(float("nan")) if out.is_floating_point() else out
+    monkeypatch.setattr(torch, "empty", nan_empty)
+    cfg = small(num_layers=2, model_type="qwen2_moe", num_experts=4, experts_per_token=2, moe_intermediate_size=32,
+                norm_topk_prob=True)
+    r = run_check(cfg, pp=2, block_size=4, chunk=6, reuse=9, seed=7)
+    assert r.ok and r.non_finite is None, r
 
 
 def test_tiny_moe_profile_matches() -> None:
