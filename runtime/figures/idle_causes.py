@@ -156,10 +156,8 @@ class _Layers:
     def __init__(self, tracker: IdleTracker, num_stages: int) -> None:
         plans = sorted(tracker.plans)
         self.planned_at = tracker.planned_folded | {w: t for t, w, _ in plans}
-        merged = tracker.merged.get(num_stages - 1)
         folded = tracker.ring_folded_until          # plans and retirements before it are in ring_state
-        retired = [t for t in tracker.retired if t >= folded]
-        retired += [e[1] for e in tracker.executes.get(num_stages - 1, []) if e != merged and e[1] >= folded]
+        retired = tracker.retirements(num_stages, folded)
         full, self.ring_end = _ring_full([p for p in plans if p[0] >= folded], retired, tracker.ring_state)
         self.ring_full = Cover(tracker.ring_early + full)
         self.rounds = Cover(tracker.rounds) if tracker.rounds else NONE
@@ -238,6 +236,13 @@ class IdleTracker:
                 continue
             self._touch(t0)
         return self
+
+    def retirements(self, num_stages: int, since: int, until: float = float("inf")) -> list[int]:
+        """When waves retired (the last stage's steps ended) in ``[since, until)``: the steps held and those
+        a settling tracker merged away (the step standing for them is not one)."""
+        merged = self.merged.get(num_stages - 1)
+        return ([t for t in self.retired if since <= t < until]
+                + [e[1] for e in self.executes.get(num_stages - 1, ()) if e != merged and since <= e[1] < until])
 
     def trim(self, cut: int) -> None:
         """Forget the steps, plans and rounds that ended before ``cut`` (ns): a live view keeps the

@@ -118,10 +118,7 @@ class SettlingIdle:
         if until <= tr.ring_folded_until:
             return
         plans = sorted(p for p in tr.plans if p[0] < until)
-        merged = tr.merged.get(self.num_stages - 1)
-        retired = [t for t in tr.retired if tr.ring_folded_until <= t < until]
-        retired += [e[1] for e in tr.executes.get(self.num_stages - 1, ())
-                    if e != merged and tr.ring_folded_until <= e[1] < until]
+        retired = tr.retirements(self.num_stages, tr.ring_folded_until, until)
         closed, tr.ring_state = _ring_full(plans, retired, tr.ring_state)
         tr.ring_early += [iv for iv in closed if iv[0] < start]
         tr.ring_folded_until = until
