@@ -42,6 +42,16 @@ def test_every_request_completes_and_accounting_balances(policy: str, workload: 
     assert rec.figures.input_tokens_per_s > 0
 
 
+def test_a_run_result_reprs_as_counts_not_contents() -> None:
+    """asyncio.Runner formats the finished main task, result included, as it returns: a repr of every
+    kept completion's block tables was measurable there."""
+    rec = run_one(small_engine(), config(), "wavepp", 8)
+    text = repr(rec.loop)
+    assert text == (f"LoopResult(48 completions kept, 0 failed, 0 knob changes, "
+                    f"{len(rec.loop.status)} status snapshots)")
+    assert len(rec.loop.status) > 0
+
+
 @pytest.mark.parametrize("policy", POLICIES)
 def test_sim_is_deterministic_for_a_seed(policy: str) -> None:
     def trace(seed: int) -> list[tuple[str, int | None, int | None]]:
