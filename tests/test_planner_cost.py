@@ -7,6 +7,7 @@ from collections.abc import Sequence
 
 import pytest
 
+from wavepp.runtime.planning import step_times
 from wavepp.runtime.planning.cost import CostPlanner, fcfs_waves, level_cap, occupancy
 from wavepp.runtime.planning.planner import MpuBudget, MpuPlanner, pack_fcfs, scheduled
 from wavepp.runtime.planning.step_times import Shape, StageFit, StepTimes
@@ -182,6 +183,24 @@ def test_predict_asks_the_engines_model_for_the_slowest_stage() -> None:
     times = StepTimes(2, model=lambda stage, chunks: (stage + 1) * sum(x for _, x in chunks) * 1e-6)
     assert times.can_predict and times.predict([(0, 1000)]) == pytest.approx(2e-3)
     assert not StepTimes(2).can_predict
+
+
+def test_a_wave_priced_before_is_not_asked_of_the_model_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    asked: list[tuple[int, tuple[tuple[int, int], ...]]] = []
+
+    def model(stage: int, chunks: Sequence[tuple[int, int]]) -> float:
+        asked.append((stage, tuple(chunks)))
+        return (stage + 1) * sum(x for _, x in chunks) * 1e-6
+    monkeypatch.setattr(step_times, "PREDICT_MEMO", 3)
+    times = StepTimes(2, model=model)
+    waves = [[(0, 1000)], [(0, 500), (500, 500)], [(0, 1000)], [(0, 500), (500, 500)]]
+    assert [times.predict(w) for w in waves] == pytest.approx([2e-3, 2e-3, 2e-3, 2e-3])
+    assert asked == [(s, tuple(w)) for w in waves[:2] for s in (0, 1)]
+    for x in (1, 2, 3):                               # a full table starts over: bounded
+        times.predict([(0, x)])
+    assert len(times._predicted) <= 3
+    asked.clear()
+    assert times.predict([(0, 1000)]) == pytest.approx(2e-3) and len(asked) == 2
 
 
 def test_on_the_sim_a_light_load_keeps_the_pipeline_busy_where_mpu_sends_one_wave_at_a_time() -> None:

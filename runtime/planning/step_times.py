@@ -26,9 +26,15 @@ from dataclasses import dataclass
 import numpy as np
 
 Shape = tuple[int, int]            # (context L, new tokens x) of one chunk
-StepModel = Callable[[int, Sequence[Shape]], float]   # (stage, chunks) -> seconds: an engine's own step cost
+# (stage, chunks) -> seconds: an engine's own step cost, a pure function of its arguments (the planners'
+# predictions of a wave are remembered, PREDICT_MEMO)
+StepModel = Callable[[int, Sequence[Shape]], float]
 MIN_SAMPLES = 12                   # steps of a stage before its online fit replaces the prior
 WINDOW = 512                       # the most recent steps a refit uses
+# Waves whose predicted time (by the engine's model) is remembered, the table cleared when full. A planner
+# prices the same few waves over and over (the Mooncake replay: 58,452 predictions of 8,969 distinct waves),
+# each a call of the model per stage.
+PREDICT_MEMO = 1 << 14
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,6 +104,7 @@ class StepTimes:
         self._rows: list[deque[list[float]]] = [deque(maxlen=WINDOW) for _ in range(num_stages)]
         self._seconds: list[deque[float]] = [deque(maxlen=WINDOW) for _ in range(num_stages)]
         self._stale = [False] * num_stages
+        self._predicted: dict[tuple[Shape, ...], float] = {}    # by the model: chunks -> seconds (PREDICT_MEMO)
 
     def observe(self, stage: int, chunks: Sequence[Shape], seconds: float) -> None:
         """Stage ``stage`` ran a wave of ``chunks`` in ``seconds``."""
@@ -138,5 +145,11 @@ class StepTimes:
         """Seconds of one wave of ``chunks`` on its slowest stage (the wave's time in a pipeline of
         stages in step): by the engine's own model where it has one, else by the fits."""
         if self.model is not None:
-            return max(self.model(s, chunks) for s in range(self.num_stages))
+            key = tuple(chunks)
+            seconds = self._predicted.get(key)
+            if seconds is None:
+                if len(self._predicted) >= PREDICT_MEMO:
+                    self._predicted.clear()
+                seconds = self._predicted[key] = max(self.model(s, chunks) for s in range(self.num_stages))
+            return seconds
         return max(f.step_time(chunks) for f in self.stage_fits())
