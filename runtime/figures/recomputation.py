@@ -30,9 +30,8 @@ Span = dict[str, Any]
 RESTARTS = (N.EVENT_FALLBACK, N.EVENT_READMITTED)
 # Ended requests remembered for a chunk span that arrives after its request's (spans from several processes
 # interleave, within a span stream reader's batch: about a second). At the embedded demo's 46 requests a
-# second that is 3.6 minutes of lateness, 43 s at five times its rate; the ids held take ~1.5 MB. (At
-# 100,000 they were the one thing a live view's heap still grew by after its windows filled: 0.8 MB a
-# minute for 36 minutes, measured by tracemalloc on the demo's stream read into the view.)
+# second that is 3.6 minutes of lateness, 43 s at five times its rate; the ids held take ~1.5 MB, which a
+# live view holds once its windows are full (each id ~150 bytes with its dict slot).
 ENDED_HELD = 10_000
 
 
