@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import random
+
 import numpy as np
 import pytest
 
-from wavepp.runtime.figures.report import FigureAccumulator, percentiles
+from wavepp.runtime.figures.report import Cadence, FigureAccumulator, _cadence, percentiles
 from wavepp.runtime.figures.sample_ring import SampleRing
 
 
@@ -46,3 +48,22 @@ def test_a_live_aggregator_keeps_its_samples_in_rings() -> None:
     acc = FigureAccumulator(samples_held=10)
     assert isinstance(acc.latencies, SampleRing) and isinstance(acc.rounds, SampleRing)
     assert isinstance(FigureAccumulator().latencies, list)          # the bench: every value, exact
+
+
+def test_a_rings_percentiles_and_cadence_are_the_lists_to_the_last_bit() -> None:
+    """A ring is sorted by numpy, a list by Python: the same figures, the same types."""
+    rng = random.Random(7)
+    values = [rng.lognormvariate(0, 2) for _ in range(5000)] + [0.25] * 50
+    rounds = [(10**18 + rng.randrange(10**6), rng.choice([0, 0, 1, 2, 7])) for _ in range(5000)]
+    rounds += [(10**18 + 5, 3), (10**18 + 5, 1), (10**18 + 5, 0)]      # ties in time: sorted by count, as tuples
+    ring, round_ring = SampleRing(len(values)), SampleRing(len(rounds), np.int64, 2)
+    for v in values:
+        ring.append(v)
+    for r in rounds:
+        round_ring.append(r)
+    qs = (0, 1, 12.5, 50, 90, 95, 99, 99.9, 100)
+    got, want = percentiles(ring, qs), percentiles(values, qs)
+    assert got == want and all(type(x) is float for x in got)
+    cadence, expected = _cadence(round_ring), _cadence(rounds)
+    assert cadence == expected and cadence.ends_ns[:3] and all(type(t) is int for t in cadence.ends_ns)
+    assert _cadence(SampleRing(4, np.int64, 2)) == Cadence([], [])

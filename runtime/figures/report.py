@@ -48,7 +48,8 @@ def percentiles(values: Sequence[float] | SampleRing, qs: Sequence[float]) -> li
     them a second)."""
     if not values:
         return [None for _ in qs]
-    xs = sorted(values)
+    # A ring is sorted by numpy (its Python floats, sorted, took several times as long at 100,000).
+    xs: list[float] = np.sort(values.values()).tolist() if isinstance(values, SampleRing) else sorted(values)
     out: list[float | None] = []
     for q in qs:
         pos = (len(xs) - 1) * q / 100
@@ -145,6 +146,11 @@ def admission_cadence(spans: Sequence[Span]) -> Cadence:
 
 def _cadence(rounds: Iterable[tuple[int, int]] | SampleRing) -> Cadence:
     """``rounds``: (end ns, requests admitted) of every admission round, in any order."""
+    if isinstance(rounds, SampleRing):      # sorted by numpy as tuples sort (end, then count): 100,000 rounds
+        rows = rounds.values().reshape(-1, 2)   # ~7 ms, where their Python tuples took ~50 ms
+        rows = rows[rows[:, 1] > 0]
+        rows = rows[np.lexsort((rows[:, 1], rows[:, 0]))]
+        return Cadence(rows[:, 0].tolist(), rows[:, 1].tolist())
     admitting = [(t, n) for t, n in sorted(rounds) if n > 0]
     return Cadence([t for t, _ in admitting], [n for _, n in admitting])
 
