@@ -47,8 +47,8 @@ class LoopResult:
     def __repr__(self) -> str:
         """Counts, not contents. asyncio.Runner formats the run's finished main task - this, its result -
         twice as it returns (``signal.getsignal`` of its SIGINT handler builds a ValueError message with the
-        task's repr), and a field-by-field repr of 1,024 completions with their block tables and 20,000
-        status snapshots took ~0.15 s a run."""
+        task's repr), and a field-by-field repr of 1,024 completions with their block tables and the status
+        snapshots took 0.13 s each time at the end of a 3,993-request Mooncake replay."""
         return (f"LoopResult({len(self.completions)} completions kept, {self.num_failed} failed, "
                 f"{len(self.knob_changes)} knob changes, {len(self.status)} status snapshots)")
 
