@@ -62,8 +62,7 @@ class _NoWaitSelector(selectors.DefaultSelector):
                 return []
             if timeout is not None and len(self.get_map()) <= 1 and self._unpolled < SELF_PIPE_POLL_EVERY:
                 self._unpolled += 1
-                if timeout > 0:
-                    self.loop._now += self.loop.idle_wait(timeout)
+                self.loop._now += self.loop.idle_wait(timeout)      # > 0: asyncio's timeouts are never negative
                 return []
         self._unpolled = 0
         events = super().select(0)
