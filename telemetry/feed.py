@@ -33,7 +33,10 @@ class SpanFeed(SpanProcessor):
         return None
 
     def on_end(self, span: ReadableSpan) -> None:
-        item = encode(span)
+        self.put(encode(span))
+
+    def put(self, item: dict[str, Any]) -> None:
+        """Hand over one span already in compact form (``telemetry.feed_tracer``'s spans end this way)."""
         with self._lock:
             self._pending.append(item)
             if len(self._pending) >= self._batch:
