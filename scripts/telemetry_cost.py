@@ -26,6 +26,7 @@ from typing import Any
 
 from wavepp.telemetry import names as N
 from wavepp.telemetry.config import TelemetryConfig
+from wavepp.telemetry.feed import SpanFeed
 from wavepp.telemetry.receiver import OtlpReceiver
 from wavepp.telemetry.ring import SpanRing
 from wavepp.telemetry.setup import Telemetry
@@ -45,11 +46,14 @@ def per_span_cost(n: int = 50_000) -> dict[str, dict[str, float]]:
     export thread's encoding and HTTP). CPU time, unlike the wall clock, does not count the time
     other work on a shared machine holds the cores."""
     receiver = OtlpReceiver()
-    configs = {"off": TelemetryConfig(mode="off"),
-               "otlp": TelemetryConfig(mode="otlp", otlp_endpoint=receiver.endpoint)}
+    # (settings, the span list kept): every configuration feeds the figures, as a bench does. "figures":
+    # nothing else reads the spans (telemetry.feed_tracer's spans); "saved": the run's span list too
+    # (--save-run, the SDK's spans); "otlp": exported as well.
+    configs = {"figures": (TelemetryConfig(mode="off"), False), "saved": (TelemetryConfig(mode="off"), True),
+               "otlp": (TelemetryConfig(mode="otlp", otlp_endpoint=receiver.endpoint), False)}
     out = {}
-    for name, cfg in configs.items():
-        tel = Telemetry(time.monotonic, None, config=cfg)
+    for name, (cfg, keep) in configs.items():
+        tel = Telemetry(time.monotonic, None, config=cfg, keep=keep, feed=SpanFeed(lambda spans: None))
         for _ in range(1000):                      # warm-up
             with tel.span(N.EXECUTE, {N.STAGE: 0, N.WAVE_ID: 1, N.TOKENS: 512}):
                 pass
