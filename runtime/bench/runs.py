@@ -12,8 +12,6 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from opentelemetry.sdk.trace import ReadableSpan
-
 from wavepp.runtime.control.knobs import Deployment, KnobError, Knobs, from_changes
 from wavepp.runtime.engines.base import EngineParts
 from wavepp.runtime.engines.common import store_source
@@ -33,7 +31,6 @@ from wavepp.telemetry.config import TelemetryConfig
 from wavepp.telemetry.feed import SpanFeed
 from wavepp.telemetry.metrics import WaveppMetrics
 from wavepp.telemetry.setup import Telemetry, current_config
-from wavepp.telemetry.span_codec import encode
 
 
 class Engine(Protocol):
@@ -97,9 +94,9 @@ class BenchConfig:
     telemetry: Sequence[str] = ("on",)      # span export per run, side by side: off, on, otlp (--telemetry)
     metrics: WaveppMetrics | None = None    # instruments to feed (None: the process's, with --metrics-port)
     check_invariants: bool = False          # runtime.guards.invariants after every wave and at the drain
-    # Keep every span of each run (RunRecord.spans / encoded: --save-run, --trace, a what-if's
-    # measurement); off, the figures are folded in as the spans end and a run's memory does not
-    # grow with its length by its spans.
+    # Keep every span of each run (RunRecord.encoded: --save-run, --trace, a what-if's measurement);
+    # off, the figures are folded in as the spans end and a run's memory does not grow with its
+    # length by its spans.
     keep_spans: bool = True
     # What runs beside each run's loop (the autopilot: runtime.autopilot.runner.companion)
     companions: Sequence[CompanionFactory] = ()
@@ -108,8 +105,7 @@ class BenchConfig:
 @dataclass(slots=True)
 class RunRecord:
     figures: RunFigures
-    spans: Sequence[ReadableSpan]      # empty unless BenchConfig.keep_spans
-    encoded: list[dict[str, Any]]      # the same spans in compact form (traces, saved runs, what-if)
+    encoded: list[dict[str, Any]]      # every span in compact form, in end order (BenchConfig.keep_spans; else empty)
     loop: LoopResult
     parts: EngineParts
 
@@ -159,8 +155,13 @@ def run_one(engine: Engine, cfg: BenchConfig, policy_name: str, concurrency: int
     tel_cfg: TelemetryConfig = current_config().with_flags(telemetry)
     acc = FigureAccumulator(settle_stages=engine.pp)     # one pass, spans in the order they end
     consumers: list[Callable[[list[dict[str, Any]]], Any]] = [acc.add]
+    encoded: list[dict[str, Any]] = []
+    if cfg.keep_spans:
+        consumers.append(encoded.extend)
     feed = SpanFeed(lambda spans: [consume(spans) for consume in consumers])
-    tel = engine.telemetry(run, keep=cfg.keep_spans, config=tel_cfg, metrics=cfg.metrics, feed=feed)
+    # The run's spans are read through the feed alone (its figures, the kept list, a companion): spans
+    # made for it, unless metrics or an exporter read them too (telemetry.setup).
+    tel = engine.telemetry(run, keep=False, config=tel_cfg, metrics=cfg.metrics, feed=feed)
     if workload is None:
         workload = make_workload(cfg.workload, cfg.requests, cfg.prompt_tokens or engine.default_prompt_tokens(),
                                  engine.block_size, engine.vocab_size, cfg.seed)
@@ -203,8 +204,6 @@ def run_one(engine: Engine, cfg: BenchConfig, policy_name: str, concurrency: int
     except BaseException:
         tel.shutdown()        # flush (or drop) the span stream now, not at exit after the error line
         raise
-    spans = tel.finished_spans()
-    encoded = [encode(s) for s in spans]
     feed.flush()
     figures = acc.figures(engine.pp, meta, stalled=stalled)
     meta["working_set_tokens"] = workload.working_set_tokens()     # beside meta["capacities"]: the pressure
@@ -215,7 +214,7 @@ def run_one(engine: Engine, cfg: BenchConfig, policy_name: str, concurrency: int
     meta["spans_dropped"] = tel.dropped()
     if tel.metrics is not None:
         tel.metrics.record_idle(policy_name, figures.idle_causes_s)
-    return RunRecord(figures, spans, encoded, result, parts, run, meta)
+    return RunRecord(figures, encoded, result, parts, run, meta)
 
 
 @dataclass(frozen=True, slots=True)

@@ -47,8 +47,8 @@ def test_closed_loop_sends_the_in_process_benchs_prompts_and_reports_its_figures
     cfg = BenchConfig(parse_workload("reuse90"), [1], ["wavepp"], 24, prompt_tokens=2048)
     record = run_one(engine, cfg, "wavepp", 1)
     assert client["reused_tokens"] == sum(c.reused_tokens for c in record.loop.completions) > 0
-    assert client["input_tokens"] == sum(s.attributes["gen_ai.usage.input_tokens"] for s in record.spans
-                                         if s.name == "wavepp.request")
+    assert client["input_tokens"] == sum(s["a"]["gen_ai.usage.input_tokens"] for s in record.encoded
+                                         if s["n"] == "wavepp.request")
     assert server.stop() == 0, server.errors()
 
 

@@ -39,7 +39,7 @@ def receiver() -> OtlpReceiver:
 def test_every_span_reaches_a_collector_over_http(receiver: OtlpReceiver) -> None:
     record = small_run(TelemetryConfig(mode="otlp", otlp_endpoint=receiver.endpoint))
     got = receiver.spans()
-    assert len(got) == len(record.spans) == record.meta["spans"]
+    assert len(got) == len(record.encoded) == record.meta["spans"]
     assert record.meta["spans_dropped"] == {"otlp": 0}
     resource = got[0][0]
     assert resource["service.name"] == {"stringValue": "wavepp"}
