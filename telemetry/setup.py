@@ -9,7 +9,8 @@ Where a run's spans go (``TelemetryConfig``: the ``OTEL_*`` environment and ``--
 
 - the run's figures (``feed``): every recorded span, folded in as it ends (when nothing below reads
   spans, they are :mod:`telemetry.feed_tracer`'s, made for the feed alone);
-- the run's own list (``keep``), when the spans themselves are wanted (a saved run, a trace);
+- the run's own list of the SDK's spans (``keep``: tests, micro-benchmarks; a bench keeps its spans
+  through the feed, in compact form);
 - metrics (``telemetry.metrics``), when a metrics endpoint is asked for: exact, every span;
 - with ``--telemetry on|otlp``: the embedded dashboard's ring, the Redis span stream (Redis store),
   and OTLP over HTTP/protobuf or gRPC (sampled spans only) when an endpoint is configured.
@@ -179,8 +180,8 @@ class Telemetry:
                  policy: str = "", config: TelemetryConfig | None = None, stream: StoreUrl | None = None,
                  ring: SpanProcessor | None = None, metrics: WaveppMetrics | None = None,
                  num_stages: int = 0, feed: SpanProcessor | None = None) -> None:
-        """``keep``: hold every span for the figures (a long-running live runtime keeps only the
-        bounded ``ring``); ``stream``: the Redis store whose span stream gets the spans; ``metrics``:
+        """``keep``: hold every span as the SDK made it (:meth:`finished_spans`: tests and micro-benchmarks;
+        a bench keeps its compact spans through ``feed``); ``ring``: a live view's bounded span ring; ``stream``: the Redis store whose span stream gets the spans; ``metrics``:
         the instruments to feed (default: the process's, once a metrics endpoint is configured or
         anything asked for them); ``feed``: a processor that sees every recorded span as it ends
         (the run's figures, folded in as the spans arrive)."""
@@ -206,9 +207,10 @@ class Telemetry:
             self.provider.add_span_processor(metrics.span_processor(policy, num_stages))
         self.exporters: list[DropCountingBatchProcessor] = []
         self._stream: RedisSpanExporter | None = None
+        ring_reads = cfg.exports and ring is not None
+        if ring_reads:
+            self.provider.add_span_processor(ring)
         if cfg.exports:
-            if ring is not None:
-                self.provider.add_span_processor(ring)
             if stream is not None and stream.kind == "redis":
                 from wavepp.telemetry.redis_stream import RedisSpanExporter, span_stream_processor
                 processor = span_stream_processor(stream)
@@ -224,9 +226,9 @@ class Telemetry:
                 metrics.spans_dropped_by(p.name, 0)      # exported at 0 from the start (Prometheus convention)
         # A run whose only reader of spans is its feed gets spans built for the feed alone (a fifth
         # of their cost; telemetry.feed_tracer); anything else reading spans gets the SDK's.
+        others_read = keep or metrics is not None or ring_reads or bool(self.exporters)
         self.tracer: trace.Tracer
-        if isinstance(feed, SpanFeed) and not keep and metrics is None and not self.exporters \
-                and not (cfg.exports and ring is not None):
+        if isinstance(feed, SpanFeed) and not others_read:
             self.tracer = FeedTracer(feed, run_id, self.now_ns)
         else:
             self.tracer = self.provider.get_tracer("wavepp")
