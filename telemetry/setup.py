@@ -180,8 +180,9 @@ class Telemetry:
                  policy: str = "", config: TelemetryConfig | None = None, stream: StoreUrl | None = None,
                  ring: SpanProcessor | None = None, metrics: WaveppMetrics | None = None,
                  num_stages: int = 0, feed: SpanProcessor | None = None) -> None:
-        """``keep``: hold every span as the SDK made it (:meth:`finished_spans`: tests and micro-benchmarks;
-        a bench keeps its compact spans through ``feed``); ``ring``: a live view's bounded span ring; ``stream``: the Redis store whose span stream gets the spans; ``metrics``:
+        """``keep``: hold every span as the SDK made it (:meth:`finished_spans`: tests and
+        micro-benchmarks; a bench keeps its compact spans through ``feed``); ``ring``: a live view's
+        bounded span ring; ``stream``: the Redis store whose span stream gets the spans; ``metrics``:
         the instruments to feed (default: the process's, once a metrics endpoint is configured or
         anything asked for them); ``feed``: a processor that sees every recorded span as it ends
         (the run's figures, folded in as the spans arrive)."""
@@ -208,7 +209,7 @@ class Telemetry:
         self.exporters: list[DropCountingBatchProcessor] = []
         self._stream: RedisSpanExporter | None = None
         ring_reads = cfg.exports and ring is not None
-        if ring_reads:
+        if cfg.exports and ring is not None:
             self.provider.add_span_processor(ring)
         if cfg.exports:
             if stream is not None and stream.kind == "redis":
