@@ -15,14 +15,16 @@ start and end times given, attributes set before the end (cleaned by the SDK's o
 events with their timestamps, links to
 valid span contexts, the status rules (OK is final; UNSET ignored) and calls after the end ignored.
 What it leaves out, having no reader for it: span limits (WavePP's spans carry a dozen attributes,
-the SDK's limit is 128), sampling flags (nothing is exported) and random ids: ids count up from 1
-within the run, which is all the figures ask of them (that they are unique and name a parent).
+the SDK's limit is 128), sampling flags (nothing is exported) and random span ids: span ids count up from 1
+within the run, which is all the figures ask of them (that they are unique and name a parent); a
+trace id is the run's random 64 bits and its root's number, so two runs' traces never share one.
 """
 
 from __future__ import annotations
 
 import itertools
 import logging
+import secrets
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
@@ -164,6 +166,9 @@ class FeedTracer(trace.Tracer):
         self._run = run_id
         self.now_ns = now_ns
         self._ids = itertools.count(1)
+        # A trace id is the run's random high half and its root span's number: unique across runs, as
+        # the SDK's random ids are, where saved runs' traces meet in one collector (trace export).
+        self._trace_base = (secrets.randbits(64) | 1) << 64
 
     def start_span(self, name: str, context: Context | None = None, kind: SpanKind = SpanKind.INTERNAL,
                    attributes: Attributes = None, links: Sequence[Link] | None = None,
@@ -172,7 +177,8 @@ class FeedTracer(trace.Tracer):
         current = trace.get_current_span(context).get_span_context()
         span_id = next(self._ids)
         parent = current if current.is_valid else None
-        ctx = SpanContext(parent.trace_id if parent is not None else span_id, span_id, False, _SAMPLED)
+        trace_id = parent.trace_id if parent is not None else self._trace_base | span_id
+        ctx = SpanContext(trace_id, span_id, False, _SAMPLED)
         return FeedSpan(self, name, ctx, parent, start_time if start_time is not None else self.now_ns(),
                         attributes, links)
 

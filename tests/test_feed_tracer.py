@@ -147,3 +147,19 @@ def test_a_bench_records_the_same_spans_and_figures_either_way(workload: str, po
     assert len(sdk.encoded) == sdk.meta["spans"] > 0 and not sdk.loop.num_failed
     assert comparable(fed.encoded) == comparable(sdk.encoded)
     same(fed.figures.as_dict(), sdk.figures.as_dict(), f"{workload} {policy}")
+
+
+def test_two_runs_never_share_a_trace_id() -> None:
+    """Saved runs' traces meet in one collector (``wavepp trace export``): their ids must differ
+    as the SDK's random ones do; within a run a child carries its parent's."""
+    runs: list[list[dict[str, Any]]] = [[], []]
+    for out in runs:
+        tel = telemetry(out, keep=False)
+        root = tel.start("wavepp.request", root=True)
+        with tel.span("wavepp.admit", parent=root):
+            pass
+        tel.end(root)
+        tel.shutdown()
+    (child_a, root_a), (child_b, root_b) = runs
+    assert child_a["tr"] == root_a["tr"] and child_b["tr"] == root_b["tr"]
+    assert root_a["tr"] != root_b["tr"] and int(root_a["tr"], 16) >> 64
