@@ -43,7 +43,7 @@ _SCALARS = (bool, str, int, float, type(None))
 _SAMPLED = TraceFlags(TraceFlags.SAMPLED)
 
 
-def _attribute(key: str, value: Any) -> Any:
+def _attribute(value: Any) -> Any:
     """The value the compact form carries for ``value``: the SDK's cleaning of it (which keeps
     ``None``, mappings and bytes, makes a sequence a tuple and logs what it must replace), the
     outer tuple written as a list as :func:`~telemetry.span_codec.encode` writes it."""
@@ -56,7 +56,7 @@ def _attribute(key: str, value: Any) -> Any:
 def _attributes(into: dict[str, Any], attributes: Mapping[str, Any] | None) -> dict[str, Any]:
     for key, value in (attributes or {}).items():
         if _is_key(key):
-            into[key] = _attribute(key, value)
+            into[key] = _attribute(value)
     return into
 
 
@@ -105,7 +105,7 @@ class FeedSpan(trace.Span):
 
     def set_attribute(self, key: str, value: AttributeValue) -> None:
         if not self._ended and _is_key(key):
-            self._attrs[key] = _attribute(key, value)
+            self._attrs[key] = _attribute(value)
 
     def add_event(self, name: str, attributes: Attributes = None, timestamp: int | None = None) -> None:
         if not self._ended:
