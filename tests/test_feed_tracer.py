@@ -16,6 +16,7 @@ from wavepp.runtime.bench.runs import BenchConfig, run_one
 from wavepp.runtime.engines.config import SimConfig
 from wavepp.runtime.engines.sim.engine import SimEngine
 from wavepp.runtime.sources.workloads import parse_workload
+from wavepp.telemetry import metrics as M
 from wavepp.telemetry import names as N
 from wavepp.telemetry.config import TelemetryConfig
 from wavepp.telemetry.feed import SpanFeed
@@ -26,6 +27,13 @@ from wavepp.telemetry.setup import Telemetry
 from wavepp.telemetry.span_codec import encode
 
 BENCH_MODE = TelemetryConfig.from_env().with_flags("on")
+
+
+@pytest.fixture(autouse=True)
+def no_process_metrics(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Once anything in the process asked for its metrics, every run is metered (its spans the SDK's):
+    these tests start from a process that has none, as a bench does."""
+    monkeypatch.setattr(M, "_PROCESS_METRICS", [])
 
 
 def telemetry(out: list[dict[str, Any]], keep: bool) -> Telemetry:

@@ -62,12 +62,10 @@ def test_in_a_closed_loop_a_small_wave_is_planned_only_once_stage_0_runs_its_las
                       model_name="kimi-k3", hardware_name="b300")
     rec = run_one(SimEngine(SimConfig("kimi-k3", "b300", 4, block_size=64)), cfg, "wavepp", 64)
     assert rec.figures.completed == 256
-    plans = {int(s.attributes[N.WAVE_ID]): s for s in rec.spans  # type: ignore[arg-type, index]
-             if s.name == N.WAVE_PLAN and s.attributes and N.WAVE_ID in s.attributes}
-    ends = {int(s.attributes[N.WAVE_ID]): s.end_time or 0 for s in rec.spans  # type: ignore[arg-type, index]
-            if s.name == N.EXECUTE and s.attributes and s.attributes[N.STAGE] == 0}
-    small = [k for k, s in plans.items() if int(s.attributes[N.TOKENS]) < B_MIN]  # type: ignore[arg-type, index]
+    plans = {int(s["a"][N.WAVE_ID]): s for s in rec.encoded if s["n"] == N.WAVE_PLAN and N.WAVE_ID in s["a"]}
+    ends = {int(s["a"][N.WAVE_ID]): s["t1"] for s in rec.encoded if s["n"] == N.EXECUTE and s["a"][N.STAGE] == 0}
+    small = [k for k, s in plans.items() if int(s["a"][N.TOKENS]) < B_MIN]
     assert small, "no remainder to hold: the case tests nothing"
     for k in small:
-        at = plans[k].start_time or 0
+        at = plans[k]["t0"]
         assert sum(1 for j in plans if j < k and ends[j] > at) <= 1, f"wave {k} planned with stage 0 backed up"

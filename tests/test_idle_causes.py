@@ -102,10 +102,9 @@ def test_a_live_split_settles_exactly_the_idle_time_before_its_horizon() -> None
     each; what settled is, per stage, exactly the time up to the last horizon that the stage was
     not executing (no drain), and a settle with nothing new gives nothing."""
     from wavepp.runtime.figures.idle_causes import LiveIdle
-    from wavepp.telemetry.span_codec import encode
     engine = SimEngine(SimConfig("llama-3-8b", "h200", 4, block_size=64, kv_blocks=[1000, 200, 1000, 1000]))
     cfg = BenchConfig(parse_workload("reuse90"), [8], ["trtllm-pp"], 48, 0, prompt_tokens=2048)
-    spans = sorted((encode(s) for s in run_one(engine, cfg, "trtllm-pp", 8).spans), key=lambda s: s["t1"])
+    spans = sorted(run_one(engine, cfg, "trtllm-pp", 8).encoded, key=lambda s: s["t1"])
     live = LiveIdle(4, slack_ns=0)
     settled: dict[tuple[int, str], float] = {}
     for i in range(0, len(spans), 40):

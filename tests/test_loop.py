@@ -56,8 +56,8 @@ def test_a_run_result_reprs_as_counts_not_contents() -> None:
 def test_sim_is_deterministic_for_a_seed(policy: str) -> None:
     def trace(seed: int) -> list[tuple[str, int | None, int | None]]:
         rec = run_one(small_engine(), config("mixed", seed=seed), policy, 8)
-        epoch = min(s.start_time or 0 for s in rec.spans)      # a run is dated from its real start
-        return [(s.name, (s.start_time or 0) - epoch, (s.end_time or 0) - epoch) for s in rec.spans]
+        epoch = min(s["t0"] for s in rec.encoded)      # a run is dated from its real start
+        return [(s["n"], s["t0"] - epoch, s["t1"] - epoch) for s in rec.encoded]
 
     first = trace(3)
     assert first == trace(3)
@@ -85,11 +85,11 @@ def test_uneven_capacities_diverge_and_only_the_baseline_falls_back_late() -> No
     assert cached[1] < cached[0], "stage 1 should hold strictly less than stage 0"
 
     def late_fallbacks(rec: RunRecord) -> int:
-        return sum(1 for s in rec.spans if s.name == N.REQUEST for e in s.events if e.name == N.EVENT_FALLBACK)
+        return sum(1 for s in rec.encoded if s["n"] == N.REQUEST for e in s.get("ev", []) if e[0] == N.EVENT_FALLBACK)
 
     def recomputed_tokens(rec: RunRecord) -> float:
         """Tokens run beyond each prompt's unreused part: chunks computed before a late fallback."""
-        done = [s.attributes or {} for s in rec.spans if s.name == N.REQUEST and s.status.is_ok]
+        done = [s["a"] for s in rec.encoded if s["n"] == N.REQUEST and "err" not in s]
         needed = sum(int(a[N.GEN_AI_INPUT_TOKENS]) - int(a[N.REUSED_TOKENS]) for a in done)
         return rec.figures.computed_tokens_per_s * rec.figures.makespan_s - needed
 
@@ -131,8 +131,8 @@ def test_a_descriptor_mismatch_fails_exactly_one_request_and_leaks_nothing(
     assert "stage 2" in rec.loop.failures["r000005"]
     assert rec.figures.failed == 1 and rec.figures.completed == 47
     assert_clean(rec)
-    failed = [s for s in rec.spans if s.name == N.REQUEST and s.status.status_code.name == "ERROR"]
-    assert [s.attributes[N.REQUEST_ID] for s in failed] == ["r000005"]  # type: ignore[index]
+    failed = [s for s in rec.encoded if s["n"] == N.REQUEST and "err" in s]
+    assert [s["a"][N.REQUEST_ID] for s in failed] == ["r000005"]
 
 
 def test_prompt_larger_than_a_stage_fails_with_a_clear_error() -> None:
@@ -171,12 +171,12 @@ def test_concurrent_leases_never_exceed_the_bound() -> None:
 
 def test_wave_plan_spans_link_the_requests_they_carry() -> None:
     rec = run_one(small_engine(), config("reuse90", 16), "wavepp", 4)
-    requests = {s.context.span_id: s.attributes[N.REQUEST_ID] for s in rec.spans if s.name == N.REQUEST}  # type: ignore[index]
-    plans = [s for s in rec.spans if s.name == N.WAVE_PLAN and s.links]
+    requests = {s["id"]: s["a"][N.REQUEST_ID] for s in rec.encoded if s["n"] == N.REQUEST}
+    plans = [s for s in rec.encoded if s["n"] == N.WAVE_PLAN and s.get("ln")]
     assert plans
     for p in plans:
-        linked = [requests[link.context.span_id] for link in p.links]
-        assert linked == list(p.attributes[N.REQUEST_IDS])  # type: ignore[index]
+        linked = [requests[link] for link in p["ln"]]
+        assert linked == list(p["a"][N.REQUEST_IDS])
 
 
 def test_a_knob_change_reaches_the_next_wave() -> None:
@@ -237,17 +237,16 @@ def test_a_stage_prepares_the_next_wave_while_it_executes_one_ahead_at_most(poli
     assert rec.figures.completed == 96
     overlapped = 0
     for s in range(2):
-        mats = {int(x.attributes[N.WAVE_ID]): x for x in rec.spans  # type: ignore[index, arg-type]
-                if x.name == N.MATERIALIZE and x.attributes and x.attributes[N.STAGE] == s}
-        execs = sorted((x for x in rec.spans if x.name == N.EXECUTE and x.attributes and x.attributes[N.STAGE] == s),
-                       key=lambda x: x.start_time or 0)
-        ids = [int(x.attributes[N.WAVE_ID]) for x in execs]  # type: ignore[index, arg-type]
+        mats = {int(x["a"][N.WAVE_ID]): x for x in rec.encoded if x["n"] == N.MATERIALIZE and x["a"][N.STAGE] == s}
+        execs = sorted((x for x in rec.encoded if x["n"] == N.EXECUTE and x["a"][N.STAGE] == s),
+                       key=lambda x: x["t0"])
+        ids = [int(x["a"][N.WAVE_ID]) for x in execs]
         assert ids == sorted(ids) and set(ids) == set(mats)
         for cur, nxt in itertools.pairwise(execs):
-            m = mats[int(nxt.attributes[N.WAVE_ID])]  # type: ignore[index, arg-type]
-            assert (m.start_time or 0) >= (cur.start_time or 0)      # taken only once the stage took `cur`
-            assert (m.end_time or 0) <= (nxt.start_time or 0)        # prepared before it runs
-            overlapped += (m.start_time or 0) < (cur.end_time or 0)
+            m = mats[int(nxt["a"][N.WAVE_ID])]
+            assert m["t0"] >= cur["t0"]      # taken only once the stage took `cur`
+            assert m["t1"] <= nxt["t0"]      # prepared before it runs
+            overlapped += m["t0"] < cur["t1"]
     assert overlapped > 0
 
 

@@ -23,7 +23,6 @@ from wavepp.runtime.policies import KINDS, POLICIES, get_policy
 from wavepp.runtime.request import AdmittedRequest, Chunk, Request
 from wavepp.runtime.sources.workloads import parse_workload
 from wavepp.telemetry import names as N
-from wavepp.telemetry.span_codec import encode
 
 B = 64
 
@@ -122,7 +121,7 @@ def test_a_composed_policy_runs_through_the_loop_on_the_sim(spec: str) -> None:
     rounds = [s for s in rec.saved().spans if s["n"] == N.ADMISSION_ROUND]
     assert rounds and all(s["a"][N.ADMISSION_CRITICAL] == inline for s in rounds)   # the spans say who waited
     # The dashboard asks the policy too (not its name): its figures from the spans are the bench's.
-    view = make_view(SimpleNamespace(kind="sim"), Snapshot("r", spec, [encode(s) for s in rec.spans], 4))  # type: ignore[arg-type]
+    view = make_view(SimpleNamespace(kind="sim"), Snapshot("r", spec, rec.encoded, 4))  # type: ignore[arg-type]
     assert view.figures is not None
     assert view.figures.admission_critical_path_s_per_request == rec.figures.admission_critical_path_s_per_request
     assert view.figures.idle_causes_s == rec.figures.idle_causes_s

@@ -65,14 +65,14 @@ def test_plans_are_published_and_none_stays_in_flight() -> None:
 
     recent, in_flight = asyncio.run(read())
     assert in_flight == []
-    plan_spans = {int(s.attributes[N.WAVE_ID]): s for s in rec.spans  # type: ignore[arg-type, index]
-                  if s.name == N.WAVE_PLAN and s.attributes.get(N.WAVE_ID) is not None}  # type: ignore[union-attr]
+    plan_spans = {int(s["a"][N.WAVE_ID]): s for s in rec.encoded
+                  if s["n"] == N.WAVE_PLAN and s["a"].get(N.WAVE_ID) is not None}
     # The warm-up's waves (the primed prefixes: no span) come first, then every measured wave's plan.
     warm = [p for p in recent if p.wave not in plan_spans]
     assert warm and all(c.request.startswith("prime") for p in warm for c in p.chunks)
     assert [p.wave for p in recent[len(warm):]] == sorted(plan_spans)
     for p in recent[len(warm):]:
-        assert [c.request for c in p.chunks] == list(plan_spans[p.wave].attributes[N.REQUEST_IDS])  # type: ignore[index]
+        assert [c.request for c in p.chunks] == list(plan_spans[p.wave]["a"][N.REQUEST_IDS])
 
 
 def test_redis_restart_mid_run_loses_no_request_and_the_index_is_rebuilt(tmp_path: Path) -> None:

@@ -41,7 +41,7 @@ def test_first_tokens_match_the_reference(config_path: Path, policy: str, worklo
     assert rec.figures.completed == 12 and rec.figures.failed == 0
     assert rec.figures.good_hit_rate is not None and rec.figures.good_hit_rate > 0.5   # prefixes reused
     if (policy, workload) == ("wavepp", "docs:2:suffix=40"):      # K/V read from a running producer checked
-        assert any(N.FOLLOWS in (s.attributes or {}) for s in rec.spans if s.name == N.REQUEST)
+        assert any(N.FOLLOWS in s["a"] for s in rec.encoded if s["n"] == N.REQUEST)
     for h in rec.parts.handles:
         h.cache.check()
     reference = _reference(CFG, CFG.to_hf_dict(), engine.weights)
