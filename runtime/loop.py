@@ -116,7 +116,8 @@ class PipelineLoop:
         self.in_force = InForce(self.handles, store, block_size, telemetry, self.step_times, self.run_state, knobs)
         self.queue = AdmissionQueue(self.run_state, self.in_force.admission, knobs, self.registry, telemetry,
                                     self.spans, self.in_force.room)
-        self.prefixes = PrefixLedger(block_size)      # what earlier requests hold of a prompt (reuse figures)
+        # What earlier requests hold of a prompt (reuse figures), remembered for a few pools' worth of blocks:
+        self.prefixes = PrefixLedger(block_size, max(h.capacity for h in self.handles))
         self.ends = RequestEnds(self.run_state, self.handles, executor, telemetry, self.spans, self.registry,
                                 self.result, self.in_force.current_policy, self.next_arrival,
                                 self.prefixes.completed, self._plan_retired)

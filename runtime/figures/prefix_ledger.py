@@ -23,22 +23,27 @@ from wavepp.runtime.figures.recent_hashes import RecentHashes
 from wavepp.runtime.request import Request
 from wavepp.telemetry import names as N
 
-EVER_COMPUTED_CAP = 4_000_000   # block hashes remembered of completed requests (oldest forgotten first)
-EVER_ARRIVED_CAP = 1_000_000    # block hashes remembered of arrived ones, with their first request
+# Hashes each view holds (two generations of half as many, runtime.figures.recent_hashes): at least this,
+# and at least POOLS_HELD times the largest stage's pool. A block that 2 pools' worth of newer or more
+# recently used blocks went by is one no stage's cache (at most one pool) still holds, short of a pin
+# that long; the floor keeps a small-pool run's figures those of an unbounded ledger up to 500,000
+# distinct hashes (32M tokens at 64-token blocks), every grid and bench run in this repository included.
+LEDGER_MIN_HASHES = 1_000_000
+POOLS_HELD = 4
 
 
 class PrefixLedger:
-    """Block hashes of completed requests and of arrived ones (module doc), each at most its cap, the
-    oldest forgotten first (:class:`runtime.figures.recent_hashes.RecentHashes`: 16-24 bytes a hash once
-    there are many). Block hashes are chained (a block's hash names its whole prefix), so the request
-    that first brought a block brought every block before it."""
+    """Block hashes of completed requests and of arrived ones (module doc), each view in a window over
+    recency (:class:`runtime.figures.recent_hashes.RecentHashes`, ``cap`` hashes: :data:`LEDGER_MIN_HASHES`
+    or :data:`POOLS_HELD` times the largest pool), so its memory is bounded by the deployment, not the
+    run. Block hashes are chained (a block's hash names its whole prefix), so the request that first
+    brought a block brought every block before it."""
 
-    def __init__(self, block_size: int, computed_cap: int = EVER_COMPUTED_CAP,
-                 arrived_cap: int = EVER_ARRIVED_CAP) -> None:
+    def __init__(self, block_size: int, largest_pool_blocks: int = 0) -> None:
         self.block_size = block_size
-        self._computed = RecentHashes(computed_cap, values=False)
-        self._arrived = RecentHashes(arrived_cap)   # block hash -> the first request that arrived with it
-        self._ids: list[str] = []                   # ... by its number in arrival order
+        cap = max(LEDGER_MIN_HASHES, POOLS_HELD * largest_pool_blocks)
+        self._computed = RecentHashes(cap)
+        self._arrived = RecentHashes(cap)           # block hash -> the id of the first request that arrived with it
 
     def completed(self, hashes: Sequence[int]) -> None:
         """A request completed: its blocks are reusable from now on."""
@@ -53,9 +58,8 @@ class PrefixLedger:
         attrs: dict[str, Any] = {N.REUSABLE_TOKENS: req.reusable_blocks * self.block_size,
                                  N.SHARED_PREFIX_TOKENS: shared * self.block_size}
         if shared:
-            attrs[N.SHARED_WITH] = self._ids[self._arrived.value(hashes[shared - 1])]
-        self._ids.append(req.id)
-        self._arrived.add(req.block_hashes[shared:], len(self._ids) - 1)
+            attrs[N.SHARED_WITH] = self._arrived.value(hashes[shared - 1])
+        self._arrived.add(req.block_hashes, req.id)     # the shared ones keep their first request, used again
         return attrs
 
 

@@ -1,132 +1,65 @@
-"""The distinct 64-bit block hashes of a run's last ``cap`` insertions, each with a value, compact once many.
+"""Block hashes recently added, each with a value, in about ``cap`` entries at most.
 
-What :mod:`runtime.figures.prefix_ledger` remembers of a run: every block hash a completed request computed
-and every one an arrival brought, up to millions. A Python dict of ints takes ~70-100 bytes a hash (a
-12,000-request trace replay: ~200 MB, growing with the run), so past ``merge_min`` insertions they move into
-sorted numpy arrays (hash, insertion number[, value]: 16-24 bytes each); the newest stay in an
-insertion-ordered dict (``_recent``), which a run of fewer distinct hashes never leaves.
-
-The semantics are those of an insertion-ordered dict that forgets its oldest entries beyond ``cap``
-after each :meth:`add`: each insertion of a hash not present takes the next insertion number, and a hash
-is present while its number is among the last ``cap`` taken. Adding a present hash changes nothing (it
-keeps its place and its value, as ``dict.setdefault`` does). In the arrays, forgetting is the count moving
-on: a forgotten entry stays, unseen, until the next merge drops it.
+What :mod:`runtime.figures.prefix_ledger` remembers of a run: the block hashes completed requests computed
+and the ones arrivals brought. A run's distinct hashes grow with its length; what a cache could still serve
+does not (it holds at most its pool). So the hashes live in two generations, dicts of ``cap // 2`` entries:
+additions go to the newer one, and a hash found only in the older one is copied into the newer one when it
+is added again (a use); when the newer one is full (checked at the end of each :meth:`add`) it becomes the
+older one and the older one is dropped. A hash is therefore remembered until at least ``cap // 2`` more
+have been added after its last addition, and no longer than until ``cap`` have: a window over recency,
+not over first insertion (a prefix every request reuses is never forgotten). A run of fewer than
+``cap // 2`` distinct hashes forgets nothing: the answers of a dict.
 """
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Sequence
 from typing import Any
 
-import numpy as np
-
-# Entries the dict holds before its first merge into the arrays (later: a quarter of theirs). A lookup in the
-# sorted arrays costs tens of microseconds where a dict's costs one: with the first merge at 131,072 the
-# three-times Mooncake replay (1.05M hashes) ran 5 % slower for 45 MB less at its peak (~600 MB); at 1M, the
-# arrays take over only at its end.
-MERGE_MIN = 1 << 20
+_MISSING = object()
 
 
 class RecentHashes:
-    def __init__(self, cap: int, merge_min: int = MERGE_MIN, values: bool = True) -> None:
-        """``values``: keep each hash's value (else :meth:`value` answers 0 and the arrays do not hold it)."""
-        if cap < 1:
-            raise ValueError(f"cap must be >= 1, got {cap}")
+    def __init__(self, cap: int) -> None:
+        if cap < 2:
+            raise ValueError(f"cap must be >= 2, got {cap}")
         self.cap = cap
-        self.merge_min = merge_min
-        self.values = values
-        self._recent: dict[int, Any] = {}                  # numbered _base, _base + 1, ... in order; all present
-        self._base = 0
-        self._keys = np.zeros(0, dtype=np.uint64)           # sorted; numbered below _base
-        self._nums = np.zeros(0, dtype=np.int64)
-        self._vals = np.zeros(0, dtype=np.int64)
+        self.generation = cap // 2
+        self._new: dict[int, Any] = {}
+        self._old: dict[int, Any] = {}
 
     def __len__(self) -> int:
-        return min(self._base + len(self._recent), self.cap)
+        """Entries held: the distinct hashes remembered, each counted once per generation holding it."""
+        return len(self._new) + len(self._old)
 
-    def _low(self) -> int:
-        """The oldest insertion number still present."""
-        return self._base + len(self._recent) - self.cap
-
-    def _in_arrays(self, hashes: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
-        """The hashes as an array, and per hash whether the arrays hold it present."""
-        keys = self._keys
-        arr = np.array(hashes, dtype=np.uint64)
-        # Sorted queries: a search starts where the previous one ended (600 hashes in 1M keys: 27 us
-        # sorted, 179 us in a prompt's order, where every search misses the cache from the top).
-        order = np.argsort(arr)
-        pos = np.empty_like(order)
-        pos[order] = np.searchsorted(keys, arr[order])
-        pos[pos == len(keys)] = 0
-        return arr, (keys[pos] == arr) & (self._nums[pos] >= self._low())
+    def __contains__(self, h: int) -> bool:
+        return h in self._new or h in self._old
 
     def prefix(self, hashes: Sequence[int]) -> int:
-        """How many leading ``hashes`` are present."""
-        recent = self._recent
+        """How many leading ``hashes`` are remembered."""
+        new, old = self._new, self._old
         n = 0
         for h in hashes:
-            if h not in recent:
+            if h not in new and h not in old:
                 break
             n += 1
-        if n == len(hashes) or not len(self._keys):
-            return n
-        rest = hashes[n:]
-        start, size = 0, 8           # a few first: a prompt's first hash past the dict is most often new
-        while start < len(rest):
-            part = rest[start:start + size]
-            for j in np.flatnonzero(~self._in_arrays(part)[1]).tolist():    # not in the arrays
-                if part[j] not in recent:
-                    return n + start + j
-            start, size = start + size, size * 8
-        return len(hashes)
+        return n
 
-    def value(self, h: int) -> int:
-        """The value ``h`` was inserted with (KeyError if it is not present)."""
-        if h in self._recent:
-            return int(self._recent[h] or 0)
-        if not len(self._keys) or not self._in_arrays([h])[1][0]:
-            raise KeyError(h)
-        return int(self._vals[np.searchsorted(self._keys, np.uint64(h))]) if self.values else 0
+    def value(self, h: int) -> Any:
+        """The value ``h`` was first added with while remembered (KeyError if it is not)."""
+        v = self._new.get(h, _MISSING)
+        return self._old[h] if v is _MISSING else v
 
-    def add(self, hashes: Sequence[int], value: int = 0) -> None:
-        """Insert each hash not present, in order, with ``value``; then forget beyond the cap."""
-        recent = self._recent
-        if len(self._keys) and hashes:
-            arr, there = self._in_arrays(hashes)
-            hashes = arr[~there].tolist()
-        if self.values:
+    def add(self, hashes: Sequence[int], value: Any = None) -> None:
+        """Remember each hash: one remembered keeps its value and is used again; a new one takes ``value``."""
+        new, old = self._new, self._old
+        if not old:
             for h in hashes:
-                recent.setdefault(h, value)
+                if h not in new:
+                    new[h] = value
         else:
-            recent.update(dict.fromkeys(hashes))        # a hash already there keeps its place
-        forget = self._low() - self._base
-        if forget > 0:
-            for h in list(itertools.islice(recent, forget)):
-                del recent[h]
-            self._base += forget
-        if len(recent) >= max(self.merge_min, len(self._keys) // 4):
-            self._merge()
-
-    def _merge(self) -> None:
-        """The dict's entries into the arrays; the forgotten ones, and any a newer entry supersedes, dropped."""
-        recent, low = self._recent, self._low()
-        rk = np.fromiter(recent.keys(), dtype=np.uint64, count=len(recent))
-        rn = np.arange(self._base, self._base + len(recent), dtype=np.int64)
-        rv = (np.fromiter(recent.values(), dtype=np.int64, count=len(recent)) if self.values
-              else np.zeros(0, dtype=np.int64))
-        self._base += len(recent)
-        recent.clear()
-        keys = self._keys
-        keep = self._nums >= low
-        if len(keys):
-            pos = np.searchsorted(keys, rk)
-            inside = pos < len(keys)
-            pos = pos[inside]
-            keep[pos[keys[pos] == rk[inside]]] = False      # forgotten, inserted again: the new entry
-        keys, nums = keys[keep], self._nums[keep]
-        order = np.argsort(rk)
-        at = np.searchsorted(keys, rk[order])
-        self._keys, self._nums = np.insert(keys, at, rk[order]), np.insert(nums, at, rn[order])
-        if self.values:
-            self._vals = np.insert(self._vals[keep], at, rv[order])
+            for h in hashes:
+                if h not in new:
+                    new[h] = old.get(h, value)
+        if len(new) >= self.generation:
+            self._old, self._new = new, {}
