@@ -21,8 +21,8 @@ def test_each_phase_has_its_shape_and_arrives_at_its_rate(tmp_path: Path) -> Non
     assert bounds == [("chat", 1, 40), ("docs", 41, 60), ("cold", 61, 70)]
     rows = load_trace(str(path)).rows                       # the trace loader's own checks pass
     chat, docs, cold = rows[:40], rows[40:60], rows[60:]
-    assert len({r.hash_ids[:7] for r in chat}) == 2          # 7 of 8 blocks: one of two system prompts
-    assert len({r.hash_ids[:-4] for r in docs}) <= 3          # a document, then a 2048-token question
+    assert len({tuple(r.hash_ids[:7]) for r in chat}) == 2   # 7 of 8 blocks: one of two system prompts
+    assert len({tuple(r.hash_ids[:-4]) for r in docs}) <= 3   # a document, then a 2048-token question
     assert all(r.input_length - 4 * 512 >= 65536 // 2 for r in docs)
     seen = {h for r in rows[:60] for h in r.hash_ids}
     assert not seen & {h for r in cold for h in r.hash_ids}   # cold: nothing shared with anything

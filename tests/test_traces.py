@@ -138,3 +138,12 @@ def test_a_trace_counts_the_arrivals_its_concurrency_cap_held_back() -> None:
         run_one(engine, BenchConfig(spec, [cap], ["wavepp"], None, 0), "wavepp", cap, workload=source)
         held[cap] = source.held_by_cap
     assert held == {1: source.num_requests - 1, 0: 0}
+
+
+def test_a_hash_id_beyond_64_bits_is_a_bad_line(tmp_path: Path) -> None:
+    path = tmp_path / "big.jsonl"
+    path.write_text('{"timestamp": 0, "input_length": 600, "hash_ids": [1, 9223372036854775808]}\n'
+                    '{"timestamp": 1, "input_length": 600, "hash_ids": [1, 9223372036854775807]}\n')
+    with pytest.raises(TraceError, match=r"big.jsonl:1: hash_ids must be a list of integers in \[0, 2\^63\)"):
+        load_trace(str(path))
+    assert list(load_trace(str(path), "skip").rows[0].hash_ids) == [1, 2**63 - 1]

@@ -19,6 +19,7 @@ import json
 import random
 from array import array
 from dataclasses import dataclass
+from collections.abc import Sequence
 from pathlib import Path
 
 from wavepp.runtime.arrivals import ArrivalPort, ClosedLoop
@@ -44,7 +45,7 @@ class TraceRow:
     line: int
     arrival_s: float
     input_length: int
-    hash_ids: tuple[int, ...]
+    hash_ids: Sequence[int]       # an array('q') read from a file; a tuple built in memory
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,9 +58,9 @@ class Trace:
     primed: tuple[tuple[int, ...], ...] = ()  # hash-id chains already cached when the replay starts
 
 
-def _row(obj: object, line: int, ids_seen: dict[int, int]) -> TraceRow:
-    """``ids_seen``: the hash ids of the rows read before, each one int object (a trace names the same
-    prefix blocks row after row: a row's ids are then its tuple's 8 bytes each, not 36)."""
+def _row(obj: object, line: int) -> TraceRow:
+    """A row's hash ids are 8 bytes each in an ``array('q')``: a tuple of ints held an int object a distinct
+    id (~1 KB a row of a Mooncake trace, with the table that shared them between rows)."""
     if not isinstance(obj, dict):
         raise ValueError("not a JSON object")
     ts, n, ids = obj.get("timestamp"), obj.get("input_length"), obj.get("hash_ids")
@@ -67,11 +68,12 @@ def _row(obj: object, line: int, ids_seen: dict[int, int]) -> TraceRow:
         raise ValueError(f"timestamp must be a number of milliseconds >= 0, got {ts!r:.40}")
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise ValueError(f"input_length must be a positive integer, got {n!r:.40}")
-    if not isinstance(ids, list) or not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in ids):
-        raise ValueError("hash_ids must be a list of integers >= 0")
+    if not isinstance(ids, list) or not all(isinstance(i, int) and not isinstance(i, bool) and 0 <= i < 2**63
+                                            for i in ids):
+        raise ValueError("hash_ids must be a list of integers in [0, 2^63)")
     if len(ids) != cdiv(n, TRACE_BLOCK_TOKENS):
         raise ValueError(f"{len(ids)} hash_ids for {n} tokens (expected one per {TRACE_BLOCK_TOKENS}-token block)")
-    return TraceRow(line, ts / 1000.0, n, tuple([ids_seen.setdefault(i, i) for i in ids]))
+    return TraceRow(line, ts / 1000.0, n, array("q", ids))
 
 
 def load_trace(path: str, on_bad_line: str = "fail", limit: int | None = None) -> Trace:
@@ -84,12 +86,11 @@ def load_trace(path: str, on_bad_line: str = "fail", limit: int | None = None) -
         raise TraceError(f"cannot read trace {path!r}: {exc.strerror if isinstance(exc, OSError) else exc}") from None
     rows: list[TraceRow] = []
     skipped, first = 0, ""
-    ids_seen: dict[int, int] = {}
     for lineno, raw in enumerate(text.splitlines(), 1):
         if not raw.strip():
             continue
         try:
-            rows.append(_row(json.loads(raw), lineno, ids_seen))
+            rows.append(_row(json.loads(raw), lineno))
         except ValueError as exc:          # json.JSONDecodeError is a ValueError
             why = f"{path}:{lineno}: {str(exc).splitlines()[0][:160]}"
             if on_bad_line == "fail":
@@ -190,7 +191,7 @@ class TraceWorkload(ClosedLoop):
         """The KV block hashes of trace block ``hash_id`` after the prefix whose last hash is ``parent``."""
         return block_hashes(self._block(hash_id), self.block_size, self.extra, parent)
 
-    def _tokens(self, hash_ids: tuple[int, ...], length: int) -> array[int]:
+    def _tokens(self, hash_ids: Sequence[int], length: int) -> array[int]:
         tokens = array("I")
         for h in hash_ids:
             tokens.extend(self._block(h))
@@ -205,7 +206,7 @@ class TraceWorkload(ClosedLoop):
         group = f"h{row.hash_ids[0]}" if row.hash_ids else "cold"
         return Request(f"t{row.line:06d}", tokens, now, self._hashes(row.hash_ids, tokens), group)
 
-    def _hashes(self, hash_ids: tuple[int, ...], tokens: array[int]) -> list[int]:
+    def _hashes(self, hash_ids: Sequence[int], tokens: array[int]) -> list[int]:
         """``block_hashes(tokens)``, each whole trace block's KV block hashes remembered by (parent hash,
         hash id): a prefix many requests share is hashed once, as a workload generator hashes only a
         prompt's new suffix (the arrival's CPU cost, which a real-time loop pays, is the run's)."""
