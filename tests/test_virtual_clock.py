@@ -86,3 +86,18 @@ def test_a_loop_with_nothing_to_wait_for_is_a_deadlock() -> None:
 
     with pytest.raises(RuntimeError, match="deadlock"):
         run_virtual(main())
+
+
+def test_a_run_past_four_and_a_half_hours_of_virtual_time_keeps_going() -> None:
+    """Past 16,384 s the clock plus its 1e-12 s resolution rounds to the clock: a timer whose time has just
+    come must still be due (it was not, and the loop spun on it forever)."""
+    async def main() -> float:
+        for delay in (20_000.0, 1e-13, 3_600.0 * 24 * 365, 0.25):
+            await asyncio.sleep(delay)
+        return asyncio.get_running_loop().time()
+
+    out: list[float] = []
+    thread = threading.Thread(target=lambda: out.append(run_virtual(main())), daemon=True)
+    thread.start()
+    thread.join(timeout=30)
+    assert out == [20_000.0 + 3_600.0 * 24 * 365 + 0.25]

@@ -9,7 +9,11 @@ last tie: its heap holds ``(when, handle)`` pairs, which compare as their handle
 earlier ``when`` is smaller; pairs with equal ``when`` are neither smaller nor larger, as two handles with
 equal ``when`` are) but in C, and ``heapq`` makes the same moves on either; the iteration
 (:meth:`LeanScheduling._run_once`) is asyncio's, cancelled-timer clean-up included, without debug mode's
-slow-callback report and without the zero-timeout poll a virtual-time selector answers with nothing. In debug mode handles are asyncio's own and the thread and callback checks run.
+slow-callback report and without the zero-timeout poll a virtual-time selector answers with nothing. One
+difference: a timer is due when its time is at most the clock plus its resolution, not below it. Past
+16,384 s a virtual clock plus 1e-12 s (the resolution that keeps virtual time exact) rounds to the clock
+itself, so a timer whose time the clock has just reached would never be due under asyncio's ``<`` and the
+loop would spin on it forever (a trace replay of more than 4.5 hours hung). In debug mode handles are asyncio's own and the thread and callback checks run.
 
 Only for a loop whose time does not pass while it runs: a :class:`runtime.engines.sim.clock.CpuClockLoop`
 charges the loop's own CPU time, asyncio's overheads included, as a real loop pays them, so it keeps
@@ -154,7 +158,7 @@ class LeanScheduling(asyncio.SelectorEventLoop):
                 self._process_events(events_ready)          # type: ignore[attr-defined]
 
         end_time = self.time() + self._clock_resolution
-        while scheduled and scheduled[0][0] < end_time:
+        while scheduled and scheduled[0][0] <= end_time:
             handle = heapq.heappop(scheduled)[1]
             handle._scheduled = False
             ready.append(handle)
