@@ -26,39 +26,53 @@ class DictReference:
         return next((i for i, h in enumerate(hashes) if h not in self.d), len(hashes))
 
 
-HASH = st.one_of(st.integers(0, 40), st.sampled_from([0, 2**63 - 1, 2**63, 2**64 - 1]))
-OPS = st.lists(st.tuples(st.booleans(), st.lists(HASH, max_size=12)), max_size=40)
+# A script of chains: each op takes a prefix (cut) of an earlier chain (pick) and extends it by fresh hashes
+# (grow), then adds it (insert) or only asks for it. Chains share prefixes as prompts do.
+OPS = st.lists(st.tuples(st.booleans(), st.integers(0, 1_000), st.integers(0, 12), st.integers(0, 6)), max_size=40)
+
+
+def chains(ops: list[Any]) -> list[tuple[bool, list[int]]]:
+    made: list[list[int]] = [[]]
+    fresh = iter(range(2**63 - 1, 0, -7))                # large, distinct, as block hashes are
+    out = []
+    for insert, pick, cut, grow in ops:
+        base = made[pick % len(made)]
+        chain = base[: cut % (len(base) + 1)] + [next(fresh) for _ in range(grow)]
+        made.append(chain)
+        out.append((insert, chain))
+    return out
 
 
 @settings(max_examples=300, deadline=None)
-@given(ops=OPS)
-def test_a_run_of_fewer_hashes_than_a_generation_answers_what_a_dict_answers(ops: list[Any]) -> None:
-    ours, ref = RecentHashes(2 * 45 + 2), DictReference()        # 45 distinct hashes at most: one generation
-    for value, (insert, hashes) in enumerate(ops):
+@given(values=st.booleans(), ops=OPS)
+def test_a_run_of_fewer_hashes_than_a_generation_answers_what_a_dict_answers(values: bool, ops: list[Any]) -> None:
+    ours, ref = RecentHashes(2 * 6 * 40 + 2, values=values), DictReference()   # never a full generation
+    for value, (insert, chain) in enumerate(chains(ops)):
         if insert:
-            ours.add(hashes, value)
-            ref.add(hashes, value)
-        assert ours.prefix(hashes) == ref.prefix(hashes)
-        for h in set(hashes) | set(range(41)):
+            ours.add(chain, value)
+            ref.add(chain, value)
+        assert ours.prefix(chain) == ref.prefix(chain)
+        for h in chain:
             assert (h in ours) == (h in ref.d)
             if h in ref.d:
-                assert ours.value(h) == ref.d[h]
+                assert ours.value(h) == (ref.d[h] if values else None)
             else:
                 with pytest.raises(KeyError):
                     ours.value(h)
 
 
 @settings(max_examples=300, deadline=None)
-@given(cap=st.integers(2, 12), ops=OPS)
-def test_it_never_answers_more_than_it_was_given_and_holds_about_its_cap(cap: int, ops: list[Any]) -> None:
-    ours, ref = RecentHashes(cap), DictReference()
-    for value, (insert, hashes) in enumerate(ops):
+@given(cap=st.integers(2, 12), values=st.booleans(), ops=OPS)
+def test_it_never_answers_more_than_it_was_given_and_holds_about_its_cap(cap: int, values: bool, ops: list[Any]) -> None:
+    ours, ref = RecentHashes(cap, values=values), DictReference()
+    for value, (insert, chain) in enumerate(chains(ops)):
         if insert:
-            ours.add(hashes, value)
-            ref.add(hashes, value)
-        assert ours.prefix(hashes) <= ref.prefix(hashes)
-        assert all(h in ref.d for h in range(41) if h in ours)
-        assert len(ours) < cap + 12                  # a generation closes at the end of the call that fills it
+            ours.add(chain, value)
+            ref.add(chain, value)
+        n = ours.prefix(chain)
+        assert n <= ref.prefix(chain) and all(h in ours for h in chain[:n])
+        assert n == len(chain) or chain[n] not in ours          # a chain is held from its first hash
+        assert len(ours) < cap + 6 * 40 + 12                     # a generation closes after the call filling it
 
 
 def test_a_prefix_used_by_every_request_is_never_forgotten_and_keeps_its_first_request() -> None:
@@ -70,9 +84,10 @@ def test_a_prefix_used_by_every_request_is_never_forgotten_and_keeps_its_first_r
     assert len(ours) <= 100 + 13
 
 
-def test_a_cold_hash_is_kept_a_generation_after_its_last_use_and_gone_after_two() -> None:
+@pytest.mark.parametrize("values", [True, False])
+def test_a_cold_hash_is_kept_a_generation_after_its_last_use_and_gone_after_two(values: bool) -> None:
     for offset in range(50):                         # wherever in its generation the hash lands
-        ours = RecentHashes(100)
+        ours = RecentHashes(100, values=values)
         fresh = iter(range(10, 1_000_000))
         ours.add([next(fresh) for _ in range(offset)])
         ours.add([7], "first")
@@ -80,7 +95,7 @@ def test_a_cold_hash_is_kept_a_generation_after_its_last_use_and_gone_after_two(
         ours.add([7], "again")                       # used again: its window starts over, its value stays
         for _ in range(49):
             ours.add([next(fresh)])
-        assert 7 in ours and ours.value(7) == "first"
+        assert 7 in ours and ours.value(7) == ("first" if values else None)
         for _ in range(51):
             ours.add([next(fresh)])
         assert 7 not in ours and ours.prefix([7, 8]) == 0

@@ -42,7 +42,7 @@ class PrefixLedger:
     def __init__(self, block_size: int, largest_pool_blocks: int = 0) -> None:
         self.block_size = block_size
         cap = max(LEDGER_MIN_HASHES, POOLS_HELD * largest_pool_blocks)
-        self._computed = RecentHashes(cap)
+        self._computed = RecentHashes(cap, values=False)
         self._arrived = RecentHashes(cap)           # block hash -> the id of the first request that arrived with it
 
     def completed(self, hashes: Sequence[int]) -> None:

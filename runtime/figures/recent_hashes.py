@@ -1,4 +1,4 @@
-"""Block hashes recently added, each with a value, in about ``cap`` entries at most.
+"""Chains of block hashes recently added, each hash with a value, in about ``cap`` entries at most.
 
 What :mod:`runtime.figures.prefix_ledger` remembers of a run: the block hashes completed requests computed
 and the ones arrivals brought. A run's distinct hashes grow with its length; what a cache could still serve
@@ -9,6 +9,11 @@ older one and the older one is dropped. A hash is therefore remembered until at 
 have been added after its last addition, and no longer than until ``cap`` have: a window over recency,
 not over first insertion (a prefix every request reuses is never forgotten). A run of fewer than
 ``cap // 2`` distinct hashes forgets nothing: the answers of a dict.
+
+Chains: a block hash names its whole prefix, and each call adds a prompt's hashes from its first block. So
+a hash is held only with every hash before it in its chain (in the same generation or the newer one), and
+"how many leading hashes are held" is found by probing (:func:`store.probe.longest_prefix_in`: O(log n)
+lookups, not one a block - in dicts of a million random keys each lookup is a cache miss).
 """
 
 from __future__ import annotations
@@ -16,15 +21,19 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from wavepp.store.probe import longest_prefix_in
+
 _MISSING = object()
 
 
 class RecentHashes:
-    def __init__(self, cap: int) -> None:
+    def __init__(self, cap: int, values: bool = True) -> None:
+        """``values``: keep a value a hash (else :meth:`value` answers None)."""
         if cap < 2:
             raise ValueError(f"cap must be >= 2, got {cap}")
         self.cap = cap
         self.generation = cap // 2
+        self.values = values
         self._new: dict[int, Any] = {}
         self._old: dict[int, Any] = {}
 
@@ -36,14 +45,8 @@ class RecentHashes:
         return h in self._new or h in self._old
 
     def prefix(self, hashes: Sequence[int]) -> int:
-        """How many leading ``hashes`` are remembered."""
-        new, old = self._new, self._old
-        n = 0
-        for h in hashes:
-            if h not in new and h not in old:
-                break
-            n += 1
-        return n
+        """How many leading ``hashes`` (a chain) are remembered."""
+        return longest_prefix_in(hashes, self if self._old else self._new)[0]
 
     def value(self, h: int) -> Any:
         """The value ``h`` was first added with while remembered (KeyError if it is not)."""
@@ -51,15 +54,14 @@ class RecentHashes:
         return self._old[h] if v is _MISSING else v
 
     def add(self, hashes: Sequence[int], value: Any = None) -> None:
-        """Remember each hash: one remembered keeps its value and is used again; a new one takes ``value``."""
+        """Remember a chain from its first hash: one remembered keeps its value and is used again; a new one
+        takes ``value``. Only the hashes past those already in the newer generation are written."""
         new, old = self._new, self._old
-        if not old:
-            for h in hashes:
-                if h not in new:
-                    new[h] = value
-        else:
-            for h in hashes:
-                if h not in new:
-                    new[h] = old.get(h, value)
+        rest = hashes[longest_prefix_in(hashes, new)[0]:]
+        if old and self.values and rest:
+            kept = rest[: longest_prefix_in(rest, old)[0]]
+            new.update(zip(kept, map(old.__getitem__, kept)))
+            rest = rest[len(kept):]
+        new.update(dict.fromkeys(rest, value if self.values else None))
         if len(new) >= self.generation:
             self._old, self._new = new, {}
