@@ -63,7 +63,8 @@ def test_a_run_of_fewer_hashes_than_a_generation_answers_what_a_dict_answers(val
 
 @settings(max_examples=300, deadline=None)
 @given(cap=st.integers(2, 12), values=st.booleans(), ops=OPS)
-def test_it_never_answers_more_than_it_was_given_and_holds_about_its_cap(cap: int, values: bool, ops: list[Any]) -> None:
+def test_it_never_answers_more_than_it_was_given_and_holds_about_its_cap(cap: int, values: bool,
+                                                                         ops: list[Any]) -> None:
     ours, ref = RecentHashes(cap, values=values), DictReference()
     for value, (insert, chain) in enumerate(chains(ops)):
         if insert:

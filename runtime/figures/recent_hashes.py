@@ -41,7 +41,7 @@ class RecentHashes:
         """Entries held: the distinct hashes remembered, each counted once per generation holding it."""
         return len(self._new) + len(self._old)
 
-    def __contains__(self, h: int) -> bool:
+    def __contains__(self, h: object) -> bool:
         return h in self._new or h in self._old
 
     def prefix(self, hashes: Sequence[int]) -> int:
@@ -60,7 +60,7 @@ class RecentHashes:
         rest = hashes[longest_prefix_in(hashes, new)[0]:]
         if old and self.values and rest:
             kept = rest[: longest_prefix_in(rest, old)[0]]
-            new.update(zip(kept, map(old.__getitem__, kept)))
+            new.update(zip(kept, map(old.__getitem__, kept), strict=True))
             rest = rest[len(kept):]
         new.update(dict.fromkeys(rest, value if self.values else None))
         if len(new) >= self.generation:

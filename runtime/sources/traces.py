@@ -18,8 +18,8 @@ import functools
 import json
 import random
 from array import array
-from dataclasses import dataclass
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from wavepp.runtime.arrivals import ArrivalPort, ClosedLoop

@@ -13,7 +13,8 @@ slow-callback report and without the zero-timeout poll a virtual-time selector a
 difference: a timer is due when its time is at most the clock plus its resolution, not below it. Past
 16,384 s a virtual clock plus 1e-12 s (the resolution that keeps virtual time exact) rounds to the clock
 itself, so a timer whose time the clock has just reached would never be due under asyncio's ``<`` and the
-loop would spin on it forever (a trace replay of more than 4.5 hours hung). In debug mode handles are asyncio's own and the thread and callback checks run.
+loop would spin on it forever (a trace replay of more than 4.5 hours hung). In debug mode handles are
+asyncio's own and the thread and callback checks run.
 
 Only for a loop whose time does not pass while it runs: a :class:`runtime.engines.sim.clock.CpuClockLoop`
 charges the loop's own CPU time, asyncio's overheads included, as a real loop pays them, so it keeps
@@ -27,7 +28,9 @@ import contextvars
 import heapq
 from asyncio import events
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVarTuple, Unpack
+
+_Ts = TypeVarTuple("_Ts")
 
 # asyncio's own thresholds (base_events): clean the heap of cancelled timers once more than half of more
 # than 100 are cancelled; never wait longer than a day in one select.
@@ -89,12 +92,13 @@ class LeanScheduling(asyncio.SelectorEventLoop):
     ``(when, handle)`` pairs."""
 
     _scheduled: list[Any]               # asyncio's attribute, holding pairs here
+    _debug: bool
     _ready: Any
     _stopping: bool
     _timer_cancelled_count: int
     _clock_resolution: float
 
-    def call_soon(self, callback: Callable[..., object], *args: Any,
+    def call_soon(self, callback: Callable[[Unpack[_Ts]], object], *args: Unpack[_Ts],
                   context: contextvars.Context | None = None) -> asyncio.Handle:
         if self._debug:
             return super().call_soon(callback, *args, context=context)
@@ -104,13 +108,13 @@ class LeanScheduling(asyncio.SelectorEventLoop):
         self._ready.append(handle)
         return handle
 
-    def call_later(self, delay: float, callback: Callable[..., object], *args: Any,
+    def call_later(self, delay: float, callback: Callable[[Unpack[_Ts]], object], *args: Unpack[_Ts],
                    context: contextvars.Context | None = None) -> asyncio.TimerHandle:
         if delay is None:
             raise TypeError("delay must not be None")
         return self.call_at(self.time() + delay, callback, *args, context=context)
 
-    def call_at(self, when: float, callback: Callable[..., object], *args: Any,
+    def call_at(self, when: float, callback: Callable[[Unpack[_Ts]], object], *args: Unpack[_Ts],
                 context: contextvars.Context | None = None) -> asyncio.TimerHandle:
         if when is None:
             raise TypeError("when cannot be None")
@@ -123,7 +127,7 @@ class LeanScheduling(asyncio.SelectorEventLoop):
         else:
             timer = _TimerHandle(when, callback, args, self, context)
         heapq.heappush(self._scheduled, (when, timer))
-        timer._scheduled = True
+        timer._scheduled = True                            # type: ignore[attr-defined]
         return timer
 
     def _run_once(self) -> None:
