@@ -98,7 +98,7 @@ class LeanScheduling(asyncio.SelectorEventLoop):
     _timer_cancelled_count: int
     _clock_resolution: float
 
-    def call_soon(self, callback: Callable[[Unpack[_Ts]], object], *args: Unpack[_Ts],
+    def call_soon(self, callback: Callable[[Unpack[_Ts]], object], *args: *_Ts,
                   context: contextvars.Context | None = None) -> asyncio.Handle:
         if self._debug:
             return super().call_soon(callback, *args, context=context)
@@ -108,13 +108,13 @@ class LeanScheduling(asyncio.SelectorEventLoop):
         self._ready.append(handle)
         return handle
 
-    def call_later(self, delay: float, callback: Callable[[Unpack[_Ts]], object], *args: Unpack[_Ts],
+    def call_later(self, delay: float, callback: Callable[[Unpack[_Ts]], object], *args: *_Ts,
                    context: contextvars.Context | None = None) -> asyncio.TimerHandle:
         if delay is None:
             raise TypeError("delay must not be None")
         return self.call_at(self.time() + delay, callback, *args, context=context)
 
-    def call_at(self, when: float, callback: Callable[[Unpack[_Ts]], object], *args: Unpack[_Ts],
+    def call_at(self, when: float, callback: Callable[[Unpack[_Ts]], object], *args: *_Ts,
                 context: contextvars.Context | None = None) -> asyncio.TimerHandle:
         if when is None:
             raise TypeError("when cannot be None")
