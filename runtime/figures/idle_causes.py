@@ -229,7 +229,8 @@ class IdleTracker:
                 self.waits[int(a[N.STAGE])].append((t0, t1))
             elif n == N.WAVE_PLAN and N.WAVE_ID in a:
                 self.plans.append((t1, int(a[N.WAVE_ID]), int(a.get(N.RING, 0))))
-                self._dirty_waves.add(int(a[N.WAVE_ID]))
+                if self._split:             # a mark only re-splits kept gaps (none kept: a bench's whole run)
+                    self._dirty_waves.add(int(a[N.WAVE_ID]))
             elif n == N.ADMISSION_ROUND and a.get(N.ADMISSION_CRITICAL):
                 self.rounds.append((t0, t1))
             else:
