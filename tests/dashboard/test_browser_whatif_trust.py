@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -48,6 +49,23 @@ def wait_text(page: Page, text: str, timeout_s: float, name: str = "whatif-trust
         shot(page, name)
         raise AssertionError(f"{text!r} not shown in {timeout_s:.0f} s; the page read:\n"
                              f"{page.inner_text('body')[-3000:]}") from exc
+
+
+def metric_tiles(page: Page, labels: set[str], timeout_s: float) -> dict[str, str]:
+    """The page's metric tiles (label -> value), read in one pass of the DOM once all ``labels`` are shown: a
+    rerun that redraws the tiles between reading one and the next cannot leave a reader waiting on a gone one."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        pairs = page.eval_on_selector_all("[data-testid='stMetric']", """tiles => tiles.map(t => [
+            (t.querySelector("[data-testid='stMetricLabel']")?.innerText || "").trim(),
+            (t.querySelector("[data-testid='stMetricValue']")?.innerText || "").trim()])""")
+        tiles = dict(pairs)
+        if labels <= tiles.keys():
+            return tiles
+        if time.monotonic() > deadline:
+            shot(page, "whatif-trust-tiles-timeout.png")
+            raise AssertionError(f"tiles {sorted(labels - tiles.keys())} not shown in {timeout_s:.0f} s: {tiles}")
+        page.wait_for_timeout(250)
 
 
 def settled(page: Page) -> None:
@@ -122,9 +140,8 @@ def test_good_hit_is_at_most_one_with_sharing_in_flight_beside_it(browser_page: 
         page.get_by_text("Cache", exact=True).first.click()
         wait_text(page, "sharing in flight", 60)
         shot(page, "cache-good-hit.png")
-        tiles = {m.locator("[data-testid='stMetricLabel']").inner_text().strip():
-                 m.locator("[data-testid='stMetricValue']").inner_text().strip()
-                 for m in page.locator("[data-testid='stMetric']").all()}
+        tiles = metric_tiles(page, {"good-hit rate", "sharing in flight", "shared in flight (tokens)",
+                                    "reused from the cache (tokens)", "reusable (tokens)"}, 60)
         assert 0.9 <= float(tiles["good-hit rate"]) <= 1.0, tiles
         assert float(tiles["sharing in flight"]) > 0.05, tiles
         shared = int(tiles["shared in flight (tokens)"].replace(",", ""))
