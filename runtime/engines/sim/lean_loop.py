@@ -61,30 +61,21 @@ class _Handle(events.Handle):
             self._args = None               # type: ignore[assignment]
 
 
-class _TimerHandle(events.TimerHandle):
+class _TimerHandle(_Handle, events.TimerHandle):
     """asyncio's TimerHandle, made as :class:`_Handle` is."""
 
     __slots__ = ()
 
     def __init__(self, when: float, callback: Callable[..., object], args: tuple[Any, ...],
                  loop: asyncio.AbstractEventLoop, context: contextvars.Context | None = None) -> None:
-        self._context = contextvars.copy_context() if context is None else context
-        self._loop = loop
-        self._callback = callback
-        self._args = args
-        self._cancelled = False
-        self._repr = None
-        self._source_traceback = None
+        _Handle.__init__(self, callback, args, loop, context)
         self._when = when
         self._scheduled = False
 
     def cancel(self) -> None:
-        if not self._cancelled:
-            if self._scheduled:             # the loop's _timer_handle_cancelled: counted for the heap's clean-up
-                self._loop._timer_cancelled_count += 1     # type: ignore[attr-defined]
-            self._cancelled = True
-            self._callback = None           # type: ignore[assignment]
-            self._args = None               # type: ignore[assignment]
+        if not self._cancelled and self._scheduled:    # the loop's _timer_handle_cancelled: for the heap's clean-up
+            self._loop._timer_cancelled_count += 1     # type: ignore[attr-defined]
+        _Handle.cancel(self)
 
 
 class LeanScheduling(asyncio.SelectorEventLoop):
