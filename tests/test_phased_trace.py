@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from wavepp.runtime.sources.phased_trace import Phase, phase_figures, write
-from wavepp.runtime.sources.traces import load_trace
+from wavepp.runtime.sources.trace_file import load_trace
 from wavepp.telemetry import names as N
 
 PHASES = (Phase("chat", "groups", 40, 50.0, 4096, shared=2), Phase("docs", "docs", 20, 5.0, 65536, shared=3),

@@ -11,7 +11,8 @@ from wavepp.runtime.bench.runs import BenchConfig, run_one
 from wavepp.runtime.cli import main
 from wavepp.runtime.engines.config import SimConfig
 from wavepp.runtime.engines.sim.engine import SimEngine
-from wavepp.runtime.sources.traces import TraceError, TraceWorkload, load_trace
+from wavepp.runtime.sources.trace_file import TraceError, load_trace
+from wavepp.runtime.sources.traces import TraceWorkload
 from wavepp.runtime.sources.workloads import parse_workload
 from wavepp.telemetry import names as N
 

@@ -158,7 +158,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from wavepp.runtime.bench.runs import run_concurrencies
     from wavepp.runtime.control.knobs import KnobError, check_block_size, field_problems
     from wavepp.runtime.policies import get_policy
-    from wavepp.runtime.sources.traces import load_trace
+    from wavepp.runtime.sources.trace_file import load_trace
     from wavepp.runtime.sources.workloads import fit_prompt_tokens, parse_workload
     from wavepp.store.base import StoreError
 

@@ -25,7 +25,7 @@ def cmd_bench_url(args: argparse.Namespace, defaults: argparse.Namespace) -> int
     from wavepp.runtime.figures.report import fmt
     from wavepp.runtime.runs.runfile import load_label
     from wavepp.runtime.serve.loadgen import LoadError, LoadGenerator, UrlRun
-    from wavepp.runtime.sources.traces import TraceError, load_trace
+    from wavepp.runtime.sources.trace_file import TraceError, load_trace
     from wavepp.runtime.sources.workloads import parse_workload
 
     given = sorted(f"--{k.replace('_', '-')}" for k, v in vars(args).items()

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from wavepp.runtime.request import cdiv
-from wavepp.runtime.sources.traces import TRACE_BLOCK_TOKENS
+from wavepp.runtime.sources.trace_file import TRACE_BLOCK_TOKENS
 
 QUESTION_TOKENS = 2048
 KINDS = ("groups", "docs", "cold")

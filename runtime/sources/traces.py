@@ -1,108 +1,56 @@
-"""Trace replay: requests from a Mooncake-format trace, arriving open-loop at its timestamps.
+"""Trace replay: requests from a Mooncake-format trace (:mod:`runtime.sources.trace_file`), arriving open-loop
+at its timestamps.
 
-One JSON object a line (``../shared/data/traces``)::
-
-    {"timestamp": 0, "input_length": 6755, "output_length": 500, "hash_ids": [0, 1, ...]}
-
-``timestamp`` is in milliseconds; ``hash_ids`` names each 512-token block of the prompt - equal
-ids are the same prefix block. Each block's tokens are derived from its id alone (a generator
-seeded by the id), so equal ids give equal tokens and therefore equal chained block hashes at any
-block size that divides 512. A malformed line is reported with its line number: skipped with a
-count (``on_bad_line="skip"``) or the end of the run before it starts (``"fail"``).
+Each block's tokens are derived from its hash id alone (a generator seeded by the id), so equal ids give
+equal tokens and therefore equal chained block hashes at any block size that divides 512.
 """
 
 from __future__ import annotations
 
 import asyncio
 import functools
-import json
 import random
 from array import array
 from collections.abc import Sequence
-from dataclasses import dataclass
+
+import numpy as np
 
 from wavepp.runtime.arrivals import ArrivalPort, ClosedLoop
 from wavepp.runtime.clock import now
 from wavepp.runtime.kvcache.hashing import ROOT_HASH, block_hashes, random_tokens
-from wavepp.runtime.request import Request, cdiv
+from wavepp.runtime.request import Request
+from wavepp.runtime.sources.trace_file import Trace, TraceError
 
-TRACE_BLOCK_TOKENS = 512
 # Trace blocks whose tokens, and whose KV block hashes under each parent, a replay remembers: the most
 # recently used (a popular prefix is generated and hashed once). Bounded, so a replay's memory does not
 # grow with the trace: the 3,993-row Mooncake trace names 43,924 distinct blocks (~2.2 KB of tokens each,
 # 92 MB unbounded). Making its requests took 1.0 s unbounded, 1.25 s at this cap (~40 MB), 1.94 s at 4,096.
 TRACE_BLOCK_MEMO = 16384
-BAD_LINE_MODES = ("skip", "fail")
+# Hash ids of issued requests gathered before they are folded into the sorted distinct ones (8 MB).
+DISTINCT_FOLD_IDS = 1 << 20
 
 
-class TraceError(ValueError):
-    """A trace that cannot be replayed: unreadable, a malformed line (with ``on_bad_line=fail``), or empty."""
+class DistinctIds:
+    """How many distinct ids were added: a sorted array of the distinct ones (8 bytes each) and the ids added
+    since the last fold. A set of Python ints took ~70 bytes an id; the Mooncake trace names 11 new ids a row."""
 
+    def __init__(self) -> None:
+        self._distinct = np.empty(0, np.int64)
+        self._pending = array("q")
 
-@dataclass(frozen=True, slots=True)
-class TraceRow:
-    line: int
-    arrival_s: float
-    input_length: int
-    hash_ids: Sequence[int]       # an array('q') read from a file; a tuple built in memory
+    def add(self, ids: Sequence[int]) -> None:
+        self._pending.extend(ids)
+        if len(self._pending) >= DISTINCT_FOLD_IDS:
+            self._fold()
 
+    def __len__(self) -> int:
+        self._fold()
+        return len(self._distinct)
 
-@dataclass(frozen=True, slots=True)
-class Trace:
-    path: str
-    rows: list[TraceRow]
-    skipped: int = 0
-    first_skip: str = ""          # the first skipped line's reason, for the one-line warning
-    block_tokens: int = TRACE_BLOCK_TOKENS   # tokens each hash id names (a file trace: 512)
-    primed: tuple[tuple[int, ...], ...] = ()  # hash-id chains already cached when the replay starts
-
-
-def _row(obj: object, line: int) -> TraceRow:
-    """A row's hash ids are 8 bytes each in an ``array('q')``: a tuple of ints held an int object a distinct
-    id (~1 KB a row of a Mooncake trace, with the table that shared them between rows)."""
-    if not isinstance(obj, dict):
-        raise ValueError("not a JSON object")
-    ts, n, ids = obj.get("timestamp"), obj.get("input_length"), obj.get("hash_ids")
-    if isinstance(ts, bool) or not isinstance(ts, int | float) or not ts >= 0 or ts == float("inf"):
-        raise ValueError(f"timestamp must be a number of milliseconds >= 0, got {ts!r:.40}")
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise ValueError(f"input_length must be a positive integer, got {n!r:.40}")
-    if not isinstance(ids, list) or not all(isinstance(i, int) and not isinstance(i, bool) and 0 <= i < 2**63
-                                            for i in ids):
-        raise ValueError("hash_ids must be a list of integers in [0, 2^63)")
-    if len(ids) != cdiv(n, TRACE_BLOCK_TOKENS):
-        raise ValueError(f"{len(ids)} hash_ids for {n} tokens (expected one per {TRACE_BLOCK_TOKENS}-token block)")
-    return TraceRow(line, ts / 1000.0, n, array("q", ids))
-
-
-def load_trace(path: str, on_bad_line: str = "fail", limit: int | None = None) -> Trace:
-    """Parse a trace; rows sorted by arrival. TraceError names the file and line."""
-    if on_bad_line not in BAD_LINE_MODES:
-        raise TraceError(f"--on-bad-line must be one of {', '.join(BAD_LINE_MODES)}, got {on_bad_line!r}")
-    rows: list[TraceRow] = []
-    skipped, first = 0, ""
-    try:
-        with open(path) as lines:          # a line at a time: a trace of 100,000 rows is ~30 MB of text
-            for lineno, raw in enumerate(lines, 1):
-                if not raw.strip():
-                    continue
-                try:
-                    rows.append(_row(json.loads(raw), lineno))
-                except ValueError as exc:          # json.JSONDecodeError is a ValueError
-                    why = f"{path}:{lineno}: {str(exc).splitlines()[0][:160]}"
-                    if on_bad_line == "fail":
-                        raise TraceError(f"{why} (--on-bad-line skip to replay the rest)") from None
-                    skipped += 1
-                    first = first or why
-                if limit is not None and len(rows) >= limit:
-                    break
-    except (OSError, UnicodeDecodeError) as exc:
-        raise TraceError(f"cannot read trace {path!r}: {exc.strerror if isinstance(exc, OSError) else exc}") from None
-    if not rows:
-        note = f" ({skipped} skipped, e.g. {first})" if skipped else ""
-        raise TraceError(f"trace {path!r} has no valid line{note}")
-    rows.sort(key=lambda r: (r.arrival_s, r.line))
-    return Trace(path, rows, skipped, first)
+    def _fold(self) -> None:
+        if self._pending:
+            self._distinct = np.union1d(self._distinct, np.frombuffer(self._pending, np.int64))
+            self._pending = array("q")
 
 
 class TraceWorkload(ClosedLoop):
@@ -131,6 +79,8 @@ class TraceWorkload(ClosedLoop):
         self.open_loop = open_loop     # a replay of a closed-loop run: False
         self.num_requests = len(trace.rows)
         self.issued = 0
+        self._first_arrival_s = trace.rows[0].arrival_s if trace.rows else 0.0
+        self._ids_issued = DistinctIds()       # the working set, counted as requests are made
         # Bounded memos of pure functions (TRACE_BLOCK_MEMO): a block forgotten is made again, the same.
         self._block = functools.lru_cache(maxsize=TRACE_BLOCK_MEMO)(self._make_block)
         self._hashed = functools.lru_cache(maxsize=TRACE_BLOCK_MEMO)(self._hash_block)
@@ -165,13 +115,11 @@ class TraceWorkload(ClosedLoop):
 
     def working_set_tokens(self) -> int:
         """Distinct tokens of the trace blocks the requests issued so far named."""
-        ids = {h for row in self.trace.rows[: self.issued] for h in row.hash_ids}
-        return len(ids) * self.trace.block_tokens
+        return len(self._ids_issued) * self.trace.block_tokens
 
     def arrival_offset(self, i: int) -> float:
         """Seconds after the first arrival at which request ``i`` arrives."""
-        rows = self.trace.rows
-        return (rows[i].arrival_s - rows[0].arrival_s) / self.speed
+        return (self.trace.rows[i].arrival_s - self._first_arrival_s) / self.speed
 
     def primed_prompts(self) -> list[tuple[array[int], list[int]]]:
         """A file trace starts from cold caches (reuse builds up as in the trace); an in-memory one
@@ -201,6 +149,7 @@ class TraceWorkload(ClosedLoop):
         i = self.issued
         self.issued += 1
         row = self.trace.rows[i]
+        self._ids_issued.add(row.hash_ids)
         tokens = self._tokens(row.hash_ids, row.input_length)
         group = f"h{row.hash_ids[0]}" if row.hash_ids else "cold"
         return Request(f"t{row.line:06d}", tokens, now, self._hashes(row.hash_ids, tokens), group)

@@ -31,7 +31,8 @@ from dataclasses import dataclass
 from wavepp.runtime.arrivals import ClosedLoop
 from wavepp.runtime.kvcache.hashing import block_hashes, random_tokens
 from wavepp.runtime.request import Request
-from wavepp.runtime.sources.traces import TraceWorkload, load_trace
+from wavepp.runtime.sources.trace_file import load_trace
+from wavepp.runtime.sources.traces import TraceWorkload
 
 ALIASES = {"suffix4k": "suffix:4096", "suffix16k": "suffix:16384"}
 DOC_SUFFIX_TOKENS = 4096       # docs: the new question after the document

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from wavepp.runtime.control.knobs import Knobs
-from wavepp.runtime.sources.traces import Trace, TraceRow
+from wavepp.runtime.sources.trace_file import Trace, TraceRow
 from wavepp.telemetry import names as N
 
 MIN_ARRIVALS = 16            # fewer requests than this say too little about a setting
