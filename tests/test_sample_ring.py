@@ -44,10 +44,23 @@ def test_its_memory_is_allocated_with_the_first_value_and_never_grows() -> None:
         SampleRing(0)
 
 
+def test_without_a_cap_it_holds_every_value_in_order() -> None:
+    series, rows = SampleRing(None), SampleRing(None, np.int64, 2)
+    assert list(series) == [] and percentiles(series, (50,)) == [None]
+    values = [i / 7 for i in range(5000)]              # past the first allocation, doubled three times
+    for i, v in enumerate(values):
+        series.append(v)
+        rows.append((10**18 + i, i % 3))
+    assert list(series) == values and len(series) == 5000 and len(series._data) == 8192
+    assert list(rows) == [(10**18 + i, i % 3) for i in range(5000)]
+    assert percentiles(series, (0, 50, 100)) == percentiles(values, (0, 50, 100))
+
+
 def test_a_live_aggregator_keeps_its_samples_in_rings() -> None:
     acc = FigureAccumulator(samples_held=10)
     assert isinstance(acc.latencies, SampleRing) and isinstance(acc.rounds, SampleRing)
-    assert isinstance(FigureAccumulator().latencies, list)          # the bench: every value, exact
+    bench = FigureAccumulator()
+    assert bench.latencies.cap is None and bench.rounds.cap is None   # the bench: every value, exact
 
 
 def test_a_rings_percentiles_and_cadence_are_the_lists_to_the_last_bit() -> None:

@@ -180,9 +180,7 @@ class FigureAccumulator:
     answers only the gaps still open. None: every step is kept (a live view splits its window again)."""
 
     def __init__(self, samples_held: int | None = None, settle_stages: int | None = None) -> None:
-        def samples(width: int = 1) -> list[Any] | SampleRing:
-            if samples_held is None:
-                return []
+        def samples(width: int = 1) -> SampleRing:
             return SampleRing(samples_held) if width == 1 else SampleRing(samples_held, np.int64, width)
 
         self.policy: str | None = None                      # the first request span's policy
@@ -192,14 +190,14 @@ class FigureAccumulator:
         self.num_admitted = 0                               # requests whose span says when they were admitted
         self.origin: int | None = None                      # first arrival (ns)
         self.last_done: int | None = None                   # last request span's end (ns)
-        self.admission_latency: list[float] | SampleRing = samples()   # seconds, of admitted requests
-        self.latencies: list[float] | SampleRing = samples()             # prefill latency of completed ones
+        self.admission_latency = samples()                  # seconds, of admitted requests
+        self.latencies = samples()                          # prefill latency of completed ones
         self.tokens = [0, 0, 0, 0]        # completed: input, reused from completed requests, reusable, in flight
         self.fallbacks = 0                                  # requests whose reuse boundary was lowered
         self.busy: dict[int, float] = defaultdict(float)   # stage -> execute seconds (summed in span order)
         self.computed = 0                                   # tokens executed on stage 0
         self.evictions: dict[int, int] = defaultdict(int)
-        self.rounds: list[tuple[int, int]] | SampleRing = samples(2)   # (end ns, admitted) a round
+        self.rounds = samples(2)                            # (end ns, admitted) a round
         self.num_rounds = 0                                 # admitting rounds, and the requests they admitted
         self.admitted = 0
         self.admitted_max = 0
