@@ -121,6 +121,15 @@ def test_a_line_that_is_not_utf8_is_a_bad_line_with_its_number(tmp_path: Path) -
     assert [r.line for r in load_trace(str(path), "skip").rows] == [1]
 
 
+def test_a_pipe_is_refused_before_it_is_read(tmp_path: Path) -> None:
+    """A replay reads its file more than once (a check, then each run's rows): a pipe would be empty the
+    second time, so it is refused by name, before a FIFO's open could wait for a writer."""
+    fifo = tmp_path / "t.fifo"
+    os.mkfifo(fifo)
+    with pytest.raises(TraceError, match=r"t.fifo' is not a regular file: a replay reads it again"):
+        load_trace(str(fifo))
+
+
 @settings(max_examples=50, deadline=None)
 @given(st.lists(st.lists(st.integers(0, 2**63 - 1) | st.integers(0, 30), max_size=20), max_size=40),
        st.integers(1, 64))

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 from array import array
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -157,6 +158,9 @@ def load_trace(path: str, on_bad_line: str = "fail", limit: int | None = None) -
     arrivals, lines, offsets = array("d"), array("q"), array("q")
     skipped, first = 0, ""
     try:
+        if not stat.S_ISREG(os.stat(path).st_mode):     # before opening: a FIFO's open waits for a writer
+            raise TraceError(f"trace {path!r} is not a regular file: a replay reads it again (each run, and "
+                             "its rows as replayed); write it to a file first")
         with open(path, "rb") as f:     # a line at a time: a trace of 100,000 rows is ~30 MB of text
             st = os.fstat(f.fileno())
             offset = 0
