@@ -33,16 +33,26 @@ def page() -> Iterator[Page]:
     yield from chromium_page(1400)
 
 
+# The slider, the tiles and the reading in one pass of the DOM (one state of the page): read one locator at a
+# time, a rerun of the live page could redraw them between two reads and leave a reader waiting on a gone tile.
+PAGE_TEXT = """() => {
+  const text = e => (e?.textContent || "").trim();
+  const tiles = [...document.querySelectorAll('[data-testid="stMetric"]')].map(t => [
+    text(t.querySelector('[data-testid="stMetricLabel"]')), text(t.querySelector('[data-testid="stMetricValue"]'))]);
+  const walker = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
+  let reading = "";
+  for (let n = walker.nextNode(); n; n = walker.nextNode())
+    if (n.nodeValue.includes("Why the bubbles:")) { reading = text(n.parentElement?.parentElement); break; }
+  return {slider: text(document.querySelector('[data-testid="stSliderThumbValue"]')), tiles: tiles, reading: reading};
+}"""
+
+
 def page_figures(page: Page) -> dict[str, object]:
     """What the page says about its detail window: the slider's value, the tiles, the reading, the chart."""
     page.wait_for_function(IDLE_BY_STAGE, timeout=60_000)
-    slider = float(page.locator('[data-testid="stSliderThumbValue"]').first.text_content() or "nan")
-    tiles = {}
-    for metric in page.locator('[data-testid="stMetric"]').all():
-        label = metric.locator('[data-testid="stMetricLabel"]').text_content() or ""
-        tiles[label.strip()] = float(metric.locator('[data-testid="stMetricValue"]').text_content() or "nan")
-    text = page.get_by_text("Why the bubbles:").first.locator("xpath=..").text_content() or ""
-    return {"slider": slider, "tiles": tiles, "reading": text, "chart": page.evaluate(IDLE_BY_STAGE)}
+    got = page.evaluate(f"() => ({{...({PAGE_TEXT})(), chart: ({IDLE_BY_STAGE})()}})")
+    tiles = {label: float(value or "nan") for label, value in got["tiles"]}
+    return {"slider": float(got["slider"] or "nan"), "tiles": tiles, "reading": got["reading"], "chart": got["chart"]}
 
 
 def check_one_window_one_idle(got: dict[str, object], num_stages: int) -> None:
