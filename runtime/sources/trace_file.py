@@ -21,7 +21,7 @@ import json
 import os
 import stat
 from array import array
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TypeVar, overload
 
@@ -109,13 +109,6 @@ class FileRows(Sequence[TraceRow]):
         if not self._block_start <= i < self._block_start + len(self._block):
             self._read_block(i - i % READ_AHEAD_ROWS)
         return self._block[i - self._block_start]
-
-    def __iter__(self) -> Iterator[TraceRow]:
-        return (self[k] for k in range(len(self)))
-
-    def arrival_s(self, i: int) -> float:
-        """Row ``i``'s arrival, from the index (no read)."""
-        return self._arrivals[i]
 
     def _read_block(self, start: int) -> None:
         self._block_start, self._block = -1, []          # a failed read leaves nothing half-made
