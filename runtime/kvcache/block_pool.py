@@ -91,20 +91,21 @@ class BlockPool:
 
     # ---- holding ---------------------------------------------------------------------------
     def _hold(self, b: int) -> None:
-        """Block ``b`` just became held: it and every newly held ancestor stop being reclaimable."""
-        held, hashes, parent, held_children = self.held, self.hash, self.parent, self.held_children
-        while True:
-            held[b] = True
-            if hashes[b] is not None:
-                self.num_reclaimable -= 1
-                self.lru.pop(b, None)
-            p = parent[b]
-            if p < 0:
-                return
+        """Cached block ``b`` just became held: it and every newly held ancestor stop being reclaimable.
+        Only ``b`` can be in the LRU: an ancestor has a cached child, so it is no leaf."""
+        held, parent, held_children = self.held, self.parent, self.held_children
+        held[b] = True
+        self.lru.pop(b, None)
+        newly = 1
+        p = parent[b]
+        while p >= 0:
             held_children[p] += 1
             if held[p]:
-                return
-            b = p
+                break
+            held[p] = True
+            newly += 1
+            p = parent[p]
+        self.num_reclaimable -= newly
 
     def pin(self, block_id: int) -> None:
         """Take a reference. The caller checked that holding the unheld ancestry is allowed."""
@@ -184,9 +185,7 @@ class BlockPool:
         assert self.hash[block_id] is None and self.ref_count[block_id] >= 1, "only an owned block can be attached"
         self.hash[block_id], self.parent[block_id], self.held[block_id] = block_hash, parent, True
         self.by_hash[block_hash] = block_id
-        if parent >= 0:
-            if self.num_children[parent] == 0:
-                self.lru.pop(parent, None)
+        if parent >= 0:                             # an unheld parent leaves the LRU as _hold holds it
             self.num_children[parent] += 1
             self.held_children[parent] += 1
             if not self.held[parent]:
@@ -198,7 +197,7 @@ class BlockPool:
         caches already is adopted: that block is pinned in ours' place, ours unpinned (free, unless a
         follower still reads it), and ``table`` names it from then on; a block cached as itself (stored
         while it ran) passes. Newly attached hashes go to ``attached``. The blocks stay pinned: held."""
-        by_hash, lru, hash_of, parent_of = self.by_hash, self.lru, self.hash, self.parent
+        by_hash, hash_of, parent_of = self.by_hash, self.hash, self.parent
         held, children, held_children = self.held, self.num_children, self.held_children
         parent = table[start - 1] if start else -1
         for i in range(start, end):
@@ -208,9 +207,7 @@ class BlockPool:
                 assert hash_of[bid] is None and self.ref_count[bid] >= 1, "only an owned block can be attached"
                 hash_of[bid], parent_of[bid], held[bid] = h, parent, True
                 by_hash[h] = bid
-                if parent >= 0:
-                    if children[parent] == 0:
-                        lru.pop(parent, None)
+                if parent >= 0:                     # held by the caller or by us: in no LRU
                     children[parent] += 1
                     held_children[parent] += 1
                     if not held[parent]:
