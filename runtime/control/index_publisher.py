@@ -24,7 +24,7 @@ class IndexPublisher:
         """Send every stage's pending events in one call; returns how many."""
         async with self._lock:
             updates = []
-            drain = asyncio.ensure_future(on_stages(self.handles, lambda h: h.drain_index_updates()))
+            drain = asyncio.ensure_future(on_stages(self.handles, lambda h: h.drain_index_updates(), charged=False))
             try:
                 drained = await asyncio.shield(drain)
             except asyncio.CancelledError:      # events already drained must not be lost: put them back
@@ -50,7 +50,7 @@ class IndexPublisher:
     async def rebuild(self) -> None:
         """Replace the index with what the stages hold now (after an outage lost updates)."""
         async with self._lock:
-            snapshots = await on_stages(self.handles, lambda h: h.index_snapshot())
+            snapshots = await on_stages(self.handles, lambda h: h.index_snapshot(), charged=False)
             await self.store.hint_clear()
             await self.store.hint_update_many(
                 [(h.stage, held, []) for h, held in zip(self.handles, snapshots, strict=True)])

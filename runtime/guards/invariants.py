@@ -86,7 +86,7 @@ async def check_running(loop: PipelineLoop) -> None:
 async def check_index(loop: PipelineLoop) -> None:
     """After a last flush, the hint index holds exactly what each stage caches."""
     await loop.publisher.flush()
-    snapshots = await on_stages(loop.handles, lambda h: h.index_snapshot())
+    snapshots = await on_stages(loop.handles, lambda h: h.index_snapshot(), charged=False)
     for h, held in zip(loop.handles, snapshots, strict=True):
         count = await loop.store.hint_count(h.stage)
         if count != len(held):

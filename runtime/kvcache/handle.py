@@ -70,14 +70,17 @@ class LeaseItem:
     follow: tuple[str, int] | None = None    # (producer, to): reach on through its blocks (StageCache.lease)
 
 
-async def on_stages(handles: Sequence[StageHandle], op: Callable[[StageHandle], Awaitable[T]]) -> list[T]:
+async def on_stages(handles: Sequence[StageHandle], op: Callable[[StageHandle], Awaitable[T]],
+                    charged: bool = True) -> list[T]:
     """Run one operation on several stages, one message each.
 
     Concurrently when the handles' operations take time (messages to other processes, or the
     sim's modelled costs); one after the other when they are plain in-process calls that never
     wait - there, tasks would only add event-loop scheduling to the admission path.
+    ``charged=False``: an operation the sim charges nothing for (draining a stage's index events, a
+    snapshot of what it holds), which waits only on a stage in another process.
     """
-    if any(h.suspends for h in handles):
+    if any(h.suspends if charged else h.remote for h in handles):
         return list(await asyncio.gather(*(op(h) for h in handles)))
     return [await op(h) for h in handles]
 
@@ -117,6 +120,11 @@ class StageHandle:
         states = self.cache.states
         if states is not None:
             states.spec = dataclasses.replace(states.spec, interval_blocks=max(1, tokens // self.cache.block_size))
+
+    @property
+    def remote(self) -> bool:
+        """Whether the cache lives in another process (each operation a message there)."""
+        return False
 
     @property
     def suspends(self) -> bool:

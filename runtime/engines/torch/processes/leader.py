@@ -66,6 +66,10 @@ class RemoteStageHandle(StageHandle):
         return False
 
     @property
+    def remote(self) -> bool:
+        return True
+
+    @property
     def suspends(self) -> bool:
         return True
 
