@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 from pathlib import Path
 
 import pytest
@@ -94,6 +95,18 @@ def test_a_file_changed_under_the_replay_ends_it_with_a_clear_error(tmp_path: Pa
     os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
     with pytest.raises(TraceError, match=r"t.jsonl:\d+: the line changed while the trace was replayed"):
         list(trace.rows)
+
+    _write(path, [float(s) for s in range(2 * READ_AHEAD_ROWS)])
+    trace = load_trace(str(path))
+    st = os.stat(path)
+    other = tmp_path / "other.jsonl"           # renamed over it: the same arrivals, size and mtime, other ids
+    other.write_bytes(re.sub(rb'"hash_ids": \[(\d)', lambda m: b'"hash_ids": [%d' % ((int(m[1]) + 1) % 10),
+                             path.read_bytes()))
+    os.utime(other, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert (os.stat(other).st_size, load_trace(str(other)).rows[0].arrival_s) == (st.st_size, first.arrival_s)
+    os.replace(other, path)
+    with pytest.raises(TraceError, match=r"t.jsonl' changed on disk while it was replayed: replay it again"):
+        trace.rows[0]
     path.unlink()
     with pytest.raises(TraceError, match=r"cannot read trace .* again while replaying it"):
         trace.rows[0]

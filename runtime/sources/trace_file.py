@@ -84,10 +84,10 @@ class FileRows(Sequence[TraceRow]):
     when asked for. Holds the index (arrival, line, byte offset a row) and one block of parsed rows."""
 
     def __init__(self, path: str, arrivals: array[float], lines: array[int], offsets: array[int],
-                 stamp: tuple[int, int]) -> None:
+                 stamp: tuple[int, ...]) -> None:
         self.path = path
         self._arrivals, self._lines, self._offsets = arrivals, lines, offsets
-        self._stamp = stamp               # (size, mtime_ns) when the file was checked
+        self._stamp = stamp               # _stamp(the file) when it was checked
         self._block_start = -1
         self._block: list[TraceRow] = []
 
@@ -117,7 +117,7 @@ class FileRows(Sequence[TraceRow]):
         try:
             with open(self.path, "rb") as f:
                 st = os.fstat(f.fileno())
-                if (st.st_size, st.st_mtime_ns) != self._stamp:
+                if _stamp(st) != self._stamp:
                     raise TraceError(f"trace {self.path!r} changed on disk while it was replayed: replay it again")
                 for k in range(start, end):
                     f.seek(self._offsets[k])
@@ -135,6 +135,13 @@ class FileRows(Sequence[TraceRow]):
         if row is None or row.arrival_s != self._arrivals[k]:
             raise TraceError(f"{self.path}:{line}: the line changed while the trace was replayed: replay it again")
         return row
+
+
+def _stamp(st: os.stat_result) -> tuple[int, ...]:
+    """What says a trace file is the one that was checked: the same file (device, inode: not another one
+    renamed over it, as an editor saves or ``mv`` replaces), of the same size and modification time. An
+    edit that keeps all four is caught where it changes a row's arrival (:meth:`FileRows._reread`)."""
+    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
 
 
 def _in_order(a: array[_N], order: np.ndarray) -> array[_N]:
@@ -184,4 +191,4 @@ def load_trace(path: str, on_bad_line: str = "fail", limit: int | None = None) -
         # Arrival order, ties in line order (lexsort's last key is its first; the sort is stable).
         order = np.lexsort((np.frombuffer(lines, np.int64), np.frombuffer(arrivals, np.float64)))
         arrivals, lines, offsets = _in_order(arrivals, order), _in_order(lines, order), _in_order(offsets, order)
-    return Trace(path, FileRows(path, arrivals, lines, offsets, (st.st_size, st.st_mtime_ns)), skipped, first)
+    return Trace(path, FileRows(path, arrivals, lines, offsets, _stamp(st)), skipped, first)
