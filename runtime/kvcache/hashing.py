@@ -36,7 +36,7 @@ def random_tokens(rng: random.Random, n: int, vocab_size: int) -> array[int]:
     trace's 12M tokens took seconds of a replay); the values are the loop's to the last token."""
     raw = np.frombuffer(rng.randbytes(4 * n), dtype=np.uint32)
     out = array("I")
-    out.frombytes((raw % np.uint32(vocab_size)).astype(np.uint32).tobytes())
+    out.frombytes((raw % np.uint32(vocab_size)).tobytes())     # uint32 % uint32: uint32
     return out
 
 

@@ -82,6 +82,7 @@ class TraceWorkload(ClosedLoop):
         self._first_arrival_s = trace.rows[0].arrival_s if trace.rows else 0.0
         self._ids_issued = DistinctIds()       # the working set, counted as requests are made
         # Bounded memos of pure functions (TRACE_BLOCK_MEMO): a block forgotten is made again, the same.
+        self._rng = random.Random()
         self._block = functools.lru_cache(maxsize=TRACE_BLOCK_MEMO)(self._make_block)
         self._hashed = functools.lru_cache(maxsize=TRACE_BLOCK_MEMO)(self._hash_block)
 
@@ -131,8 +132,10 @@ class TraceWorkload(ClosedLoop):
         return out
 
     def _make_block(self, hash_id: int) -> array[int]:
-        """The tokens of trace block ``hash_id``: from a generator seeded by the id alone."""
-        return random_tokens(random.Random(hash_id), self.trace.block_tokens, self.vocab_size)
+        """The tokens of trace block ``hash_id``: from a generator seeded by the id alone (one generator
+        seeded again each block: its state is the seed's, as a new one's is, without making one)."""
+        self._rng.seed(hash_id)
+        return random_tokens(self._rng, self.trace.block_tokens, self.vocab_size)
 
     def _hash_block(self, parent: int, hash_id: int) -> list[int]:
         """The KV block hashes of trace block ``hash_id`` after the prefix whose last hash is ``parent``."""
