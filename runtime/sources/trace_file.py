@@ -84,7 +84,7 @@ class FileRows(Sequence[TraceRow]):
     when asked for. Holds the index (arrival, line, byte offset a row) and one block of parsed rows."""
 
     def __init__(self, path: str, arrivals: array[float], lines: array[int], offsets: array[int],
-                 stamp: tuple[int, ...]) -> None:
+                 stamp: tuple[int, int, int, int]) -> None:
         self.path = path
         self._arrivals, self._lines, self._offsets = arrivals, lines, offsets
         self._stamp = stamp               # _stamp(the file) when it was checked
@@ -137,7 +137,7 @@ class FileRows(Sequence[TraceRow]):
         return row
 
 
-def _stamp(st: os.stat_result) -> tuple[int, ...]:
+def _stamp(st: os.stat_result) -> tuple[int, int, int, int]:
     """What says a trace file is the one that was checked: the same file (device, inode: not another one
     renamed over it, as an editor saves or ``mv`` replaces), of the same size and modification time. An
     edit that keeps all four is caught where it changes a row's arrival (:meth:`FileRows._reread`)."""

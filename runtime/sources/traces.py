@@ -81,8 +81,8 @@ class TraceWorkload(ClosedLoop):
         self.issued = 0
         self._first_arrival_s = trace.rows[0].arrival_s if trace.rows else 0.0
         self._ids_issued = DistinctIds()       # the working set, counted as requests are made
+        self._rng = random.Random(0)           # seeded again with each block's id (_make_block)
         # Bounded memos of pure functions (TRACE_BLOCK_MEMO): a block forgotten is made again, the same.
-        self._rng = random.Random()
         self._block = functools.lru_cache(maxsize=TRACE_BLOCK_MEMO)(self._make_block)
         self._hashed = functools.lru_cache(maxsize=TRACE_BLOCK_MEMO)(self._hash_block)
 
