@@ -40,18 +40,18 @@ def test_remembered_prefix_hashes_are_the_prompts_own() -> None:
         for _ in range(w.num_requests):
             r = w.next_request(0.0)
             assert r.block_hashes == block_hashes(r.tokens, block, b"m")
-        assert w._hashed.cache_info().currsize                   # the prefixes were remembered, not rehashed
+        assert w.prompts._hashed.cache_info().currsize           # the prefixes were remembered, not rehashed
 
 
 def test_a_memo_of_one_block_gives_the_same_requests_as_an_unbounded_one(monkeypatch: pytest.MonkeyPatch) -> None:
     """The blocks a replay remembers are bounded; a block forgotten is made again, the same."""
-    from wavepp.runtime.sources import traces
+    from wavepp.runtime.sources import trace_prompts
 
     def requests(memo: int) -> list[tuple[list[int], list[int]]]:
-        monkeypatch.setattr(traces, "TRACE_BLOCK_MEMO", memo)
+        monkeypatch.setattr(trace_prompts, "TRACE_BLOCK_MEMO", memo)
         w = TraceWorkload(load_trace(GOOD), 64, 32000)
         out = [w.next_request(0.0) for _ in range(w.num_requests)]
-        assert w._block.cache_info().currsize <= memo and w._hashed.cache_info().currsize <= memo
+        assert w.prompts._block.cache_info().currsize <= memo and w.prompts._hashed.cache_info().currsize <= memo
         return [(list(r.tokens), r.block_hashes) for r in out]
 
     assert requests(1) == requests(1 << 20)

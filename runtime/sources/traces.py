@@ -1,15 +1,13 @@
 """Trace replay: requests from a Mooncake-format trace (:mod:`runtime.sources.trace_file`), arriving open-loop
 at its timestamps.
 
-Each block's tokens are derived from its hash id alone (a generator seeded by the id), so equal ids give
-equal tokens and therefore equal chained block hashes at any block size that divides 512.
+Each block's tokens are derived from its hash id alone (:mod:`runtime.sources.trace_prompts`), so equal ids
+give equal tokens and therefore equal chained block hashes at any block size that divides 512.
 """
 
 from __future__ import annotations
 
 import asyncio
-import functools
-import random
 from array import array
 from collections.abc import Sequence
 
@@ -17,15 +15,11 @@ import numpy as np
 
 from wavepp.runtime.arrivals import ArrivalPort, ClosedLoop
 from wavepp.runtime.clock import now
-from wavepp.runtime.kvcache.hashing import ROOT_HASH, block_hashes, random_tokens
+from wavepp.runtime.kvcache.hashing import block_hashes
 from wavepp.runtime.request import Request
 from wavepp.runtime.sources.trace_file import Trace, TraceError
+from wavepp.runtime.sources.trace_prompts import TracePrompts
 
-# Trace blocks whose tokens, and whose KV block hashes under each parent, a replay remembers: the most
-# recently used (a popular prefix is generated and hashed once). Bounded, so a replay's memory does not
-# grow with the trace: the 3,993-row Mooncake trace names 43,924 distinct blocks (~2.2 KB of tokens each,
-# 92 MB unbounded). Making its requests took 1.0 s unbounded, 1.25 s at this cap (~40 MB), 1.94 s at 4,096.
-TRACE_BLOCK_MEMO = 16384
 # Hash ids of issued requests gathered before they are folded into the sorted distinct ones (8 MB).
 DISTINCT_FOLD_IDS = 1 << 20
 
@@ -81,10 +75,7 @@ class TraceWorkload(ClosedLoop):
         self.issued = 0
         self._first_arrival_s = trace.rows[0].arrival_s if trace.rows else 0.0
         self._ids_issued = DistinctIds()       # the working set, counted as requests are made
-        self._rng = random.Random(0)           # seeded again with each block's id (_make_block)
-        # Bounded memos of pure functions (TRACE_BLOCK_MEMO): a block forgotten is made again, the same.
-        self._block = functools.lru_cache(maxsize=TRACE_BLOCK_MEMO)(self._make_block)
-        self._hashed = functools.lru_cache(maxsize=TRACE_BLOCK_MEMO)(self._hash_block)
+        self.prompts = TracePrompts(trace.block_tokens, block_size, vocab_size, extra)
 
     @property
     def exhausted(self) -> bool:
@@ -127,46 +118,15 @@ class TraceWorkload(ClosedLoop):
         may name prefixes that were cached before its first arrival."""
         out = []
         for ids in self.trace.primed:
-            tokens = self._tokens(ids, len(ids) * self.trace.block_tokens)
+            tokens = self.prompts.tokens(ids, len(ids) * self.trace.block_tokens)
             out.append((tokens, block_hashes(tokens, self.block_size, self.extra)))
         return out
-
-    def _make_block(self, hash_id: int) -> array[int]:
-        """The tokens of trace block ``hash_id``: from a generator seeded by the id alone (one generator
-        seeded again each block: its state is the seed's, as a new one's is, without making one)."""
-        self._rng.seed(hash_id)
-        return random_tokens(self._rng, self.trace.block_tokens, self.vocab_size)
-
-    def _hash_block(self, parent: int, hash_id: int) -> list[int]:
-        """The KV block hashes of trace block ``hash_id`` after the prefix whose last hash is ``parent``."""
-        return block_hashes(self._block(hash_id), self.block_size, self.extra, parent)
-
-    def _tokens(self, hash_ids: Sequence[int], length: int) -> array[int]:
-        tokens = array("I")
-        for h in hash_ids:
-            tokens.extend(self._block(h))
-        del tokens[length:]
-        return tokens
 
     def next_request(self, now: float) -> Request:
         i = self.issued
         self.issued += 1
         row = self.trace.rows[i]
         self._ids_issued.add(row.hash_ids)
-        tokens = self._tokens(row.hash_ids, row.input_length)
+        tokens, hashes = self.prompts.prompt(row.hash_ids, row.input_length)
         group = f"h{row.hash_ids[0]}" if row.hash_ids else "cold"
-        return Request(f"t{row.line:06d}", tokens, now, self._hashes(row.hash_ids, tokens), group)
-
-    def _hashes(self, hash_ids: Sequence[int], tokens: array[int]) -> list[int]:
-        """``block_hashes(tokens)``, each whole trace block's KV block hashes remembered by (parent hash,
-        hash id): a prefix many requests share is hashed once, as a workload generator hashes only a
-        prompt's new suffix (the arrival's CPU cost, which a real-time loop pays, is the run's)."""
-        size = self.trace.block_tokens
-        out: list[int] = []
-        parent = ROOT_HASH
-        whole = len(tokens) // size
-        for h in hash_ids[:whole]:
-            hashes = self._hashed(parent, h)
-            out += hashes
-            parent = hashes[-1]
-        return out + block_hashes(tokens[whole * size:], self.block_size, self.extra, parent)
+        return Request(f"t{row.line:06d}", tokens, now, hashes, group)
