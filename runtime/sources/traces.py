@@ -17,7 +17,8 @@ from wavepp.runtime.arrivals import ArrivalPort, ClosedLoop
 from wavepp.runtime.clock import now
 from wavepp.runtime.kvcache.hashing import block_hashes
 from wavepp.runtime.request import Request
-from wavepp.runtime.sources.trace_file import Trace, TraceError
+from wavepp.runtime.sources.prompt_worker import PromptWorker
+from wavepp.runtime.sources.trace_file import FileRows, Trace, TraceError
 from wavepp.runtime.sources.trace_prompts import TracePrompts
 
 # Hash ids of issued requests gathered before they are folded into the sorted distinct ones (8 MB).
@@ -57,10 +58,13 @@ class TraceWorkload(ClosedLoop):
     ``open_loop=False`` (the replay of a closed-loop run): the offsets are ignored and the requests
     arrive as a closed loop's do, the next one as one finishes (the loop's own closed-loop path,
     as the run's generator did: the order in which an arrival, an admission round and the next
-    wave's plan run after a wave retires is the run's)."""
+    wave's plan run after a wave retires is the run's).
+
+    ``prefetch=True`` (a file trace): a helper process makes the prompts a few rows ahead
+    (:mod:`runtime.sources.prompt_worker`), the same ones this process would make."""
 
     def __init__(self, trace: Trace, block_size: int, vocab_size: int, extra: bytes = b"",
-                 speed: float = 1.0, open_loop: bool = True) -> None:
+                 speed: float = 1.0, open_loop: bool = True, prefetch: bool = False) -> None:
         if trace.block_tokens % block_size:
             raise TraceError(f"the block size {block_size} must divide the trace's {trace.block_tokens}-token blocks")
         if not speed > 0:
@@ -76,6 +80,9 @@ class TraceWorkload(ClosedLoop):
         self._first_arrival_s = trace.rows[0].arrival_s if trace.rows else 0.0
         self._ids_issued = DistinctIds()       # the working set, counted as requests are made
         self.prompts = TracePrompts(trace.block_tokens, block_size, vocab_size, extra)
+        # A file trace's prompts made ahead by a helper process (prefetch=True), else here.
+        self.worker = (PromptWorker(trace.path, self.num_requests, self.prompts)
+                       if prefetch and isinstance(trace.rows, FileRows) else None)
 
     @property
     def exhausted(self) -> bool:
@@ -127,6 +134,7 @@ class TraceWorkload(ClosedLoop):
         self.issued += 1
         row = self.trace.rows[i]
         self._ids_issued.add(row.hash_ids)
-        tokens, hashes = self.prompts.prompt(row.hash_ids, row.input_length)
+        made = self.worker.prompt(i, row.hash_ids, row.input_length) if self.worker is not None else None
+        tokens, hashes = made or self.prompts.prompt(row.hash_ids, row.input_length)
         group = f"h{row.hash_ids[0]}" if row.hash_ids else "cold"
         return Request(f"t{row.line:06d}", tokens, now, hashes, group)

@@ -122,7 +122,7 @@ def make_workload(spec: WorkloadSpec, num_requests: int | None, prompt_tokens: i
     arriving open-loop (``num_requests`` caps how many of its rows; None: all)."""
     if spec.kind == "trace":
         trace = load_trace(spec.path, spec.on_bad_line, num_requests)
-        return TraceWorkload(trace, block_size, vocab_size, speed=spec.speed)
+        return TraceWorkload(trace, block_size, vocab_size, speed=spec.speed, prefetch=True)
     if num_requests is None:
         raise ValueError("a synthetic workload needs a number of requests")
     return Workload(spec, num_requests, prompt_tokens, block_size, vocab_size, seed)

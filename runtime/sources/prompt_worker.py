@@ -1,0 +1,187 @@
+"""A trace file's prompts made ahead in a helper process, so the replay's own process only reads them.
+
+Making a trace row's prompt (tokens from generators seeded by its hash ids, chained blake2b hashes over
+them: :mod:`runtime.sources.trace_prompts`) is the load generator's work, a separate process in any real
+deployment; in a sim replay it ran on the loop's process, about a tenth of a Mooncake replay's wall time,
+while the machine's other core idled. Here a helper process reads the same trace file and makes the rows'
+prompts in order, a few ahead of the replay (:data:`AHEAD`), with the same code - the same tokens and hashes.
+
+The protocol, both ways binary on the helper's standard streams:
+
+* the replay writes one byte a prompt it wants (credit), keeping :data:`AHEAD` asked for;
+* the helper answers, per row in order, a header (``<QIII``: row index, CRC-32 of the row's hash ids as
+  ``int64`` bytes, token count, hash count), the tokens (``uint32``) and the hashes (``uint64``).
+
+The replay checks each answer against its own row (index, hash ids, length). A helper that cannot start,
+dies, or answers for another row (a trace file changed under it) is dropped with one warning, and the
+replay makes the rest of the prompts in its own process from there: a run never depends on the helper.
+
+``python -m wavepp.runtime.sources.prompt_worker PATH ROWS BLOCK_SIZE VOCAB EXTRA_HEX`` runs the helper.
+"""
+
+from __future__ import annotations
+
+import logging
+import struct
+import subprocess
+import sys
+import weakref
+import zlib
+from array import array
+from collections.abc import Sequence
+from typing import IO
+
+from wavepp.runtime.sources.trace_prompts import TracePrompts
+
+log = logging.getLogger(__name__)
+
+# Prompts asked for ahead of the replay: enough to hide a row the helper makes slowly (a cold prompt of new
+# blocks), few enough that what waits in the pipe stays small (a Mooncake prompt is ~60 KB of tokens).
+AHEAD = 8
+# How long a helper whose input closed may take to exit before it is killed.
+STOP_WAIT_S = 2.0
+_HEADER = struct.Struct("<QIII")
+_ENDIAN_OK = sys.byteorder == "little"      # the frames' arrays are the machine's own order, little-endian
+
+
+def ids_crc(hash_ids: Sequence[int]) -> int:
+    """A row's hash ids as the helper and the replay both digest them."""
+    return zlib.crc32(array("q", hash_ids).tobytes())
+
+
+class PromptWorker:
+    """The replay's end: prompts of a file trace's rows, asked for in row order (:meth:`prompt`); ``None``
+    where the helper cannot serve, after which the caller makes its prompts itself."""
+
+    def __init__(self, path: str, rows: int, prompts: TracePrompts) -> None:
+        self.rows = rows
+        self.asked = 0                       # prompts asked for (credits sent)
+        self.failure = ""                    # why the helper was dropped ("" while it serves)
+        self.pid = 0                         # the helper's process id (0: none started)
+        self._proc: subprocess.Popen[bytes] | None = None
+        if not _ENDIAN_OK:
+            self.failure = "not a little-endian machine"
+            return
+        argv = [sys.executable, "-m", "wavepp.runtime.sources.prompt_worker", path, str(rows),
+                str(prompts.block_size), str(prompts.vocab_size), prompts.extra.hex()]
+        try:
+            self._proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                          stderr=subprocess.PIPE)
+        except OSError as exc:
+            self.failure = f"could not start: {exc.strerror or exc}"
+            return
+        self.pid = self._proc.pid
+        self._finalizer = weakref.finalize(self, _stop, self._proc)
+        self._ask(min(AHEAD, rows))
+
+    @property
+    def serving(self) -> bool:
+        return self._proc is not None
+
+    def prompt(self, i: int, hash_ids: Sequence[int], length: int) -> tuple[array[int], list[int]] | None:
+        """Row ``i``'s prompt as the helper made it (the rows are asked for in order), or ``None`` (the
+        helper is gone, or this answer is not the row's: it is dropped)."""
+        proc = self._proc
+        if proc is None:
+            return None
+        try:
+            if self.asked < self.rows:
+                self._ask(1)
+            out = proc.stdout
+            assert out is not None
+            index, crc, num_tokens, num_hashes = _HEADER.unpack(_read(out, _HEADER.size))
+            if index != i:
+                raise ValueError(f"answered row {index} for row {i}")
+            if num_tokens != length or crc != ids_crc(hash_ids):
+                raise ValueError(f"row {i} is not the replay's (other hash ids or length: the trace file changed?)")
+            tokens = array("I")
+            tokens.frombytes(_read(out, 4 * num_tokens))
+            hashes = array("Q", _read(out, 8 * num_hashes)).tolist()
+        except (OSError, EOFError, ValueError) as exc:
+            self._drop(str(exc) or type(exc).__name__)
+            return None
+        if i + 1 >= self.rows:
+            self.close()
+        return tokens, hashes
+
+    def close(self) -> None:
+        """End the helper (idempotent); it exits as its input closes."""
+        if self._proc is not None:
+            self._proc = None
+            self._finalizer()
+
+    def _ask(self, n: int) -> None:
+        assert self._proc is not None and self._proc.stdin is not None
+        self._proc.stdin.write(b"\x01" * n)
+        self._proc.stdin.flush()
+        self.asked += n
+
+    def _drop(self, why: str) -> None:
+        assert self._proc is not None
+        self._proc = None
+        said = self._finalizer()             # what the helper said on its way out, if anything
+        self.failure = (said or why)[:200]
+        log.warning("trace prompts: the helper process stopped (%s); the replay makes them itself from here",
+                    self.failure)
+
+
+def _read(stream: IO[bytes], n: int) -> bytes:
+    data = stream.read(n)
+    if len(data) != n:
+        raise EOFError("the helper process ended")
+    return data
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> str:
+    """Close the helper's input (it exits at its end) and reap it, killed if it does not go; the last line
+    it wrote to its error stream ("" when none)."""
+    for stream in (proc.stdin, proc.stdout):
+        if stream is not None:
+            try:
+                stream.close()
+            except OSError:
+                pass
+    try:
+        proc.wait(timeout=STOP_WAIT_S)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+    said = b""
+    if proc.stderr is not None:
+        with proc.stderr:
+            said = proc.stderr.read()
+    lines = said.decode("utf-8", "replace").strip().splitlines()
+    return lines[-1] if lines else ""
+
+
+def serve(path: str, rows: int, prompts: TracePrompts, credits: IO[bytes], out: IO[bytes]) -> None:
+    """The helper: the first ``rows`` rows of the trace at ``path``, in replay order, one prompt a credit."""
+    from wavepp.runtime.sources.trace_file import load_trace
+    trace = load_trace(path, "skip", rows)
+    for i in range(min(rows, len(trace.rows))):
+        if not credits.read(1):
+            return                                  # the replay is done with us
+        row = trace.rows[i]
+        tokens, hashes = prompts.prompt(row.hash_ids, row.input_length)
+        out.write(_HEADER.pack(i, ids_crc(row.hash_ids), len(tokens), len(hashes)))
+        out.write(tokens.tobytes())
+        out.write(array("Q", hashes).tobytes())
+        out.flush()
+
+
+def main(argv: Sequence[str]) -> int:
+    path, rows, block_size, vocab, extra = argv
+    from wavepp.runtime.sources.trace_file import TRACE_BLOCK_TOKENS
+    prompts = TracePrompts(TRACE_BLOCK_TOKENS, int(block_size), int(vocab), bytes.fromhex(extra))
+    try:
+        serve(path, int(rows), prompts, sys.stdin.buffer, sys.stdout.buffer)
+    except BrokenPipeError:
+        return 0                                    # the replay ended first
+    except Exception as exc:                        # one line for the replay's warning
+        print(f"{type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
