@@ -18,6 +18,7 @@ import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
+from wavepp.runtime.clock import sleep
 from wavepp.runtime.control.knobs import Deployment, KnobError, Knobs, from_dict, validated_values
 from wavepp.runtime.kvcache.handle import StageHandle
 from wavepp.runtime.request import AdmittedRequest, cdiv
@@ -78,13 +79,13 @@ class LeaseRegistry:
     async def heartbeat(self) -> None:
         while True:
             await self.store.registry_refresh(self.holder, LEASE_TTL_S)
-            await asyncio.sleep(HEARTBEAT_S)
+            await sleep(HEARTBEAT_S)
 
     async def reaper(self, handles: Sequence[StageHandle], on_release: Callable[[], None]) -> None:
         """Release pins on local stages for requests whose holder died."""
         by_stage = {h.stage: h for h in handles}
         while True:
-            await asyncio.sleep(REAP_S)
+            await sleep(REAP_S)
             for entry in await self.store.registry_reap():
                 if entry.holder == self.holder:
                     continue                      # ours: we are alive, the entry was late
@@ -161,7 +162,7 @@ class KnobWatcher:
 
     async def run(self) -> None:
         while True:
-            await asyncio.sleep(KNOB_POLL_S)
+            await sleep(KNOB_POLL_S)
             await self.poll()
 
     async def poll(self) -> None:

@@ -9,6 +9,7 @@ import logging
 import time
 from collections.abc import Sequence
 
+from wavepp.runtime.clock import sleep
 from wavepp.runtime.completion import LoopResult
 from wavepp.runtime.control.plane import KnobWatcher, StoreWriter
 from wavepp.runtime.in_force import InForce
@@ -64,7 +65,7 @@ class RunStatus:
             self.tel.status(snapshot)           # queue depths and KV blocks become metric gauges
             self.result.status.append(snapshot)
             self.writer.submit(lambda snapshot=snapshot: self.store.status_put(snapshot))  # type: ignore[misc]
-            await asyncio.sleep(STATUS_EVERY_S)
+            await sleep(STATUS_EVERY_S)
 
     async def final(self, state: str) -> None:
         """The last snapshot, saying how the run ended. Best effort: a store that is down, or stages that

@@ -17,6 +17,7 @@ from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass, fields
 from typing import Any, TypeVar
 
+from wavepp.runtime.clock import sleep
 from wavepp.runtime.kvcache.hashing import block_hashes
 from wavepp.runtime.kvcache.stage_cache import StageCache
 from wavepp.store.base import HintResult, Store
@@ -97,7 +98,7 @@ class SimCostHook:
     async def stage_op(self, op: str, amount: int, remote: bool) -> None:
         dt = amount * self._per_block[op] + (self.costs.stage_message_s if remote else 0.0)
         if dt > 0:
-            await asyncio.sleep(dt)
+            await sleep(dt)
 
 
 class CostedStore(StoreWrapper):
@@ -115,7 +116,7 @@ class CostedStore(StoreWrapper):
         self.rtt_s = costs.store_rtt_s if rtt_s is None else rtt_s
 
     async def _charge(self, items_s: float) -> None:
-        await asyncio.sleep(self.rtt_s + items_s)
+        await sleep(self.rtt_s + items_s)
 
     async def _call(self, name: str, call: Callable[[], Coroutine[Any, Any, T]]) -> T:
         result = await call()

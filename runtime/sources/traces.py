@@ -7,14 +7,13 @@ give equal tokens and therefore equal chained block hashes at any block size tha
 
 from __future__ import annotations
 
-import asyncio
 from array import array
 from collections.abc import Sequence
 
 import numpy as np
 
 from wavepp.runtime.arrivals import ArrivalPort, ClosedLoop
-from wavepp.runtime.clock import now
+from wavepp.runtime.clock import now, sleep
 from wavepp.runtime.kvcache.hashing import block_hashes
 from wavepp.runtime.request import Request
 from wavepp.runtime.sources.prompt_worker import PromptWorker
@@ -98,7 +97,7 @@ class TraceWorkload(ClosedLoop):
         while not self.exhausted:
             delay = start + self.arrival_offset(self.issued) - now()
             if delay > 0:
-                await asyncio.sleep(delay)
+                await sleep(delay)
             if port.concurrency and self.issued - port.finished >= port.concurrency:
                 self.held_by_cap += 1
                 while self.issued - port.finished >= port.concurrency:

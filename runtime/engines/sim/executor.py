@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import asyncio
 import zlib
 from array import array
 from collections.abc import Sequence
 
+from wavepp.runtime.clock import sleep
 from wavepp.runtime.engines.request_book import RequestBook
 from wavepp.runtime.engines.sim.costmodel import ChunkShape, CostModel
 from wavepp.runtime.planning.step_times import StageFit, StepModel, fit_waves
@@ -62,16 +62,16 @@ class SimExecutor(RequestBook):
         step = self.step_seconds(stage, [(c.start, c.length) for c in chunks])
         finishing = [c for c in chunks if c.is_last and c.tokens] if stage == self.num_stages - 1 else []
         if not finishing:                  # nothing kept from this step: no request to watch while it runs
-            await asyncio.sleep(step)
+            await sleep(step)
             return
         with self.running(finishing):
-            await asyncio.sleep(step)
+            await sleep(step)
             for c in finishing:
                 self.keep_first(c.request_id, sim_first_token(c.tokens))    # type: ignore[arg-type]
 
     async def transfer(self, stage: int, wave: Wave) -> None:
         self._check(stage)
-        await asyncio.sleep(self.cost_model.transfer_time(stage, wave.num_tokens) * self.time_scale)
+        await sleep(self.cost_model.transfer_time(stage, wave.num_tokens) * self.time_scale)
 
     def step_prior(self) -> list[StageFit]:
         """Each stage's ``t(L, x)`` fitted to the cost model over the shapes a run meets: waves of 1-4

@@ -26,7 +26,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import heapq
-from asyncio import events
+from asyncio import events, format_helpers, futures
 from collections.abc import Callable
 from typing import Any, TypeVarTuple, Unpack
 
@@ -160,5 +160,37 @@ class LeanScheduling(asyncio.SelectorEventLoop):
 
         for _ in range(len(ready)):
             handle = ready.popleft()
-            if not handle._cancelled:
-                handle._run()
+            if not handle._cancelled:                       # Handle._run, inlined: a call fewer a callback
+                try:
+                    handle._context.run(handle._callback, *handle._args)
+                except (SystemExit, KeyboardInterrupt):
+                    raise
+                except BaseException as exc:
+                    _report(self, handle, exc)
+
+    async def lean_sleep(self, delay: float) -> None:
+        """``asyncio.sleep(delay)`` for ``delay > 0``, its timer made in one step rather than through
+        ``call_later``/``call_at``: the same future, timer and heap entry, so the same order
+        (:func:`runtime.clock.sleep` takes it where the loop has it)."""
+        if self._debug:
+            await asyncio.sleep(delay)
+            return
+        future = self.create_future()
+        when = self.time() + delay
+        timer = _TimerHandle(when, futures._set_result_unless_cancelled, (future, None), self, None)
+        heapq.heappush(self._scheduled, (when, timer))
+        timer._scheduled = True                            # type: ignore[attr-defined]
+        try:
+            await future
+        finally:
+            if not future.done() or future.cancelled():    # asyncio cancels its timer here; ran, it is a no-op
+                timer.cancel()
+
+
+def _report(loop: asyncio.AbstractEventLoop, handle: asyncio.Handle, exc: BaseException) -> None:
+    """What ``Handle._run`` reports of a callback that raised."""
+    source = format_helpers._format_callback_source(handle._callback, handle._args)   # type: ignore[attr-defined]
+    context: dict[str, Any] = {"message": f"Exception in callback {source}", "exception": exc, "handle": handle}
+    if handle._source_traceback:                                      # type: ignore[attr-defined]
+        context["source_traceback"] = handle._source_traceback        # type: ignore[attr-defined]
+    loop.call_exception_handler(context)
