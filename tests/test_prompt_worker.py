@@ -55,14 +55,18 @@ def test_the_helper_makes_the_prompts_this_process_makes(tmp_path: Path, block_s
 
 
 def test_a_benchs_file_trace_is_prefetched_and_its_run_is_the_same(tmp_path: Path) -> None:
-    """make_workload (the bench's, the load generator's) asks for the helper; the run's figures are those
-    of a run that made its prompts itself."""
+    """A virtual-time run's file trace (and a load generator's) is prefetched; the run's figures are those
+    of a run that made its prompts itself. A real-time run makes its own (its clock is the wall clock)."""
     path = _trace(tmp_path / "t.jsonl", 40, ids=12)
     spec = parse_workload(f"trace:{path}")
     engine = SimEngine(SimConfig("llama-3-8b", "h200", 2, kv_blocks=[3000]))
+    realtime = SimEngine(SimConfig("llama-3-8b", "h200", 2, kv_blocks=[3000], clock="wall"))
+    assert engine.virtual and not realtime.virtual
     cfg = BenchConfig(spec, [8], ["wavepp"], None)
-    ahead = make_workload(spec, None, 0, 64, engine.vocab_size, 0)
+    ahead = make_workload(spec, None, 0, 64, engine.vocab_size, 0, prefetch=engine.virtual)
     assert isinstance(ahead, TraceWorkload) and ahead.worker is not None
+    itself = make_workload(spec, None, 0, 64, engine.vocab_size, 0, prefetch=realtime.virtual)
+    assert isinstance(itself, TraceWorkload) and itself.worker is None
     here = TraceWorkload(load_trace(str(path)), 64, engine.vocab_size)
     figures = [run_one(engine, cfg, "wavepp", 8, workload=w).figures for w in (ahead, here)]
     assert ahead.worker.failure == ""

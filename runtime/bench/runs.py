@@ -164,7 +164,7 @@ def run_one(engine: Engine, cfg: BenchConfig, policy_name: str, concurrency: int
     tel = engine.telemetry(run, keep=False, config=tel_cfg, metrics=cfg.metrics, feed=feed)
     if workload is None:
         workload = make_workload(cfg.workload, cfg.requests, cfg.prompt_tokens or engine.default_prompt_tokens(),
-                                 engine.block_size, engine.vocab_size, cfg.seed)
+                                 engine.block_size, engine.vocab_size, cfg.seed, prefetch=engine.virtual)
     label = f"{policy_name} {load_label(concurrency)}"
 
     loops: list[PipelineLoop] = []

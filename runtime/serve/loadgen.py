@@ -129,7 +129,8 @@ class LoadGenerator:
         if self.spec.kind != "trace":
             tokens = fit_prompt_tokens(self.spec, tokens, info["default_prompt_tokens"], info["max_prompt_tokens"],
                                        info["block_size"])
-        return make_workload(self.spec, self.requests, tokens or 0, info["block_size"], info["vocab_size"], self.seed)
+        return make_workload(self.spec, self.requests, tokens or 0, info["block_size"], info["vocab_size"], self.seed,
+                             prefetch=True)
 
     async def run(self, progress: Progress | None = None) -> UrlRun:
         # Open loop and traces may have many requests out at once: the client keeps at most this many

@@ -117,12 +117,14 @@ def _docs(text: str, name: str) -> WorkloadSpec:
 
 
 def make_workload(spec: WorkloadSpec, num_requests: int | None, prompt_tokens: int, block_size: int,
-                  vocab_size: int, seed: int) -> Workload | TraceWorkload:
+                  vocab_size: int, seed: int, prefetch: bool = False) -> Workload | TraceWorkload:
     """The generator for ``spec``: synthetic prompts for a closed loop, or a trace's requests
-    arriving open-loop (``num_requests`` caps how many of its rows; None: all)."""
+    arriving open-loop (``num_requests`` caps how many of its rows; None: all). ``prefetch``: a trace's
+    prompts are made ahead by a helper process (a virtual-time run, whose clock charges no CPU time, and a
+    load generator; a real-time run makes them on its loop, as the what-if replay of it does)."""
     if spec.kind == "trace":
         trace = load_trace(spec.path, spec.on_bad_line, num_requests)
-        return TraceWorkload(trace, block_size, vocab_size, speed=spec.speed, prefetch=True)
+        return TraceWorkload(trace, block_size, vocab_size, speed=spec.speed, prefetch=prefetch)
     if num_requests is None:
         raise ValueError("a synthetic workload needs a number of requests")
     return Workload(spec, num_requests, prompt_tokens, block_size, vocab_size, seed)
