@@ -177,9 +177,10 @@ class LeanScheduling(asyncio.SelectorEventLoop):
             return
         future = self.create_future()
         when = self.time() + delay
-        timer = _TimerHandle(when, futures._set_result_unless_cancelled, (future, None), self, None)
+        settle = futures._set_result_unless_cancelled                # type: ignore[attr-defined]
+        timer = _TimerHandle(when, settle, (future, None), self, None)
         heapq.heappush(self._scheduled, (when, timer))
-        timer._scheduled = True                            # type: ignore[attr-defined]
+        timer._scheduled = True
         try:
             await future
         finally:
