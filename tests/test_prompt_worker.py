@@ -121,3 +121,36 @@ def test_a_helper_left_behind_exits_when_the_replay_lets_go(tmp_path: Path) -> N
     gc.collect()
     with pytest.raises(ChildProcessError):
         os.waitpid(pid, os.WNOHANG)                    # reaped already: no longer our child
+
+
+def test_a_helper_that_stops_answering_is_dropped_after_its_wait(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                 caplog: pytest.LogCaptureFixture) -> None:
+    """A helper stuck (or stopped) never stops the replay: past ANSWER_WAIT_S it is dropped, killed, and the
+    replay makes the prompt itself."""
+    path = str(_trace(tmp_path / "t.jsonl", 3))
+    monkeypatch.setattr(prompt_worker, "ANSWER_WAIT_S", 0.3)
+    monkeypatch.setattr(prompt_worker, "STOP_WAIT_S", 0.1)
+    monkeypatch.setattr(prompt_worker, "helper_command",
+                        lambda *_: [sys.executable, "-c", "import time; time.sleep(60)"])
+    w = TraceWorkload(load_trace(path), 64, 32000, prefetch=True)
+    assert w.worker is not None and w.worker.serving
+    with caplog.at_level(logging.WARNING, logger=prompt_worker.__name__):
+        made = _prompts(w)
+    assert w.worker.failure == "no answer in 0.3 s" and len(caplog.records) == 1
+    with pytest.raises(ChildProcessError):
+        os.waitpid(w.worker.pid, os.WNOHANG)            # killed and reaped
+    assert made == _prompts(TraceWorkload(load_trace(path), 64, 32000))
+
+
+def test_an_answer_whose_counts_do_not_fit_its_row_is_not_used(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A header naming the right row and length with a wrong number of hashes is refused before its
+    body is read as that row's."""
+    path = str(_trace(tmp_path / "t.jsonl", 3))
+    row = load_trace(path).rows[0]
+    header = prompt_worker._HEADER.pack(0, prompt_worker.ids_crc(row.hash_ids), row.input_length,
+                                        row.input_length // 64 + 1)
+    liar = f"import sys; sys.stdin.buffer.read(1); sys.stdout.buffer.write({header!r}); sys.stdout.flush()"
+    monkeypatch.setattr(prompt_worker, "helper_command", lambda *_: [sys.executable, "-c", liar])
+    worker = PromptWorker(path, 3, TracePrompts(512, 64, 32000))
+    assert worker.prompt(0, row.hash_ids, row.input_length) is None
+    assert worker.failure == f"row 0: {row.input_length // 64 + 1} hashes for {row.input_length} tokens"

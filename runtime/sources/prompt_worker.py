@@ -12,16 +12,21 @@ The protocol, both ways binary on the helper's standard streams:
 * the helper answers, per row in order, a header (``<QIII``: row index, CRC-32 of the row's hash ids as
   ``int64`` bytes, token count, hash count), the tokens (``uint32``) and the hashes (``uint64``).
 
-The replay checks each answer against its own row (index, hash ids, length). A helper that cannot start,
-dies, or answers for another row (a trace file changed under it) is dropped with one warning, and the
-replay makes the rest of the prompts in its own process from there: a run never depends on the helper.
+The replay checks each answer against its own row (index, hash ids, length, hash count). A helper that
+cannot start, dies, answers for another row (a trace file changed under it) or owes an answer longer than
+:data:`ANSWER_WAIT_S` is dropped with one warning, and the replay makes the rest of the prompts in its own
+process from there: a run never depends on the helper.
 
 ``python -m wavepp.runtime.sources.prompt_worker PATH ROWS BLOCK_SIZE VOCAB EXTRA_HEX`` runs the helper.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import logging
+import os
+import select
 import struct
 import subprocess
 import sys
@@ -38,8 +43,17 @@ log = logging.getLogger(__name__)
 # Prompts asked for ahead of the replay: enough to hide a row the helper makes slowly (a cold prompt of new
 # blocks), few enough that what waits in the pipe stays small (a Mooncake prompt is ~60 KB of tokens).
 AHEAD = 8
-# How long a helper whose input closed may take to exit before it is killed.
+# How long the replay waits for an answer the helper owes before dropping it (a row takes it milliseconds;
+# a helper stopped or stuck must not stop the replay), and how long a helper whose input closed may take to
+# exit before it is killed.
+ANSWER_WAIT_S = 30.0
 STOP_WAIT_S = 2.0
+# The answers' pipe is made this large where the system allows (Linux's default is 64 KB, ~one Mooncake
+# prompt); a read takes what is there, up to READ_BYTES, and waits (select) only when nothing is. System calls
+# are dear here: a wait before every read of a frame's three parts cost the Mooncake replay ~0.4 s (5 pairs).
+PIPE_BYTES = 1 << 20
+READ_BYTES = 1 << 20
+F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)
 _HEADER = struct.Struct("<QIII")
 _ENDIAN_OK = sys.byteorder == "little"      # the frames' arrays are the machine's own order, little-endian
 
@@ -55,6 +69,7 @@ class PromptWorker:
 
     def __init__(self, path: str, rows: int, prompts: TracePrompts) -> None:
         self.rows = rows
+        self.block_size = prompts.block_size
         self.asked = 0                       # prompts asked for (credits sent)
         self.failure = ""                    # why the helper was dropped ("" while it serves)
         self.pid = 0                         # the helper's process id (0: none started)
@@ -62,16 +77,20 @@ class PromptWorker:
         if not _ENDIAN_OK:
             self.failure = "not a little-endian machine"
             return
-        argv = [sys.executable, "-m", "wavepp.runtime.sources.prompt_worker", path, str(rows),
-                str(prompts.block_size), str(prompts.vocab_size), prompts.extra.hex()]
-        try:
-            self._proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                          stderr=subprocess.PIPE)
+        try:        # unbuffered: the answers are read from the descriptor as they come (_read)
+            self._proc = subprocess.Popen(helper_command(path, rows, prompts), bufsize=0, stdin=subprocess.PIPE,
+                                          stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         except OSError as exc:
             self.failure = f"could not start: {exc.strerror or exc}"
             return
         self.pid = self._proc.pid
         self._finalizer = weakref.finalize(self, _stop, self._proc)
+        assert self._proc.stdout is not None
+        self._fd = self._proc.stdout.fileno()
+        os.set_blocking(self._fd, False)     # a read takes what is there; select waits, bounded (_take)
+        with contextlib.suppress(OSError):   # room for the rows asked ahead: fewer, larger reads
+            fcntl.fcntl(self._fd, F_SETPIPE_SZ, PIPE_BYTES)
+        self._buf = bytearray()
         self._ask(min(AHEAD, rows))
 
     @property
@@ -87,17 +106,17 @@ class PromptWorker:
         try:
             if self.asked < self.rows:
                 self._ask(1)
-            out = proc.stdout
-            assert out is not None
-            index, crc, num_tokens, num_hashes = _HEADER.unpack(_read(out, _HEADER.size))
+            index, crc, num_tokens, num_hashes = _HEADER.unpack(self._take(_HEADER.size))
             if index != i:
                 raise ValueError(f"answered row {index} for row {i}")
             if num_tokens != length or crc != ids_crc(hash_ids):
                 raise ValueError(f"row {i} is not the replay's (other hash ids or length: the trace file changed?)")
+            if num_hashes != num_tokens // self.block_size:
+                raise ValueError(f"row {i}: {num_hashes} hashes for {num_tokens} tokens")
             tokens = array("I")
-            tokens.frombytes(_read(out, 4 * num_tokens))
-            hashes = array("Q", _read(out, 8 * num_hashes)).tolist()
-        except (OSError, EOFError, ValueError) as exc:
+            tokens.frombytes(self._take(4 * num_tokens))
+            hashes = array("Q", self._take(8 * num_hashes)).tolist()
+        except (OSError, EOFError, ValueError) as exc:      # TimeoutError is an OSError
             self._drop(str(exc) or type(exc).__name__)
             return None
         if i + 1 >= self.rows:
@@ -110,10 +129,27 @@ class PromptWorker:
             self._proc = None
             self._finalizer()
 
+    def _take(self, n: int) -> bytes:
+        """The next ``n`` bytes of the helper's answers: read as they come, as much as is there at a time,
+        each wait at most :data:`ANSWER_WAIT_S`."""
+        buf = self._buf
+        while len(buf) < n:
+            try:
+                part = os.read(self._fd, max(n - len(buf), READ_BYTES))
+            except BlockingIOError:
+                if not select.select([self._fd], [], [], ANSWER_WAIT_S)[0]:
+                    raise TimeoutError(f"no answer in {ANSWER_WAIT_S:g} s") from None
+                continue
+            if not part:
+                raise EOFError("the helper process ended")
+            buf += part
+        data = bytes(buf[:n])
+        del buf[:n]
+        return data
+
     def _ask(self, n: int) -> None:
         assert self._proc is not None and self._proc.stdin is not None
-        self._proc.stdin.write(b"\x01" * n)
-        self._proc.stdin.flush()
+        self._proc.stdin.write(b"\x01" * n)      # never blocks: at most AHEAD unread credits in the pipe
         self.asked += n
 
     def _drop(self, why: str) -> None:
@@ -125,11 +161,10 @@ class PromptWorker:
                     self.failure)
 
 
-def _read(stream: IO[bytes], n: int) -> bytes:
-    data = stream.read(n)
-    if len(data) != n:
-        raise EOFError("the helper process ended")
-    return data
+def helper_command(path: str, rows: int, prompts: TracePrompts) -> list[str]:
+    """The helper's command line: this module run by this interpreter."""
+    return [sys.executable, "-m", "wavepp.runtime.sources.prompt_worker", path, str(rows),
+            str(prompts.block_size), str(prompts.vocab_size), prompts.extra.hex()]
 
 
 def _stop(proc: subprocess.Popen[bytes]) -> str:
