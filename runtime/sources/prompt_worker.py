@@ -77,7 +77,7 @@ class PromptWorker:
         if not _ENDIAN_OK:
             self.failure = "not a little-endian machine"
             return
-        try:        # unbuffered: the answers are read from the descriptor as they come (_read)
+        try:        # unbuffered: the answers are read from the descriptor as they come (_take)
             self._proc = subprocess.Popen(helper_command(path, rows, prompts), bufsize=0, stdin=subprocess.PIPE,
                                           stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         except OSError as exc:
@@ -100,8 +100,7 @@ class PromptWorker:
     def prompt(self, i: int, hash_ids: Sequence[int], length: int) -> tuple[array[int], list[int]] | None:
         """Row ``i``'s prompt as the helper made it (the rows are asked for in order), or ``None`` (the
         helper is gone, or this answer is not the row's: it is dropped)."""
-        proc = self._proc
-        if proc is None:
+        if self._proc is None:
             return None
         try:
             if self.asked < self.rows:
@@ -123,11 +122,13 @@ class PromptWorker:
             self.close()
         return tokens, hashes
 
-    def close(self) -> None:
-        """End the helper (idempotent); it exits as its input closes."""
-        if self._proc is not None:
-            self._proc = None
-            self._finalizer()
+    def close(self) -> str:
+        """End the helper (idempotent); it exits as its input closes. Answers the last line it wrote to its
+        error stream, if it was running."""
+        if self._proc is None:
+            return ""
+        self._proc = None
+        return str(self._finalizer() or "")
 
     def _take(self, n: int) -> bytes:
         """The next ``n`` bytes of the helper's answers: read as they come, as much as is there at a time,
@@ -153,9 +154,7 @@ class PromptWorker:
         self.asked += n
 
     def _drop(self, why: str) -> None:
-        assert self._proc is not None
-        self._proc = None
-        said = self._finalizer()             # what the helper said on its way out, if anything
+        said = self.close()                  # what the helper said on its way out, if anything
         self.failure = (said or why)[:200]
         log.warning("trace prompts: the helper process stopped (%s); the replay makes them itself from here",
                     self.failure)
