@@ -10,14 +10,14 @@ import json
 import logging
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
-
-import redis
-from redis import exceptions as rex
+from typing import TYPE_CHECKING, Any
 
 from wavepp.store.base import RegistryEntry
 from wavepp.store.echo import echo
 from wavepp.store.records import StatusSnapshot, WavePlanRecord
+
+if TYPE_CHECKING:
+    import redis
 
 # The Redis store's warnings, under its logger's name wherever its records are decoded (log filters
 # and the suite's checks name it).
@@ -170,6 +170,8 @@ def decode_status(raw: bytes | str | None) -> StatusSnapshot | None:
 def read_run_meta(client: redis.Redis, prefix: str, run_id: str) -> dict[str, Any] | None:
     """:meth:`RedisStore.run_meta_get` with a synchronous client (the dashboard); a key of the wrong
     Redis type reads as absent."""
+    from redis import exceptions as rex  # here: the in-memory store decodes with this module, without redis
+
     try:
         raw: Any = client.hget(f"{prefix}:{RUN_META}", run_id)
     except rex.ResponseError as exc:

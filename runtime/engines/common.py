@@ -9,7 +9,6 @@ from wavepp.runtime.engines.coordination import CoordinationCosts, CostedStore
 from wavepp.runtime.runs.runfile import RunInfo
 from wavepp.store.base import Store
 from wavepp.store.memory import MemoryStore
-from wavepp.store.redis_store import RedisStore
 from wavepp.store.resilient import ResilientStore
 from wavepp.store.threaded import ThreadedStore
 from wavepp.store.urls import StoreUrl
@@ -30,16 +29,22 @@ async def open_run_store(url: StoreUrl, virtual: bool, costs: CoordinationCosts,
     if url.kind == "memory":
         inner = MemoryStore()
         rtt = costs.store_rtt_s
-    elif virtual:
-        inner = ThreadedStore(lambda: RedisStore.connect(url))
-        rtt = costs.redis_rtt_s
     else:
-        inner = await RedisStore.connect(url)
+        inner = await _redis_store(url, virtual)
         rtt = costs.redis_rtt_s
     await inner.clear_all(keep_knobs=True)
     if virtual:
         return CostedStore(inner, costs, rtt)
     return ResilientStore(inner, deadline_s=deadline_s)
+
+
+async def _redis_store(url: StoreUrl, virtual: bool) -> Store:
+    """The Redis store at ``url``: in a thread of its own on the virtual clock (its I/O blocks the loop)."""
+    from wavepp.store.redis_store import RedisStore  # here: a run on the in-memory store never imports redis
+
+    if virtual:
+        return ThreadedStore(lambda: RedisStore.connect(url))
+    return await RedisStore.connect(url)
 
 
 def run_telemetry(url: StoreUrl, virtual: bool, run: RunInfo | None = None, keep: bool = True,
