@@ -145,27 +145,37 @@ class GemmTable:
         self._sol = sol
         sites: dict[tuple[int, int], list[tuple[int, float]]] = {}
         for m, n, k, latency in rows:
-            sites.setdefault((n, k), []).append((m, max(latency, sol(m, n, k))))
+            sites.setdefault((n, k), []).append((m, latency))
         if not sites:
             raise TableCoverageError("empty GEMM table")
-        self._curves = {site: self._site_curve(site, pts) for site, pts in sites.items()}
+        self._sites = sites
+        # A site's curve is made when first asked for: a table has ~400-500 sites, a model asks for a handful
+        # (making them all was ~0.15 s of a sim bench's start-up).
+        self._curves: dict[tuple[int, int], Curve] = {}
         self._near: dict[tuple[int, int], list[tuple[float, tuple[int, int]]]] = {}
 
-    def _site_curve(self, site: tuple[int, int], points: list[tuple[int, float]]) -> Curve:
+    def _curve(self, site: tuple[int, int]) -> Curve:
+        """The curve of a collected site."""
+        curve = self._curves.get(site)
+        if curve is None:
+            curve = self._curves[site] = self._site_curve(site, self._sites[site])
+        return curve
+
+    def _site_curve(self, site: tuple[int, int], measured: list[tuple[int, float]]) -> Curve:
+        """The site's curve through its measured points, none faster than the roofline."""
         n, k = site
-        points.sort()
+        points = sorted((m, max(latency, self._sol(m, n, k))) for m, latency in measured)
         tail_util = median(self._sol(m, n, k) / lat for m, lat in points[-3:])
         return Curve([m for m, _ in points], [lat for _, lat in points], lambda m: self._sol(m, n, k),
                      tail_util=tail_util)
 
     def __call__(self, m: float, n: int, k: int) -> float:
-        curve = self._curves.get((n, k))
-        if curve is not None:
-            return curve(m)
+        if (n, k) in self._sites:
+            return self._curve((n, k))(m)
         # Not a collected site: borrow the utilisation of the nearest sites (2 octaves at most).
         near = self._nearest(n, k)
         weights = [1.0 / (d * d) for d, _ in near]
-        utils = [self._sol(m, sn, sk) / self._curves[(sn, sk)](m) for _, (sn, sk) in near]
+        utils = [self._sol(m, sn, sk) / self._curve((sn, sk))(m) for _, (sn, sk) in near]
         util = sum(w * u for w, u in zip(weights, utils, strict=True)) / sum(weights)
         return self._sol(m, n, k) / util
 
@@ -176,7 +186,7 @@ class GemmTable:
         if near is None:
             ln, lk = math.log2(n), math.log2(k)
             ranked = sorted(
-                (math.hypot(math.log2(sn) - ln, math.log2(sk) - lk), (sn, sk)) for sn, sk in self._curves
+                (math.hypot(math.log2(sn) - ln, math.log2(sk) - lk), (sn, sk)) for sn, sk in self._sites
             )
             near = self._near[(n, k)] = [(d, s) for d, s in ranked if d <= 2.0][:4]
         if not near:

@@ -30,6 +30,52 @@ def default_perf_dir() -> Path:
     return Path(__file__).resolve().parents[3].parent / "shared" / "data" / "perf"
 
 
+def read_matching(path: Path, where: dict[str, Any], columns: list[str]) -> dict[str, list[Any]]:
+    """Columns of the rows of the Parquet file at ``path`` whose ``where`` columns equal the given values, in
+    file order (a null matches nothing).
+
+    Read whole (the largest table is ~130K rows) and matched here rather than through ``read_table``'s
+    ``filters``, and as Python lists rather than numpy arrays: the filters go through ``pyarrow.dataset`` and
+    an array's ``to_numpy`` through pyarrow's pandas shim, each importing pandas (~0.25 s, a third of a sim
+    bench's start-up). A string column to match on is read dictionary-encoded and matched on its codes.
+    """
+    import pyarrow as pa
+    import pyarrow.parquet as pq  # lazy: only the table cost model needs pyarrow
+
+    schema = pq.read_schema(path)
+    strings = [n for n in where if pa.types.is_string(schema.field(n).type)
+               or pa.types.is_large_string(schema.field(n).type)]
+    table = pq.ParquetFile(path, read_dictionary=strings).read(columns=list(dict.fromkeys([*columns, *where])))
+    rows: range | list[int] = range(table.num_rows)
+    for name, value in where.items():           # each column checked only at the rows still matching
+        rows = _matching_rows(table.column(name), value, rows)
+    out: dict[str, list[Any]] = {}
+    for name in columns:
+        values = table.column(name).to_pylist()
+        out[name] = values if isinstance(rows, range) else [values[i] for i in rows]
+    return out
+
+
+def _matching_rows(column: Any, value: Any, rows: range | list[int]) -> list[int]:
+    """Those of ``rows`` at which ``column`` (an Arrow chunked array) equals ``value``; a null equals nothing."""
+    import pyarrow as pa
+
+    matched: list[int] = []
+    start = 0
+    for chunk in column.chunks:
+        end = start + len(chunk)
+        here = [i for i in rows if start <= i < end] if column.num_chunks > 1 else rows
+        if pa.types.is_dictionary(chunk.type):   # compare codes: decoding ~100K strings costs ~0.15 s
+            wanted = {code for code, v in enumerate(chunk.dictionary.to_pylist()) if v == value}
+            codes = chunk.indices.to_pylist()
+            matched += [i for i in here if codes[i - start] in wanted]
+        else:
+            values = chunk.to_pylist()
+            matched += [i for i in here if values[i - start] == value]
+        start = end
+    return matched
+
+
 def _version_key(name: str) -> tuple[int, ...]:
     """``1.3.0rc23`` -> (1, 3, 0, 23): the numeric parts, so rc23 sorts above rc20."""
     return tuple(int(p) for p in re.findall(r"\d+", name))
@@ -58,22 +104,18 @@ class PerfTables:
     def read_nccl(self, where: dict[str, Any], columns: list[str]) -> dict[str, list[Any]]:
         """Columns of the system's ``nccl_perf`` rows matching ``where``, from the NCCL version its YAML names
         (``misc.nccl_version``: FORMAT §1), each key's first row (FORMAT §4: some files hold keys twice)."""
-        import pyarrow.parquet as pq
-
         path = self.root / self.system / "nccl" / NCCL_VERSIONS[self.system] / "nccl_perf.parquet"
         if not path.is_file():
             raise TableCoverageError(f"no NCCL table at {path}")
-        data = pq.read_table(path, columns=[*columns, "message_size"] if "message_size" not in columns else columns,
-                             filters=[(k, "=", v) for k, v in where.items()])
-        rows = data.to_pylist()
+        data = read_matching(path, where, [*columns, "message_size"] if "message_size" not in columns else columns)
         seen: set[Any] = set()
         out: dict[str, list[Any]] = {c: [] for c in columns}
-        for row in rows:
-            if row["message_size"] in seen:
+        for i, size in enumerate(data["message_size"]):
+            if size in seen:
                 continue
-            seen.add(row["message_size"])
+            seen.add(size)
             for c in columns:
-                out[c].append(row[c])
+                out[c].append(data[c][i])
         if not out[columns[0]]:
             shape = ", ".join(f"{k}={v}" for k, v in where.items())
             raise TableCoverageError(f"nccl_perf on {self.system} has no rows for {shape}")
@@ -81,18 +123,15 @@ class PerfTables:
 
     def read(self, table: str, where: dict[str, Any], columns: list[str]) -> dict[str, list[Any]]:
         """Columns of the rows of ``table`` matching ``where``, from the newest version that has any."""
-        import pyarrow.parquet as pq  # lazy: only the table cost model needs pyarrow
-
-        filters = [(k, "=", v) for k, v in where.items()]
         found_file = False
         for version in self.versions:
             path = version / f"{table}.parquet"
             if not path.is_file():
                 continue
             found_file = True
-            data = pq.read_table(path, columns=columns, filters=filters or None)
-            if data.num_rows:
-                return {c: data.column(c).to_pylist() for c in columns}
+            data = read_matching(path, where, columns)
+            if data[columns[0]]:
+                return data
         if not found_file:
             raise TableCoverageError(f"{table}.parquet is missing from {self.root / self.system / 'trtllm'}")
         shape = ", ".join(f"{k}={v}" for k, v in where.items())
