@@ -41,8 +41,10 @@ from wavepp.runtime.sources.trace_prompts import TracePrompts
 log = logging.getLogger(__name__)
 
 # Prompts asked for ahead of the replay: enough to hide a row the helper makes slowly (a cold prompt of new
-# blocks), few enough that what waits in the pipe stays small (a Mooncake prompt is ~60 KB of tokens).
-AHEAD = 8
+# blocks) and a burst of arrivals at one instant (up to 26 in dynamo's Mooncake sample, where 8 ahead had
+# its replay wait ~0.1 s for the helper over ~160 waits). What waits in the pipe is bounded by the pipe
+# (PIPE_BYTES: the helper blocks writing when it is full), not by this (a Mooncake prompt is ~60 KB of tokens).
+AHEAD = 64
 # How long the replay waits for an answer the helper owes before dropping it (a row takes it milliseconds;
 # a helper stopped or stuck must not stop the replay), and how long a helper whose input closed may take to
 # exit before it is killed.
