@@ -306,14 +306,28 @@ class BlockPool:
         caller's to attach - its hash cached by no other block, its parent in the tree - up to ``end`` (a
         block already attached as itself passes). Newly attached hashes go to ``attached``; answers where
         it stopped."""
+        by_hash, hash_of, parent_of = self.by_hash, self.hash, self.parent
+        held, children, held_children = self.held, self.num_children, self.held_children
+        parent = table[start - 1] if start else -1
         for i in range(start, end):
             bid, h = table[i], hashes[i]
-            existing = self.by_hash.get(h)
-            if existing is None and (i == 0 or self.hash[table[i - 1]] is not None):
-                self.attach(bid, h, table[i - 1] if i else -1)
+            existing = by_hash.get(h)
+            if existing is None:
+                if parent >= 0 and hash_of[parent] is None:
+                    return i                        # its parent is not in the tree (yet)
+                # attach(bid, h, parent), inlined as in attach_chain: a block's call was ~40 % of this
+                assert hash_of[bid] is None and self.ref_count[bid] >= 1, "only an owned block can be attached"
+                hash_of[bid], parent_of[bid], held[bid] = h, parent, True
+                by_hash[h] = bid
+                if parent >= 0:
+                    children[parent] += 1
+                    held_children[parent] += 1
+                    if not held[parent]:
+                        self._hold(parent)
                 attached.append(h)
             elif existing != bid:
                 return i
+            parent = bid
         return end
 
     # ---- prefix queries (each answers its probes: the sim charges them) ------------------------
