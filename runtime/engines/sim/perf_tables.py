@@ -36,7 +36,7 @@ def read_matching(path: Path, where: dict[str, Any], columns: list[str]) -> dict
 
     Read whole (the largest table is ~130K rows) and matched here rather than through ``read_table``'s
     ``filters``, and as Python lists rather than numpy arrays: the filters go through ``pyarrow.dataset`` and
-    an array's ``to_numpy`` through pyarrow's pandas shim, each importing pandas (~0.25 s, a third of a sim
+    an array's ``to_numpy`` through pyarrow's pandas shim, each importing pandas (~0.25 s, a quarter of a sim
     bench's start-up). A string column to match on is read dictionary-encoded and matched on its codes.
     """
     import pyarrow as pa

@@ -71,7 +71,7 @@ EXTRAS_FACTOR = 1.1
 def load_table_cost_model(model: str, hardware: str, pp: int, gpus_per_stage: int,
                           perf_dir: str | Path | None = None, choices: Choices = TRTLLM,
                           kv_dtype: str = DEFAULT_KV_DTYPE) -> TableCostModel:
-    """The table model for these settings; built once per process (reading the tables takes ~0.5 s)."""
+    """The table model for these settings; built once per process (reading the tables takes ~0.1 s)."""
     root = Path(perf_dir) if perf_dir is not None else default_perf_dir()
     return _load(model, hardware, pp, gpus_per_stage, str(root.resolve()), choices, kv_dtype)
 
