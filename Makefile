@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-dev
 
-.PHONY: bench-autopilot bench-autopilot-torch bench-dashboard demo test oracle test-reliability faults soak lint audit bench bench-torch bench-telemetry grid grid-pressure grid-kimi ablation ablation-kimi clean services stack client-check
+.PHONY: bench-autopilot bench-autopilot-torch bench-dashboard bench-replay demo test oracle test-reliability faults soak lint audit bench bench-torch bench-telemetry grid grid-pressure grid-kimi ablation ablation-kimi clean services stack client-check
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -131,6 +131,12 @@ bench-dashboard: $(STAMP)
 bench-telemetry: $(STAMP)
 	@mkdir -p out
 	$(PY) scripts/telemetry_cost.py --json out/telemetry-cost.json
+
+# What a replay costs: wall time a request and peak memory of every policy on the shared Mooncake-format
+# traces, one process a run (docs/bench-and-grid.md); BEFORE=<checkout with its .venv> compares, alternated.
+bench-replay: $(STAMP)
+	@mkdir -p out
+	$(PY) scripts/bench_replay.py $(if $(BEFORE),--before $(BEFORE)) | tee out/bench-replay.md
 
 # Benchmark clients against `wavepp serve` (scripts/client_check.py, docs/serve.md): aiperf in a virtualenv of its
 # own (its dependencies are not the project's; genai-bench in one inside it, run when it installed), the sim and
