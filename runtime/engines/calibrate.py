@@ -232,5 +232,8 @@ class FittedCostModel:
     def step_time(self, stage: int, chunks: Sequence[ChunkShape]) -> float:
         return self.fits[stage].step_time([(c.context, c.tokens) for c in chunks])
 
+    def step_times(self, chunks: Sequence[ChunkShape]) -> list[float]:
+        return [self.step_time(s, chunks) for s in range(self.num_stages)]
+
     def transfer_time(self, stage: int, num_tokens: int) -> float:
         return 0.0

@@ -64,6 +64,9 @@ def test_the_sim_takes_its_first_token_from_the_last_chunk_on_the_last_stage() -
         def step_time(self, stage: int, chunks: list[ChunkShape]) -> float:
             return 0.0
 
+        def step_times(self, chunks: list[ChunkShape]) -> list[float]:
+            return [0.0, 0.0]
+
         def transfer_time(self, stage: int, tokens: int) -> float:
             return 0.0
 

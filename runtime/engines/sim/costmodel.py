@@ -53,6 +53,11 @@ class CostModel(Protocol):
         """Seconds for ``stage`` to run one wave (a batch of chunks)."""
         ...
 
+    def step_times(self, chunks: Sequence[ChunkShape]) -> list[float]:
+        """:meth:`step_time` of one wave on every stage, in stage order (a model whose stages share their
+        layers' prices computes them once)."""
+        ...
+
     def transfer_time(self, stage: int, num_tokens: int) -> float:
         """Seconds to send the wave's activations from ``stage`` to ``stage + 1``."""
         ...
@@ -245,6 +250,10 @@ class AnalyticCostModel:
             head_compute = 2.0 * self.model.embedding_params * len(chunks) / self._head_rate
             total += max(head_compute, self._head_bytes / bw)
         return total / self.gpus_per_stage + st.fixed_s
+
+    def step_times(self, chunks: Sequence[ChunkShape]) -> list[float]:
+        """:meth:`step_time` on every stage."""
+        return [self.step_time(s, chunks) for s in range(self.num_stages)]
 
     def transfer_time(self, stage: int, num_tokens: int) -> float:
         """Seconds to send ``num_tokens`` bf16 hidden states from ``stage`` to the next; 0.0 from the last."""

@@ -18,8 +18,8 @@ class StageFailed(RuntimeError):
     engine's ``StageDied``."""
 
 
-# Distinct wave shapes whose modelled step time is remembered (a planner prices the same waves again
-# and again as its window slides; the execute of a planned wave prices it once more).
+# Distinct wave shapes whose modelled step times (every stage's) are remembered (a planner prices the same
+# waves again and again as its window slides; each stage's execute of a planned wave prices it once more).
 STEP_MEMO = 1 << 16
 
 
@@ -33,7 +33,7 @@ class SimExecutor(RequestBook):
         self.time_scale = time_scale          # real-time mode: stretch (>1) or shrink (<1) modelled times
         self.step_fit = step_fit              # per stage (scale, offset s): a what-if replay's fit to a run's steps
         self.failed: dict[int, str] = {}      # stage -> why: its next step raises StageFailed (fail_stage)
-        self._steps: dict[tuple[int, tuple[tuple[int, int], ...]], float] = {}   # (stage, chunks) -> model s
+        self._steps: dict[tuple[tuple[int, int], ...], list[float]] = {}   # chunks -> each stage's model s
 
     def fail_stage(self, stage: int, why: str) -> None:
         """From now on ``stage``'s steps and sends raise :class:`StageFailed` - a stage process dying
@@ -48,13 +48,13 @@ class SimExecutor(RequestBook):
         """What a step of (context, new tokens) ``chunks`` takes on ``stage``: the cost model's time,
         stretched as the run's clock stretches it."""
         scale, offset = self.step_fit[stage] if self.step_fit else (1.0, 0.0)
-        key = (stage, tuple(chunks))
+        key = tuple(chunks)
         model = self._steps.get(key)
         if model is None:                   # the cost model is a pure function of the shapes
             if len(self._steps) >= STEP_MEMO:
                 self._steps.clear()
-            model = self._steps[key] = self.cost_model.step_time(stage, [ChunkShape(L, x) for L, x in chunks])
-        return model * self.time_scale * scale + offset
+            model = self._steps[key] = self.cost_model.step_times([ChunkShape(L, x) for L, x in chunks])
+        return model[stage] * self.time_scale * scale + offset
 
     async def execute(self, stage: int, wave_id: int, chunks: Sequence[Chunk],
                       tables: dict[str, list[int]]) -> None:

@@ -41,6 +41,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from wavepp.runtime.engines.sim.costmodel import ChunkShape, _causal_pairs, activation_send_time
 from wavepp.runtime.engines.sim.hybrid_ops import HybridOps
@@ -83,9 +84,9 @@ def _load(model: str, hardware: str, pp: int, gpus_per_stage: int, perf_dir: str
     return TableCostModel(profile, get_hardware(hardware), pp, gpus_per_stage, perf_dir, choices)
 
 
-@dataclass(frozen=True, slots=True)
-class _Kind:
-    """Layers that cost the same: MoE or dense FFN, computing the DSA indexer or reusing it."""
+class _Kind(NamedTuple):
+    """Layers that cost the same: MoE or dense FFN, computing the DSA indexer or reusing it. A tuple: it keys
+    every price memo, and a dataclass's hash is a Python call (~290K of them a Mooncake replay)."""
 
     moe: bool
     indexer: bool
@@ -128,6 +129,7 @@ class TableCostModel:
         self._stages = tuple(self._plan(r, s == 0, s == pp - 1) for s, r in enumerate(ranges))
         self._token_cache: dict[tuple[_Kind, int], float] = {}
         self._attn_cache: dict[tuple[_Kind, int, int, int], float] = {}
+        self._head_cache: dict[int, float] = {}
 
     # ---- tables -------------------------------------------------------------------------------------
 
@@ -353,23 +355,50 @@ class TableCostModel:
         plan = self._stage(stage)
         if not chunks:
             return 0.0
+        return self._stage_total(plan, self._layer_times(chunks, [kind for kind, _ in plan.kinds]), chunks)
+
+    def step_times(self, chunks: Sequence[ChunkShape]) -> list[float]:
+        """:meth:`step_time` on every stage, each kind of layer priced once for all of them (a planner
+        prices a wave on every stage; the stages' layers are of a few kinds)."""
+        if not chunks:
+            return [0.0] * len(self._stages)
+        kinds = list(dict.fromkeys(kind for plan in self._stages for kind, _ in plan.kinds))
+        layers = self._layer_times(chunks, kinds)
+        return [self._stage_total(plan, layers, chunks) for plan in self._stages]
+
+    def _layer_times(self, chunks: Sequence[ChunkShape], kinds: list[_Kind]) -> dict[_Kind, float]:
+        """Seconds of one layer of each of ``kinds`` running the wave."""
         x = sum(c.tokens for c in chunks)
         shapes = Counter((c.context, c.tokens) for c in chunks)
-        h = self.model.hidden_size
         extras = EXTRAS_FACTOR * self.spec.attention_extras * self.hardware.op_latency_s
-        total = 0.0
-        for kind, count in plan.kinds:
+        out: dict[_Kind, float] = {}
+        for kind in kinds:
             layer = self._token_ops(kind, x) + extras
             for (cached, new), batch in shapes.items():
                 layer += self._attention_op(kind, cached, new, batch)
             if self._hybrid is not None and not kind.linear:   # MLA's kv_b over new and cached latents
                 layer += self._hybrid.mla_kv_up(x + sum(c.context for c in chunks))
-            total += count * layer
+            out[kind] = layer
+        return out
+
+    def _stage_total(self, plan: _StagePlan, layers: dict[_Kind, float], chunks: Sequence[ChunkShape]) -> float:
+        """The stage's step: its layers, in its kinds' order, then the embedding or the LM head it holds."""
+        total = 0.0
+        for kind, count in plan.kinds:
+            total += count * layers[kind]
         if plan.is_first:  # embedding gather
-            total += self._memory_op(x * h * ACT_BYTES)
+            total += self._memory_op(sum(c.tokens for c in chunks) * self.model.hidden_size * ACT_BYTES)
         if plan.is_last:  # LM head on the last token of each chunk (FORMAT §6 logits_gemm: m = b)
-            total += self._gemm_bf16(len(chunks), self.model.vocab_size // self.tp, h)
+            total += self._lm_head(len(chunks))
         return total
+
+    def _lm_head(self, chunks: int) -> float:
+        """The LM head's GEMM over one token of each of ``chunks`` chunks (remembered: a wave has a few)."""
+        seconds = self._head_cache.get(chunks)
+        if seconds is None:
+            seconds = self._head_cache[chunks] = self._gemm_bf16(chunks, self.model.vocab_size // self.tp,
+                                                                 self.model.hidden_size)
+        return seconds
 
     def transfer_time(self, stage: int, num_tokens: int) -> float:
         """The activations' hop from ``stage`` to the next, as the analytic model prices it

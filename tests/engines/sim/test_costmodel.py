@@ -153,14 +153,17 @@ def test_the_executor_remembers_step_times_as_the_model_gives_them() -> None:
             calls.append((stage, tuple(chunks)))
             return 0.001 * (stage + 1) * sum(c.tokens for c in chunks)
 
+        def step_times(self, chunks: list[ChunkShape]) -> list[float]:
+            return [self.step_time(s, chunks) for s in range(self.num_stages)]
+
         def transfer_time(self, stage: int, num_tokens: int) -> float:
             return 0.0
 
     sim = ex.SimExecutor(Counting())  # type: ignore[arg-type]
     wave = [(0, 100), (512, 28)]
-    assert sim.step_seconds(1, wave) == pytest.approx(0.256)
-    assert sim.step_seconds(1, list(wave)) == pytest.approx(0.256) and len(calls) == 1   # priced once
-    assert sim.step_seconds(0, wave) == pytest.approx(0.128) and len(calls) == 2         # per stage
+    assert sim.step_seconds(1, wave) == pytest.approx(0.256) and len(calls) == 2         # every stage at once
+    assert sim.step_seconds(1, list(wave)) == pytest.approx(0.256) and len(calls) == 2   # priced once
+    assert sim.step_seconds(0, wave) == pytest.approx(0.128) and len(calls) == 2
     sim.time_scale, sim.step_fit = 2.0, [(1.0, 0.0), (0.5, 0.01)]                          # applied after
     assert sim.step_seconds(1, wave) == pytest.approx(0.256 * 2 * 0.5 + 0.01) and len(calls) == 2
     for n in range(ex.STEP_MEMO + 1):                                                      # bounded

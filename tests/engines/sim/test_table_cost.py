@@ -74,6 +74,23 @@ def test_step_time_grows_with_new_and_cached_tokens(model: str, hardware: str) -
 
 
 @needs_tables
+@pytest.mark.parametrize(("model", "pp", "tp"), [("glm-5.2", 4, 1), ("glm-5.2", 3, 2), ("minimax-m2.7", 4, 2),
+                                                 ("kimi-k3", 4, 8)])
+def test_every_stage_at_once_prices_each_stage_as_alone(model: str, pp: int, tp: int) -> None:
+    """step_times (each kind of layer priced once for the stages) equals step_time stage by stage, to the bit,
+    whatever the model's kinds of layers (MoE, indexer reuse, a hybrid's linear layers) and the wave."""
+    waves = [[ChunkShape(0, 4096)], [ChunkShape(32768, 1000), ChunkShape(0, 4096), ChunkShape(32768, 1000)],
+             [ChunkShape(131072 - 8192, 8192)], [ChunkShape(512, 1)], []]
+    for wave in waves:
+        alone = [load_table_cost_model(model, "b300", pp, tp, PERF).step_time(s, wave) for s in range(pp)]
+        fresh = TableCostModel(get_model(model), get_hardware("b300"), pp, tp, PERF)   # memos empty
+        assert fresh.step_times(wave) == alone, (model, wave)
+    if model != "minimax-m2.7":   # stages of other kinds of layers than stage 0's: the check is not vacuous
+        table = load_table_cost_model(model, "b300", pp, tp, PERF)
+        assert len({p.kinds for p in table._stages}) > 1
+
+
+@needs_tables
 def test_glm_layers_that_reuse_the_indexer_cost_less_at_long_context() -> None:
     """GLM-5.2 stage 1 holds 5 layers that compute the DSA indexer and 15 that reuse it; at L = 128K the
     reused ones are cheaper, so the stage is cheaper than if every layer ran the measured GLM-5 module."""
