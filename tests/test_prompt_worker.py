@@ -154,3 +154,58 @@ def test_an_answer_whose_counts_do_not_fit_its_row_is_not_used(tmp_path: Path, m
     worker = PromptWorker(path, 3, TracePrompts(512, 64, 32000))
     assert worker.prompt(0, row.hash_ids, row.input_length) is None
     assert worker.failure == f"row 0: {row.input_length // 64 + 1} hashes for {row.input_length} tokens"
+
+
+def _reaped(pid: int) -> bool:
+    try:
+        os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        return True                                     # no longer our child: reaped
+    return False
+
+
+def test_a_helper_started_ahead_is_taken_by_its_traces_replay(tmp_path: Path) -> None:
+    """prestart: the helper starts before the replay is set up and the replay takes it - the same prompts;
+    a helper started for another trace is not taken, and one nobody took is stopped (at exit)."""
+    path, other = str(_trace(tmp_path / "t.jsonl", 2 * AHEAD + 3)), str(_trace(tmp_path / "o.jsonl", 4, seed=3))
+    prompt_worker.prestart(path)
+    prompt_worker.prestart(path)                        # one waits at most
+    prompt_worker.prestart(other)
+    spares = dict(prompt_worker._SPARES)
+    assert len(spares) == 2
+    w = TraceWorkload(load_trace(path), 64, 32000, prefetch=True)
+    assert w.worker is not None and w.worker.pid == spares[os.path.realpath(path)].pid
+    assert _prompts(w) == _prompts(TraceWorkload(load_trace(path), 64, 32000)) and w.worker.failure == ""
+    assert list(prompt_worker._SPARES) == [os.path.realpath(other)]
+    prompt_worker.stop_spares()
+    assert prompt_worker._SPARES == {} and _reaped(spares[os.path.realpath(other)].pid)
+
+
+def test_a_helper_started_ahead_that_died_is_replaced(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    path = str(_trace(tmp_path / "t.jsonl", 6))
+    prompt_worker.prestart(path)
+    spare = prompt_worker._SPARES[os.path.realpath(path)]
+    spare.kill()
+    spare.wait()
+    with caplog.at_level(logging.WARNING, logger=prompt_worker.__name__):
+        w = TraceWorkload(load_trace(path), 64, 32000, prefetch=True)
+        made = _prompts(w)
+    assert w.worker is not None and w.worker.pid != spare.pid and w.worker.failure == "" and not caplog.records
+    assert made == _prompts(TraceWorkload(load_trace(path), 64, 32000))
+
+
+def test_a_benchs_first_replay_takes_the_helper_it_started_first(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """``wavepp bench`` on a file trace starts the helper before it loads the engine; its run takes it (one
+    helper started for one run) and none is left waiting."""
+    from wavepp.runtime.cli import main
+    path = _trace(tmp_path / "t.jsonl", 12)
+    started: list[str] = []
+    waiting: list[bool] = []                          # whether a helper started ahead waited for the replay
+    start, take = prompt_worker._start, prompt_worker._taken_or_started
+    monkeypatch.setattr(prompt_worker, "_start", lambda p: started.append(p) or start(p))
+    monkeypatch.setattr(prompt_worker, "_taken_or_started",
+                        lambda p: waiting.append(os.path.realpath(p) in prompt_worker._SPARES) or take(p))
+    rc = main(["bench", "--engine", "sim", "--model", "llama-3-8b", "--hardware", "h200", "--pp", "2",
+               "--workload", f"trace:{path}", "--policy", "wavepp", "--quiet", "--kv-blocks", "3000"])
+    assert rc == 0 and waiting == [True] and started == [str(path)] and prompt_worker._SPARES == {}

@@ -158,6 +158,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from wavepp.runtime.bench.runs import run_concurrencies
     from wavepp.runtime.control.knobs import KnobError, check_block_size, field_problems
     from wavepp.runtime.policies import get_policy
+    from wavepp.runtime.sources import prompt_worker
     from wavepp.runtime.sources.trace_file import load_trace
     from wavepp.runtime.sources.workloads import fit_prompt_tokens, parse_workload
     from wavepp.store.base import StoreError
@@ -183,6 +184,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
                 raise KnobError(found)
             bench_telemetry.apply(args)
             pilot = autopilot_args.settings(args, 30.0)
+            if spec.kind == "trace" and args.engine == "sim" and not args.realtime:
+                prompt_worker.prestart(spec.path)   # the first run's prompt helper starts while the engine loads
             # Imported after the checks above: the sim's cost models load torch (~1 s), which a bad
             # --policy or --workload need not wait for.
             from wavepp.runtime.engines.config import SimConfig

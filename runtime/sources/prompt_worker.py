@@ -6,9 +6,10 @@ deployment; in a sim replay it ran on the loop's process, about a tenth of a Moo
 while the machine's other core idled. Here a helper process reads the same trace file and makes the rows'
 prompts in order, a few ahead of the replay (:data:`AHEAD`), with the same code - the same tokens and hashes.
 
-The protocol, both ways binary on the helper's standard streams:
+The protocol, on the helper's standard streams:
 
-* the replay writes one byte a prompt it wants (credit), keeping :data:`AHEAD` asked for;
+* the replay writes one line of settings (``ROWS BLOCK_SIZE VOCAB EXTRA_HEX``), then one byte a prompt it
+  wants (credit), keeping :data:`AHEAD` asked for;
 * the helper answers, per row in order, a header (``<QIII``: row index, CRC-32 of the row's hash ids as
   ``int64`` bytes, token count, hash count), the tokens (``uint32``) and the hashes (``uint64``).
 
@@ -17,11 +18,14 @@ cannot start, dies, answers for another row (a trace file changed under it) or o
 :data:`ANSWER_WAIT_S` is dropped with one warning, and the replay makes the rest of the prompts in its own
 process from there: a run never depends on the helper.
 
-``python -m wavepp.runtime.sources.prompt_worker PATH ROWS BLOCK_SIZE VOCAB EXTRA_HEX`` runs the helper.
+``python -m wavepp.runtime.sources.prompt_worker PATH`` runs the helper. It starts (imports, the trace's
+index) before it is told its settings, so a bench can start it first thing (:func:`prestart`: ~0.1 s of
+start-up then runs beside the bench's own) and hand it to the replay once that is set up.
 """
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import fcntl
 import logging
@@ -79,9 +83,8 @@ class PromptWorker:
         if not _ENDIAN_OK:
             self.failure = "not a little-endian machine"
             return
-        try:        # unbuffered: the answers are read from the descriptor as they come (_take)
-            self._proc = subprocess.Popen(helper_command(path, rows, prompts), bufsize=0, stdin=subprocess.PIPE,
-                                          stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        try:
+            self._proc = _taken_or_started(path)
         except OSError as exc:
             self.failure = f"could not start: {exc.strerror or exc}"
             return
@@ -93,7 +96,13 @@ class PromptWorker:
         with contextlib.suppress(OSError):   # room for the rows asked ahead: fewer, larger reads
             fcntl.fcntl(self._fd, F_SETPIPE_SZ, PIPE_BYTES)
         self._buf = bytearray()
-        self._ask(min(AHEAD, rows))
+        assert self._proc.stdin is not None
+        settings = f"{rows} {prompts.block_size} {prompts.vocab_size} {prompts.extra.hex()}\n"
+        try:
+            self._proc.stdin.write(settings.encode())
+            self._ask(min(AHEAD, rows))
+        except OSError as exc:               # it ended before it was told anything (BrokenPipeError)
+            self._drop(f"could not start: {exc.strerror or exc}")
 
     @property
     def serving(self) -> bool:
@@ -162,10 +171,52 @@ class PromptWorker:
                     self.failure)
 
 
-def helper_command(path: str, rows: int, prompts: TracePrompts) -> list[str]:
+def helper_command(path: str) -> list[str]:
     """The helper's command line: this module run by this interpreter."""
-    return [sys.executable, "-m", "wavepp.runtime.sources.prompt_worker", path, str(rows),
-            str(prompts.block_size), str(prompts.vocab_size), prompts.extra.hex()]
+    return [sys.executable, "-m", "wavepp.runtime.sources.prompt_worker", path]
+
+
+def _start(path: str) -> subprocess.Popen[bytes]:
+    """A helper for the trace at ``path``, told nothing yet (OSError when it cannot start). Unbuffered: the
+    answers are read from the descriptor as they come (:meth:`PromptWorker._take`)."""
+    return subprocess.Popen(helper_command(path), bufsize=0, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+
+
+def _taken_or_started(path: str) -> subprocess.Popen[bytes]:
+    """The helper :func:`prestart` started for this trace if it still runs, else a new one."""
+    spare = _SPARES.pop(os.path.realpath(path), None)
+    if spare is not None:
+        if spare.poll() is None:
+            return spare
+        _stop(spare)
+    return _start(path)
+
+
+# Helpers started ahead of their replay, by the trace's real path: at most one waits for each; the next
+# PromptWorker of that trace takes it, and one never taken is stopped at exit.
+_SPARES: dict[str, subprocess.Popen[bytes]] = {}
+
+
+def prestart(path: str) -> None:
+    """Start the helper of the trace at ``path`` now, while the bench sets up (imports, the cost model, the
+    run), so the replay's first prompt does not wait for its start-up (~0.1 s); a no-op where one waits
+    already or none can start (the replay then starts its own, and says why if that fails too)."""
+    key = os.path.realpath(path)
+    if key in _SPARES or not _ENDIAN_OK:
+        return
+    try:
+        _SPARES[key] = _start(path)
+    except OSError:
+        return
+    if len(_SPARES) == 1:
+        atexit.register(stop_spares)
+
+
+def stop_spares() -> None:
+    """Stop the helpers started ahead that no replay took (at exit; idempotent)."""
+    while _SPARES:
+        _stop(_SPARES.popitem()[1])
 
 
 def _stop(proc: subprocess.Popen[bytes]) -> str:
@@ -190,11 +241,17 @@ def _stop(proc: subprocess.Popen[bytes]) -> str:
     return lines[-1] if lines else ""
 
 
-def serve(path: str, rows: int, prompts: TracePrompts, credits: IO[bytes], out: IO[bytes]) -> None:
-    """The helper: the first ``rows`` rows of the trace at ``path``, in replay order, one prompt a credit."""
-    from wavepp.runtime.sources.trace_file import load_trace
-    trace = load_trace(path, "skip", rows)
-    for i in range(min(rows, len(trace.rows))):
+def serve(path: str, credits: IO[bytes], out: IO[bytes]) -> None:
+    """The helper: the trace at ``path`` indexed, then, once the settings line comes, its first ``ROWS`` rows in
+    replay order, one prompt a credit."""
+    from wavepp.runtime.sources.trace_file import TRACE_BLOCK_TOKENS, load_trace
+    trace = load_trace(path, "skip")
+    settings = credits.readline()
+    if not settings:
+        return                                      # stopped before a replay took it (a spare never used)
+    rows, block_size, vocab, extra = settings.decode().rstrip("\n").split(" ")
+    prompts = TracePrompts(TRACE_BLOCK_TOKENS, int(block_size), int(vocab), bytes.fromhex(extra))
+    for i in range(min(int(rows), len(trace.rows))):
         if not credits.read(1):
             return                                  # the replay is done with us
         row = trace.rows[i]
@@ -206,11 +263,9 @@ def serve(path: str, rows: int, prompts: TracePrompts, credits: IO[bytes], out: 
 
 
 def main(argv: Sequence[str]) -> int:
-    path, rows, block_size, vocab, extra = argv
-    from wavepp.runtime.sources.trace_file import TRACE_BLOCK_TOKENS
-    prompts = TracePrompts(TRACE_BLOCK_TOKENS, int(block_size), int(vocab), bytes.fromhex(extra))
+    (path,) = argv
     try:
-        serve(path, int(rows), prompts, sys.stdin.buffer, sys.stdout.buffer)
+        serve(path, sys.stdin.buffer, sys.stdout.buffer)
     except BrokenPipeError:
         return 0                                    # the replay ended first
     except Exception as exc:                        # one line for the replay's warning
