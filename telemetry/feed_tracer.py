@@ -53,9 +53,14 @@ def _attribute(value: Any) -> Any:
     return list(cleaned) if isinstance(cleaned, tuple) else cleaned
 
 
+_SCALAR_TYPES = frozenset(_SCALARS)
+
+
 def _attributes(into: dict[str, Any], attributes: Mapping[str, Any] | None) -> dict[str, Any]:
     for key, value in (attributes or {}).items():
-        if _is_key(key):
+        if key.__class__ is str and key and value.__class__ in _SCALAR_TYPES:
+            into[key] = value               # the usual attribute: as _is_key and _attribute keep it, no call
+        elif _is_key(key):
             into[key] = _attribute(value)
     return into
 
