@@ -205,14 +205,11 @@ def prestart(path: str) -> None:
     key = os.path.realpath(path)
     if key in _SPARES or not _ENDIAN_OK:
         return
-    try:
+    with contextlib.suppress(OSError):
         _SPARES[key] = _start(path)
-    except OSError:
-        return
-    if len(_SPARES) == 1:
-        atexit.register(stop_spares)
 
 
+@atexit.register
 def stop_spares() -> None:
     """Stop the helpers started ahead that no replay took (at exit; idempotent)."""
     while _SPARES:
