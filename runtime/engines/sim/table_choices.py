@@ -8,7 +8,7 @@ part: what :mod:`table_cost` needs to know about a model beyond its shape, and t
   attention are per new token, only the indexer's scores grow with ``L + x``. FORMAT's s² correction of the
   row at ``L + x`` charged a chunk after a long prefix about twice its per-token projections. The table's
   prefix axis holds only 0 and 128, so a longer prefix holds the utilisation of the 128 row against the
-  module's speed-of-light time (:meth:`table_cost.TableCostModel._dsa_sol`), which carries the prefix.
+  module's speed-of-light time (:func:`table_sol.dsa_sol`), which carries the prefix.
 * GLM-5.2 computes the indexer on 21 of its 78 layers (``indexer_types``) and TensorRT-LLM follows it: since
   NVIDIA/TensorRT-LLM#15574 ("Support DSA cross-layer indexer top-k sharing (e.g. GLM-5.2)") a "shared"
   layer builds no ``Indexer`` and reuses the preceding full layer's top-k (``sparse/dsa/module.py``

@@ -38,12 +38,12 @@ from __future__ import annotations
 import functools
 import math
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
-from wavepp.runtime.engines.sim.costmodel import ChunkShape, _causal_pairs, activation_send_time
+from wavepp.runtime.engines.sim.costmodel import ChunkShape, activation_send_time
 from wavepp.runtime.engines.sim.hybrid_ops import HybridOps
 from wavepp.runtime.engines.sim.perf_interp import ContextGrid, Curve, GemmTable, GridPoint, TableCoverageError
 from wavepp.runtime.engines.sim.perf_tables import PerfTables, default_perf_dir
@@ -56,6 +56,7 @@ from wavepp.runtime.engines.sim.profiles import (
     split_layers,
 )
 from wavepp.runtime.engines.sim.table_choices import FP8_BLOCK, SPECS, TRTLLM, Choices
+from wavepp.runtime.engines.sim.table_sol import dsa_sol, gemm_sol, gqa_sol
 
 # Distinct (kind, cached, new, batch) shapes whose attention time is remembered (a pure function of the
 # shape; bounded, so a long replay's memory does not grow with it - as the executor's STEP_MEMO).
@@ -113,6 +114,9 @@ class TableCostModel:
         if model.num_heads % tp or (model.attention == "gqa" and model.num_kv_heads % tp and tp % model.num_kv_heads):
             raise TableCoverageError(f"{model.name}'s heads do not split over {tp} GPUs")
         self.model, self.hardware, self.spec, self.tp, self.choices = model, hardware, spec, tp, choices
+        # The rooflines the measured utilisation is carried through (table_sol); only their ratios count.
+        self._gqa_sol = functools.partial(gqa_sol, model, hardware, self._kv_heads)
+        self._dsa_sol = functools.partial(dsa_sol, model, hardware, self._dsa_gemm)
         tables = PerfTables(perf_dir, hardware.name)
         self.system = tables.system
         self._gemm = self._gemm_table(tables, spec.gemm_dtype)
@@ -133,17 +137,10 @@ class TableCostModel:
 
     # ---- tables -------------------------------------------------------------------------------------
 
-    def _gemm_sol(self, dtype: str) -> Callable[[float, float, float], float]:
-        """FORMAT §5 GEMM roofline: max(2mnk / FLOPS, bytes · (mn + mk + nk) / mem_bw), seconds."""
-        hw = self.hardware
-        flops = hw.dense_flops if dtype == "bfloat16" else hw.fp8_flops
-        nbytes = 2.0 if dtype == "bfloat16" else 1.0
-        return lambda m, n, k: max(2.0 * m * n * k / flops, nbytes * (m * n + m * k + n * k) / hw.hbm_bytes_per_s)
-
     def _gemm_table(self, tables: PerfTables, dtype: str) -> GemmTable:
         cols = tables.read("gemm_perf", {"gemm_dtype": dtype}, ["m", "n", "k", "latency"])
         rows = zip(cols["m"], cols["n"], cols["k"], (v * MS for v in cols["latency"]), strict=True)
-        return GemmTable(rows, self._gemm_sol(dtype))
+        return GemmTable(rows, gemm_sol(self.hardware, dtype))
 
     def _moe_curve(self, tables: PerfTables) -> Curve:
         m, hw = self.model, self.hardware
@@ -217,53 +214,6 @@ class TableCostModel:
     @property
     def _kv_heads(self) -> int:
         return math.ceil(self.model.num_kv_heads / self.tp)
-
-    # ---- speed-of-light anchors ---------------------------------------------------------------------
-
-    def _gqa_sol(self, heads: float, seq: float, batch: float) -> float:
-        """FORMAT §5 context attention: max(2·b·s²·n·d / FLOPS, (4·b·n·s·d + kvbytes·2·b·n_kv·s·d) / mem_bw)."""
-        d, hw, kv = self.model.head_dim, self.hardware, self.model.kv_bytes
-        compute = 2.0 * batch * seq * seq * heads * d / hw.dense_flops
-        memory = (4.0 * batch * heads * seq * d + kv * 2.0 * batch * self._kv_heads * seq * d) / hw.hbm_bytes_per_s
-        return max(compute, memory)
-
-    def _dsa_sol(self, heads: float, prefix: float, seq: float, batch: float, indexer: bool = True) -> float:
-        """Roofline of the DSA module on one GPU holding ``heads`` heads: ``batch`` chunks of ``seq`` new
-        tokens after ``prefix`` cached ones; max(FLOP time, byte time), seconds. Only ratios of it enter the
-        table model (FORMAT §5's utilisation transfer).
-
-        The terms are the ones aic-core's ``dsa_context_sol`` (perf_database/dsa.rs) counts, from our profile:
-        per-token projections at the module rows' GEMM rate - the MLA down-projection and the indexer are
-        unsplit, q_b / o_proj and the absorbed k_b / v_b per local head; the indexer's fp8 scores, a logits
-        row over all ``prefix + seq`` keys for every new token (``fp8_mqa_logits`` returns [tokens, keys]
-        fp32 logits and top-k runs over whole rows; the causal bound only masks), only past ``index_topk``
-        keys (``skip_indexer_for_short_seqs``, on by default); bf16 sparse MLA over min(position, index_topk)
-        keys per query. Bytes: the projection weights once, each cached token's latent and indexer key once
-        per chunk (a lower bound, as a roofline is). ``indexer=False``: a layer that reuses the top-k runs
-        none of the indexer (no projections, no scores, no keys; NVIDIA/TensorRT-LLM#15574).
-        """
-        m, hw = self.model, self.hardware
-        assert m.q_lora_rank is not None and m.kv_lora_rank is not None and m.qk_rope_head_dim is not None
-        assert m.qk_nope_head_dim is not None and m.v_head_dim is not None and m.index_topk is not None
-        h, q_lora, kv_lora, rope = m.hidden_size, m.q_lora_rank, m.kv_lora_rank, m.qk_rope_head_dim
-        nope, v, topk = m.qk_nope_head_dim, m.v_head_dim, m.index_topk
-        idx_heads, idx_dim = m.index_n_heads or 0, m.index_head_dim or 0
-        tokens, full = batch * seq, prefix + seq
-        scores = indexer and full > topk
-        replicated = h * (q_lora + kv_lora + rope)  # fused q_a / kv_a down-projection
-        if indexer:  # wq_b, wk, weights_proj
-            replicated += q_lora * idx_heads * idx_dim + h * idx_dim + h * idx_heads
-        per_head = q_lora * (nope + rope) + v * h + nope * kv_lora + kv_lora * v  # q_b, o_proj, absorbed k_b, v_b
-        params = replicated + heads * per_head
-        sparse_pairs = batch * (_causal_pairs(int(full), topk) - _causal_pairs(int(prefix), topk))
-        scored = tokens * full if scores else 0.0  # each new token's logits row over all prefix + seq keys
-        gemm_rate, weight_bytes = (hw.dense_flops, 2.0) if self._dsa_gemm == "bfloat16" else (hw.fp8_flops, 1.0)
-        flop_s = (2.0 * tokens * params / gemm_rate
-                  + 2.0 * idx_heads * idx_dim * scored / hw.fp8_flops
-                  + 2.0 * heads * (2 * kv_lora + rope) * sparse_pairs / hw.dense_flops)
-        key_bytes = (kv_lora + rope) * m.kv_bytes + (m.indexer_key_bytes if scores else 0.0)
-        byte_s = (params * weight_bytes + batch * full * key_bytes) / hw.hbm_bytes_per_s
-        return max(flop_s, byte_s)
 
     # ---- per-layer op prices --------------------------------------------------------------------------
 
