@@ -21,13 +21,6 @@ from wavepp.store.records import StatusSnapshot, WavePlanRecord
 from wavepp.store.redis_records import decode_autopilot
 
 PLAN_LOG_CAP = 10_000
-# The hint index keeps one int a block hash: every stage's count of holders of it, STAGE_BITS bits a stage
-# (stage s in bits [s * STAGE_BITS, (s + 1) * STAGE_BITS)). The stages of a deployment mostly hold the same
-# hashes, updated close together: one entry a hash rather than one a stage and hash kept the index's updates
-# in cache (a Mooncake replay's 3.4M updates: 0.45-0.50 -> 0.29-0.35 s replayed alone). A stage holds a
-# hash at most once a deployment sharing the store, far fewer than the 65,535 a field counts.
-STAGE_BITS = 16
-STAGE_FIELD = (1 << STAGE_BITS) - 1
 KNOB_HISTORY_CAP = 1_000
 
 
@@ -38,24 +31,11 @@ def _clock() -> float:
         return time.monotonic()
 
 
-class _OnStage:
-    """The hashes one stage holds, as a container (``h in on_stage``) for the prefix search."""
-
-    __slots__ = ("_get", "_field")
-
-    def __init__(self, index: dict[int, int], stage: int) -> None:
-        self._get, self._field = index.get, STAGE_FIELD << (stage * STAGE_BITS)
-
-    def __contains__(self, h: object) -> bool:
-        return bool(self._get(h, 0) & self._field)    # type: ignore[call-overload]
-
-
 class MemoryStore:
     """In-process :class:`store.base.Store`."""
 
     def __init__(self) -> None:
-        self._index: dict[int, int] = {}            # block hash -> every stage's count (STAGE_BITS a stage)
-        self._held: dict[int, int] = {}             # stage -> hashes it holds
+        self._counts: dict[int, dict[int, int]] = {}
         self._holders: dict[str, float] = {}                 # holder -> heartbeat deadline
         self._entries: dict[str, RegistryEntry] = {}
         self._plans: deque[WavePlanRecord] = deque(maxlen=PLAN_LOG_CAP)
@@ -66,27 +46,19 @@ class MemoryStore:
         self._autopilot: str | None = None                   # the autopilot's settings as JSON (Redis's shape)
         self._run_meta: dict[str, str] = {}                  # run id -> its description as JSON (Redis's shape)
 
+    def _stage(self, stage: int) -> dict[int, int]:
+        return self._counts.setdefault(stage, {})
+
     # ---- hint index ------------------------------------------------------------------------
     async def hint_update(self, stage: int, attached: Sequence[int], detached: Sequence[int]) -> None:
-        one = 1 << (stage * STAGE_BITS)
-        field = STAGE_FIELD * one
-        index = self._index
-        get, pop = index.get, index.pop
-        held = self._held.get(stage, 0)
+        counts = self._stage(stage)
+        get, pop = counts.get, counts.pop
         for h in attached:
-            count = get(h, 0)
-            if not count & field:
-                held += 1
-            index[h] = count + one
+            counts[h] = get(h, 0) + 1
         for h in detached:
-            count = pop(h, 0)
-            if count & field:                       # usually 1 here, and then 0: gone from this stage
-                count -= one
-                if not count & field:
-                    held -= 1
-            if count:                               # other stages (or holders) still have it
-                index[h] = count
-        self._held[stage] = held
+            n = pop(h, 0) - 1                       # usually 0 now: gone from the index
+            if n > 0:
+                counts[h] = n
 
     async def hint_update_many(self, updates: Sequence[tuple[int, Sequence[int], Sequence[int]]]) -> None:
         for stage, attached, detached in updates:
@@ -94,28 +66,27 @@ class MemoryStore:
 
     async def hint_lookup(self, prompts: Sequence[Sequence[int]], stages: Sequence[int]) -> list[HintResult]:
         out = []
-        on = [_OnStage(self._index, s) for s in stages]
+        tables = [self._stage(s) for s in stages]
         for hashes in prompts:
             probes = 0
             per_stage = []
             n = 0
-            for held in on:                         # each stage's search starts at the one before's answer
-                n, p = longest_prefix_in(hashes, held, guess=n)
+            for counts in tables:                   # each stage's search starts at the one before's answer
+                n, p = longest_prefix_in(hashes, counts, guess=n)
                 per_stage.append(n)
                 probes += p
             out.append(HintResult(tuple(per_stage), probes))
         return out
 
     async def hint_count(self, stage: int) -> int:
-        return self._held.get(stage, 0)
+        return len(self._stage(stage))
 
     async def hint_clear(self) -> None:
-        self._index.clear()
-        self._held.clear()
+        self._counts.clear()
 
     def resident_count(self, stage: int) -> int:
         """Synchronous :meth:`hint_count` for tests."""
-        return self._held.get(stage, 0)
+        return len(self._stage(stage))
 
     # ---- registry --------------------------------------------------------------------------
     def _alive(self, holder: str) -> bool:
@@ -207,7 +178,7 @@ class MemoryStore:
     async def clear_all(self, keep_knobs: bool = False) -> int:
         """Forget everything but the run descriptions, the knobs too unless ``keep_knobs`` (the Redis
         store deletes its keys)."""
-        n = len(self._held) + len(self._entries) + len(self._plans)
+        n = len(self._counts) + len(self._entries) + len(self._plans)
         knobs, history, described, pilot = self._knobs, self._knob_history, self._run_meta, self._autopilot
         self.__init__()  # type: ignore[misc]
         self._run_meta = described
